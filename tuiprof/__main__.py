@@ -1,0 +1,3 @@
+from tuiprof.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""Layout of the raw activity records that flow from the collectors into the store.
+
+Records are plain tuples, not objects: the CUPTI callback is a hot path and a tuple is the
+cheapest thing Python can build. The layout is the one of the H100 recordings in
+``shared/fixtures`` (see their README), so a replayed recording and a live session feed the
+store the very same values.
+
+Kernel  ``("K", name, start_ns, end_ns, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+           registers_per_thread, shared_mem_bytes, stream_id, correlation_id, graph_id)``
+Memcpy  ``("C", copy_kind, bytes, start_ns, end_ns[, stream_id, correlation_id])``
+Memset  ``("S", bytes, start_ns, end_ns[, stream_id, correlation_id])``
+Alloc   ``("A", memory_operation_type, memory_kind, bytes, timestamp_ns, address)``
+API     ``("R", api_name, start_ns, end_ns, correlation_id)`` (runtime/driver calls that are
+        enabled one by one; never every API call)
+
+Timestamps are CUPTI's clock (nanoseconds). Token marks taken on the host use the same clock.
+"""
+from __future__ import annotations
+
+KERNEL = "K"
+MEMCPY = "C"
+MEMSET = "S"
+ALLOC = "A"
+API = "R"
+
+# Kernel tuple indices.
+K_NAME, K_START, K_END = 1, 2, 3
+K_GRID = slice(4, 7)
+K_BLOCK = slice(7, 10)
+K_REGS, K_SMEM, K_STREAM, K_CORR, K_GRAPH = 10, 11, 12, 13, 14
+
+# Memcpy tuple indices.
+C_KIND, C_BYTES, C_START, C_END, C_STREAM, C_CORR = 1, 2, 3, 4, 5, 6
+# Memset tuple indices.
+S_BYTES, S_START, S_END, S_STREAM, S_CORR = 1, 2, 3, 4, 5
+# Alloc tuple indices.
+A_OP, A_MEMKIND, A_BYTES, A_TS, A_ADDR = 1, 2, 3, 4, 5
+# API tuple indices.
+R_NAME, R_START, R_END, R_CORR = 1, 2, 3, 4
+
+# CUPTI copy kinds (CUpti_ActivityMemcpyKind) and the direction names used in the UI/exports.
+COPY_KINDS = {
+    0: "Unknown",
+    1: "Host-to-Device",
+    2: "Device-to-Host",
+    3: "Host-to-Array",
+    4: "Array-to-Host",
+    5: "Array-to-Array",
+    6: "Array-to-Device",
+    7: "Device-to-Array",
+    8: "Device-to-Device",
+    9: "Host-to-Host",
+    10: "Peer-to-Peer",
+}
+DIRECTION = {1: "h2d", 2: "d2h", 8: "d2d", 10: "p2p"}
+
+# CUpti_ActivityMemoryOperationType
+MEMOP_ALLOCATION = 1
+MEMOP_RELEASE = 2
+
+PREFILL = "prefill"
+DECODE = "decode"
+PHASES = (PREFILL, DECODE)
+EAGER = "eager"
+COMPILED = "compiled"
+MODES = (EAGER, COMPILED)
+
+
+def record_start(rec: tuple) -> int:
+    """The timestamp that places a record in time (start, or the alloc timestamp)."""
+    kind = rec[0]
+    if kind == KERNEL:
+        return rec[K_START]
+    if kind == MEMCPY:
+        return rec[C_START]
+    if kind == MEMSET:
+        return rec[S_START]
+    if kind == ALLOC:
+        return rec[A_TS]
+    return rec[R_START]

@@ -1,0 +1,413 @@
+"""The session store: the single, bounded, thread-safe source of truth of a session.
+
+Producers (engine thread, CUPTI consumer, NVML sampler) write into it; the UI, analysis and
+exports read immutable views from :meth:`SessionStore.view`. Nothing here grows with the length
+of a session except by a bounded amount: raw records are kept for the last ``ring_tokens``
+tokens only, everything older lives on as running aggregates.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_right
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .records import (
+    ALLOC, API, DIRECTION, KERNEL, MEMCPY, MEMOP_ALLOCATION, MEMSET, PREFILL,
+)
+from .stats import RunningStats
+
+OTHER = "other"  # phase of records outside any token (start-up, compilation, idle)
+_TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2}
+
+
+@dataclass(slots=True)
+class TokenRow:
+    """Everything known about one generated token (one prefill or one decode step)."""
+
+    seq: int
+    step: int
+    phase: str
+    mode: str
+    start_ns: int
+    end_ns: int = 0
+    token_id: int | None = None
+    host_ms: float = 0.0
+    gpu_ms: float | None = None
+    cycle: int = 0
+    kernels: int = 0
+    kernel_ns: int = 0
+    busy_ns: int = 0
+    first_kernel_ns: int = 0
+    last_kernel_end_ns: int = 0
+    graph_kernels: int = 0
+    memcpy_count: int = 0
+    memcpy_bytes: dict = field(default_factory=dict)
+    memset_count: int = 0
+    memset_bytes: int = 0
+    mallocs: int = 0
+    frees: int = 0
+    malloc_bytes: int = 0
+    free_bytes: int = 0
+    api_calls: int = 0
+    alloc: dict | None = None
+    sampled: bool = True
+    done: bool = False
+    busy_cursor: int = 0
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__ if k != "busy_cursor"}
+
+
+@dataclass(slots=True)
+class KernelAggregate:
+    """Running aggregate of one kernel name in one phase and mode."""
+
+    name: str
+    phase: str
+    mode: str
+    stats: RunningStats = field(default_factory=RunningStats)
+    grid: tuple = (0, 0, 0)
+    block: tuple = (0, 0, 0)
+    registers: int = 0
+    shared_mem: int = 0
+    graph_launches: int = 0
+    configs: dict = field(default_factory=dict)  # (grid, block) -> launches, at most 16 kept
+
+    def copy(self) -> "KernelAggregate":
+        return KernelAggregate(self.name, self.phase, self.mode, self.stats.copy(), self.grid,
+                               self.block, self.registers, self.shared_mem, self.graph_launches,
+                               dict(self.configs))
+
+
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    """An immutable, consistent picture of the session for readers."""
+
+    meta: dict
+    tokens: list            # TokenRow, oldest first, at most ``series_len``
+    kernels: dict           # (name, phase, mode) -> KernelAggregate
+    memcpy: dict            # (copy_kind, phase, mode) -> (RunningStats of ns, RunningStats of bytes)
+    memset: dict            # (phase, mode) -> (RunningStats of ns, RunningStats of bytes)
+    api: dict               # api name -> RunningStats of ns
+    token_stats: dict       # (phase, mode) -> {"host_ms", "gpu_ms"} over the whole session, and
+                            # {"kernels", "busy_ns", "kernel_ns"} over tokens that left the window
+                            # (add ``tokens`` for the rest: see analysis.tokens)
+    allocs: dict            # device allocation counters (CUPTI MEMORY2), start-up vs tokens
+    nvml: list              # NVML sample dicts, oldest first (bounded)
+    raw: list               # (seq, [records]) for the last ``ring_tokens`` tokens
+    counters: dict          # records, dropped, late, unattributed ...
+    collectors: dict        # name -> {"ok": bool, "message": str}
+    events: list            # (seq, ts_ns, kind, text): mode switches, resets, errors
+    nvtx: dict              # range name -> RunningStats of ns (prefill/decode/step ranges)
+    overhead: dict          # live overhead estimate
+
+
+class SessionStore:
+    """Bounded, thread-safe store; see the module docstring."""
+
+    def __init__(self, ring_tokens: int = 64, series_len: int = 2048, nvml_len: int = 6000,
+                 meta: dict | None = None) -> None:
+        self.ring_tokens = ring_tokens
+        self.series_len = series_len
+        self._lock = threading.Lock()
+        self.meta: dict = dict(meta or {})
+        self._nvml: deque = deque(maxlen=nvml_len)
+        self._events: deque = deque(maxlen=1000)
+        self._collectors: dict[str, dict] = {}
+        self.overhead: dict = {}
+        self._reset_data()
+
+    # ------------------------------------------------------------------ state
+    def _reset_data(self) -> None:
+        self._tokens: deque[TokenRow] = deque(maxlen=self.series_len)
+        # Token windows for attribution: parallel lists of starts and rows, bounded.
+        self._win_starts: deque[int] = deque(maxlen=self.series_len)
+        self._win_rows: deque[TokenRow] = deque(maxlen=self.series_len)
+        self._open: TokenRow | None = None
+        self._raw: deque = deque(maxlen=self.ring_tokens)
+        self._raw_by_seq: dict[int, list] = {}
+        self._kernels: dict[tuple, KernelAggregate] = {}
+        self._memcpy: dict[tuple, tuple] = {}
+        self._memset: dict[tuple, tuple] = {}
+        self._api: dict[str, RunningStats] = {}
+        self._nvtx: dict[str, RunningStats] = {}
+        self._token_stats: dict[tuple, dict] = {}
+        self._allocs = {"startup": _alloc_counter(), "tokens": _alloc_counter(),
+                        "by_phase": {}}
+        self._counters = {"records": 0, "kernels": 0, "dropped": 0, "late": 0,
+                          "unattributed": 0, "tokens": 0}
+        self._seq = 0
+
+    def reset(self) -> None:
+        """Forget every statistic (the ``r`` key); metadata and collector states stay."""
+        with self._lock:
+            open_row = self._open
+            seq = self._seq
+            self._reset_data()
+            self._seq = seq
+            if open_row is not None:
+                self._open = open_row
+            self._events.append((seq, time.time_ns(), "reset", "statistics reset"))
+
+    # -------------------------------------------------------------- producers
+    def next_seq(self) -> int:
+        return self._seq
+
+    def begin_token(self, phase: str, mode: str, start_ns: int, step: int, cycle: int = 0,
+                    sampled: bool = True) -> int:
+        """Open a token window at ``start_ns`` (CUPTI clock); returns its sequence number."""
+        with self._lock:
+            seq = self._seq
+            self._seq += 1
+            row = TokenRow(seq=seq, step=step, phase=phase, mode=mode, start_ns=start_ns,
+                           cycle=cycle, sampled=sampled)
+            self._open = row
+            if len(self._win_rows) == self._win_rows.maxlen:
+                self._fold_evicted(self._win_rows[0])
+            self._tokens.append(row)
+            self._win_starts.append(start_ns)
+            self._win_rows.append(row)
+            raw: list = []
+            if len(self._raw) == self._raw.maxlen:
+                old_seq, _ = self._raw[0]
+                self._raw_by_seq.pop(old_seq, None)
+            self._raw.append((seq, raw))
+            self._raw_by_seq[seq] = raw
+            return seq
+
+    def end_token(self, seq: int, end_ns: int, host_ms: float, gpu_ms: float | None = None,
+                  token_id: int | None = None) -> None:
+        """Close the window of token ``seq`` and fold its timing into the per-mode stats."""
+        with self._lock:
+            row = self._open
+            if row is None or row.seq != seq:
+                return
+            row.end_ns = end_ns
+            row.host_ms = host_ms
+            row.gpu_ms = gpu_ms
+            row.token_id = token_id
+            row.done = True
+            self._open = None
+            self._counters["tokens"] += 1
+            ts = self._token_stats.get((row.phase, row.mode))
+            if ts is None:
+                ts = self._token_stats[(row.phase, row.mode)] = {
+                    k: RunningStats() for k in ("host_ms", "gpu_ms", "kernels", "busy_ns",
+                                                "kernel_ns")}
+            ts["host_ms"].add(host_ms)
+            if gpu_ms is not None:
+                ts["gpu_ms"].add(gpu_ms)
+            nv = self._nvtx
+            for name in ("step", row.phase):
+                s = nv.get(name)
+                if s is None:
+                    s = nv[name] = RunningStats()
+                s.add(max(0, end_ns - row.start_ns))
+
+    def _fold_evicted(self, row: TokenRow) -> None:
+        # A token leaving the window is long complete: its kernel counts join the running stats.
+        ts = self._token_stats.get((row.phase, row.mode))
+        if ts is not None and row.done:
+            ts["kernels"].add(row.kernels)
+            ts["busy_ns"].add(row.busy_ns)
+            ts["kernel_ns"].add(row.kernel_ns)
+
+    def set_token_alloc(self, seq: int, stats: dict) -> None:
+        """Attach caching-allocator statistics read after token ``seq``."""
+        with self._lock:
+            for row in reversed(self._win_rows):
+                if row.seq == seq:
+                    row.alloc = stats
+                    return
+
+    def _find_row(self, ts: int) -> TokenRow | None:
+        starts = self._win_starts
+        if not starts or ts < starts[0]:
+            return None
+        i = bisect_right(starts, ts) - 1
+        row = self._win_rows[i]
+        if row.done and row.end_ns and ts > row.end_ns:
+            return None  # between tokens
+        return row
+
+    def add_records(self, records: Iterable[tuple]) -> None:
+        """Attribute records to tokens (by start time) and fold them into the aggregates."""
+        with self._lock:
+            self._add_records_locked(records)
+
+    def _add_records_locked(self, records: Iterable[tuple]) -> None:
+        kernels = self._kernels
+        counters = self._counters
+        raw_by_seq = self._raw_by_seq
+        find = self._find_row
+        row: TokenRow | None = None
+        lo = hi = -1  # window of the cached row
+        n = 0
+        for rec in records:
+            n += 1
+            kind = rec[0]
+            ts = rec[_TS_INDEX[kind]]
+            if not (lo <= ts <= hi):
+                row = find(ts)
+                if row is None:
+                    lo = hi = -1
+                else:
+                    lo = row.start_ns
+                    hi = row.end_ns if row.done and row.end_ns else 1 << 62
+            if row is None:
+                phase = OTHER
+                mode = self.meta.get("mode", "eager") if self._open is None else self._open.mode
+                counters["unattributed"] += 1
+            else:
+                phase, mode = row.phase, row.mode
+                raw = raw_by_seq.get(row.seq)
+                if raw is not None:
+                    raw.append(rec)
+            if kind == KERNEL:
+                start, end = rec[2], rec[3]
+                dur = end - start
+                key = (rec[1], phase, mode)
+                agg = kernels.get(key)
+                if agg is None:
+                    agg = kernels[key] = KernelAggregate(rec[1], phase, mode)
+                    agg.grid = (rec[4], rec[5], rec[6])
+                    agg.block = (rec[7], rec[8], rec[9])
+                    agg.registers, agg.shared_mem = rec[10], rec[11]
+                agg.stats.add(dur)
+                cfg = (rec[4], rec[5], rec[6], rec[7], rec[8], rec[9])
+                c = agg.configs.get(cfg)
+                if c is not None:
+                    agg.configs[cfg] = c + 1
+                elif len(agg.configs) < 16:
+                    agg.configs[cfg] = 1
+                    agg.grid, agg.block = cfg[:3], cfg[3:]
+                if rec[14]:
+                    agg.graph_launches += 1
+                counters["kernels"] += 1
+                if row is not None:
+                    row.kernels += 1
+                    row.kernel_ns += dur
+                    if rec[14]:
+                        row.graph_kernels += 1
+                    if not row.first_kernel_ns or start < row.first_kernel_ns:
+                        row.first_kernel_ns = start
+                    # Union of kernel intervals; records of a stream arrive in start order.
+                    cur = row.busy_cursor
+                    if start >= cur:
+                        row.busy_ns += dur
+                        row.busy_cursor = end
+                    elif end > cur:
+                        row.busy_ns += end - cur
+                        row.busy_cursor = end
+                    if end > row.last_kernel_end_ns:
+                        row.last_kernel_end_ns = end
+            elif kind == MEMCPY:
+                key = (rec[1], phase, mode)
+                pair = self._memcpy.get(key)
+                if pair is None:
+                    pair = self._memcpy[key] = (RunningStats(), RunningStats())
+                pair[0].add(rec[4] - rec[3])
+                pair[1].add(rec[2])
+                if row is not None:
+                    row.memcpy_count += 1
+                    d = DIRECTION.get(rec[1], "other")
+                    row.memcpy_bytes[d] = row.memcpy_bytes.get(d, 0) + rec[2]
+            elif kind == MEMSET:
+                key = (phase, mode)
+                pair = self._memset.get(key)
+                if pair is None:
+                    pair = self._memset[key] = (RunningStats(), RunningStats())
+                pair[0].add(rec[3] - rec[2])
+                pair[1].add(rec[1])
+                if row is not None:
+                    row.memset_count += 1
+                    row.memset_bytes += rec[1]
+            elif kind == ALLOC:
+                bucket = self._allocs["startup"] if row is None else self._allocs["tokens"]
+                is_alloc = rec[1] == MEMOP_ALLOCATION
+                _count_alloc(bucket, is_alloc, rec[3])
+                if row is not None:
+                    bp = self._allocs["by_phase"].setdefault(f"{row.phase}/{row.mode}",
+                                                             _alloc_counter())
+                    _count_alloc(bp, is_alloc, rec[3])
+                    if is_alloc:
+                        row.mallocs += 1
+                        row.malloc_bytes += rec[3]
+                    else:
+                        row.frees += 1
+                        row.free_bytes += rec[3]
+            elif kind == API:
+                s = self._api.get(rec[1])
+                if s is None:
+                    s = self._api[rec[1]] = RunningStats()
+                s.add(rec[3] - rec[2])
+                if row is not None:
+                    row.api_calls += 1
+        counters["records"] += n
+
+    def add_nvml_sample(self, sample: dict) -> None:
+        """Append one NVML sample (dict with ``ts_ns`` on the CUPTI clock)."""
+        self._nvml.append(sample)  # deque.append is atomic
+
+    def note_dropped(self, n: int) -> None:
+        if n:
+            with self._lock:
+                self._counters["dropped"] += n
+
+    def set_collector(self, name: str, ok: bool, message: str = "") -> None:
+        """Record a collector's state, e.g. ``("cupti", False, "no CUPTI: ...")``."""
+        with self._lock:
+            self._collectors[name] = {"ok": ok, "message": message}
+
+    def add_event(self, kind: str, text: str, ts_ns: int | None = None) -> None:
+        """A discrete event on the timeline: mode switch, error, pause."""
+        with self._lock:
+            self._events.append((self._seq, ts_ns or time.time_ns(), kind, text))
+
+    def set_overhead(self, **values: Any) -> None:
+        with self._lock:
+            self.overhead.update(values)
+
+    # ---------------------------------------------------------------- readers
+    def view(self, raw: bool = True) -> StoreView:
+        """A consistent copy for readers; cheap enough for a few calls a second."""
+        with self._lock:
+            return StoreView(
+                meta=dict(self.meta),
+                tokens=list(self._tokens),
+                kernels={k: v.copy() for k, v in self._kernels.items()},
+                memcpy={k: (a.copy(), b.copy()) for k, (a, b) in self._memcpy.items()},
+                memset={k: (a.copy(), b.copy()) for k, (a, b) in self._memset.items()},
+                api={k: v.copy() for k, v in self._api.items()},
+                token_stats={k: {n: s.copy() for n, s in v.items()}
+                             for k, v in self._token_stats.items()},
+                allocs=_copy_allocs(self._allocs),
+                nvml=list(self._nvml),
+                raw=[(s, list(r)) for s, r in self._raw] if raw else [],
+                counters=dict(self._counters),
+                collectors={k: dict(v) for k, v in self._collectors.items()},
+                events=list(self._events),
+                nvtx={k: v.copy() for k, v in self._nvtx.items()},
+                overhead=dict(self.overhead),
+            )
+
+
+def _alloc_counter() -> dict:
+    return {"mallocs": 0, "frees": 0, "malloc_bytes": 0, "free_bytes": 0}
+
+
+def _count_alloc(bucket: dict, is_alloc: bool, nbytes: int) -> None:
+    if is_alloc:
+        bucket["mallocs"] += 1
+        bucket["malloc_bytes"] += nbytes
+    else:
+        bucket["frees"] += 1
+        bucket["free_bytes"] += nbytes
+
+
+def _copy_allocs(a: dict) -> dict:
+    return {"startup": dict(a["startup"]), "tokens": dict(a["tokens"]),
+            "by_phase": {k: dict(v) for k, v in a["by_phase"].items()}}

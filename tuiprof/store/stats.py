@@ -1,0 +1,163 @@
+"""Running statistics that stay bounded however long a session runs."""
+from __future__ import annotations
+
+import math
+
+# Distinct values kept exactly per statistic before durations are folded into log bins.
+EXACT_VALUES_CAP = 4096
+# Relative width of a log bin once folding starts (the median is then within ~0.5%).
+LOG_BIN_RATIO = 1.01
+
+
+class RunningStats:
+    """Count, total, min, max, mean, sample stddev (Welford) and a median.
+
+    The median is exact while the values seen take at most ``EXACT_VALUES_CAP`` distinct values
+    (CUPTI kernel timestamps tick in 32 ns steps, so a kernel's durations rarely take more);
+    past that, values are counted in 1% log bins and the median is that bin's centre
+    (``median_exact`` tells which).
+    """
+
+    __slots__ = ("count", "total", "min", "max", "_mean", "_m2", "_hist", "median_exact")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
+        self.min = 0
+        self.max = 0
+        self._mean = 0.0
+        self._m2 = 0.0
+        self._hist: dict[int, int] = {}
+        self.median_exact = True
+
+    def add(self, x: int) -> None:
+        """Fold one value in."""
+        n = self.count + 1
+        self.count = n
+        self.total += x
+        if n == 1:
+            self.min = self.max = x
+        elif x < self.min:
+            self.min = x
+        elif x > self.max:
+            self.max = x
+        d = x - self._mean
+        self._mean += d / n
+        self._m2 += d * (x - self._mean)
+        if self.median_exact:
+            h = self._hist
+            h[x] = h.get(x, 0) + 1
+            if len(h) > EXACT_VALUES_CAP:
+                self._fold()
+        else:
+            b = _bin(x)
+            self._hist[b] = self._hist.get(b, 0) + 1
+
+    def _fold(self) -> None:
+        folded: dict[int, int] = {}
+        for v, c in self._hist.items():
+            b = _bin(v)
+            folded[b] = folded.get(b, 0) + c
+        self._hist = folded
+        self.median_exact = False
+
+    @property
+    def mean(self) -> float:
+        return self._mean if self.count else 0.0
+
+    @property
+    def stddev(self) -> float:
+        """Sample standard deviation (n-1), 0 for fewer than two values."""
+        return math.sqrt(self._m2 / (self.count - 1)) if self.count > 1 else 0.0
+
+    @property
+    def median(self) -> float:
+        """Median; the mean of the two middle values for an even count."""
+        if not self.count:
+            return 0.0
+        keys = sorted(self._hist)
+        vals = keys if self.median_exact else [_unbin(k) for k in keys]
+        lo_rank = (self.count - 1) // 2
+        hi_rank = self.count // 2
+        seen = 0
+        lo = hi = None
+        for v, k in zip(vals, keys):
+            seen += self._hist[k]
+            if lo is None and seen > lo_rank:
+                lo = v
+            if seen > hi_rank:
+                hi = v
+                break
+        return (lo + hi) / 2.0
+
+    def merge(self, other: "RunningStats") -> None:
+        """Fold another statistic in (Chan et al. parallel variance)."""
+        if not other.count:
+            return
+        if not self.count:
+            self.min, self.max = other.min, other.max
+        else:
+            self.min = min(self.min, other.min)
+            self.max = max(self.max, other.max)
+        n = self.count + other.count
+        d = other._mean - self._mean
+        self._m2 += other._m2 + d * d * self.count * other.count / n
+        self._mean += d * other.count / n
+        self.count = n
+        self.total += other.total
+        if self.median_exact and other.median_exact:
+            for v, c in other._hist.items():
+                self._hist[v] = self._hist.get(v, 0) + c
+            if len(self._hist) > EXACT_VALUES_CAP:
+                self._fold()
+        else:
+            if self.median_exact:
+                self._fold()
+            src = other._hist if not other.median_exact else {}
+            if other.median_exact:
+                for v, c in other._hist.items():
+                    b = _bin(v)
+                    src[b] = src.get(b, 0) + c
+            for b, c in src.items():
+                self._hist[b] = self._hist.get(b, 0) + c
+
+    def copy(self) -> "RunningStats":
+        s = RunningStats()
+        s.count, s.total, s.min, s.max = self.count, self.total, self.min, self.max
+        s._mean, s._m2, s.median_exact = self._mean, self._m2, self.median_exact
+        s._hist = dict(self._hist)
+        return s
+
+    def to_dict(self) -> dict:
+        """JSON-ready form; ``from_dict`` restores it exactly."""
+        return {
+            "count": self.count,
+            "total": self.total,
+            "min": self.min,
+            "max": self.max,
+            "mean": self._mean,
+            "m2": self._m2,
+            "median_exact": self.median_exact,
+            "hist": [[k, v] for k, v in sorted(self._hist.items())],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunningStats":
+        s = cls()
+        s.count = int(d["count"])
+        s.total = d["total"]
+        s.min = d["min"]
+        s.max = d["max"]
+        s._mean = float(d["mean"])
+        s._m2 = float(d["m2"])
+        s.median_exact = bool(d["median_exact"])
+        s._hist = {int(k): int(v) for k, v in d["hist"]}
+        return s
+
+
+def _bin(x: float) -> int:
+    return int(round(math.log(x, LOG_BIN_RATIO))) if x > 0 else -(10**9)
+
+
+def _unbin(b: int) -> float:
+    return LOG_BIN_RATIO**b if b > -(10**9) else 0.0
