@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..control import SessionControl
 from ..errors import TuiprofError
 from ..store import SessionStore
 from ..store.records import DECODE, PREFILL, record_start
@@ -208,3 +210,56 @@ def replay_into(rec: Recording, store: SessionStore, speed: float = 0.0,
                 store.set_token_alloc(open_seq, alloc_by_step[step])
             open_seq = None
     flush_until(1 << 62)
+
+
+class ReplayControl(SessionControl):
+    """A :class:`SessionControl` that replays a recording on its own thread."""
+
+    def __init__(self, rec: Recording, store: SessionStore, speed: float = 0.0,
+                 loop: bool = False) -> None:
+        super().__init__(store)
+        self.rec, self.speed, self.loop = rec, speed, loop
+        self._stop = threading.Event()
+        self._paused = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tuiprof-replay", daemon=True)
+        self.status.state = "idle"
+        self.status.mode = rec.meta.get("mode", "eager")
+        self.status.message = f"replay of {Path(rec.path).name or 'recording'}"
+
+    def start(self) -> None:
+        self.status.state = "decode"
+        self._thread.start()
+
+    def _should_stop(self) -> bool:
+        while self._paused.is_set() and not self._stop.is_set():
+            time.sleep(0.05)
+        return self._stop.is_set()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                replay_into(self.rec, self.store, self.speed, stop=self._should_stop)
+                if not self.loop or self._stop.is_set():
+                    break
+            self.status.state = "stopped" if self._stop.is_set() else "done"
+        except Exception as exc:  # shown on the status line, never a traceback
+            self.status.state = "error"
+            self.status.message = f"replay failed: {exc}"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def toggle_pause(self) -> str:
+        if self._paused.is_set():
+            self._paused.clear()
+            self.status.state = "decode"
+            return "replay resumed"
+        self._paused.set()
+        self.status.state = "paused"
+        return "replay paused"
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the replay thread to finish."""
+        self._thread.join(timeout)
