@@ -61,7 +61,7 @@ class TokenRow:
         return {k: getattr(self, k) for k in self.__slots__ if k != "busy_cursor"}
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class KernelAggregate:
     """Running aggregate of one kernel name in one phase and mode."""
 
@@ -239,13 +239,20 @@ class SessionStore:
             self._add_records_locked(records)
 
     def _add_records_locked(self, records: Iterable[tuple]) -> None:
+        # Hot path (CUPTI consumer thread). Durations are gathered per aggregate and folded in
+        # one add_many per batch; the token window found for one record is reused while the
+        # following records fall inside it (records arrive nearly in time order).
         kernels = self._kernels
         counters = self._counters
         raw_by_seq = self._raw_by_seq
         find = self._find_row
+        pending: dict[KernelAggregate, list] = {}
         row: TokenRow | None = None
+        raw = None
+        phase = OTHER
+        mode = self._open.mode if self._open is not None else self.meta.get("mode", "eager")
         lo = hi = -1  # window of the cached row
-        n = 0
+        n = nk = 0
         for rec in records:
             n += 1
             kind = rec[0]
@@ -254,99 +261,109 @@ class SessionStore:
                 row = find(ts)
                 if row is None:
                     lo = hi = -1
+                    phase = OTHER
+                    raw = None
                 else:
                     lo = row.start_ns
                     hi = row.end_ns if row.done and row.end_ns else 1 << 62
-            if row is None:
-                phase = OTHER
-                mode = self.meta.get("mode", "eager") if self._open is None else self._open.mode
+                    phase, mode = row.phase, row.mode
+                    raw = raw_by_seq.get(row.seq)
+            if raw is not None:
+                raw.append(rec)
+            elif row is None:
                 counters["unattributed"] += 1
-            else:
-                phase, mode = row.phase, row.mode
-                raw = raw_by_seq.get(row.seq)
-                if raw is not None:
-                    raw.append(rec)
             if kind == KERNEL:
-                start, end = rec[2], rec[3]
-                dur = end - start
+                nk += 1
+                start = rec[2]
+                end = rec[3]
                 key = (rec[1], phase, mode)
                 agg = kernels.get(key)
                 if agg is None:
                     agg = kernels[key] = KernelAggregate(rec[1], phase, mode)
-                    agg.grid = (rec[4], rec[5], rec[6])
-                    agg.block = (rec[7], rec[8], rec[9])
                     agg.registers, agg.shared_mem = rec[10], rec[11]
-                agg.stats.add(dur)
-                cfg = (rec[4], rec[5], rec[6], rec[7], rec[8], rec[9])
-                c = agg.configs.get(cfg)
+                durs = pending.get(agg)
+                if durs is None:
+                    durs = pending[agg] = []
+                durs.append(end - start)
+                cfg = rec[4:10]
+                configs = agg.configs
+                c = configs.get(cfg)
                 if c is not None:
-                    agg.configs[cfg] = c + 1
-                elif len(agg.configs) < 16:
-                    agg.configs[cfg] = 1
+                    configs[cfg] = c + 1
+                elif len(configs) < 16:
+                    configs[cfg] = 1
                     agg.grid, agg.block = cfg[:3], cfg[3:]
-                if rec[14]:
+                graph = rec[14]
+                if graph:
                     agg.graph_launches += 1
-                counters["kernels"] += 1
                 if row is not None:
                     row.kernels += 1
-                    row.kernel_ns += dur
-                    if rec[14]:
+                    row.kernel_ns += end - start
+                    if graph:
                         row.graph_kernels += 1
                     if not row.first_kernel_ns or start < row.first_kernel_ns:
                         row.first_kernel_ns = start
                     # Union of kernel intervals; records of a stream arrive in start order.
                     cur = row.busy_cursor
                     if start >= cur:
-                        row.busy_ns += dur
+                        row.busy_ns += end - start
                         row.busy_cursor = end
                     elif end > cur:
                         row.busy_ns += end - cur
                         row.busy_cursor = end
                     if end > row.last_kernel_end_ns:
                         row.last_kernel_end_ns = end
-            elif kind == MEMCPY:
-                key = (rec[1], phase, mode)
-                pair = self._memcpy.get(key)
-                if pair is None:
-                    pair = self._memcpy[key] = (RunningStats(), RunningStats())
-                pair[0].add(rec[4] - rec[3])
-                pair[1].add(rec[2])
-                if row is not None:
-                    row.memcpy_count += 1
-                    d = DIRECTION.get(rec[1], "other")
-                    row.memcpy_bytes[d] = row.memcpy_bytes.get(d, 0) + rec[2]
-            elif kind == MEMSET:
-                key = (phase, mode)
-                pair = self._memset.get(key)
-                if pair is None:
-                    pair = self._memset[key] = (RunningStats(), RunningStats())
-                pair[0].add(rec[3] - rec[2])
-                pair[1].add(rec[1])
-                if row is not None:
-                    row.memset_count += 1
-                    row.memset_bytes += rec[1]
-            elif kind == ALLOC:
-                bucket = self._allocs["startup"] if row is None else self._allocs["tokens"]
-                is_alloc = rec[1] == MEMOP_ALLOCATION
-                _count_alloc(bucket, is_alloc, rec[3])
-                if row is not None:
-                    bp = self._allocs["by_phase"].setdefault(f"{row.phase}/{row.mode}",
-                                                             _alloc_counter())
-                    _count_alloc(bp, is_alloc, rec[3])
-                    if is_alloc:
-                        row.mallocs += 1
-                        row.malloc_bytes += rec[3]
-                    else:
-                        row.frees += 1
-                        row.free_bytes += rec[3]
-            elif kind == API:
-                s = self._api.get(rec[1])
-                if s is None:
-                    s = self._api[rec[1]] = RunningStats()
-                s.add(rec[3] - rec[2])
-                if row is not None:
-                    row.api_calls += 1
+            else:
+                self._add_other(rec, kind, row, phase, mode)
+        for agg, durs in pending.items():
+            agg.stats.add_many(durs)
+        counters["kernels"] += nk
         counters["records"] += n
+
+    def _add_other(self, rec: tuple, kind: str, row: TokenRow | None, phase: str,
+                   mode: str) -> None:
+        if kind == MEMCPY:
+            key = (rec[1], phase, mode)
+            pair = self._memcpy.get(key)
+            if pair is None:
+                pair = self._memcpy[key] = (RunningStats(), RunningStats())
+            pair[0].add(rec[4] - rec[3])
+            pair[1].add(rec[2])
+            if row is not None:
+                row.memcpy_count += 1
+                d = DIRECTION.get(rec[1], "other")
+                row.memcpy_bytes[d] = row.memcpy_bytes.get(d, 0) + rec[2]
+        elif kind == MEMSET:
+            key = (phase, mode)
+            pair = self._memset.get(key)
+            if pair is None:
+                pair = self._memset[key] = (RunningStats(), RunningStats())
+            pair[0].add(rec[3] - rec[2])
+            pair[1].add(rec[1])
+            if row is not None:
+                row.memset_count += 1
+                row.memset_bytes += rec[1]
+        elif kind == ALLOC:
+            bucket = self._allocs["startup"] if row is None else self._allocs["tokens"]
+            is_alloc = rec[1] == MEMOP_ALLOCATION
+            _count_alloc(bucket, is_alloc, rec[3])
+            if row is not None:
+                bp = self._allocs["by_phase"].setdefault(f"{row.phase}/{row.mode}",
+                                                         _alloc_counter())
+                _count_alloc(bp, is_alloc, rec[3])
+                if is_alloc:
+                    row.mallocs += 1
+                    row.malloc_bytes += rec[3]
+                else:
+                    row.frees += 1
+                    row.free_bytes += rec[3]
+        elif kind == API:
+            s = self._api.get(rec[1])
+            if s is None:
+                s = self._api[rec[1]] = RunningStats()
+            s.add(rec[3] - rec[2])
+            if row is not None:
+                row.api_calls += 1
 
     def add_nvml_sample(self, sample: dict) -> None:
         """Append one NVML sample (dict with ``ts_ns`` on the CUPTI clock)."""

@@ -1,0 +1,343 @@
+"""Kernel naming and classes: raw CUPTI name -> :class:`KernelInfo`.
+
+Rules (first match wins) are listed in ``docs/analysis.md``. :func:`kernel_info` is memoised:
+it runs once per distinct kernel name, never per record.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .demangle import base_name, demangle
+
+# Libraries
+CUBLAS = "cuBLAS"
+CUTLASS = "CUTLASS"
+CUDNN = "cuDNN"
+FLASH = "FlashAttention"
+ATEN = "PyTorch ATen"
+TRITON = "Triton/Inductor"
+NCCL = "NCCL"
+OTHER_LIB = "other"
+LIBRARIES = (CUBLAS, CUTLASS, CUDNN, FLASH, ATEN, TRITON, NCCL, OTHER_LIB)
+
+# Categories
+GEMM = "GEMM/GEMV"
+ATTENTION = "attention"
+ELEMENTWISE = "elementwise"
+REDUCTION = "reduction/normalisation"
+COPY = "copy/cast"
+MEMCPY = "memcpy/memset"  # CUPTI memcpy/memset activities, never a kernel
+OTHER = "other"
+CATEGORIES = (GEMM, ATTENTION, ELEMENTWISE, REDUCTION, COPY, MEMCPY, OTHER)
+
+__all__ = ["KernelInfo", "kernel_info", "LIBRARIES", "CATEGORIES", "GEMM", "ATTENTION",
+           "ELEMENTWISE", "REDUCTION", "COPY", "MEMCPY", "OTHER", "is_gemm_aux", "triton_ops"]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """What a kernel is: names for people, library, category and element type if known."""
+
+    raw: str
+    demangled: str
+    short: str
+    library: str
+    category: str
+    dtype: str | None = None
+
+
+@lru_cache(maxsize=8192)
+def kernel_info(raw: str) -> KernelInfo:
+    """Classify one raw (mangled) kernel name; memoised."""
+    dem = demangle(raw)
+    if raw.startswith("triton_"):
+        return _triton(raw)
+    low = dem.lower()
+    dtype = _dtype(dem)
+    for rule in (_nvjet, _cublas, _flash, _fmha, _cudnn, _nccl, _cutlass, _aten):
+        got = rule(raw, dem, low, dtype)
+        if got is not None:
+            short, lib, cat, dt = got
+            return KernelInfo(raw, dem, short, lib, cat, dt)
+    base = base_name(dem) or raw
+    cat = OTHER
+    if re.search(r"gemm|gemv", low):
+        cat = GEMM
+    elif "softmax" in low or "norm" in low or "reduce" in low:
+        cat = REDUCTION
+    elif "attention" in low or "fmha" in low:
+        cat = ATTENTION
+    return KernelInfo(raw, dem, _trim(base.rsplit("::", 1)[-1]), OTHER_LIB, cat, dtype)
+
+
+def is_gemm_aux(info: KernelInfo) -> bool:
+    """True for the second half of a split GEMM (cuBLASLt split-K reduce): not its own matmul."""
+    return info.category == GEMM and "splitKreduce" in info.demangled
+
+
+# ----------------------------------------------------------------------------- helpers
+_DTYPES = (
+    ("bf16", re.compile(r"BFloat16|__nv_bfloat16|bfloat16|\bbf16\b|_bf16_|_bf16$")),
+    ("fp8", re.compile(r"Float8_e4m3|Float8_e5m2|__nv_fp8|e4m3|e5m2")),
+    ("fp16", re.compile(r"c10::Half|__half\b|half_t|_f16_|_fp16_|\bfp16\b")),
+    ("fp64", re.compile(r"\bdouble\b|_dgemm")),
+    ("fp32", re.compile(r"\bfloat\b|sgemm|_f32_")),
+    ("int64", re.compile(r"\blong\b|<long>|int64")),
+)
+
+
+def _dtype(dem: str) -> str | None:
+    for name, rx in _DTYPES:
+        if rx.search(dem):
+            return name
+    return None
+
+
+def _trim(s: str, n: int = 60) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _sfx(dtype: str | None) -> str:
+    return f" {dtype}" if dtype else ""
+
+
+def _nvjet(raw, dem, low, dtype):
+    if not raw.startswith("nvjet"):
+        return None
+    m = re.search(r"_(\d+)x(\d+)_", raw)
+    tile = f"{m.group(1)}x{m.group(2)}" if m else ""
+    kind = "GEMV" if m and min(int(m.group(1)), int(m.group(2))) <= 16 else "GEMM"
+    split = " split-K" if "splitK" in raw else ""
+    return f"cuBLAS {kind} nvjet {tile}{split}".replace("  ", " ").strip(), CUBLAS, GEMM, None
+
+
+_CUBLAS_RX = re.compile(r"cublas|\bgemvx::|gemv2[NT]_kernel|gemvNSP|gemmSN|gemmk1_kernel|"
+                        r"dot_kernel|splitKreduce|(?:ampere|volta|turing|sm\d\d)_\w*gemm|"
+                        r"xmma_gemm|s16816gemm|h16816gemm|\bgemv")
+
+
+def _cublas(raw, dem, low, dtype):
+    if "cutlass::Kernel" in dem or not _CUBLAS_RX.search(dem):
+        return None
+    base = base_name(dem)
+    fn = base.rsplit("::", 1)[-1]
+    if "splitKreduce" in dem:
+        return f"cuBLASLt split-K reduce{_sfx(dtype)}", CUBLAS, GEMM, dtype
+    if base.startswith("gemvx") or "gemv" in fn.lower():
+        name = base.split("::")[0] if base.startswith("gemvx") else fn.replace("_kernel", "")
+        return f"cuBLAS GEMV {name}{_sfx(dtype)}", CUBLAS, GEMM, dtype
+    if "dot_kernel" in fn:
+        return f"cuBLAS dot{_sfx(dtype)}", CUBLAS, GEMM, dtype
+    m = re.search(r"(\d+x\d+)", fn)
+    tile = f" {m.group(1)}" if m else ""
+    return f"cuBLAS GEMM{tile}{_sfx(dtype)}", CUBLAS, GEMM, dtype
+
+
+def _flash(raw, dem, low, dtype):
+    base = base_name(dem)
+    if not re.search(r"(^|::)(pytorch_)?flash(::|_fwd|_bwd)|flash_fwd|flash_bwd", base):
+        return None
+    fn = base.rsplit("::", 1)[-1]
+    if "combine" in fn:
+        what = "split-KV combine"
+    elif "splitkv" in fn:
+        what = "fwd split-KV"
+    elif "bwd" in fn:
+        what = "bwd"
+    else:
+        what = "fwd"
+    return f"FlashAttention {what}{_sfx(dtype)}", FLASH, ATTENTION, dtype
+
+
+def _fmha(raw, dem, low, dtype):
+    if "fmha_cutlass" not in dem and "PyTorchMemEffAttention" not in dem:
+        return None
+    what = "bwd" if "cutlassB" in dem else "fwd"
+    return (f"ATen mem-efficient attention {what} (CUTLASS fmha){_sfx(dtype)}", ATEN, ATTENTION,
+            dtype)
+
+
+def _cudnn(raw, dem, low, dtype):
+    if "cudnn" not in low:
+        return None
+    arch = re.search(r"_(sm\d+)_", raw)
+    sfx = f" {arch.group(1)}" if arch else ""
+    if "sdpa" in low or "attention" in low or "fmha" in low or "mha" in low:
+        kind = "flash attention" if "flash" in low else "attention"
+        direction = "bprop" if "bprop" in low or "bwd" in low else "fprop"
+        # cuDNN names say f16 for both 16-bit types: no dtype claimed.
+        return f"cuDNN {kind} {direction}{sfx}", CUDNN, ATTENTION, None
+    if "gemm" in low or "matmul" in low:
+        return f"cuDNN GEMM{sfx}", CUDNN, GEMM, None
+    if "norm" in low:
+        return f"cuDNN normalisation{sfx}", CUDNN, REDUCTION, None
+    return _trim(f"cuDNN {base_name(dem).rsplit('::', 1)[-1]}"), CUDNN, OTHER, None
+
+
+def _nccl(raw, dem, low, dtype):
+    if not low.startswith("nccl") and "nccl" not in base_name(dem).lower():
+        return None
+    m = re.search(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", dem)
+    op = m.group(1) if m else "kernel"
+    return f"NCCL {op}", NCCL, OTHER, None
+
+
+def _cutlass(raw, dem, low, dtype):
+    if "cutlass" not in low:
+        return None
+    m = re.search(r"(cutlass_\w+)", dem)
+    inner = m.group(1) if m else base_name(dem)
+    tile = re.search(r"(\d+x\d+)_\d+x\d+", inner)
+    if re.search(r"gemm|gemv|matmul", inner.lower()) or "Gemm" in dem:
+        kind = "SGEMM" if "sgemm" in inner else "GEMM"
+        layout = re.search(r"_(nn|nt|tn|tt)_", inner)
+        parts = [f"CUTLASS {kind}", tile.group(1) if tile else "",
+                 layout.group(1) if layout else "", dtype or ""]
+        return " ".join(p for p in parts if p), CUTLASS, GEMM, dtype
+    if "attention" in low or "fmha" in low:
+        return f"CUTLASS attention{_sfx(dtype)}", CUTLASS, ATTENTION, dtype
+    return _trim(f"CUTLASS {inner}"), CUTLASS, OTHER, dtype
+
+
+# ATen: op name from the functor / lambda, then category from the kernel template.
+_ATEN_OP_RX = (
+    (re.compile(r"CUDAFunctor(?:OnSelf)?_(\w+?)<"), None),
+    (re.compile(r"(\w+?)_kernel_cuda\b"), None),
+    (re.compile(r"(\w+?)(?:_tensor_scalar)?_kernel_impl\b"), None),
+    (re.compile(r"(\w+?)_cuda_out\b"), None),
+    (re.compile(r"::(\w+?)_kernel\("), None),
+    (re.compile(r"(\w+?)Functor\b"), None),
+    (re.compile(r"::(Copy)<"), None),
+)
+_COPY_OPS = {"copy", "direct_copy", "bfloat16_copy", "fill", "index_copy", "index_put",
+             "index_select", "cat", "gather", "scatter", "clone", "contiguous"}
+_GENERIC = {"elementwise", "vectorized_elementwise", "unrolled_elementwise", "gpu_kernel_impl",
+            "gpu_kernel_impl_nocast", "index_elementwise", "elementwise_kernel_with_index",
+            "Binary", "AUnary", "BUnary", "Unary", "CUDA"}
+
+
+def _aten_op(dem: str) -> str | None:
+    for rx, _ in _ATEN_OP_RX:
+        for m in rx.finditer(dem):
+            op = m.group(1)
+            if op in _GENERIC or op.endswith("elementwise"):
+                continue
+            op = re.sub(r"^_?GLOBAL__N__\w+?_\d+", "", op)
+            op = op.rsplit("_", 1)[-1] if op.startswith(("direct_", "bfloat16_")) else op
+            return op.lower().strip("_") or None
+    return None
+
+
+def _aten(raw, dem, low, dtype):
+    if "at::native" not in dem and "at::cuda" not in dem and not raw.startswith("_ZN2at"):
+        return None
+    base = base_name(dem)
+    fn = base.rsplit("::", 1)[-1]
+    if "reduce_kernel" in fn:
+        m = re.search(r"(\w+?)Ops<", dem)
+        op = m.group(1).lower() if m else "reduce"
+        return f"ATen reduce {op}{_sfx(dtype)}", ATEN, REDUCTION, dtype
+    if "SoftMax" in fn or "softmax" in fn.lower():
+        return f"ATen softmax{_sfx(dtype)}", ATEN, REDUCTION, dtype
+    if "norm" in fn.lower() or "RowwiseMoments" in fn:
+        return f"ATen {fn}{_sfx(dtype)}", ATEN, REDUCTION, dtype
+    if "bitonicSort" in fn or "radixSort" in fn or "sort" in fn.lower():
+        return f"ATen sort ({fn}){_sfx(dtype)}", ATEN, REDUCTION, dtype
+    if "TopK" in fn or "topk" in fn.lower():
+        return f"ATen top-k {fn}{_sfx(dtype)}", ATEN, REDUCTION, dtype
+    if "CatArrayBatchedCopy" in fn:
+        vec = " (vectorized)" if "vectorized" in fn else ""
+        return f"ATen cat{vec}", ATEN, COPY, dtype
+    if "indexSelect" in fn:
+        return f"ATen index_select{_sfx(dtype)}", ATEN, COPY, dtype
+    op = _aten_op(dem) or fn
+    if "copy" in op or op in _COPY_OPS:
+        cast = "cast " if "LoadWithCast" in dem or "bfloat16_copy" in dem else ""
+        name = op if op not in ("copy",) else "copy"
+        return f"ATen {cast}{name}{_sfx(dtype)}", ATEN, COPY, dtype
+    if "elementwise" in fn or "multi_tensor_apply" in fn or "Functor" in dem:
+        return f"ATen elementwise {op}{_sfx(dtype)}", ATEN, ELEMENTWISE, dtype
+    return _trim(f"ATen {fn}{_sfx(dtype)}"), ATEN, OTHER, dtype
+
+
+# ----------------------------------------------------------------------------- Triton
+# Multi-word aten op names that appear in Inductor kernel names (leading underscores dropped).
+_TRITON_VOCAB = {
+    "scaled_dot_product_cudnn_attention", "scaled_dot_product_flash_attention",
+    "scaled_dot_product_efficient_attention", "scaled_dot_product_attention",
+    "flash_attention", "efficient_attention", "to_copy", "unsafe_view", "scalar_tensor",
+    "index_copy", "index_select", "index_put", "native_layer_norm", "layer_norm", "rms_norm",
+    "log_softmax", "safe_softmax", "slice_scatter", "select_scatter", "constant_pad_nd",
+    "full_like", "zeros_like", "ones_like", "new_zeros", "new_ones", "new_empty",
+    "embedding_dense_backward", "masked_fill", "native_dropout", "lift_fresh", "copy_",
+    "var_mean", "to_dtype", "_to_copy",
+}
+_VIEW_OPS = {"unsafe_view", "view", "unsqueeze", "squeeze", "expand", "transpose", "permute",
+             "slice", "select", "reshape", "t", "clone", "arange", "scalar_tensor", "to_copy",
+             "lift_fresh", "alias", "detach", "as_strided", "full", "empty", "bmm", "mm",
+             "addmm", "scaled_dot_product_cudnn_attention", "scaled_dot_product_flash_attention",
+             "scaled_dot_product_efficient_attention", "scaled_dot_product_attention", "le",
+             "lt", "ge", "gt", "eq", "ne", "where"}
+_TRITON_COPY = {"to_copy", "copy", "copy_", "clone", "cat", "index_copy", "index_put",
+                "index_select", "embedding", "gather", "slice_scatter", "select_scatter",
+                "constant_pad_nd", "fill", "zeros_like", "full_like"}
+_MM_OPS = {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "convolution"}
+_ATTN_OPS = {"scaled_dot_product_cudnn_attention", "scaled_dot_product_flash_attention",
+             "scaled_dot_product_efficient_attention", "scaled_dot_product_attention",
+             "flash_attention", "efficient_attention", "flex_attention"}
+
+
+def triton_ops(raw: str) -> list[str]:
+    """The aten op names encoded in an Inductor kernel name, in order, underscores stripped."""
+    m = re.match(r"triton_(?:poi|red|per|tem|for)_fused_(.*)$", raw)
+    if not m:
+        m = re.match(r"triton_\w*?_fused_(.*)$", raw)
+        if not m:
+            return []
+    body = re.sub(r"_\d+$", "", m.group(1))
+    tokens = body.split("_")
+    ops: list[str] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i] == "":
+            i += 1
+            continue
+        for n in range(min(6, len(tokens) - i), 0, -1):
+            cand = "_".join(tokens[i:i + n])
+            if n == 1 or cand in _TRITON_VOCAB:
+                if cand == "copy" and i + 1 < len(tokens) and tokens[i + 1] == "":
+                    cand = "copy_"
+                ops.append(cand)
+                i += n
+                break
+    return ops
+
+
+def _triton(raw: str) -> KernelInfo:
+    kind_m = re.match(r"triton_([a-z]+)_", raw)
+    kind = kind_m.group(1) if kind_m else ""
+    ops = triton_ops(raw)
+    opset = set(ops)
+    shown = [o for o in ops if o not in _VIEW_OPS] or [o for o in ops if o not in ("unsafe_view", "view")]
+    if kind == "tem":
+        if opset & _ATTN_OPS or "flex_attention" in raw:
+            cat, what = ATTENTION, "attention"
+        else:
+            cat, what = GEMM, "matmul"
+        label = f"Triton {what} template"
+        shown = [o for o in ops if o not in ("unsafe_view", "view")]
+    elif kind in ("red", "per"):
+        cat = REDUCTION
+        label = "Triton fused"
+    else:
+        meaningful = {o for o in ops if o not in _VIEW_OPS - {"to_copy", "clone"}}
+        cat = COPY if meaningful and meaningful <= _TRITON_COPY else ELEMENTWISE
+        label = "Triton fused"
+    if not ops:
+        return KernelInfo(raw, raw, _trim(f"Triton {raw[7:]}"), TRITON,
+                          ELEMENTWISE if kind == "poi" else (REDUCTION if kind in ("red", "per") else OTHER),
+                          None)
+    body = "·".join(shown[:5]) + ("…" if len(shown) > 5 else "")
+    return KernelInfo(raw, raw, f"{label} {body}".strip(), TRITON, cat, None)

@@ -1,0 +1,305 @@
+"""Command line: ``tuiprof --model NAME`` opens the live app; subcommands do the rest.
+
+Heavy modules (torch, textual) are imported only by the commands that need them, so
+``tuiprof models`` and error messages are instant and never print a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from . import __version__
+from .errors import TuiprofError
+
+SUBCOMMANDS = ("run", "models", "view", "replay", "record", "export", "diff", "sweep")
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", default="qwen3-0.6b",
+                   help="registry name, a local directory with config.json, or a cached HF repo id")
+    p.add_argument("--weights", help="safetensors file or directory to load instead of random weights")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow model code from a local HF directory (off by default)")
+    p.add_argument("--device", help="cuda or cpu (default: cuda when present)")
+    p.add_argument("--dtype", help="bfloat16 (GPU default), float16, float32 (CPU default)")
+    p.add_argument("--mode", choices=("eager", "compiled"), default="eager")
+    p.add_argument("--compile-mode", help="torch.compile mode (default: reduce-overhead on CUDA)")
+    p.add_argument("--prompt", help="prompt text (needs a tokenizer beside the weights)")
+    p.add_argument("--prompt-len", type=int, default=16, help="prompt length in tokens when no text")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-len", type=int, default=None, help="static KV-cache length")
+    p.add_argument("--no-loop", action="store_true",
+                   help="stop after --max-new-tokens instead of starting again from the prompt")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--headless", action="store_true", help="no UI: run, then write --json")
+    p.add_argument("--json", help="snapshot path (headless), default tuiprof-<model>.json")
+    p.add_argument("--record", help="also write a replayable recording (.json.gz)")
+    p.add_argument("--no-cupti", action="store_true", help="no kernel records (timing and NVML only)")
+    p.add_argument("--no-nvml", action="store_true")
+    p.add_argument("--nvml-hz", type=float, default=10.0)
+    p.add_argument("--sample-every", type=int, default=1,
+                   help="record device activity for 1 token in N (lower overhead)")
+    p.add_argument("--ring-tokens", type=int, default=64,
+                   help="raw records kept for the last N tokens (aggregates keep the rest)")
+    p.add_argument("--alloc-every", type=int, default=1,
+                   help="read caching-allocator stats every N tokens (0: never)")
+    p.add_argument("--export-dir", default=".", help="where e/n exports and auto snapshots go")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser (subcommands); ``tuiprof --model X`` is ``tuiprof run --model X``."""
+    p = argparse.ArgumentParser(prog="tuiprof", description="Live LLM inference profiler for the terminal.")
+    p.add_argument("--version", action="version", version=f"tuiprof {__version__}")
+    sub = p.add_subparsers(dest="command")
+    _run_args(sub.add_parser("run", help="profile a model live (the default command)"))
+    r = sub.add_parser("record", help="run headless and write a replayable recording")
+    _run_args(r)
+    sub.add_parser("models", help="list the model registry")
+    v = sub.add_parser("view", help="open a JSON snapshot read-only (no GPU needed)")
+    v.add_argument("snapshot")
+    rp = sub.add_parser("replay", help="replay a recording through the live pipeline")
+    rp.add_argument("file")
+    rp.add_argument("--speed", type=float, default=1.0, help="1 = recorded speed, 0 = as fast as possible")
+    rp.add_argument("--loop", action="store_true")
+    rp.add_argument("--headless", action="store_true")
+    rp.add_argument("--json", help="snapshot path (headless)")
+    rp.add_argument("--ring-tokens", type=int, default=64)
+    rp.add_argument("--export-dir", default=".")
+    e = sub.add_parser("export", help="export a snapshot to nsys-style reports, SQLite, trace")
+    e.add_argument("snapshot")
+    e.add_argument("--nsys", metavar="DIR", help="write nsys stats CSVs and console tables")
+    e.add_argument("--sqlite", metavar="FILE", help="write an Nsight Systems-schema .sqlite")
+    e.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON")
+    d = sub.add_parser("diff", help="compare two snapshots side by side")
+    d.add_argument("a")
+    d.add_argument("b")
+    d.add_argument("--markdown", action="store_true")
+    s = sub.add_parser("sweep", help="sweep models × sequence lengths (the studies' tables)")
+    try:
+        from .sweep.cli import add_arguments  # noqa: PLC0415
+        add_arguments(s)
+    except ImportError:
+        pass
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv = ["run", *argv]
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except TuiprofError as exc:
+        print(f"tuiprof: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("tuiprof: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    cmd = args.command
+    if cmd == "models":
+        return _cmd_models()
+    if cmd in ("run", "record"):
+        if cmd == "record":
+            args.headless = True
+            if not args.record:
+                args.record = f"tuiprof-{Path(args.model).name}.json.gz"
+        return _cmd_run(args)
+    if cmd == "view":
+        return _cmd_view(args)
+    if cmd == "replay":
+        return _cmd_replay(args)
+    if cmd == "export":
+        return _cmd_export(args)
+    if cmd == "diff":
+        return _cmd_diff(args)
+    if cmd == "sweep":
+        from .sweep.cli import run  # noqa: PLC0415
+        return run(args)
+    raise TuiprofError(f"unknown command {cmd}")
+
+
+def _cmd_models() -> int:
+    from .engine.registry import list_models  # noqa: PLC0415
+
+    rows = list_models()
+    print(f"{'model':<24} {'family':<12} {'params':>14} {'bf16 weights':>14}  description")
+    for m in rows:
+        print(f"{m['name']:<24} {m['family']:<12} {m['params']:>14,} "
+              f"{m['weight_bytes'] / 1e9:>11.2f} GB  {m.get('description', '')}")
+    return 0
+
+
+def _engine_kwargs(args: argparse.Namespace) -> dict:
+    kw = dict(model_spec=args.model, device=args.device, dtype=args.dtype, seed=args.seed,
+              prompt=args.prompt, prompt_len=args.prompt_len,
+              max_new_tokens=args.max_new_tokens, loop=not args.no_loop, mode=args.mode,
+              compile_mode=args.compile_mode, trust_remote_code=args.trust_remote_code,
+              weights=args.weights, temperature=args.temperature, top_k=args.top_k)
+    if args.max_len:
+        kw["max_len"] = args.max_len
+    return kw
+
+
+def _make_profiler(args: argparse.Namespace):
+    from .engine import resolve_model  # noqa: PLC0415  (fail fast on a bad --model, before threads)
+    from .profiler import Profiler, ProfilerOptions  # noqa: PLC0415
+    from .store import SessionStore  # noqa: PLC0415
+
+    resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    ring = args.ring_tokens
+    if args.record:
+        ring = max(ring, args.max_new_tokens + 1)
+    store = SessionStore(ring_tokens=ring)
+    opts = ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
+                           sample_every=args.sample_every, alloc_every=args.alloc_every,
+                           engine_kwargs=_engine_kwargs(args))
+    return Profiler(store, opts), store
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    prof, store = _make_profiler(args)
+    if not args.headless:
+        from .ui.app import run_app  # noqa: PLC0415
+        prof.start()
+        return run_app(prof, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
+                       auto_snapshot=True)
+    if args.no_loop is False:
+        args.no_loop = True  # headless runs end after --max-new-tokens
+        prof.options.engine_kwargs["loop"] = False
+    out = Path(args.json or f"tuiprof-{Path(args.model).name}.json")
+    stopping = {"n": 0}
+
+    def on_signal(signum, frame):  # first signal: stop cleanly and keep the data
+        stopping["n"] += 1
+        if stopping["n"] > 1:
+            raise KeyboardInterrupt
+        print(f"tuiprof: signal {signum}: stopping, writing {out}", file=sys.stderr)
+        prof.done.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _say_start(store, prof)
+        prof.start()
+        while not prof.wait(0.5):
+            pass
+    finally:
+        prof.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+    view = store.view()
+    _write_outputs(view, out, args.record)
+    _print_summary(view, prof)
+    return 1 if prof.status.state == "error" else 0
+
+
+def _say_start(store, prof) -> None:
+    print(f"tuiprof: loading {prof.options.engine_kwargs.get('model_spec')} ...", file=sys.stderr)
+
+
+def _write_outputs(view, out: Path, record: str | None) -> None:
+    from .export.snapshot import write_snapshot  # noqa: PLC0415
+
+    write_snapshot(view, out)
+    print(f"tuiprof: snapshot written to {out}", file=sys.stderr)
+    if record:
+        from .collect.recording import write_recording  # noqa: PLC0415
+        write_recording(view, record)
+        print(f"tuiprof: recording written to {record}", file=sys.stderr)
+
+
+def _print_summary(view, prof=None) -> None:
+    meta = view.meta
+    if meta.get("weights"):
+        print(f"model {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}), "
+              f"weights: {meta.get('weights')}")
+    for c, st in sorted(view.collectors.items()):
+        if not st.get("ok"):
+            print(st.get("message"))
+    dec = [t for t in view.tokens if t.phase == "decode" and t.done]
+    for mode in ("eager", "compiled"):
+        ts = [t for t in dec if t.mode == mode]
+        if not ts:
+            continue
+        wall = sorted(t.host_ms for t in ts)
+        med = wall[len(wall) // 2]
+        span_s = (ts[-1].end_ns - ts[0].start_ns) / 1e9 if len(ts) > 1 else wall[0] / 1e3
+        tps = len(ts) / span_s if span_s > 0 else 0.0
+        k = sorted(t.kernels for t in ts)[len(ts) // 2]
+        print(f"{mode:>9}: {len(ts)} decode tokens, {tps:.1f} tokens/s, median {med:.2f} ms/token, "
+              f"{k} kernels/token")
+    if prof is not None and prof.status.state == "error":
+        print(f"tuiprof: {prof.status.message}", file=sys.stderr)
+    if view.counters.get("dropped"):
+        print(f"warning: {view.counters['dropped']} CUPTI records dropped", file=sys.stderr)
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    from .export.snapshot import read_snapshot  # noqa: PLC0415
+    from .ui.app import run_app, view_control  # noqa: PLC0415
+
+    view = read_snapshot(args.snapshot)
+    return run_app(view_control(view), title=f"tuiprof view {Path(args.snapshot).name}",
+                   export_dir=Path("."), auto_snapshot=False)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from .collect.replay import ReplayControl, load_recording  # noqa: PLC0415
+    from .store import SessionStore  # noqa: PLC0415
+
+    rec = load_recording(args.file)
+    store = SessionStore(ring_tokens=args.ring_tokens)
+    if args.headless:
+        from .collect.replay import replay_into  # noqa: PLC0415
+        replay_into(rec, store, speed=0.0)
+        out = Path(args.json or Path(args.file).name.split(".")[0] + ".snapshot.json")
+        _write_outputs(store.view(), out, None)
+        _print_summary(store.view())
+        return 0
+    from .ui.app import run_app  # noqa: PLC0415
+    ctl = ReplayControl(rec, store, speed=args.speed, loop=args.loop)
+    ctl.start()
+    return run_app(ctl, title=f"tuiprof replay {Path(args.file).name}",
+                   export_dir=Path(args.export_dir), auto_snapshot=False)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export.snapshot import read_snapshot  # noqa: PLC0415
+
+    view = read_snapshot(args.snapshot)
+    if not (args.nsys or args.sqlite or args.trace):
+        raise TuiprofError("nothing to export: give --nsys DIR, --sqlite FILE and/or --trace FILE")
+    if args.nsys:
+        from .export.nsys_reports import write_nsys_reports  # noqa: PLC0415
+        for path in write_nsys_reports(view, Path(args.nsys)):
+            print(path)
+    if args.sqlite:
+        from .export.nsys_sqlite import write_sqlite  # noqa: PLC0415
+        print(write_sqlite(view, Path(args.sqlite)))
+    if args.trace:
+        from .export.trace import write_trace  # noqa: PLC0415
+        print(write_trace(view, Path(args.trace)))
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from .export.diff import diff, render_text  # noqa: PLC0415
+    from .export.snapshot import read_snapshot  # noqa: PLC0415
+
+    result = diff(read_snapshot(args.a), read_snapshot(args.b))
+    print(render_text(result, markdown=args.markdown))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""PyTorch caching-allocator statistics, read after each token.
+
+``num_device_alloc``/``num_device_free`` count real cudaMalloc/cudaFree calls made by the
+caching allocator; ``allocation_all_allocated`` counts allocation requests served. Reading
+``torch.cuda.memory_stats`` builds a dict of ~150 entries, so it is read every
+``every`` tokens (1 by default; the cost is measured in bench/overhead.py).
+"""
+from __future__ import annotations
+
+FIELDS = {
+    "num_device_alloc": "num_device_alloc",
+    "num_device_free": "num_device_free",
+    "allocation_all_allocated": "allocation.all.allocated",
+    "active_bytes": "active_bytes.all.current",
+    "reserved_bytes": "reserved_bytes.all.current",
+}
+
+
+def read_allocator_stats(device: int = 0) -> dict | None:
+    """The caching allocator's counters for ``device``, or None without CUDA."""
+    import torch  # noqa: PLC0415
+
+    if not torch.cuda.is_available():
+        return None
+    stats = torch.cuda.memory_stats(device)
+    return {k: int(stats.get(v, 0)) for k, v in FIELDS.items()}

@@ -1,0 +1,292 @@
+"""CUPTI activity collection with ``cupti-python``.
+
+The buffer-completed callback runs on CUPTI's own thread. It is a hot path: every Python
+instruction in it is taken from the generation thread through the GIL. So it only turns each
+activity object into a record tuple (:mod:`tuiprof.store.records`) and hands the list over
+through a deque; a consumer thread folds batches into the store. Runtime/driver API records are
+enabled one callback id at a time (launches, malloc/free, synchronisations), never the whole API:
+all API records made eager decode about 16 times slower on the H100.
+
+Sampling: with ``sample_every=K`` (K > 1) device activity is recorded for one token in K
+(activity kinds are enabled at that token's start and disabled at the next token's start); the
+store marks the other tokens ``sampled=False`` and analysis/UI say so.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+from ..store import SessionStore
+
+DEFAULT_BUFFER_BYTES = 8 * 1024 * 1024
+
+RUNTIME_APIS = (
+    "cudaLaunchKernel_v7000", "cudaLaunchKernel_ptsz_v7000", "cudaLaunchKernelExC_v11060",
+    "cudaLaunchKernelExC_ptsz_v11060", "cudaGraphLaunch_v10000", "cudaGraphLaunch_ptsz_v10000",
+    "cudaMalloc_v3020", "cudaFree_v3020", "cudaMallocAsync_v11020", "cudaFreeAsync_v11020",
+    "cudaDeviceSynchronize_v3020", "cudaStreamSynchronize_v3020", "cudaEventSynchronize_v3020",
+    "cudaMemcpyAsync_v3020",
+)
+DRIVER_APIS = (
+    "cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch", "cuMemAlloc_v2", "cuMemFree_v2",
+    "cuMemAllocAsync", "cuMemFreeAsync", "cuStreamSynchronize", "cuCtxSynchronize",
+)
+
+
+class CuptiUnavailable(RuntimeError):
+    """CUPTI cannot start here; the message is one line for the status bar."""
+
+
+def import_cupti():
+    """Import cupti-python's bindings or raise :class:`CuptiUnavailable` with the reason."""
+    try:
+        from cupti import cupti  # noqa: PLC0415 - optional dependency, imported on demand
+    except Exception as exc:  # ImportError, or a missing libcupti.so
+        raise CuptiUnavailable(f"no CUPTI: cupti-python could not be loaded ({exc.__class__.__name__}: "
+                               f"{str(exc)[:80]}); install cupti-python matching your CUDA") from None
+    return cupti
+
+
+class CuptiCollector:
+    """Collects CUPTI activity records into a :class:`SessionStore`."""
+
+    def __init__(self, store: SessionStore, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+                 api: bool = True, memory: bool = True, sample_every: int = 1,
+                 flush_period_ms: int = 0) -> None:
+        self.store = store
+        self.buffer_bytes = buffer_bytes
+        self.api = api
+        self.memory = memory
+        self.sample_every = max(1, int(sample_every))
+        self.flush_period_ms = flush_period_ms
+        self._queue: deque = deque()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._consumer: threading.Thread | None = None
+        self._cupti = None
+        self._device_kinds: list = []
+        self._enabled_kinds: list = []
+        self._api_names: dict[tuple[int, int], str] = {}
+        self._device_on = False
+        self.running = False
+        # self-measurement: seconds spent in the callback and in folding, for the overhead pane
+        self.callback_s = 0.0
+        self.fold_s = 0.0
+        self.buffers = 0
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> None:
+        """Subscribe and enable activity kinds; raises :class:`CuptiUnavailable`."""
+        cupti = import_cupti()
+        self._cupti = cupti
+        K = cupti.ActivityKind
+        try:
+            cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+        except Exception as exc:
+            raise CuptiUnavailable(_busy_message(exc)) from None
+        self._device_kinds = [K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET]
+        try:
+            self._set_device_kinds(True)
+            if self.memory:
+                cupti.activity_enable(K.MEMORY2)
+                self._enabled_kinds.append(K.MEMORY2)
+            if self.api:
+                self._enable_api_subset()
+            if self.flush_period_ms:
+                cupti.activity_flush_period(self.flush_period_ms)
+        except CuptiUnavailable:
+            self._disable_all()
+            raise
+        except Exception as exc:
+            self._disable_all()
+            raise CuptiUnavailable(_busy_message(exc)) from None
+        self.running = True
+        self._consumer = threading.Thread(target=self._consume, name="tuiprof-cupti-fold",
+                                          daemon=True)
+        self._consumer.start()
+        self.store.set_collector("cupti", True, "CUPTI: kernels, memcpy, memset, memory"
+                                 + (", API subset" if self.api else "")
+                                 + (f"; sampling 1 token in {self.sample_every}"
+                                    if self.sample_every > 1 else ""))
+
+    def _set_device_kinds(self, on: bool) -> None:
+        cupti = self._cupti
+        if on == self._device_on:
+            return
+        for k in self._device_kinds:
+            (cupti.activity_enable if on else cupti.activity_disable)(k)
+        self._device_on = on
+
+    def _enable_api_subset(self) -> None:
+        cupti = self._cupti
+        rt, drv = cupti.runtime_api_trace_cbid, cupti.driver_api_trace_cbid
+        dom = cupti.CallbackDomain
+        for names, enum, fn, domain in (
+                (RUNTIME_APIS, rt, cupti.activity_enable_runtime_api, dom.RUNTIME_API),
+                (DRIVER_APIS, drv, cupti.activity_enable_driver_api, dom.DRIVER_API)):
+            for name in names:
+                cbid = getattr(enum, name, None)
+                if cbid is None:
+                    continue
+                fn(int(cbid), 1)
+                self._api_names[(int(domain), int(cbid))] = name.split("_v")[0].split("_ptsz")[0]
+
+    def clock(self) -> int:
+        """CUPTI's timestamp, the clock of every record (ns)."""
+        return self._cupti.get_timestamp()
+
+    def on_token_start(self, seq: int) -> bool:
+        """Called by the profiler at each token start; returns whether the token is sampled."""
+        if self.sample_every <= 1:
+            return True
+        sampled = seq % self.sample_every == 0
+        self._set_device_kinds(sampled)
+        return sampled
+
+    def flush(self) -> None:
+        """Deliver every buffered record now (forced flush) and fold it into the store."""
+        if self._cupti is None:
+            return
+        try:
+            self._cupti.activity_flush_all(1)
+        except Exception:
+            pass
+        self._drain()
+        self._poll_dropped()
+
+    def stop(self) -> None:
+        """Flush, disable every kind, stop the consumer, finalize CUPTI."""
+        if self._cupti is None:
+            return
+        cupti = self._cupti
+        try:
+            self.flush()
+        finally:
+            self._disable_all()
+            self._stop.set()
+            self._wake.set()
+            if self._consumer is not None:
+                self._consumer.join(5)
+            self._drain()
+            try:
+                cupti.finalize()
+            except Exception:
+                pass
+            self.running = False
+            self._cupti = None
+
+    def _disable_all(self) -> None:
+        cupti = self._cupti
+        try:
+            self._set_device_kinds(False)
+        except Exception:
+            pass
+        for k in self._enabled_kinds:
+            try:
+                cupti.activity_disable(k)
+            except Exception:
+                pass
+        self._enabled_kinds.clear()
+
+    # ---------------------------------------------------------------- callbacks
+    def _buffer_requested(self):
+        return self.buffer_bytes, 0
+
+    def _buffer_completed(self, activities) -> None:
+        t0 = time.perf_counter()
+        out = []
+        append = out.append
+        K = self._cupti.ActivityKind
+        KERNEL, MEMCPY, MEMSET, MEMORY2 = (K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET, K.MEMORY2)
+        RUNTIME, DRIVER = K.RUNTIME, K.DRIVER
+        names = self._api_names
+        for a in activities:
+            kind = a.kind
+            if kind == KERNEL:
+                append(("K", a.name, a.start, a.end, a.grid_x, a.grid_y, a.grid_z, a.block_x,
+                        a.block_y, a.block_z, a.registers_per_thread,
+                        a.static_shared_memory + a.dynamic_shared_memory, a.stream_id,
+                        a.correlation_id, a.graph_id))
+            elif kind == MEMCPY:
+                append(("C", a.copy_kind, a.bytes, a.start, a.end, a.stream_id, a.correlation_id))
+            elif kind == MEMSET:
+                append(("S", a.bytes, a.start, a.end, a.stream_id, a.correlation_id))
+            elif kind == MEMORY2:
+                append(("A", int(a.memory_operation_type), int(a.memory_kind), a.bytes,
+                        a.timestamp, a.address))
+            elif kind == RUNTIME or kind == DRIVER:
+                dom = 2 if kind == RUNTIME else 1
+                name = names.get((dom, a.cbid))
+                if name is None:
+                    name = self._api_name(dom, a.cbid)
+                append(("R", name, a.start, a.end, a.correlation_id))
+        if out:
+            self._queue.append(out)
+            self._wake.set()
+        self.buffers += 1
+        self.callback_s += time.perf_counter() - t0
+
+    def _api_name(self, domain: int, cbid: int) -> str:
+        try:
+            name = self._cupti.get_callback_name(domain, cbid)
+        except Exception:
+            name = f"api#{cbid}"
+        self._api_names[(domain, cbid)] = name
+        return name
+
+    # ------------------------------------------------------------------ consumer
+    def _consume(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.5)
+            self._wake.clear()
+            self._drain()
+            self._poll_dropped()
+
+    def _drain(self) -> None:
+        q = self._queue
+        while q:
+            try:
+                batch = q.popleft()
+            except IndexError:
+                break
+            t0 = time.perf_counter()
+            self.store.add_records(batch)
+            self.fold_s += time.perf_counter() - t0
+
+    def _poll_dropped(self) -> None:
+        cupti = self._cupti
+        if cupti is None:
+            return
+        try:
+            dropped = _dropped_records(cupti)
+        except Exception:
+            return
+        self.store.note_dropped(dropped)
+
+
+def _dropped_records(cupti) -> int:
+    """CUPTI's dropped-record count since the last call (global queue)."""
+    import ctypes
+
+    out = ctypes.c_size_t(0)
+    res = cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(out))
+    if isinstance(res, int) and res and not out.value:
+        return res  # some binding versions return the count
+    return int(out.value)
+
+
+def _busy_message(exc: Exception) -> str:
+    text = str(exc)
+    if "MULTIPLE_SUBSCRIBERS" in text or "subscriber" in text.lower() or "NOT_INITIALIZED" in text:
+        return ("no CUPTI: another profiler holds CUPTI (Nsight Systems/Compute, torch.profiler?); "
+                "timing and NVML go on; run without it for kernel data")
+    return f"no CUPTI: {text[:100]}; timing and NVML go on (--no-cupti hides this)"
+
+
+def make_clock(collector: CuptiCollector | None) -> Callable[[], int]:
+    """The clock token marks must use: CUPTI's when it runs, else ``time.time_ns``."""
+    if collector is not None and collector.running:
+        return collector.clock
+    return time.time_ns

@@ -1,0 +1,116 @@
+"""The recorded window: the raw records the store keeps for its last ``ring_tokens`` tokens.
+
+The SQLite export, the window CSVs and the trace are all built from :func:`window_of`, so
+they describe the very same instances.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..store import StoreView, TokenRow
+from ..store.records import API, COPY_KINDS, KERNEL, MEMCPY, MEMSET, record_start
+from .names import demangle
+
+MEMSET_NAME = "[CUDA memset]"
+
+
+def memcpy_name(copy_kind: int) -> str:
+    """nsys's operation name: ``[CUDA memcpy Host-to-Device]``."""
+    return f"[CUDA memcpy {COPY_KINDS.get(copy_kind, 'Unknown')}]"
+
+
+def strip_api_version(name: str) -> str:
+    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel`` (nsys drops a 6-char ``_vNNNN``)."""
+    return name[:-6] if len(name) >= 6 and name[-6:-4] == "_v" else name
+
+
+@dataclass(slots=True)
+class GpuOp:
+    """One kernel, memcpy or memset instance of the window."""
+
+    kind: str                 # "K", "C" or "S"
+    start: int                # ns, CUPTI clock
+    end: int
+    name: str                 # demangled kernel name or the nsys operation name
+    raw: str = ""             # raw (mangled) kernel name
+    stream: int = 0           # 0 when the record does not say
+    corr: int | None = None
+    grid: tuple = ()
+    block: tuple = ()
+    regs: int | None = None
+    smem: int | None = None
+    graph_id: int = 0
+    bytes: int | None = None
+    copy_kind: int | None = None
+
+
+@dataclass(slots=True)
+class ApiCall:
+    name: str                 # as recorded (with its ``_vNNNN`` suffix)
+    start: int
+    end: int
+    corr: int
+
+
+@dataclass
+class Window:
+    """Everything of the recorded window, sorted by start time."""
+
+    t0: int                                     # session start: first token or record
+    t1: int                                     # last end
+    tokens: list[TokenRow] = field(default_factory=list)
+    ops: list[GpuOp] = field(default_factory=list)
+    api: list[ApiCall] = field(default_factory=list)
+    ranges: list[tuple[str, int, int]] = field(default_factory=list)  # (name, start, end)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.ops or self.api or self.tokens)
+
+
+def _op(rec: tuple) -> GpuOp | None:
+    kind = rec[0]
+    if kind == KERNEL:
+        return GpuOp("K", rec[2], rec[3], demangle(rec[1]), rec[1], rec[12], rec[13],
+                     tuple(rec[4:7]), tuple(rec[7:10]), rec[10], rec[11], rec[14])
+    if kind == MEMCPY:
+        return GpuOp("C", rec[3], rec[4], memcpy_name(rec[1]),
+                     stream=rec[5] if len(rec) > 5 else 0,
+                     corr=rec[6] if len(rec) > 6 else None, bytes=rec[2], copy_kind=rec[1])
+    if kind == MEMSET:
+        return GpuOp("S", rec[2], rec[3], MEMSET_NAME,
+                     stream=rec[4] if len(rec) > 4 else 0,
+                     corr=rec[5] if len(rec) > 5 else None, bytes=rec[1])
+    return None
+
+
+def window_of(view: StoreView) -> Window:
+    """Collect the raw records and tokens of ``view.raw`` (empty window if there are none)."""
+    seqs = {seq for seq, _ in view.raw}
+    tokens = [t for t in view.tokens if t.seq in seqs]
+    ops: list[GpuOp] = []
+    api: list[ApiCall] = []
+    for _, recs in view.raw:
+        for rec in recs:
+            if rec[0] == API:
+                api.append(ApiCall(rec[1], rec[2], rec[3], rec[4]))
+            else:
+                op = _op(rec)
+                if op is not None:
+                    ops.append(op)
+    ops.sort(key=lambda o: (o.start, o.end))
+    api.sort(key=lambda a: (a.start, a.end))
+    ranges: list[tuple[str, int, int]] = []
+    for t in tokens:
+        if t.done and t.end_ns >= t.start_ns:
+            ranges.append(("step", t.start_ns, t.end_ns))
+            ranges.append((t.phase, t.start_ns, t.end_ns))
+    starts = [o.start for o in ops[:1]] + [a.start for a in api[:1]] + [t.start_ns for t in tokens[:1]]
+    ends = [o.end for o in ops] + [a.end for a in api] + [t.end_ns for t in tokens if t.done]
+    t0 = min(starts) if starts else 0
+    t1 = max(ends) if ends else t0
+    return Window(t0, t1, tokens, ops, api, ranges)
+
+
+__all__ = ["Window", "GpuOp", "ApiCall", "window_of", "memcpy_name", "strip_api_version",
+           "MEMSET_NAME", "record_start"]

@@ -1,0 +1,222 @@
+"""The live profiler: wires the engine, the collectors and the store together.
+
+``Profiler`` is the live :class:`~tuiprof.control.SessionControl`: the Textual app, the headless
+CLI and the benchmarks drive a session through it. Start-up order matters: CUPTI is enabled
+before the model is built, so weight loading and cache creation show up as start-up allocations.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .collect.allocator import read_allocator_stats
+from .collect.cupti_collector import CuptiCollector, CuptiUnavailable
+from .collect.nvml_sampler import NvmlSampler, NvmlUnavailable
+from .control import SessionControl
+from .store import SessionStore
+
+
+@dataclass
+class ProfilerOptions:
+    """What to collect and how."""
+
+    cupti: bool = True
+    nvml: bool = True
+    nvml_hz: float = 10.0
+    sample_every: int = 1          # CUPTI device records for 1 token in N
+    alloc_every: int = 1           # caching-allocator stats every N tokens (0: never)
+    buffer_bytes: int = 8 * 1024 * 1024
+    api: bool = True
+    engine_kwargs: dict = field(default_factory=dict)
+
+
+class Profiler(SessionControl):
+    """A live session: engine thread + CUPTI + NVML + allocator stats → store."""
+
+    def __init__(self, store: SessionStore, options: ProfilerOptions,
+                 engine_factory: Callable[..., Any] | None = None) -> None:
+        super().__init__(store)
+        self.options = options
+        self.status.state = "loading"
+        self.status.live = True
+        self.status.mode = options.engine_kwargs.get("mode", "eager")
+        self.engine = None
+        self.cupti: CuptiCollector | None = None
+        self.nvml: NvmlSampler | None = None
+        self._factory = engine_factory
+        self._loader: threading.Thread | None = None
+        self._open_seq: int | None = None
+        self._tokens_seen = 0
+        self._t_start = time.perf_counter()
+        self._cpu0 = time.process_time()
+        self.done = threading.Event()
+
+    # ------------------------------------------------------------- life cycle
+    def start(self) -> None:
+        """Start collectors and load the model on a background thread; returns at once."""
+        self._loader = threading.Thread(target=self._load_and_run, name="tuiprof-loader",
+                                        daemon=True)
+        self._loader.start()
+
+    def start_collectors(self, device_index: int = 0) -> None:
+        """Start CUPTI and NVML (each may degrade with a one-line reason)."""
+        opts = self.options
+        if opts.cupti:
+            self.cupti = CuptiCollector(self.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
+                                        sample_every=opts.sample_every)
+            try:
+                self.cupti.start()
+            except CuptiUnavailable as exc:
+                self.store.set_collector("cupti", False, str(exc))
+                self.cupti = None
+        else:
+            self.store.set_collector("cupti", False, "no CUPTI: disabled with --no-cupti")
+        if opts.nvml:
+            self.nvml = NvmlSampler(self.store, device_index, opts.nvml_hz, clock=self.clock)
+            try:
+                self.nvml.start()
+                self.store.meta.update({f"gpu_{k}": v for k, v in self.nvml.info.items()})
+            except NvmlUnavailable as exc:
+                self.store.set_collector("nvml", False, str(exc))
+                self.nvml = None
+        else:
+            self.store.set_collector("nvml", False, "no NVML: disabled with --no-nvml")
+
+    def clock(self) -> int:
+        """The clock of token marks: CUPTI's timestamps when CUPTI runs."""
+        c = self.cupti
+        return c.clock() if c is not None and c.running else time.time_ns()
+
+    def _load_and_run(self) -> None:
+        try:
+            self.start_collectors()
+            self.status.state = "loading"
+            factory = self._factory
+            if factory is None:
+                from .engine import load_engine as factory  # noqa: PLC0415
+            kwargs = dict(self.options.engine_kwargs)
+            kwargs["clock"] = self.clock
+            self.engine = factory(**kwargs)
+            self.store.meta.update(self.engine.info)
+            self.store.meta["mode"] = self.status.mode
+            self._t_start = time.perf_counter()
+            self._cpu0 = time.process_time()
+            self.engine.start(self)
+        except Exception as exc:  # one line on the status bar, never a traceback
+            self.status.state = "error"
+            self.status.message = _one_line(exc)
+            self.store.add_event("error", self.status.message)
+            self.done.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop generation, flush and finalise CUPTI, stop NVML. Safe to call twice."""
+        if self._loader is not None and self._loader.is_alive():
+            self._loader.join(timeout)
+        eng = self.engine
+        if eng is not None:
+            try:
+                eng.stop()
+                eng.join(timeout)
+            except Exception:
+                pass
+        if self.cupti is not None:
+            try:
+                self.cupti.stop()
+            finally:
+                self.cupti = None
+        if self.nvml is not None:
+            self.nvml.stop()
+            self.nvml = None
+        self._update_overhead()
+        if self.status.state not in ("error",):
+            self.status.state = "stopped"
+        self.done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until generation finishes (done, stopped or error)."""
+        return self.done.wait(timeout)
+
+    # ------------------------------------------------------------------- keys
+    def toggle_mode(self) -> str:
+        eng = self.engine
+        if eng is None:
+            return "model still loading"
+        target = "compiled" if self.status.mode == "eager" else "eager"
+        eng.request_mode(target)
+        return f"switching to {target} at the next token"
+
+    def toggle_pause(self) -> str:
+        eng = self.engine
+        if eng is None:
+            return "model still loading"
+        if self.status.state == "paused":
+            eng.resume()
+            return "resumed"
+        eng.pause()
+        return "pausing at the next token"
+
+    # -------------------------------------------------------- engine listener
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+        seq = self.store.next_seq()
+        sampled = self.cupti.on_token_start(seq) if self.cupti is not None else True
+        self._open_seq = self.store.begin_token(phase, mode, start_ns, step, cycle, sampled)
+
+    def token_finished(self, ev) -> None:
+        seq = self._open_seq
+        if seq is None:
+            return
+        store = self.store
+        store.end_token(seq, ev.end_ns, ev.host_ms, ev.gpu_ms, ev.token_id)
+        self._open_seq = None
+        self._tokens_seen += 1
+        every = self.options.alloc_every
+        if every and self._tokens_seen % every == 0:
+            stats = read_allocator_stats()
+            if stats is not None:
+                store.set_token_alloc(seq, stats)
+        if self._tokens_seen % 64 == 0:
+            self._update_overhead()
+
+    def state_changed(self, state: str, message: str = "") -> None:
+        st = self.status
+        if state == "compiling":
+            st.compiling_since = time.monotonic()
+        elif st.state == "compiling":
+            st.compiling_since = None
+        if state in ("eager", "compiled"):  # mode change confirmed by the engine
+            st.mode = state
+            self.store.meta["mode"] = state
+            self.store.add_event("mode", f"mode: {state}")
+            return
+        st.state = state
+        if message:
+            st.message = message
+            if state == "error":
+                self.store.add_event("error", message)
+        if state in ("done", "stopped", "error"):
+            self._update_overhead()
+            self.done.set()
+
+    # ---------------------------------------------------------------- overhead
+    def _update_overhead(self) -> None:
+        """tuiprof's own work as a share of wall time (callback + folding + NVML sampling).
+
+        On an eager, GIL-bound decode this approximates the slowdown from above: every second
+        tuiprof's threads spend in Python is taken from the generation thread.
+        """
+        wall = time.perf_counter() - self._t_start
+        if wall <= 0:
+            return
+        c = self.cupti
+        own = (c.callback_s + c.fold_s) if c is not None else 0.0
+        nv = self.nvml.sample_cost_s if self.nvml is not None else 0.0
+        self.store.set_overhead(pct=round(100.0 * (own + nv) / wall, 2),
+                                cupti_s=round(own, 3), nvml_s=round(nv, 3), wall_s=round(wall, 1),
+                                method="tuiprof threads' busy time / wall time")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+    return text[:200]

@@ -1,0 +1,332 @@
+"""What the panes show, derived from a :class:`~tuiprof.store.StoreView` (pure; no Textual).
+
+Everything here is a plain function of the view, so it is unit-testable and could run on a
+worker thread. Token-level numbers come from ``view.tokens`` (the bounded window of recent
+tokens); whole-session numbers from ``view.token_stats``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..store import RunningStats
+from ..store.records import COMPILED, DECODE, EAGER, PREFILL
+from .adapters import KernelName, kernel_name
+
+ALL = "all"
+PHASE_CYCLE = (DECODE, PREFILL, "other", ALL)
+NVML_SERIES = (
+    # key, label, unit ("%": fixed 0..100 scale)
+    ("gpm_sm_util", "SM util (GPM)", "%"),
+    ("gpm_sm_occupancy", "SM occupancy", "%"),
+    ("gpm_dram_bw_util", "DRAM BW util", "%"),
+    ("gpm_tensor_util", "Tensor util", "%"),
+    ("util_gpu", "GPU util (NVML)", "%"),
+    ("util_memory", "Mem util (NVML)", "%"),
+)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100)."""
+    if not values:
+        return None
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def gpu_ms(row: Any) -> float | None:
+    """GPU time of a token: the engine's measurement if any, else the union of its kernels."""
+    if row.gpu_ms is not None:
+        return row.gpu_ms
+    if row.busy_ns:
+        return row.busy_ns / 1e6
+    return None
+
+
+def busy_fraction(row: Any) -> float | None:
+    """Share (%) of a token's wall time during which some kernel of it was running."""
+    if not row.done or row.end_ns <= row.start_ns:
+        return None
+    return 100.0 * row.busy_ns / (row.end_ns - row.start_ns)
+
+
+def done_rows(view: Any, phase: str | None = None, mode: str | None = None) -> list:
+    return [r for r in view.tokens if r.done and (phase is None or r.phase == phase)
+            and (mode is None or r.mode == mode)]
+
+
+# ------------------------------------------------------------------ header
+@dataclass
+class HeaderNumbers:
+    model: str = "?"
+    device: str = "?"
+    dtype: str = "?"
+    weights: str = "?"
+    mode: str = EAGER
+    tokens: int = 0
+    tok_s: float | None = None
+    ttft_ms: float | None = None
+    itl_p50: float | None = None
+    itl_p99: float | None = None
+    overhead_pct: float | None = None
+    overhead_method: str = ""
+
+
+def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
+    meta = view.meta
+    model = str(meta.get("model") or "?")
+    dtype = meta.get("dtype")
+    weights = meta.get("weights")
+    low = model.lower()
+    if not dtype:
+        dtype = next((d for d in ("bf16", "fp16", "fp32", "fp8") if d in low), "?")
+    if not weights:
+        weights = "random" if "random" in low else "?"
+    device = str(meta.get("device") or "?").replace("NVIDIA ", "")
+    decode = done_rows(view, DECODE, mode)[-window:]
+    host = [r.host_ms for r in decode if r.host_ms > 0]
+    tok_s = None
+    if host:
+        tok_s = 1000.0 / (sum(host) / len(host))
+    else:
+        ts = view.token_stats.get((DECODE, mode))
+        if ts and ts["host_ms"].count:
+            tok_s = 1000.0 / ts["host_ms"].mean if ts["host_ms"].mean else None
+    prefill = done_rows(view, PREFILL)
+    ttft = prefill[-1].host_ms if prefill else None
+    if ttft is None:
+        for (ph, _m), ts in view.token_stats.items():
+            if ph == PREFILL and ts["host_ms"].count:
+                ttft = ts["host_ms"].mean
+    ov = view.overhead or {}
+    return HeaderNumbers(
+        model=model, device=device, dtype=str(dtype), weights=str(weights), mode=mode,
+        tokens=int(view.counters.get("tokens", 0)), tok_s=tok_s, ttft_ms=ttft,
+        itl_p50=percentile(host, 50), itl_p99=percentile(host, 99),
+        overhead_pct=ov.get("pct"), overhead_method=str(ov.get("method", "")),
+    )
+
+
+# ------------------------------------------------------------------ latency chart
+@dataclass
+class LatencySeries:
+    seq: list = field(default_factory=list)
+    host: list = field(default_factory=list)
+    gpu: list = field(default_factory=list)
+    prefill: list = field(default_factory=list)      # (seq, host_ms)
+    mode_marks: list = field(default_factory=list)   # (seq, text)
+    modes: list = field(default_factory=list)
+
+
+def latency_series(view: Any, n: int = 256) -> LatencySeries:
+    rows = [r for r in view.tokens if r.done][-n:]
+    out = LatencySeries()
+    prev_mode = None
+    first = rows[0].seq if rows else 0
+    for r in rows:
+        out.seq.append(r.seq)
+        out.host.append(r.host_ms)
+        out.gpu.append(gpu_ms(r))
+        out.modes.append(r.mode)
+        if r.phase == PREFILL:
+            out.prefill.append((r.seq, r.host_ms))
+        elif prev_mode is not None and r.mode != prev_mode:
+            out.mode_marks.append((r.seq, f"→{r.mode}"))
+        if r.phase == DECODE:
+            prev_mode = r.mode
+    marked = {s for s, _ in out.mode_marks}
+    for ev in view.events:
+        seq, _ts, kind, text = ev
+        if kind == "mode" and seq >= first and seq not in marked and seq not in {s - 1 for s in marked}:
+            out.mode_marks.append((seq, str(text)))
+    out.mode_marks.sort()
+    return out
+
+
+# ------------------------------------------------------------------ kernels
+@dataclass
+class KernelRow:
+    key: str              # raw name: the row key
+    name: KernelName
+    phase: str
+    mode: str
+    stats: RunningStats
+    pct: float
+    grid: tuple
+    block: tuple
+    registers: int
+    shared_mem: int
+    graph_launches: int
+    configs: dict
+    per_token: float | None = None
+
+
+def kernel_modes(view: Any, phase: str) -> dict[str, int]:
+    """Total kernel ns per mode for ``phase`` (``all``: every phase)."""
+    out: dict[str, int] = {}
+    for (_name, ph, mode), agg in view.kernels.items():
+        if phase == ALL or ph == phase:
+            out[mode] = out.get(mode, 0) + agg.stats.total
+    return out
+
+
+def resolve_kernel_mode(view: Any, mode: str, phase: str) -> str:
+    """The requested mode, or the mode that has kernels in this phase when it has none."""
+    modes = kernel_modes(view, phase)
+    if modes.get(mode):
+        return mode
+    if modes:
+        return max(modes, key=modes.get)
+    return mode
+
+
+def kernel_rows(view: Any, mode: str, phase: str) -> list[KernelRow]:
+    """One row per kernel name in (mode, phase); ``phase == "all"`` merges phases."""
+    merged: dict[str, Any] = {}
+    for (name, ph, md), agg in view.kernels.items():
+        if md != mode or (phase != ALL and ph != phase):
+            continue
+        cur = merged.get(name)
+        if cur is None:
+            merged[name] = agg if phase != ALL else agg.copy()
+        else:
+            cur.stats.merge(agg.stats)
+            cur.graph_launches += agg.graph_launches
+            for cfg, c in agg.configs.items():
+                cur.configs[cfg] = cur.configs.get(cfg, 0) + c
+    total = sum(a.stats.total for a in merged.values()) or 1
+    ntok = 0
+    if phase != ALL:
+        ts = view.token_stats.get((phase, mode))
+        ntok = ts["host_ms"].count if ts else 0
+    rows = []
+    for name, agg in merged.items():
+        rows.append(KernelRow(
+            key=name, name=kernel_name(name), phase=phase, mode=mode, stats=agg.stats,
+            pct=100.0 * agg.stats.total / total, grid=agg.grid, block=agg.block,
+            registers=agg.registers, shared_mem=agg.shared_mem,
+            graph_launches=agg.graph_launches, configs=dict(agg.configs),
+            per_token=(agg.stats.count / ntok) if ntok else None))
+    return rows
+
+
+SORT_KEYS = {
+    "pct": lambda r: r.stats.total,
+    "total": lambda r: r.stats.total,
+    "count": lambda r: r.stats.count,
+    "avg": lambda r: r.stats.mean,
+    "max": lambda r: r.stats.max,
+    "name": lambda r: r.name.short.lower(),
+    "library": lambda r: (r.name.library.lower(), -r.stats.total),
+    "category": lambda r: (r.name.category.lower(), -r.stats.total),
+}
+SORT_CYCLE = ("pct", "count", "avg", "max", "name", "library", "category")
+
+
+def select_kernels(rows: list[KernelRow], sort: str = "pct", descending: bool = True,
+                   text: str = "", n: int = 50) -> list[KernelRow]:
+    """Filter by case-insensitive substring (short, demangled, library, category), sort, top n."""
+    if text:
+        t = text.lower()
+        rows = [r for r in rows if t in r.name.short.lower() or t in r.name.demangled.lower()
+                or t in r.name.library.lower() or t in r.name.category.lower()
+                or t in r.key.lower()]
+    key = SORT_KEYS.get(sort, SORT_KEYS["pct"])
+    rev = descending if sort not in ("name", "library", "category") else not descending
+    rows = sorted(rows, key=lambda r: (key(r), r.key), reverse=rev)
+    return rows[:n]
+
+
+# ------------------------------------------------------------------ utilisation / memory
+def nvml_series(view: Any, key: str, n: int) -> list:
+    return [s.get(key) for s in view.nvml[-n:]]
+
+
+def mean(values: list) -> float | None:
+    nums = [v for v in values if v is not None]
+    return sum(nums) / len(nums) if nums else None
+
+
+def alloc_deltas(view: Any, key: str = "allocation_all_allocated") -> list:
+    """Per-token increase of a cumulative caching-allocator counter (decode tokens)."""
+    out = []
+    prev = None
+    for r in view.tokens:
+        a = r.alloc
+        if not a or key not in a:
+            prev = None
+            continue
+        if prev is not None:
+            out.append(a[key] - prev)
+        prev = a[key]
+    return out
+
+
+# ------------------------------------------------------------------ mode comparison
+@dataclass
+class ModeSummary:
+    mode: str
+    tokens: int = 0
+    ms_token: float | None = None
+    tok_s: float | None = None
+    gpu_ms: float | None = None
+    busy_pct: float | None = None
+    kernels_token: float | None = None
+    graph_pct: float | None = None
+    alloc_req_token: float | None = None
+    top: list = field(default_factory=list)   # KernelRow, by total time
+
+
+def mode_summary(view: Any, mode: str, top: int = 8) -> ModeSummary:
+    rows = done_rows(view, DECODE, mode)
+    s = ModeSummary(mode)
+    ts = view.token_stats.get((DECODE, mode))
+    s.tokens = ts["host_ms"].count if ts else len(rows)
+    if not rows and not s.tokens:
+        return s
+    host = [r.host_ms for r in rows]
+    s.ms_token = median(host) if host else (ts["host_ms"].median if ts else None)
+    s.tok_s = 1000.0 / s.ms_token if s.ms_token else None
+    g = [gpu_ms(r) for r in rows if gpu_ms(r) is not None]
+    s.gpu_ms = median(g)
+    b = [busy_fraction(r) for r in rows if busy_fraction(r) is not None]
+    s.busy_pct = median(b)
+    if rows:
+        s.kernels_token = sum(r.kernels for r in rows) / len(rows)
+        kt = sum(r.kernels for r in rows)
+        s.graph_pct = 100.0 * sum(r.graph_kernels for r in rows) / kt if kt else None
+    deltas = []
+    prev = None
+    for r in view.tokens:
+        a = r.alloc if (r.mode == mode and r.phase == DECODE) else None
+        v = a.get("allocation_all_allocated") if a else None
+        if v is not None and prev is not None:
+            deltas.append(v - prev)
+        prev = v
+    s.alloc_req_token = median(deltas)
+    s.top = select_kernels(kernel_rows(view, mode, DECODE), "pct", True, "", top)
+    return s
+
+
+def compare(view: Any, a: str = EAGER, b: str = COMPILED, top: int = 8) -> tuple[ModeSummary, ModeSummary]:
+    return mode_summary(view, a, top), mode_summary(view, b, top)
+
+
+def view_signature(view: Any) -> tuple:
+    """Changes whenever anything a pane shows may have changed (cheap)."""
+    c = view.counters
+    last = view.tokens[-1] if view.tokens else None
+    return (c.get("records"), c.get("tokens"), c.get("dropped"), len(view.nvml),
+            view.nvml[-1].get("ts_ns") if view.nvml else None, len(view.events),
+            last.seq if last else None, last.done if last else None,
+            tuple(sorted((k, v.get("ok")) for k, v in view.collectors.items())),
+            tuple(sorted(view.overhead.items())) if view.overhead else ())

@@ -1,0 +1,38 @@
+"""Common base of the panes and the per-refresh context handed to them."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from textual.containers import Vertical
+
+from ...control import SourceStatus
+
+
+@dataclass
+class RefreshContext:
+    """What a pane may know besides the view: the source's status and UI state."""
+
+    status: SourceStatus
+    mode: str
+    deterministic: bool = False
+    now: float = field(default_factory=time.monotonic)
+    changed: bool = True          # the view differs from the previous refresh
+
+
+class Pane(Vertical):
+    """A bordered pane of the main screen, selectable by number (``1``..``5``)."""
+
+    PANE_TITLE = "pane"
+    PANE_KEY = "0"
+    can_focus = False
+
+    def on_mount(self) -> None:
+        self.border_title = f"{self.PANE_KEY} {self.PANE_TITLE}"
+
+    def show(self, view: Any, ctx: RefreshContext) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def focus_main(self) -> None:
+        """Give focus to the pane's main widget (if any)."""

@@ -1,0 +1,42 @@
+"""Header: model, device, dtype, mode, weights, tokens, tokens/s, TTFT, ITL, overhead."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from .. import format as fmt
+from ..derive import header_numbers
+from .base import RefreshContext
+
+
+class HeaderPane(Static):
+    DEFAULT_CSS = """
+    HeaderPane { height: 2; padding: 0 1; background: $panel; }
+    """
+
+    def show(self, view: Any, ctx: RefreshContext) -> None:
+        h = header_numbers(view, ctx.mode)
+        mode_style = "bold magenta" if h.mode == "compiled" else "bold cyan"
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append("tuiprof ", "bold")
+        t.append(h.model, "bold")
+        t.append(f" · {h.device} · {h.dtype} · weights {h.weights} · mode ")
+        t.append(h.mode, mode_style)
+        if ctx.status.state == "compiling":
+            t.append(" (compiling…)", "bold yellow")
+        t.append("\n")
+        t.append(f"tokens {h.tokens:,}", "bold")
+        t.append(" · ")
+        t.append(f"{h.tok_s:.1f} tok/s" if h.tok_s else "– tok/s", "bold green")
+        t.append(f" · TTFT {fmt.ms(h.ttft_ms)} · ITL p50 {fmt.ms(h.itl_p50)} p99 {fmt.ms(h.itl_p99)}")
+        if ctx.deterministic:
+            t.append(" · overhead (hidden)", "dim")
+        elif h.overhead_pct is not None:
+            t.append(f" · overhead {h.overhead_pct:.1f}%", "yellow" if h.overhead_pct > 5 else "")
+            if h.overhead_method:
+                t.append(f" ({h.overhead_method})", "dim")
+        else:
+            t.append(" · overhead –", "dim")
+        self.update(t)

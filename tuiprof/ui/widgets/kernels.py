@@ -1,0 +1,226 @@
+"""Top kernels: a keyed DataTable for one mode and phase; sortable, filterable, with details.
+
+Updates follow the keyed-diff recipe (reference §0.6): row key = raw kernel name, stale rows
+removed, new rows added, ``update_cell`` only for cells whose text changed (never with
+``update_width``), ``sort`` only when the order changed. Column widths are fixed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.message import Message
+from textual.widgets import DataTable, Input, Static
+
+from .. import format as fmt
+from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, kernel_rows,
+                      resolve_kernel_mode, select_kernels)
+from .base import Pane, RefreshContext
+
+# key, label, width, right-aligned
+COLUMNS = (
+    ("rank", "#", 3, True),
+    ("name", "kernel", 30, False),
+    ("library", "library", 10, False),
+    ("category", "category", 12, False),
+    ("pct", "% GPU", 6, True),
+    ("total", "total", 10, True),
+    ("count", "count", 7, True),
+    ("avg", "avg", 9, True),
+    ("minmax", "min / max", 19, True),
+    ("grid", "grid", 11, False),
+    ("block", "block", 9, False),
+)
+SORT_COLUMN = {"pct": "pct", "count": "count", "avg": "avg", "max": "minmax", "name": "name",
+               "library": "library", "category": "category", "total": "total"}
+MODE_CYCLE = ("auto", "eager", "compiled")
+
+
+def _cells(rank: int, r: KernelRow) -> dict[str, str]:
+    s = r.stats
+    return {
+        "rank": str(rank),
+        "name": r.name.short,
+        "library": r.name.library,
+        "category": r.name.category,
+        "pct": f"{r.pct:.1f}",
+        "total": fmt.ns(s.total),
+        "count": fmt.count(s.count),
+        "avg": fmt.ns(s.mean),
+        "minmax": f"{fmt.ns(s.min)} / {fmt.ns(s.max)}",
+        "grid": fmt.dim3(r.grid),
+        "block": fmt.dim3(r.block),
+    }
+
+
+class KernelsPane(Pane):
+    PANE_TITLE = "top kernels"
+    PANE_KEY = "2"
+    DEFAULT_CSS = """
+    KernelsPane #kernels-caption { height: 1; }
+    KernelsPane DataTable { height: 1fr; }
+    KernelsPane Input { display: none; height: 3; }
+    KernelsPane.-filtering Input { display: block; }
+    """
+
+    class OpenDetail(Message):
+        """Ask the app to show one kernel's details."""
+
+        def __init__(self, row: KernelRow) -> None:
+            super().__init__()
+            self.row = row
+
+    def __init__(self, top_n: int = 50, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.top_n = top_n
+        self.phase = PHASE_CYCLE[0]
+        self.mode_choice = "auto"
+        self.sort = "pct"
+        self.descending = True
+        self.filter_text = ""
+        self.rows: dict[str, KernelRow] = {}
+        self._shown: dict[str, dict[str, str]] = {}
+        self._order: list[str] = []
+        self._last_sig: tuple | None = None
+        self._view: Any = None
+        self._ctx: RefreshContext | None = None
+        self.resolved_mode = "eager"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="kernels-caption")
+        table: DataTable = DataTable(id="kernels-table", cursor_type="row", zebra_stripes=True)
+        for key, label, width, right in COLUMNS:
+            table.add_column(Text(label, justify="right") if right else label, key=key, width=width)
+        yield table
+        yield Input(placeholder="filter kernels (name, library, category) — enter to apply, esc to clear",
+                    id="kernels-filter")
+
+    def focus_main(self) -> None:
+        self.query_one(DataTable).focus()
+
+    # ----------------------------------------------------------- state changes (keys)
+    def cycle_phase(self) -> str:
+        i = PHASE_CYCLE.index(self.phase)
+        self.phase = PHASE_CYCLE[(i + 1) % len(PHASE_CYCLE)]
+        self._redraw()
+        return f"kernels: phase {self.phase}"
+
+    def cycle_mode(self) -> str:
+        i = MODE_CYCLE.index(self.mode_choice)
+        self.mode_choice = MODE_CYCLE[(i + 1) % len(MODE_CYCLE)]
+        self._redraw()
+        return f"kernels: mode {self.mode_choice}"
+
+    def cycle_sort(self) -> str:
+        i = SORT_CYCLE.index(self.sort) if self.sort in SORT_CYCLE else -1
+        self.sort = SORT_CYCLE[(i + 1) % len(SORT_CYCLE)]
+        self._redraw()
+        return f"kernels: sorted by {self.sort}"
+
+    def invert_sort(self) -> str:
+        self.descending = not self.descending
+        self._redraw()
+        return f"kernels: {'descending' if self.descending else 'ascending'}"
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text.strip()
+        self._redraw()
+
+    def open_filter(self) -> None:
+        self.add_class("-filtering")
+        inp = self.query_one(Input)
+        inp.value = self.filter_text
+        inp.focus()
+
+    def close_filter(self, clear: bool) -> None:
+        if clear:
+            self.query_one(Input).value = ""
+            self.set_filter("")
+        self.remove_class("-filtering")
+        self.query_one(DataTable).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.set_filter(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.set_filter(event.value)
+        self.close_filter(clear=False)
+
+    def key_escape(self) -> None:
+        if self.has_class("-filtering"):
+            self.close_filter(clear=True)
+
+    def current_row(self) -> KernelRow | None:
+        table = self.query_one(DataTable)
+        if not table.row_count:
+            return None
+        try:
+            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        except Exception:
+            return None
+        return self.rows.get(key)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        row = self.rows.get(event.row_key.value)
+        if row is not None:
+            self.post_message(self.OpenDetail(row))
+
+    # ----------------------------------------------------------------- refresh
+    def _redraw(self) -> None:
+        if self._view is not None and self._ctx is not None:
+            self._last_sig = None
+            self.show(self._view, self._ctx)
+
+    def show(self, view: Any, ctx: RefreshContext) -> None:
+        self._view, self._ctx = view, ctx
+        want = ctx.mode if self.mode_choice == "auto" else self.mode_choice
+        mode = resolve_kernel_mode(view, want, self.phase)
+        self.resolved_mode = mode
+        sig = (ctx.changed, mode, self.phase, self.sort, self.descending, self.filter_text)
+        if sig == self._last_sig and not ctx.changed:
+            return
+        self._last_sig = sig
+        rows = kernel_rows(view, mode, self.phase)
+        total_ns = sum(r.stats.total for r in rows)
+        sel = select_kernels(rows, self.sort, self.descending, self.filter_text, self.top_n)
+        self.rows = {r.key: r for r in sel}
+        cap = Text(no_wrap=True, overflow="ellipsis")
+        cap.append(f"{mode} · {self.phase}", "bold")
+        if mode != want:
+            cap.append(f" (no {want} kernels in this phase)", "dim")
+        cap.append(f" · {len(rows)} kernels · {fmt.ns(total_ns)} GPU · sort {self.sort} "
+                   f"{'↓' if self.descending else '↑'}")
+        if self.filter_text:
+            cap.append(f" · filter “{self.filter_text}” ({len(sel)} match)", "yellow")
+        cap.append("  [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
+        self.query_one("#kernels-caption", Static).update(cap)
+        self._update_table(sel)
+
+    def _update_table(self, sel: list[KernelRow]) -> None:
+        table = self.query_one(DataTable)
+        want = [r.key for r in sel]
+        want_set = set(want)
+        for key in [k for k in self._shown if k not in want_set]:
+            table.remove_row(key)
+            del self._shown[key]
+        rights = {k for k, _l, _w, r in COLUMNS if r}
+        for rank, r in enumerate(sel, 1):
+            cells = _cells(rank, r)
+            old = self._shown.get(r.key)
+            if old is None:
+                table.add_row(*[Text(cells[k], justify="right") if k in rights else cells[k]
+                                for k, *_ in COLUMNS], key=r.key)
+                self._shown[r.key] = cells
+                continue
+            for k, v in cells.items():
+                if old[k] != v:
+                    table.update_cell(r.key, k, Text(v, justify="right") if k in rights else v)
+            self._shown[r.key] = cells
+        current = [row.key.value for row in table.ordered_rows]
+        if current != want:
+            table.sort("rank", key=lambda cell: int(cell.plain if isinstance(cell, Text) else cell))
+        self._order = want
