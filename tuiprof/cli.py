@@ -130,13 +130,18 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _cmd_models() -> int:
-    from .engine.registry import list_models  # noqa: PLC0415
+    from .engine.registry import get_model_def, list_models, param_count, weight_bytes  # noqa: PLC0415
 
-    rows = list_models()
-    print(f"{'model':<24} {'family':<12} {'params':>14} {'bf16 weights':>14}  description")
-    for m in rows:
-        print(f"{m['name']:<24} {m['family']:<12} {m['params']:>14,} "
-              f"{m['weight_bytes'] / 1e9:>11.2f} GB  {m.get('description', '')}")
+    print(f"{'model':<24} {'family':<12} {'params':>15} {'bf16 weights':>13}  description")
+    for name in list_models():
+        try:
+            d = get_model_def(name)
+            params, wbytes = param_count(d), weight_bytes(d, "bfloat16")
+        except Exception as exc:  # a broken definition file is listed, not fatal
+            print(f"{name:<24} (unreadable: {str(exc)[:60]})")
+            continue
+        desc = (d.description or "")[:60]
+        print(f"{name:<24} {d.family:<12} {params:>15,} {wbytes / 1e9:>10.2f} GB  {desc}")
     return 0
 
 

@@ -103,7 +103,8 @@ class Profiler(SessionControl):
             self.store.meta["mode"] = self.status.mode
             self._t_start = time.perf_counter()
             self._cpu0 = time.process_time()
-            self.engine.start(self)
+            self.engine.listener = self
+            self.engine.start()
         except Exception as exc:  # one line on the status bar, never a traceback
             self.status.state = "error"
             self.status.message = _one_line(exc)
@@ -159,6 +160,10 @@ class Profiler(SessionControl):
 
     # -------------------------------------------------------- engine listener
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+        if phase == "decode" and mode != self.status.mode:
+            self.status.mode = mode
+            self.store.meta["mode"] = mode
+            self.store.add_event("mode", f"mode: {mode}", start_ns)
         seq = self.store.next_seq()
         sampled = self.cupti.on_token_start(seq) if self.cupti is not None else True
         self._open_seq = self.store.begin_token(phase, mode, start_ns, step, cycle, sampled)
@@ -185,11 +190,6 @@ class Profiler(SessionControl):
             st.compiling_since = time.monotonic()
         elif st.state == "compiling":
             st.compiling_since = None
-        if state in ("eager", "compiled"):  # mode change confirmed by the engine
-            st.mode = state
-            self.store.meta["mode"] = state
-            self.store.add_event("mode", f"mode: {state}")
-            return
         st.state = state
         if message:
             st.message = message

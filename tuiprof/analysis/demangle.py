@@ -33,7 +33,7 @@ def base_name(demangled: str) -> str:
     """
     out: list[str] = []
     depth = 0
-    for ch in demangled:
+    for ch in demangled.replace("(anonymous namespace)", "{anon}"):
         if ch == "<":
             depth += 1
         elif ch == ">":
@@ -45,4 +45,4 @@ def base_name(demangled: str) -> str:
     name = "".join(out).strip()
     if " " in name:  # return type ("void ...")
         name = name.rsplit(" ", 1)[-1]
-    return name
+    return name.replace("{anon}::", "")

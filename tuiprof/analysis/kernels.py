@@ -110,7 +110,8 @@ def _nvjet(raw, dem, low, dtype):
     tile = f"{m.group(1)}x{m.group(2)}" if m else ""
     kind = "GEMV" if m and min(int(m.group(1)), int(m.group(2))) <= 16 else "GEMM"
     split = " split-K" if "splitK" in raw else ""
-    return f"cuBLAS {kind} nvjet {tile}{split}".replace("  ", " ").strip(), CUBLAS, GEMM, None
+    horiz = " (h)" if "_h_" in raw else ""
+    return f"cuBLAS {kind} nvjet {tile}{split}{horiz}".replace("  ", " ").strip(), CUBLAS, GEMM, None
 
 
 _CUBLAS_RX = re.compile(r"cublas|\bgemvx::|gemv2[NT]_kernel|gemvNSP|gemmSN|gemmk1_kernel|"
@@ -203,13 +204,13 @@ def _cutlass(raw, dem, low, dtype):
 
 # ATen: op name from the functor / lambda, then category from the kernel template.
 _ATEN_OP_RX = (
+    (re.compile(r"::(Copy)<"), None),
     (re.compile(r"CUDAFunctor(?:OnSelf)?_(\w+?)<"), None),
     (re.compile(r"(\w+?)_kernel_cuda\b"), None),
     (re.compile(r"(\w+?)(?:_tensor_scalar)?_kernel_impl\b"), None),
     (re.compile(r"(\w+?)_cuda_out\b"), None),
     (re.compile(r"::(\w+?)_kernel\("), None),
     (re.compile(r"(\w+?)Functor\b"), None),
-    (re.compile(r"::(Copy)<"), None),
 )
 _COPY_OPS = {"copy", "direct_copy", "bfloat16_copy", "fill", "index_copy", "index_put",
              "index_select", "cat", "gather", "scatter", "clone", "contiguous"}
@@ -283,7 +284,7 @@ _VIEW_OPS = {"unsafe_view", "view", "unsqueeze", "squeeze", "expand", "transpose
 _TRITON_COPY = {"to_copy", "copy", "copy_", "clone", "cat", "index_copy", "index_put",
                 "index_select", "embedding", "gather", "slice_scatter", "select_scatter",
                 "constant_pad_nd", "fill", "zeros_like", "full_like"}
-_MM_OPS = {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "convolution"}
+_SCATTER_OPS = {"index_copy", "index_put", "slice_scatter", "select_scatter"}
 _ATTN_OPS = {"scaled_dot_product_cudnn_attention", "scaled_dot_product_flash_attention",
              "scaled_dot_product_efficient_attention", "scaled_dot_product_attention",
              "flash_attention", "efficient_attention", "flex_attention"}
@@ -334,10 +335,15 @@ def _triton(raw: str) -> KernelInfo:
     else:
         meaningful = {o for o in ops if o not in _VIEW_OPS - {"to_copy", "clone"}}
         cat = COPY if meaningful and meaningful <= _TRITON_COPY else ELEMENTWISE
+        # A scatter into a cache whose index is computed (cache_position + arange) is a copy.
+        if meaningful & _SCATTER_OPS and meaningful <= _TRITON_COPY | {"add", "sub"}:
+            cat = COPY
         label = "Triton fused"
     if not ops:
         return KernelInfo(raw, raw, _trim(f"Triton {raw[7:]}"), TRITON,
                           ELEMENTWISE if kind == "poi" else (REDUCTION if kind in ("red", "per") else OTHER),
                           None)
     body = "·".join(shown[:5]) + ("…" if len(shown) > 5 else "")
-    return KernelInfo(raw, raw, f"{label} {body}".strip(), TRITON, cat, None)
+    idx = re.search(r"_(\d+)$", raw)
+    num = f" #{idx.group(1)}" if idx else ""
+    return KernelInfo(raw, raw, f"{label} {body}{num}".strip(), TRITON, cat, None)

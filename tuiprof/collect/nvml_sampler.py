@@ -40,6 +40,7 @@ class NvmlSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._samples: list = []
+        self.paused = False  # a paused sampler keeps its thread but takes no samples
         self.sample_cost_s = 0.0
         self.count = 0
         self.info: dict = {}
@@ -148,8 +149,9 @@ class NvmlSampler:
         while not self._stop.is_set():
             t0 = time.perf_counter()
             try:
-                self.store.add_nvml_sample(self.sample())
-                self.count += 1
+                if not self.paused:
+                    self.store.add_nvml_sample(self.sample())
+                    self.count += 1
             except Exception as exc:  # a sampler error never ends the session
                 self.store.set_collector("nvml", False, f"NVML sampling failed: {str(exc)[:60]}")
                 return

@@ -5,7 +5,10 @@ they describe the very same instances.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from ..store import StoreView, TokenRow
 from ..store.records import API, COPY_KINDS, KERNEL, MEMCPY, MEMSET, record_start
@@ -84,8 +87,25 @@ def _op(rec: tuple) -> GpuOp | None:
     return None
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic GC while building many small objects (none of them form cycles)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def window_of(view: StoreView) -> Window:
     """Collect the raw records and tokens of ``view.raw`` (empty window if there are none)."""
+    with gc_paused():
+        return _window_of(view)
+
+
+def _window_of(view: StoreView) -> Window:
     seqs = {seq for seq, _ in view.raw}
     tokens = [t for t in view.tokens if t.seq in seqs]
     ops: list[GpuOp] = []

@@ -35,9 +35,9 @@ class KernelName:
 
 
 _FALLBACK_LIBS = (
-    ("nvjet", "cuBLAS"), ("cublas", "cuBLAS"), ("gemm", "cuBLAS"), ("cutlass", "CUTLASS"),
-    ("flash", "flash-attn"), ("triton", "Triton"), ("at::native", "ATen"), ("at6native", "ATen"),
-    ("nccl", "NCCL"), ("cudnn", "cuDNN"),
+    ("cudnn", "cuDNN"), ("nvjet", "cuBLAS"), ("cublas", "cuBLAS"), ("gemm", "cuBLAS"),
+    ("cutlass", "CUTLASS"), ("flash", "flash-attn"), ("triton", "Triton"), ("at::native", "ATen"), ("at6native", "ATen"),
+    ("nccl", "NCCL"),
 )
 
 
@@ -60,8 +60,9 @@ def _fallback_name(raw: str) -> KernelName:
 @lru_cache(maxsize=4096)
 def kernel_name(raw: str) -> KernelName:
     """Classify a raw (mangled) kernel name; cached, so it is cheap on every refresh."""
-    for mod in ("tuiprof.analysis.kernels", "tuiprof.analysis"):
-        fn = _get(mod, "classify")
+    for mod, name in (("tuiprof.analysis.kernels", "kernel_info"), ("tuiprof.analysis", "kernel_info"),
+                      ("tuiprof.analysis.kernels", "classify"), ("tuiprof.analysis", "classify")):
+        fn = _get(mod, name)
         if fn is None:
             continue
         try:
@@ -107,23 +108,35 @@ def diff_modes(view: Any, a: str = "eager", b: str = "compiled") -> Any | None:
         return None
 
 
+def render_diff(result: Any) -> Any | None:
+    """A Rich renderable of a ``diff_modes`` result (``export.diff.render_rich``), or ``None``."""
+    fn = _get("tuiprof.export.diff", "render_rich") or _get("tuiprof.export", "render_rich")
+    if fn is None or result is None:
+        return None
+    try:
+        return fn(result)
+    except Exception:
+        return None
+
+
 # ------------------------------------------------------------------ exports
 def write_snapshot(view: Any, path) -> Any:
-    fn = _get("tuiprof.export", "write_snapshot") or _get("tuiprof.export.snapshot", "write_snapshot")
+    fn = _get("tuiprof.export.snapshot", "write_snapshot") or _get("tuiprof.export", "write_snapshot")
     if fn is None:
         raise RuntimeError("export not available (tuiprof.export.write_snapshot missing)")
     return fn(view, path)
 
 
 def read_snapshot(path) -> Any:
-    fn = _get("tuiprof.export", "read_snapshot") or _get("tuiprof.export.snapshot", "read_snapshot")
+    fn = _get("tuiprof.export.snapshot", "read_snapshot") or _get("tuiprof.export", "read_snapshot")
     if fn is None:
         raise RuntimeError("export not available (tuiprof.export.read_snapshot missing)")
     return fn(path)
 
 
 def write_nsys_reports(view: Any, directory) -> Any:
-    fn = _get("tuiprof.export", "write_nsys_reports") or _get("tuiprof.export.nsys", "write_nsys_reports")
+    fn = (_get("tuiprof.export.nsys_reports", "write_nsys_reports")
+          or _get("tuiprof.export", "write_nsys_reports") or _get("tuiprof.export.nsys", "write_nsys_reports"))
     if fn is None:
         raise RuntimeError("export not available (tuiprof.export.write_nsys_reports missing)")
     return fn(view, directory)

@@ -6,6 +6,7 @@ tokens); whole-session numbers from ``view.token_stats``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     s = sorted(values)
-    k = max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))
+    k = max(0, min(len(s) - 1, math.ceil(q / 100.0 * len(s)) - 1))
     return s[k]
 
 

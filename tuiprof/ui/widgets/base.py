@@ -25,6 +25,7 @@ class Pane(Vertical):
     """A bordered pane of the main screen, selectable by number (``1``..``5``)."""
 
     PANE_TITLE = "pane"
+    TAB_TITLE = "pane"
     PANE_KEY = "0"
     can_focus = False
 

@@ -13,7 +13,7 @@ from .base import RefreshContext
 
 class HeaderPane(Static):
     DEFAULT_CSS = """
-    HeaderPane { height: 2; padding: 0 1; background: $panel; }
+    HeaderPane { height: 2; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def show(self, view: Any, ctx: RefreshContext) -> None:

@@ -22,19 +22,20 @@ from .base import Pane, RefreshContext
 COLUMNS = (
     ("rank", "#", 3, True),
     ("name", "kernel", 30, False),
-    ("library", "library", 10, False),
-    ("category", "category", 12, False),
+    ("library", "library", 15, False),
+    ("category", "category", 23, False),
     ("pct", "% GPU", 6, True),
     ("total", "total", 10, True),
     ("count", "count", 7, True),
     ("avg", "avg", 9, True),
-    ("minmax", "min / max", 19, True),
+    ("minmax", "min / max", 21, True),
     ("grid", "grid", 11, False),
     ("block", "block", 9, False),
 )
 SORT_COLUMN = {"pct": "pct", "count": "count", "avg": "avg", "max": "minmax", "name": "name",
                "library": "library", "category": "category", "total": "total"}
 MODE_CYCLE = ("auto", "eager", "compiled")
+NAME_MIN, NAME_MAX = 24, 56
 
 
 def _cells(rank: int, r: KernelRow) -> dict[str, str]:
@@ -56,9 +57,10 @@ def _cells(rank: int, r: KernelRow) -> dict[str, str]:
 
 class KernelsPane(Pane):
     PANE_TITLE = "top kernels"
+    TAB_TITLE = "kernels"
     PANE_KEY = "2"
     DEFAULT_CSS = """
-    KernelsPane #kernels-caption { height: 1; }
+    KernelsPane #kernels-caption { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     KernelsPane DataTable { height: 1fr; }
     KernelsPane Input { display: none; height: 3; }
     KernelsPane.-filtering Input { display: block; }
@@ -86,15 +88,37 @@ class KernelsPane(Pane):
         self._view: Any = None
         self._ctx: RefreshContext | None = None
         self.resolved_mode = "eager"
+        self.name_width = NAME_MIN
 
     def compose(self) -> ComposeResult:
         yield Static(id="kernels-caption")
         table: DataTable = DataTable(id="kernels-table", cursor_type="row", zebra_stripes=True)
-        for key, label, width, right in COLUMNS:
-            table.add_column(Text(label, justify="right") if right else label, key=key, width=width)
+        self._add_columns(table)
         yield table
         yield Input(placeholder="filter kernels (name, library, category) — enter to apply, esc to clear",
                     id="kernels-filter")
+
+    def _add_columns(self, table: DataTable) -> None:
+        for key, label, width, right in COLUMNS:
+            if key == "name":
+                width = self.name_width
+            table.add_column(Text(label, justify="right") if right else label, key=key, width=width)
+
+    def on_resize(self) -> None:
+        # The name column takes the width left over; a width change rebuilds the columns
+        # (rare: only on terminal resize), never on a refresh tick.
+        inner = self.content_region.width
+        if inner <= 0:
+            return
+        fixed = sum(w + 2 for k, _l, w, _r in COLUMNS if k != "name") + 2 + 2
+        width = max(NAME_MIN, min(NAME_MAX, inner - fixed))
+        if width != self.name_width:
+            self.name_width = width
+            table = self.query_one(DataTable)
+            table.clear(columns=True)
+            self._add_columns(table)
+            self._shown.clear()
+            self._redraw()
 
     def focus_main(self) -> None:
         self.query_one(DataTable).focus()

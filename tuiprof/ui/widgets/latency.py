@@ -15,10 +15,11 @@ from .base import Pane, RefreshContext
 
 class LatencyPane(Pane):
     PANE_TITLE = "per-token latency"
+    TAB_TITLE = "latency"
     PANE_KEY = "1"
     DEFAULT_CSS = """
     LatencyPane PlotextPlot { height: 1fr; min-height: 5; }
-    LatencyPane #latency-summary { height: 1; }
+    LatencyPane #latency-summary { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, n_tokens: int = 256, **kw: Any) -> None:
@@ -38,10 +39,10 @@ class LatencyPane(Pane):
         if done:
             last = done[-1]
             bf = busy_fraction(last)
-            summary.append(f"last #{last.seq} {last.phase}/{last.mode}: ", "bold")
-            summary.append(f"host {fmt.ms(last.host_ms)}", "cyan")
+            summary.append(f"#{last.seq} {last.phase}/{last.mode}: ", "bold")
+            summary.append(f"━ host {fmt.ms(last.host_ms)}", "cyan")
             summary.append(" · ")
-            summary.append(f"GPU {fmt.ms(s.gpu[-1])}", "green")
+            summary.append(f"━ GPU {fmt.ms(s.gpu[-1])}", "green")
             summary.append(f" · kernel-busy {fmt.pct(bf)} · {last.kernels:,} kernels")
         else:
             summary.append("waiting for the first token…", "dim")
@@ -61,17 +62,18 @@ class LatencyPane(Pane):
         top = max(decode_vals) if decode_vals else max(s.host)
         top = top * 1.15 if top > 0 else 1.0
         host = [min(v, top) for v in s.host]
-        plt.plot(s.seq, host, label="host ms", color="cyan", marker="braille")
+        plt.plot(s.seq, host, color="cyan", marker="braille")
         gx = [x for x, g in zip(s.seq, s.gpu) if g is not None]
         gy = [min(g, top) for g in s.gpu if g is not None]
         if gx:
-            plt.plot(gx, gy, label="GPU ms", color="green", marker="braille")
+            plt.plot(gx, gy, color="green", marker="braille")
+        span = max(1, s.seq[-1] - s.seq[0])
         for seq, ms_ in s.prefill:
             plt.vline(seq, "yellow")
-            plt.text(f"prefill {ms_:.0f}ms", seq, top * 0.92, color="yellow")
+            plt.text(f"prefill {ms_:.0f}ms", seq + span * 0.01, top * 0.95, color="yellow")
         for seq, text in s.mode_marks:
             plt.vline(seq, "magenta")
-            plt.text(text, seq, top * 0.80, color="magenta")
+            plt.text(text, seq + span * 0.01, top * 0.82, color="magenta")
         plt.ylim(0, top)
         if len(s.seq) > 1:
             plt.xlim(s.seq[0], s.seq[-1])

@@ -1,0 +1,145 @@
+"""Where the time goes, checked against numbers computed here straight from the fixture JSON."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from analysis_data import decode_records, decode_windows, duration
+from analysis_names import FIXTURE_NAMES
+
+from tuiprof.analysis import (attention_split, category_shares, launch_bound, library_shares,
+                              mode_summaries, phase_split, token_timing, top_kernels)
+
+CATEGORY = {r[0]: r[2] for r in FIXTURE_NAMES}
+LIBRARY = {r[0]: r[1] for r in FIXTURE_NAMES}
+
+
+def _expected_shares(d: dict, key: dict, copies: bool) -> dict:
+    ns: dict = {}
+    for r in decode_records(d, "KCS" if copies else "K"):
+        k = key[r[1]] if r[0] == "K" else "memcpy/memset"
+        ns[k] = ns.get(k, 0) + duration(r)
+    tot = sum(ns.values())
+    return {k: v / tot for k, v in ns.items()}
+
+
+@pytest.mark.parametrize("which", ["eager", "compiled"])
+def test_category_and_library_shares(which, request):
+    view = request.getfixturevalue(f"{which}_view")
+    d = request.getfixturevalue(f"{which}_json")
+    got = {k: s.share for k, s in category_shares(view).items()}
+    exp = _expected_shares(d, CATEGORY, copies=True)
+    assert got.keys() == exp.keys()
+    for k in exp:
+        assert got[k] == pytest.approx(exp[k], abs=1e-9)
+    got = {k: s.share for k, s in library_shares(view).items()}
+    exp = _expected_shares(d, LIBRARY, copies=False)
+    for k in exp:
+        assert got[k] == pytest.approx(exp[k], abs=1e-9)
+
+
+def test_eager_shares_values(eager_view):
+    sh = category_shares(eager_view)
+    # GEMM fraction, elementwise and copy/cast shares of eager decode (see fixture JSON above)
+    assert sh["GEMM/GEMV"].share == pytest.approx(0.27, abs=0.01)
+    assert sh["elementwise"].share == pytest.approx(0.368, abs=0.01)
+    assert sh["copy/cast"].share == pytest.approx(0.235, abs=0.01)
+    assert library_shares(eager_view)["PyTorch ATen"].share > 0.6
+
+
+def test_compiled_gemm_fraction(compiled_view):
+    sh = category_shares(compiled_view)
+    assert sh["GEMM/GEMV"].share == pytest.approx(0.594, abs=0.01)
+    assert library_shares(compiled_view)["Triton/Inductor"].share == pytest.approx(0.257, abs=0.01)
+
+
+@pytest.mark.parametrize("which,wall,busy,kernels", [
+    ("eager", 49.6, 4.1, 1850), ("compiled", 3.45, 1.84, 539)])
+def test_busy_vs_wall(which, wall, busy, kernels, request):
+    view = request.getfixturevalue(f"{which}_view")
+    d = request.getfixturevalue(f"{which}_json")
+    wins = decode_windows(d)
+    walls = [(e - s) / 1e6 for _, s, e in wins]
+    assert np.median(walls) == pytest.approx(wall, rel=0.01)
+    summ = mode_summaries(view)[which]
+    assert summ.tokens == 64 and summ.kernels_per_token == kernels
+    assert summ.ms_median == pytest.approx(np.median(walls), rel=1e-6)
+    assert summ.ms_p90 == pytest.approx(np.percentile(walls, 90), rel=1e-6)
+    assert summ.tokens_per_s == pytest.approx(1000 / np.mean(walls), rel=1e-6)
+    ks = decode_records(d, "K")
+    assert summ.busy_ms_per_token == pytest.approx(busy, rel=0.02)
+    # kernels never overlap in these recordings: busy = sum of kernel time
+    assert summ.busy_fraction == pytest.approx(sum(duration(r) for r in ks) / 1e6 / sum(walls),
+                                               rel=1e-3)
+    lb = launch_bound(view)
+    assert lb.launch_bound is (which == "eager")
+    assert lb.busy_ms == pytest.approx(busy, rel=0.03)
+
+
+def test_token_timing_split(compiled_view):
+    row = [t for t in compiled_view.tokens if t.phase == "decode"][5]
+    tt = token_timing(row)
+    assert tt.head_ms + tt.span_ms + tt.tail_ms == pytest.approx(tt.wall_ms, rel=1e-9)
+    assert tt.gaps_ms == pytest.approx(tt.span_ms - tt.busy_ms, abs=1e-9)
+    assert tt.graph_kernels == 537
+
+
+def test_phase_split(eager_view, eager_json):
+    ps = phase_split(eager_view)
+    s, e = [m[2] for m in eager_json["marks"] if m[1] == -1]
+    pre = sum(duration(r) for r in eager_json["records"] if r[0] == "K" and s <= r[2] <= e)
+    assert ps["prefill"]["tokens"] == 1 and ps["decode"]["tokens"] == 64
+    assert ps["prefill"]["gpu_ms"] >= pre / 1e6
+    assert ps["prefill"]["gpu_share"] + ps["decode"]["gpu_share"] == pytest.approx(1.0)
+
+
+def test_top_kernels(eager_view, eager_json):
+    rows = top_kernels(eager_view, "eager", "decode", 5)
+    assert len(rows) == 5
+    top = rows[0]
+    assert top.info.short == "cuBLAS GEMV nvjet 64x8"
+    ks = [r for r in decode_records(eager_json, "K") if r[1] == top.name]
+    assert top.launches == len(ks) == 64 * 168
+    assert top.total_ms == pytest.approx(sum(duration(r) for r in ks) / 1e6)
+    assert top.per_token == pytest.approx(168)
+    assert rows == sorted(rows, key=lambda r: -r.total_ms)
+
+
+def test_attention_fused(eager_view):
+    a = attention_split(eager_view)
+    assert a["path"] == "fused" and a["fused_attention_ms"] == pytest.approx(0.27, abs=0.02)
+
+
+def test_eager_attention_path_split():
+    """Non-fused attention (HF eager): q·kᵀ and p·v matmuls around a softmax kernel."""
+    from tuiprof.analysis import match_gemms
+    from tuiprof.store import SessionStore
+    gemv = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"
+    softmax = ("_ZN2at6native19cunn_SoftMaxForwardILi8EN3c108BFloat16EffNS0_22SoftMaxForwardEpilogue"
+               "EEEvPT2_PKT0_i")
+    meta = {"device": "NVIDIA H100 80GB HBM3", "sm_count": 132, "prompt_tokens": 4,
+            "model_def": {"name": "tiny", "family": "llama", "config": {
+                "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+                "vocab_size": 1000, "tie_word_embeddings": True}}}
+    s = SessionStore(meta=meta)
+    seq = s.begin_token("decode", "eager", 0, 0)
+    names = []
+    for _ in range(2):
+        names += [gemv] * 3 + [gemv, softmax, gemv] + [gemv] * 4
+    names.append(gemv)
+    recs, t = [], 1000
+    for i, n in enumerate(names):
+        dur = 3000 if n == softmax else 2000
+        recs.append(("K", n, t, t + dur, 4, 1, 1, 128, 1, 1, 32, 0, 7, i, 0))
+        t += dur + 500
+    s.add_records(recs)
+    s.end_token(seq, t + 1000, (t + 1000) / 1e6)
+    v = s.view()
+    m = match_gemms(v)
+    assert m.ok and [g.linear.name for g in m.launches][:9] == [
+        "q", "k", "v", "attn_qk", "attn_pv", "o", "gate", "up", "down"]
+    a = attention_split(v)
+    assert a["path"] == "eager"
+    assert a["softmax_ms"] == pytest.approx(2 * 3000 / 1e6)
+    assert a["attention_matmul_ms"] == pytest.approx(4 * 2000 / 1e6)
+    assert a["linear_matmul_ms"] == pytest.approx(15 * 2000 / 1e6)

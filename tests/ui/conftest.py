@@ -1,0 +1,85 @@
+"""Fixtures for the UI tests: the real H100 recordings, replayed into real stores, and a
+recording test double of SessionControl (the data is real; only the control is fake)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tuiprof.collect.replay import load_recording, replay_into
+from tuiprof.control import SessionControl
+from tuiprof.store import SessionStore
+
+FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+if not FIXTURES.exists():
+    FIXTURES = Path("/work/shared/fixtures")
+EAGER = FIXTURES / "h100_qwen3-0.6b_eager_decode64.json.gz"
+COMPILED = FIXTURES / "h100_qwen3-0.6b_compiled_decode64.json.gz"
+
+
+@pytest.fixture(scope="session")
+def recordings():
+    if not EAGER.exists() or not COMPILED.exists():
+        pytest.skip("H100 fixtures not found (shared/fixtures)")
+    return {"eager": load_recording(EAGER), "compiled": load_recording(COMPILED)}
+
+
+def combined_store(recs) -> SessionStore:
+    """Eager then compiled replayed into one store, a mode-switch event between them:
+    what a live session looks like after pressing ``c`` once."""
+    st = SessionStore()
+    replay_into(recs["eager"], st)
+    st.add_event("mode", "eager → compiled", ts_ns=1)
+    replay_into(recs["compiled"], st)
+    return st
+
+
+@pytest.fixture
+def store(recordings):
+    return combined_store(recordings)
+
+
+class FakeControl(SessionControl):
+    """Records every call; behaves like a live session that finished a run."""
+
+    def __init__(self, store, mode: str = "compiled", state: str = "done") -> None:
+        super().__init__(store)
+        self.calls: list[str] = []
+        self.status.live = True
+        self.status.mode = mode
+        self.status.state = state
+        self.status.message = ""
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.calls.append("stop")
+        self.status.state = "stopped"
+
+    def toggle_mode(self) -> str:
+        self.calls.append("toggle_mode")
+        self.status.state = "compiling"
+        self.status.compiling_since = time.monotonic()
+        return "compiling the decode step…"
+
+    def toggle_pause(self) -> str:
+        self.calls.append("toggle_pause")
+        self.status.state = "decode" if self.status.state == "paused" else "paused"
+        return "paused" if self.status.state == "paused" else "resumed"
+
+    def reset(self) -> str:
+        self.calls.append("reset")
+        return super().reset()
+
+
+@pytest.fixture
+def control(store):
+    return FakeControl(store)
+
+
+def screen_text(app) -> str:
+    """The current screen as plain text (for assertions)."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join("".join(seg.text for seg in s) for s in strips)

@@ -1,0 +1,70 @@
+"""Pure derivations and formatting, checked against numbers stated in the fixtures' README."""
+from __future__ import annotations
+
+import pytest
+
+from tuiprof.ui import format as fmt
+from tuiprof.ui.derive import (busy_fraction, compare, header_numbers, kernel_rows,
+                               latency_series, percentile, resolve_kernel_mode, select_kernels)
+
+
+def test_format_helpers():
+    assert fmt.ns(4760) == "4.76 µs" and fmt.ns(1.23e6) == "1.23 ms" and fmt.ns(None) == "–"
+    assert fmt.nbytes(1024**3 * 1.2) == "1.20 GiB" and fmt.nbytes(12) == "12 B"
+    assert fmt.dim3((4, 12, 1)) == "4×12×1"
+    s = fmt.spark([0, 50, 100, None], 6, 0, 100)
+    assert len(s) == 6 and s.endswith("█ ") and s.startswith("  ")
+    assert fmt.spark([1, 1, 1], 3, 0, 100) == "▁▁▁"       # 1% stays low on a 0..100 scale
+
+
+def test_percentile():
+    assert percentile([], 50) is None
+    assert percentile([3, 1, 2], 50) == 2
+    assert percentile(list(range(1, 101)), 99) == 99
+
+
+def test_header_numbers_match_the_recordings(store):
+    h = header_numbers(store.view(), "eager")
+    assert h.device == "H100 80GB HBM3" and h.weights == "random" and h.dtype == "bf16"
+    assert h.tokens == 130
+    assert h.itl_p50 == pytest.approx(49.6, abs=1.0)       # README: median step 49.6 ms
+    hc = header_numbers(store.view(), "compiled")
+    assert hc.itl_p50 == pytest.approx(3.45, abs=0.2)      # README: 3.45 ms
+    assert hc.tok_s > 10 * h.tok_s
+
+
+def test_comparison_kernels_per_token(store):
+    ea, co = compare(store.view())
+    assert ea.kernels_token == pytest.approx(1850)
+    assert co.kernels_token == pytest.approx(539)
+    assert co.graph_pct > 99 and ea.graph_pct == 0
+    assert ea.alloc_req_token > 1000 and co.alloc_req_token < 10   # README: ~1,770 vs ~4
+    assert ea.busy_pct < 15 < co.busy_pct
+
+
+def test_kernel_rows_and_selection(store):
+    view = store.view()
+    rows = kernel_rows(view, "eager", "decode")
+    assert sum(r.pct for r in rows) == pytest.approx(100.0)
+    nvjet = [r for r in rows if r.key.startswith("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT")]
+    assert nvjet and nvjet[0].stats.count == 10752             # README: 10,752 launches
+    top = select_kernels(rows, "pct", True, "", 5)
+    assert [r.stats.total for r in top] == sorted((r.stats.total for r in top), reverse=True)
+    assert select_kernels(rows, "pct", True, "no-such-kernel", 5) == []
+    # The compiled run's prefill ran eagerly: the table falls back to the mode that has data.
+    assert resolve_kernel_mode(view, "compiled", "prefill") == "eager"
+    merged = kernel_rows(view, "eager", "all")
+    assert sum(r.stats.count for r in merged) >= sum(r.stats.count for r in rows)
+
+
+def test_latency_series_marks_prefill_and_mode_switch(store):
+    s = latency_series(store.view(), 256)
+    assert len(s.seq) == 130
+    assert [seq for seq, _ in s.prefill] == [0, 65]
+    assert any("compiled" in text for _, text in s.mode_marks)
+    assert all(g is not None for g in s.gpu)
+
+
+def test_busy_fraction_eager_is_low(store):
+    rows = [r for r in store.view().tokens if r.phase == "decode" and r.mode == "eager"]
+    assert 5 < busy_fraction(rows[10]) < 15                    # 4.1 ms of kernels in ~50 ms

@@ -1,0 +1,390 @@
+"""Findings: what limits this run, with the numbers behind it and what to try.
+
+:func:`find` returns findings ranked by estimated impact (ms per decode token); caveats about
+the data (dropped records, sampling) carry no impact and come after. Rules and thresholds are
+in ``docs/analysis.md``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .breakdown import FUSABLE, category_shares, launch_bound
+from .gpus import gpu_spec
+from .kernels import GEMM
+from .launch import small_grid_launches
+from .roofline import match_gemms, model_roofline
+from .tokens import mode_summaries, steady_tokens, token_timing
+
+__all__ = ["Finding", "find", "SEVERITIES"]
+
+SEVERITIES = ("high", "medium", "low", "info")
+IDLE_FRACTION = 0.3          # GPU idle share of a step that makes a compiled run worth a finding
+FUSABLE_SHARE = 0.25         # elementwise + copy/cast share of decode GPU time
+COMPILED_SLOWER = 1.05       # compiled median ms/token over eager median
+BELOW_ROOF = 0.5             # memory-regime GEMM at < 50% of peak bandwidth
+MALLOC_COST_MS = 0.01        # assumed cost of one cudaMalloc when no API timing is recorded
+DEFAULT_SKIP = 2             # warm-up decode tokens left out of steady-state numbers
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    id: str
+    title: str
+    severity: str                          # high | medium | low | info
+    impact_ms_per_token: float | None      # estimated ms per decode token to win
+    share: float | None                    # share of the token (or of GPU time) concerned
+    numbers: dict = field(default_factory=dict)
+    evidence: str = ""
+    advice: str = ""
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (snapshots, exports)."""
+        return {"id": self.id, "title": self.title, "severity": self.severity,
+                "impact_ms_per_token": self.impact_ms_per_token, "share": self.share,
+                "numbers": dict(self.numbers), "evidence": self.evidence, "advice": self.advice}
+
+
+def _severity(impact_ms: float | None, token_ms: float) -> str:
+    if impact_ms is None or token_ms <= 0:
+        return "info"
+    r = impact_ms / token_ms
+    return "high" if r >= 0.25 else ("medium" if r >= 0.05 else "low")
+
+
+def _is_graph_run(lb) -> bool:
+    return lb is not None and lb.graph_fraction >= 0.5
+
+
+def find(view) -> list:
+    """All findings for ``view``, ranked (see module docstring)."""
+    out: list[Finding] = []
+    summaries = mode_summaries(view, "decode")
+    for mode in summaries:
+        out += _launch_or_idle(view, mode)
+        out += _small_grids(view, mode)
+        out += _fusable(view, mode)
+        out += _below_roof(view, mode)
+        out += _allocs(view, mode)
+    out += _compiled_slower(summaries)
+    out += _gpu_unused(view)
+    out += _caveats(view)
+    impact = [f for f in out if f.impact_ms_per_token is not None]
+    rest = [f for f in out if f.impact_ms_per_token is None]
+    impact.sort(key=lambda f: -f.impact_ms_per_token)
+    rest.sort(key=lambda f: SEVERITIES.index(f.severity))
+    return impact + rest
+
+
+# ------------------------------------------------------------------------------- rules
+def _launch_or_idle(view, mode: str) -> list:
+    lb = launch_bound(view, mode)
+    if lb is None or lb.kernels_per_token == 0:
+        return []
+    idle = lb.wall_ms - lb.busy_ms
+    nums = {"mode": mode, "wall_ms": lb.wall_ms, "busy_ms": lb.busy_ms,
+            "busy_fraction": lb.busy_fraction, "idle_ms": idle, "head_ms": lb.head_ms,
+            "tail_ms": lb.tail_ms, "gaps_ms": lb.gaps_ms, "kernels_per_token": lb.kernels_per_token,
+            "us_per_kernel_wall": lb.us_per_kernel_wall, "graph_fraction": lb.graph_fraction,
+            "tokens": lb.tokens}
+    if _is_graph_run(lb):
+        if 1 - lb.busy_fraction < IDLE_FRACTION:
+            return []
+        split = _graph_gaps(view, mode)
+        nums.update(split)
+        outside = split.get("outside_graph_gaps_ms", 0.0)
+        in_graph = split.get("in_graph_gaps_ms", lb.gaps_ms)
+        host = lb.head_ms + lb.tail_ms + outside
+        nums["host_side_idle_ms"] = host
+        nums["in_graph_idle_ms"] = in_graph
+        ev = (f"GPU busy {lb.busy_ms:.2f} of {lb.wall_ms:.2f} ms per step "
+              f"({lb.busy_fraction:.0%}); idle {idle:.2f} ms. Host side {host:.2f} ms: "
+              f"{lb.head_ms:.2f} ms before the first kernel (input preparation), "
+              f"{outside:.2f} ms between the kernels launched outside the CUDA graph and the graph "
+              f"(graph launch, input copies, argmax), {lb.tail_ms:.2f} ms after the last kernel "
+              f"(sync, the token's copy to the host). Inside the graph: {in_graph:.2f} ms of gaps "
+              f"between kernels (span - busy).")
+        if host >= in_graph:
+            adv = ("Most idle time is host work around the CUDA graph, not the GPU. Already "
+                   "running CUDA graphs: keep the generated token on the GPU and copy it "
+                   "asynchronously (no .item() per step), move argmax/sampling and the input "
+                   "updates into the captured graph, and prepare the next step's inputs while the "
+                   "graph runs.")
+        else:
+            adv = ("Most idle time is gaps between kernels inside the CUDA graph: fewer, larger "
+                   "kernels (more fusion; fused QKV and gate/up projections) shorten them.")
+        return [Finding("gpu-idle-in-step", f"GPU idle {1 - lb.busy_fraction:.0%} of each "
+                        f"{mode} decode step", _severity(idle, lb.wall_ms), idle,
+                        1 - lb.busy_fraction, nums, ev, adv)]
+    if not lb.launch_bound:
+        return []
+    adv = ("The GPU waits for the host to launch kernels. Try compiled mode "
+           "(torch.compile(mode=\"reduce-overhead\"): CUDA graphs replay the whole step with one "
+           "launch) or capture the decode step in a CUDA graph yourself; batching more "
+           "requests per step spreads the same launch cost over more tokens.")
+    if mode == "compiled":
+        adv = ("Compiled, but the kernels are not launched from CUDA graphs: use "
+               "mode=\"reduce-overhead\" (CUDA graphs) with a static KV cache, and check for "
+               "graph breaks and recompilations (TORCH_LOGS=graph_breaks,recompiles).")
+    ev = (f"GPU busy {lb.busy_ms:.2f} ms of a {lb.wall_ms:.2f} ms step "
+          f"({lb.busy_fraction:.1%}, median of {lb.tokens} steady tokens); "
+          f"{lb.kernels_per_token:.0f} kernels per token, {lb.us_per_kernel_wall:.1f} µs of wall "
+          f"time per launch against {lb.busy_ms * 1000 / max(1, lb.kernels_per_token):.1f} µs of "
+          f"GPU work")
+    return [Finding("launch-bound", f"Launch-bound: GPU idle {1 - lb.busy_fraction:.0%} of each "
+                    f"{mode} decode token", _severity(idle, lb.wall_ms), idle,
+                    1 - lb.busy_fraction, nums, ev, adv)]
+
+
+def _graph_gaps(view, mode: str) -> dict:
+    """Median idle inside the CUDA-graph span vs around kernels outside it (raw window)."""
+    rows = {t.seq: t for t in steady_tokens(view, "decode", mode)}
+    inside, outside = [], []
+    for seq, recs in view.raw:
+        t = rows.get(seq)
+        if t is None:
+            continue
+        ks = sorted((r for r in recs if r[0] == "K"), key=lambda r: r[2])
+        g = [r for r in ks if r[14]]
+        if not g or not ks:
+            continue
+        g_span = max(r[3] for r in g) - g[0][2]
+        g_busy = _union(g)
+        span = max(r[3] for r in ks) - ks[0][2]
+        inside.append(max(0, g_span - g_busy) / 1e6)
+        outside.append(max(0, (span - _union(ks)) - (g_span - g_busy)) / 1e6)
+    if not inside:
+        return {}
+    return {"in_graph_gaps_ms": float(np.median(inside)),
+            "outside_graph_gaps_ms": float(np.median(outside))}
+
+
+def _union(ks: list) -> int:
+    busy = 0
+    cur = -1
+    for r in sorted(ks, key=lambda r: r[2]):
+        s, e = r[2], r[3]
+        if s >= cur:
+            busy += e - s
+            cur = e
+        elif e > cur:
+            busy += e - cur
+            cur = e
+    return busy
+
+
+def _tokens_per_mode(view, mode: str) -> int:
+    ts = view.token_stats.get(("decode", mode))
+    return ts["host_ms"].count if ts else 0
+
+
+def _small_grids(view, mode: str) -> list:
+    rows = small_grid_launches(view, "decode", mode, (GEMM,))
+    ntok = _tokens_per_mode(view, mode)
+    if not rows or not ntok:
+        return []
+    spec = gpu_spec(view.meta)
+    gemm_ns = sum(a.stats.total for (n, p, m), a in view.kernels.items()
+                  if p == "decode" and m == mode and _is_gemm(n))
+    small_ns = sum(r.est_ns for r in rows)
+    launches = sum(r.launches for r in rows)
+    main = [r for r in rows if r.est_ns >= 0.01 * small_ns] or rows  # range over what matters
+    blocks = [r.launch.blocks for r in main]
+    waves = [r.launch.waves for r in main]
+    match = match_gemms(view, mode=mode)
+    if match.ok:
+        under = [g for g in match.launches if g.waves < 1]
+        impact = sum(g.duration_ns - g.bytes / spec.bandwidth_Bps * 1e9 for g in under) / 1e6
+        bw = [g.bw_frac for g in under]
+        how = "time minus bytes at peak bandwidth, matched launches of one token"
+    else:
+        impact = sum(r.est_ns * (1 - min(1.0, r.launch.sms_used / spec.sm_count)) for r in rows) / 1e6 / ntok
+        bw = []
+        how = "time x idle-SM share (shapes unknown)"
+    impact = max(0.0, impact)
+    nums = {"mode": mode, "sm_count": spec.sm_count, "blocks_min": min(blocks),
+            "blocks_max": max(blocks), "waves_min": min(waves), "waves_max": max(waves),
+            "launches_per_token": launches / ntok, "ms_per_token": small_ns / 1e6 / ntok,
+            "share_of_gemm_time": small_ns / gemm_ns if gemm_ns else 0.0,
+            "blocks_per_sm": rows[0].launch.blocks_per_sm, "impact_basis": how,
+            "kernels": sorted({r.short for r in rows})}
+    if bw:
+        nums["bw_frac_median"] = float(np.median(bw))
+    ev = (f"{launches / ntok:.0f} GEMM/GEMV launches per token run {min(blocks)}–{max(blocks)} "
+          f"blocks on {spec.sm_count} SMs ({min(waves):.2f}–{max(waves):.2f} waves at "
+          f"{rows[0].launch.blocks_per_sm} block(s)/SM): {small_ns / 1e6 / ntok:.2f} ms per token, "
+          f"{nums['share_of_gemm_time']:.0%} of GEMM time")
+    if bw:
+        ev += f"; median {nums['bw_frac_median']:.0%} of peak bandwidth"
+    adv = ("Each matrix-vector product uses a fraction of the SMs, so it cannot reach the memory "
+           "roof. Batch more sequences per step (more rows per GEMM), fuse the q/k/v and "
+           "gate/up projections into one GEMM each (more output tiles, more blocks), or try a "
+           "split-K / stream-K GEMV (torch.compile mode=\"max-autotune\", cuBLASLt heuristics).")
+    return [Finding("grid-too-small", f"GEMV grids too small: {min(blocks)}–{max(blocks)} blocks "
+                    f"on {spec.sm_count} SMs ({mode})", _severity(impact, _median_ms(view, mode)),
+                    impact, nums["share_of_gemm_time"], nums, ev, adv)]
+
+
+def _is_gemm(name: str) -> bool:
+    from .kernels import kernel_info
+    return kernel_info(name).category == GEMM
+
+
+def _median_ms(view, mode: str) -> float:
+    s = mode_summaries(view, "decode").get(mode)
+    return s.ms_median if s else 0.0
+
+
+def _fusable(view, mode: str) -> list:
+    sh = category_shares(view, "decode", mode)
+    ntok = _tokens_per_mode(view, mode)
+    parts = {k: sh[k] for k in FUSABLE if k in sh}
+    share = sum(s.share for s in parts.values())
+    if share < FUSABLE_SHARE or not ntok:
+        return []
+    ns = sum(s.ns for s in parts.values())
+    launches = sum(s.launches for s in parts.values())
+    impact = ns / 1e6 / ntok
+    nums = {"mode": mode, "share": share, "ms_per_token": impact,
+            "launches_per_token": launches / ntok}
+    nums.update({f"{k}_share": s.share for k, s in parts.items()})
+    ev = (f"elementwise {parts.get('elementwise').share if 'elementwise' in parts else 0:.0%} and "
+          f"copy/cast {parts.get('copy/cast').share if 'copy/cast' in parts else 0:.0%} of decode "
+          f"GPU time: {launches / ntok:.0f} launches, {impact:.2f} ms per token")
+    adv = ("Small elementwise and cast kernels each read and write the whole tensor; fusing them "
+           "into their neighbours removes most of that traffic and the launches. ")
+    adv += ("Try compiled mode (torch.compile fuses them into Triton kernels); keep the model in "
+            "one dtype to avoid casts." if mode != "compiled" else
+            "Look for graph breaks that stop Inductor from fusing (TORCH_LOGS=graph_breaks) and "
+            "keep the model in one dtype to avoid casts.")
+    return [Finding("fusable-kernels", f"Elementwise and cast kernels take {share:.0%} of GPU "
+                    f"time ({mode})", _severity(impact, _median_ms(view, mode)), impact, share,
+                    nums, ev + " (impact: an upper bound, all of that time)", adv)]
+
+
+def _below_roof(view, mode: str) -> list:
+    m = match_gemms(view, mode=mode)
+    spec = gpu_spec(view.meta)
+    if m.ok:
+        low = [g for g in m.launches if g.regime == "memory" and g.bw_frac < BELOW_ROOF
+               and g.waves >= 1]
+        if not low:
+            return []
+        impact = sum(g.duration_ns - g.bytes / spec.bandwidth_Bps * 1e9 for g in low) / 1e6
+        nums = {"mode": mode, "launches_per_token": len(low),
+                "bw_frac_median": float(np.median([g.bw_frac for g in low])),
+                "ms_per_token": sum(g.duration_ns for g in low) / 1e6,
+                "bytes_per_token": sum(g.bytes for g in low), "peak_Bps": spec.bandwidth_Bps,
+                "peaks_source": spec.source, "matmuls": sorted({g.linear.name for g in low})}
+        ev = (f"{len(low)} memory-bound GEMM launches per token that fill the GPU reach a median "
+              f"{nums['bw_frac_median']:.0%} of peak bandwidth ({spec.source} peak "
+              f"{spec.bandwidth_Bps / 1e12:.2f} TB/s)")
+        return [Finding("below-bandwidth-roof", f"Memory-bound GEMMs far below the bandwidth "
+                        f"roof ({mode})", _severity(impact, _median_ms(view, mode)), impact,
+                        nums["bw_frac_median"], nums, ev,
+                        "Check the GEMM's tile choice (cuBLASLt heuristics, max-autotune), the "
+                        "weight layout (contiguous, aligned) and whether other work shares the GPU.")]
+    return []
+
+
+def _allocs(view, mode: str) -> list:
+    toks = steady_tokens(view, "decode", mode, DEFAULT_SKIP)
+    if not toks:
+        return []
+    mallocs = [t.mallocs for t in toks]
+    deltas = []
+    prev = None
+    for t in toks:
+        a = t.alloc or {}
+        n = a.get("num_device_alloc")
+        if prev is not None and n is not None and prev[0] == t.seq - 1:
+            deltas.append(n - prev[1])
+        prev = (t.seq, n) if n is not None else None
+    per_tok = float(np.mean(mallocs)) if mallocs else 0.0
+    per_tok_alloc = float(np.mean(deltas)) if deltas else 0.0
+    n = max(per_tok, per_tok_alloc)
+    if n <= 0:
+        return []
+    api = view.api.get("cudaMalloc")
+    cost = api.mean / 1e6 if api is not None and api.count else MALLOC_COST_MS
+    impact = n * cost
+    nums = {"mode": mode, "cupti_mallocs_per_token": per_tok,
+            "allocator_device_allocs_per_token": per_tok_alloc, "tokens": len(toks),
+            "malloc_bytes_per_token": float(np.mean([t.malloc_bytes for t in toks])),
+            "ms_per_malloc": cost,
+            "ms_per_malloc_source": "cudaMalloc API timing" if api is not None and api.count else "assumed"}
+    ev = (f"{n:.1f} device allocations (cudaMalloc) per steady-state decode token "
+          f"(CUPTI: {per_tok:.1f}, caching allocator num_device_alloc delta: {per_tok_alloc:.1f})")
+    adv = ("Allocation should stop after warm-up. Keep the caching allocator on (no "
+           "PYTORCH_NO_CUDA_CACHING_ALLOCATOR), do not call torch.cuda.empty_cache() in the loop, "
+           "use a static KV cache and preallocated buffers, or "
+           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.")
+    return [Finding("device-allocs", f"Device memory allocated in every decode step ({mode})",
+                    _severity(impact, _median_ms(view, mode)), impact, None, nums, ev, adv)]
+
+
+def _compiled_slower(summaries: dict) -> list:
+    e, c = summaries.get("eager"), summaries.get("compiled")
+    if e is None or c is None or not e.ms_median or c.ms_median <= e.ms_median * COMPILED_SLOWER:
+        return []
+    diff = c.ms_median - e.ms_median
+    nums = {"eager_ms": e.ms_median, "compiled_ms": c.ms_median, "ratio": c.ms_median / e.ms_median,
+            "eager_tokens": e.tokens, "compiled_tokens": c.tokens}
+    return [Finding("compiled-slower", f"Compiled mode is {c.ms_median / e.ms_median:.2f}x slower "
+                    "than eager for this workload", _severity(diff, c.ms_median), diff, None, nums,
+                    f"median {c.ms_median:.2f} ms/token compiled vs {e.ms_median:.2f} eager",
+                    "Stay in eager for this workload, or look for recompilations and graph "
+                    "breaks (TORCH_LOGS=recompiles,graph_breaks), dynamic shapes that defeat "
+                    "CUDA graphs, and compile time still counted in the window.")]
+
+
+def _gpu_unused(view) -> list:
+    meta = view.meta
+    dev = str(meta.get("device") or "").lower()
+    toks = [t for t in view.tokens if t.done and t.sampled and t.phase == "decode"]
+    cupti = view.collectors.get("cupti", {"ok": True})
+    med = float(np.median([t.host_ms for t in toks])) if toks else None
+    if dev == "cpu":
+        return [Finding("gpu-unused", "Model runs on the CPU", "high", med, 1.0,
+                        {"device": meta.get("device")}, "meta device is 'cpu'",
+                        "Move the model and inputs to the GPU (model.to('cuda')); check that "
+                        "torch.cuda.is_available() is True in this environment.")]
+    has_gpu = bool(meta.get("sm_count")) or "nvidia" in dev or "cuda" in dev
+    if has_gpu and toks and cupti.get("ok", True) and sum(t.kernels for t in toks) == 0:
+        return [Finding("gpu-unused", "No GPU kernels while a GPU is present", "high", med, 1.0,
+                        {"device": meta.get("device"), "tokens": len(toks)},
+                        f"{len(toks)} decode tokens without a single kernel record",
+                        "The model is probably on the CPU: move it and its inputs to the GPU.")]
+    return []
+
+
+def _caveats(view) -> list:
+    out = []
+    c = view.counters
+    dropped = c.get("dropped", 0)
+    if dropped:
+        tot = c.get("records", 0) + dropped
+        frac = dropped / tot if tot else 1.0
+        out.append(Finding("dropped-records", f"{dropped:,} activity records dropped: numbers "
+                           "incomplete", "high" if frac >= 0.01 else "medium", None, frac,
+                           {"dropped": dropped, "records": c.get("records", 0), "fraction": frac},
+                           f"{frac:.1%} of CUPTI records were lost (buffers full)",
+                           "Kernel counts, busy time and shares undercount; use larger CUPTI "
+                           "buffers or sample fewer tokens."))
+    toks = [t for t in view.tokens if t.done]
+    uns = [t for t in toks if not t.sampled]
+    if uns:
+        out.append(Finding("sampled", f"{len(uns)} of {len(toks)} tokens not profiled (sampling)",
+                           "info", None, len(uns) / len(toks),
+                           {"unsampled": len(uns), "tokens": len(toks)},
+                           "kernel numbers come from the sampled tokens only; wall times cover all",
+                           "Per-token kernel figures are estimates from the sampled tokens; "
+                           "profile every token for exact totals."))
+    cupti = view.collectors.get("cupti")
+    if cupti is not None and not cupti.get("ok", True):
+        out.append(Finding("no-kernel-data", "No kernel data: CUPTI collector not running",
+                           "high", None, None, {"message": cupti.get("message", "")},
+                           cupti.get("message", ""),
+                           "GPU findings need CUPTI; see the collector message."))
+    return out

@@ -1,0 +1,229 @@
+"""Raw CUPTI activity buffers: copy in the callback, parse in bulk with numpy.
+
+Why: cupti-python's buffer-completed callback builds one Python object per record before it
+calls back, and that object's fields are read through numpy. Measured on the H100
+(``bench/cupti_probe.py``, 2,400 kernels per step): a callback that does *nothing* with the
+records already made each step 5.7× slower, and reading the fields made it 9.9× slower.
+Here the C callbacks (ctypes) only hand out and take back buffers; the completed buffer is
+copied (one memcpy) and parsed on a consumer thread: one small Python step per record to walk
+the variable-size records, and numpy gathers for every field.
+
+Record layouts are CUPTI's (field offsets are the same in every version cupti-python knows;
+only the record sizes differ and are detected from the first buffer, see :class:`Layout`).
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from itertools import repeat
+
+import numpy as np
+
+# CUpti_ActivityKind values
+KIND_MEMCPY, KIND_MEMSET, KIND_KERNEL, KIND_DRIVER, KIND_RUNTIME = 1, 2, 10, 4, 5
+KIND_CONCURRENT_KERNEL = 10
+KIND_MEMORY2 = 49
+
+# candidate record sizes per kind (CUPTI 12.x/13.x struct versions)
+SIZE_CANDIDATES = {
+    KIND_CONCURRENT_KERNEL: (216, 224, 232, 248, 208),
+    KIND_MEMCPY: (96, 112, 88),
+    KIND_MEMSET: (88, 104),
+    KIND_MEMORY2: (128,),
+    KIND_RUNTIME: (40,),
+    KIND_DRIVER: (40,),
+}
+
+
+class LayoutError(RuntimeError):
+    """The buffer does not parse with any known record size."""
+
+
+@dataclass
+class Layout:
+    """Record size per kind, fixed once detected."""
+
+    sizes: dict = field(default_factory=dict)
+
+    def walk(self, mv32: memoryview, nbytes: int) -> dict[int, list[int]]:
+        """Offsets of the records of each kind in a buffer of ``nbytes`` valid bytes."""
+        sizes = self.sizes
+        out: dict[int, list[int]] = {}
+        off = 0
+        while off < nbytes:
+            kind = mv32[off >> 2]
+            size = sizes.get(kind)
+            if size is None:
+                size = self._detect(mv32, nbytes, off, kind)
+            lst = out.get(kind)
+            if lst is None:
+                lst = out[kind] = []
+            lst.append(off)
+            off += size
+        if off != nbytes:
+            raise LayoutError(f"records overrun the buffer ({off} != {nbytes})")
+        return out
+
+    def _detect(self, mv32: memoryview, nbytes: int, off: int, kind: int) -> int:
+        cands = SIZE_CANDIDATES.get(kind)
+        if cands is None:
+            raise LayoutError(f"unexpected CUPTI record kind {kind}")
+        valid = [s for s in cands if self._plausible(mv32, nbytes, off + s, depth=3)]
+        if not valid:
+            raise LayoutError(f"no known size fits CUPTI record kind {kind}")
+        self.sizes[kind] = valid[0]
+        if len(valid) > 1:  # ambiguous so far: settle it on a later buffer
+            del self.sizes[kind]
+        return valid[0]
+
+    def _plausible(self, mv32: memoryview, nbytes: int, off: int, depth: int) -> bool:
+        if off == nbytes:
+            return True
+        if off > nbytes or off % 8:
+            return False
+        kind = mv32[off >> 2]
+        if kind not in SIZE_CANDIDATES:
+            return False
+        if depth == 0:
+            return True
+        size = self.sizes.get(kind)
+        sizes = (size,) if size is not None else SIZE_CANDIDATES[kind]
+        return any(self._plausible(mv32, nbytes, off + s, depth - 1) for s in sizes)
+
+
+class NameCache:
+    """Kernel-name pointers to strings. CUPTI shares one name string among all records of a
+    kernel and keeps it alive, so a pointer is read once."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+
+    def lookup(self, ptrs: np.ndarray) -> list[str]:
+        uniq, inv = np.unique(ptrs, return_inverse=True)
+        names = self._names
+        strs = []
+        for p in uniq.tolist():
+            s = names.get(p)
+            if s is None:
+                s = names[p] = ctypes.string_at(p).decode("utf-8", "replace") if p else "<unknown>"
+            strs.append(s)
+        return np.array(strs, dtype=object)[inv].tolist()
+
+
+def parse_buffer(data: bytes, layout: Layout, names: NameCache,
+                 api_names: dict[tuple[int, int], str] | None = None) -> list[tuple]:
+    """Parse one completed buffer into record tuples (:mod:`tuiprof.store.records`).
+
+    Kernels come first, sorted by start time; the few other records follow.
+    """
+    n = len(data)
+    if n == 0:
+        return []
+    mv32 = memoryview(data).cast("I")
+    offsets = layout.walk(mv32, n)
+    w64 = np.frombuffer(data, dtype=np.uint64)
+    w32 = np.frombuffer(data, dtype=np.uint32)
+    i32 = np.frombuffer(data, dtype=np.int32)
+    w16 = np.frombuffer(data, dtype=np.uint16)
+    out: list[tuple] = []
+    koffs = offsets.get(KIND_CONCURRENT_KERNEL)
+    if koffs:
+        o = np.asarray(koffs, dtype=np.int64)
+        start = w64[(o + 16) >> 3]
+        order = np.argsort(start, kind="stable")
+        o = o[order]
+        start = start[order]
+        q = o >> 2
+        cols = [
+            names.lookup(w64[(o + 104) >> 3]),
+            start.tolist(),
+            w64[(o + 24) >> 3].tolist(),
+            i32[q + 13].tolist(), i32[q + 14].tolist(), i32[q + 15].tolist(),   # grid 52..60
+            i32[q + 16].tolist(), i32[q + 17].tolist(), i32[q + 18].tolist(),   # block 64..72
+            w16[(o + 6) >> 1].tolist(),                                          # registers
+            (i32[q + 19] + i32[q + 20]).tolist(),                                # static + dynamic smem
+            w32[q + 12].tolist(),                                                # stream 48
+            w32[q + 23].tolist(),                                                # correlation 92
+            w32[q + 39].tolist(),                                                # graph id 156
+        ]
+        out.extend(zip(repeat("K"), *cols))
+    for kind, offs in offsets.items():
+        if kind == KIND_CONCURRENT_KERNEL:
+            continue
+        o = np.asarray(offs, dtype=np.int64)
+        q = o >> 2
+        if kind == KIND_MEMCPY:
+            copy_kind = np.frombuffer(data, dtype=np.uint8)[o + 4]
+            out.extend(zip(repeat("C"), copy_kind.tolist(), w64[(o + 8) >> 3].tolist(),
+                           w64[(o + 16) >> 3].tolist(), w64[(o + 24) >> 3].tolist(),
+                           w32[q + 10].tolist(), w32[q + 11].tolist()))
+        elif kind == KIND_MEMSET:
+            out.extend(zip(repeat("S"), w64[(o + 8) >> 3].tolist(), w64[(o + 16) >> 3].tolist(),
+                           w64[(o + 24) >> 3].tolist(), w32[q + 10].tolist(),
+                           w32[q + 11].tolist()))
+        elif kind == KIND_MEMORY2:
+            out.extend(zip(repeat("A"), i32[q + 1].tolist(), i32[q + 2].tolist(),
+                           w64[(o + 24) >> 3].tolist(), w64[(o + 32) >> 3].tolist(),
+                           w64[(o + 16) >> 3].tolist()))
+        elif kind in (KIND_RUNTIME, KIND_DRIVER):
+            dom = 2 if kind == KIND_RUNTIME else 1
+            table = api_names or {}
+            cb = w32[q + 1].tolist()
+            out.extend(("R", table.get((dom, c), f"api#{c}"), s, e, k) for c, s, e, k in zip(
+                cb, w64[(o + 8) >> 3].tolist(), w64[(o + 16) >> 3].tolist(),
+                w32[q + 8].tolist()))
+    return out
+
+
+# ---------------------------------------------------------------- C callbacks
+REQUEST_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
+                              ctypes.POINTER(ctypes.c_size_t))
+COMPLETE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
+                               ctypes.c_size_t, ctypes.c_size_t)
+
+
+def find_libcupti() -> ctypes.CDLL:
+    """The libcupti that cupti-python already loaded in this process."""
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            if "libcupti.so" in line:
+                return ctypes.CDLL(line.split()[-1])
+    raise OSError("libcupti is not loaded (call a cupti-python function first)")
+
+
+class RawBuffers:
+    """Buffer pool and the two C callbacks CUPTI calls; completed buffers are copied to ``sink``."""
+
+    def __init__(self, buffer_bytes: int, sink) -> None:
+        self.buffer_bytes = buffer_bytes
+        self.sink = sink
+        self._free: list[int] = []
+        self._arrays: dict[int, np.ndarray] = {}
+        self.request_cb = REQUEST_FN(self._request)
+        self.complete_cb = COMPLETE_FN(self._complete)
+
+    def _request(self, buf_pp, size_p, max_records_p) -> None:
+        if self._free:
+            addr = self._free.pop()
+        else:
+            arr = np.empty(self.buffer_bytes + 8, dtype=np.uint8)
+            base = arr.ctypes.data
+            addr = (base + 7) & ~7
+            self._arrays[addr] = arr
+        buf_pp[0] = addr
+        size_p[0] = self.buffer_bytes
+        max_records_p[0] = 0
+
+    def _complete(self, ctx, stream_id, buf, size, valid) -> None:
+        if valid:
+            self.sink(ctypes.string_at(buf, valid))
+        if buf:
+            self._free.append(buf)
+
+    def register(self, lib: ctypes.CDLL) -> None:
+        fn = lib.cuptiActivityRegisterCallbacks
+        fn.argtypes = [REQUEST_FN, COMPLETE_FN]
+        fn.restype = ctypes.c_int
+        res = fn(self.request_cb, self.complete_cb)
+        if res != 0:
+            raise RuntimeError(f"cuptiActivityRegisterCallbacks returned {res}")

@@ -1,0 +1,68 @@
+"""What the engine tells its listener: token boundaries and state changes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+STATES = ("loading", "prefill", "decode", "compiling", "paused", "stopped", "done", "error")
+
+
+@dataclass(slots=True)
+class TokenEvent:
+    """One generated token (the prefill's or a decode step's)."""
+
+    index: int        # tokens generated in this engine's life, 0 = the prefill's token
+    step: int         # -1 for prefill, else decode step within the current cycle
+    phase: str        # "prefill" | "decode"
+    mode: str         # "eager" | "compiled" (prefill always runs eager)
+    token_id: int
+    start_ns: int     # engine clock just before the step's work was launched
+    end_ns: int       # engine clock after the token reached the host
+    host_ms: float    # perf_counter wall time of the step
+    gpu_ms: float | None   # CUDA-event time of the step's GPU work (None on CPU)
+    cycle: int
+
+
+class EngineListener(Protocol):
+    """Receives engine callbacks, on the engine thread: keep them short and never block."""
+
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None: ...
+
+    def token_finished(self, ev: TokenEvent) -> None: ...
+
+    def state_changed(self, state: str, message: str = "") -> None: ...
+
+
+class NullListener:
+    """A listener that ignores everything."""
+
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+        pass
+
+    def token_finished(self, ev: TokenEvent) -> None:
+        pass
+
+    def state_changed(self, state: str, message: str = "") -> None:
+        pass
+
+
+class CollectingListener(NullListener):
+    """Keeps every event and state (tests, headless runs); list appends are thread-safe."""
+
+    def __init__(self) -> None:
+        self.events: list[TokenEvent] = []
+        self.states: list[tuple[str, str]] = []
+        self.started = 0
+
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+        self.started += 1
+
+    def token_finished(self, ev: TokenEvent) -> None:
+        self.events.append(ev)
+
+    def state_changed(self, state: str, message: str = "") -> None:
+        self.states.append((state, message))
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [e.token_id for e in self.events]

@@ -1,0 +1,588 @@
+"""``llama_layer`` family: one Llama-2-7B-shaped decoder layer run as a decode workload.
+
+The module also holds the decoder building blocks that the other study families
+(``nanochat``, ``cs336``, ``deepseek``) share: RMSNorm, rotary embeddings in three
+conventions, a static KV cache updated in place, a plain/SDPA attention switch, seeded
+initialisation on the target device, strict safetensors loading and the adapter object
+that satisfies ``tuiprof.engine.adapter.DecoderAdapter``.
+
+The layer workload: hidden 4096, 32 heads of 128 (MHA), SwiGLU MLP 11008, RMSNorm, no
+RoPE. It has no real embedding or LM head: token ids index a *fixed* seeded table of
+``vocab_size x hidden`` (a non-persistent buffer, not a parameter), and the layer's output
+hidden state is returned as the "logits" (so ``vocab_size == hidden_size``, 4096). Greedy
+decoding therefore works and the engine can drive it like any decoder, while the measured
+work is one layer's decode step against a static KV cache.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.profiler import record_function
+
+from tuiprof.errors import TuiprofError
+
+ATTENTION_IMPLS = ("plain", "sdpa")
+"""``plain``: matmul + softmax + matmul (annotated for the sweep); ``sdpa``: fused kernel."""
+
+ROPE_STYLES = ("half", "half_neg", "interleaved")
+"""``half``: HF ``rotate_half``; ``half_neg``: nanochat's sign convention; ``interleaved``:
+adjacent pairs (CS336)."""
+
+ATTN_LABELS = {"scores": "attn::scores_matmul", "softmax": "attn::softmax", "values": "attn::values_matmul"}
+"""``record_function`` labels emitted by the plain attention path (read by tuiprof.sweep)."""
+
+
+class WeightsMismatchError(TuiprofError):
+    """Safetensors weights whose keys or shapes do not match the model definition."""
+
+
+# --------------------------------------------------------------------------- primitives
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """RMSNorm computed in float32 and cast back; ``weight`` None means parameter-free."""
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.float()
+    return y.to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learnable gain named ``weight`` (Llama/DeepSeek/CS336 key layout)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rope_tables(max_len: int, head_dim: int, theta: float, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 ``cos``/``sin`` tables of shape ``[max_len, head_dim // 2]``."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    t = torch.arange(max_len, dtype=torch.float32, device=device)
+    freqs = torch.outer(t, inv_freq)
+    return freqs.cos(), freqs.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Tensor:
+    """Rotate ``x`` ``[B, H, T, D]`` by per-position tables ``[T, D/2]`` (computed in float32)."""
+    x32 = x.float()
+    if style == "interleaved":
+        x1, x2 = x32[..., 0::2], x32[..., 1::2]
+        y = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    else:
+        d = x32.shape[-1] // 2
+        x1, x2 = x32[..., :d], x32[..., d:]
+        if style == "half":
+            y = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        else:  # half_neg: nanochat's apply_rotary_emb
+            y = torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+    return y.to(x.dtype)
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    impl: str,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
+    """Attention of ``q [B,H,T,D]`` over ``k, v [B,Hkv,S,D]``.
+
+    ``mask`` is a boolean "may attend" mask broadcastable to ``[B,H,T,S]``; ``causal`` adds
+    the usual lower-triangular mask (query ``i`` of ``T`` sees keys ``<= S-T+i``).
+    ``plain`` wraps its three stages in ``record_function`` labels (``ATTN_LABELS``).
+    """
+    if k.shape[1] != q.shape[1]:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    if impl == "sdpa":
+        if causal and mask is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if causal:
+            mask = mask & _causal_mask(q.shape[2], k.shape[2], q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if impl != "plain":
+        raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, not {impl!r}")
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    with record_function(ATTN_LABELS["scores"]):
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    with record_function(ATTN_LABELS["softmax"]):
+        if causal:
+            cm = _causal_mask(q.shape[2], k.shape[2], q.device)
+            mask = cm if mask is None else mask & cm
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    with record_function(ATTN_LABELS["values"]):
+        return torch.matmul(probs, v)
+
+
+def _causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(t, s, dtype=torch.bool, device=device).tril(s - t)
+
+
+# --------------------------------------------------------------------------- KV cache
+
+
+class KVCache(nn.Module):
+    """Static per-layer KV cache ``[1, kv_heads, max_len, head_dim]``, allocated on first use.
+
+    The tensors are non-persistent buffers (so CUDA-graph trees treat them as static
+    addresses) that are written in place: ``copy_`` of the prefix at prefill and
+    ``index_copy_`` at ``pos`` during decode. ``reset`` zeroes them without reallocating.
+    """
+
+    def __init__(self, kv_heads: int, head_dim: int, max_len: int) -> None:
+        super().__init__()
+        self.shape = (1, kv_heads, max_len, head_dim)
+        self.register_buffer("k", None, persistent=False)
+        self.register_buffer("v", None, persistent=False)
+
+    @property
+    def allocated(self) -> bool:
+        return self.k is not None
+
+    def reset(self, *, dtype: torch.dtype, device: torch.device) -> None:
+        """Allocate (first call) or zero the cache in place."""
+        if self.k is None or self.k.dtype != dtype or self.k.device != device:
+            with torch.inference_mode(False), torch.no_grad():
+                self.k = torch.zeros(self.shape, dtype=dtype, device=device)
+                self.v = torch.zeros(self.shape, dtype=dtype, device=device)
+            _mark_static(self.k)
+            _mark_static(self.v)
+        else:
+            with torch.no_grad():
+                self.k.zero_()
+                self.v.zero_()
+
+    def release(self) -> None:
+        """Drop the cache tensors (the next ``reset`` reallocates)."""
+        self.k = None
+        self.v = None
+
+    def write_prefix(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        t = k.shape[2]
+        self.k[:, :, :t].copy_(k)
+        self.v[:, :, :t].copy_(v)
+
+    def write_at(self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k.index_copy_(2, pos, k)
+        self.v.index_copy_(2, pos, v)
+
+    def visible(self, pos: torch.Tensor) -> torch.Tensor:
+        """``[1,1,1,max_len]`` mask of the slots a query at ``pos`` may attend to."""
+        slots = torch.arange(self.shape[2], device=pos.device)
+        return (slots <= pos.view(1)).view(1, 1, 1, -1)
+
+
+def _mark_static(t: torch.Tensor) -> None:
+    try:
+        torch._dynamo.mark_static_address(t)
+    except Exception:  # pragma: no cover - older/odd torch builds
+        pass
+
+
+# --------------------------------------------------------------------------- layers
+
+
+class SelfAttention(nn.Module):
+    """Multi-head (or grouped-query) self-attention with optional RoPE and QK-norm.
+
+    Projection names are given so that each family keeps its checkpoint's key layout
+    (``names = (q, k, v, out)``).
+    """
+
+    def __init__(
+        self,
+        hidden: int,
+        n_heads: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        names: tuple[str, str, str, str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+        rope_style: str | None = None,
+        qk_norm: bool = False,
+        impl: str = "sdpa",
+    ) -> None:
+        super().__init__()
+        if impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, not {impl!r}")
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
+        self.names, self.rope_style, self.qk_norm, self.impl = names, rope_style, qk_norm, impl
+        for name, out in zip(names[:3], (n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim)):
+            setattr(self, name, nn.Linear(hidden, out, bias=False))
+        setattr(self, names[3], nn.Linear(n_heads * head_dim, hidden, bias=False))
+        self.cache = KVCache(n_kv_heads, head_dim, max_len)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        mode: str,
+        pos: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``mode``: ``full`` (no cache), ``prefill`` (fills the cache) or ``decode`` (T=1 at ``pos``)."""
+        b, t, _ = x.shape
+        qn, kn, vn, on = self.names
+        q = getattr(self, qn)(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = getattr(self, kn)(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = getattr(self, vn)(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if rope is not None and self.rope_style is not None:
+            q = apply_rope(q, rope[0], rope[1], self.rope_style)
+            k = apply_rope(k, rope[0], rope[1], self.rope_style)
+        if self.qk_norm:
+            q = F.rms_norm(q, (self.head_dim,))
+            k = F.rms_norm(k, (self.head_dim,))
+        if mode == "decode":
+            self.cache.write_at(pos, k, v)
+            y = attend(q, self.cache.k, self.cache.v, impl=self.impl, mask=self.cache.visible(pos))
+        else:
+            if mode == "prefill":
+                self.cache.write_prefix(k, v)
+            y = attend(q, k, v, impl=self.impl, causal=True)
+        y = y.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
+        return getattr(self, on)(y)
+
+
+class SwiGLU(nn.Module):
+    """``down(silu(gate(x)) * up(x))`` with the family's names ``(gate, up, down)``."""
+
+    def __init__(self, hidden: int, inter: int, names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")) -> None:
+        super().__init__()
+        self.names = names
+        setattr(self, names[0], nn.Linear(hidden, inter, bias=False))
+        setattr(self, names[1], nn.Linear(hidden, inter, bias=False))
+        setattr(self, names[2], nn.Linear(inter, hidden, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g, u, d = (getattr(self, n) for n in self.names)
+        return d(F.silu(g(x)) * u(x))
+
+
+# --------------------------------------------------------------------------- LM base
+
+
+class CachedDecoderLM(nn.Module):
+    """Base of the study decoders: full forward, prefill and static-shape decode.
+
+    Subclasses set ``vocab_size``, ``max_len``, ``head_dim``, ``rope_theta`` (None: no RoPE)
+    and implement ``_run(ids, mode, rope, pos, last_only) -> logits [B, T', V]``.
+    """
+
+    vocab_size: int
+    max_len: int
+    head_dim: int
+    rope_theta: float | None = None
+    attention_impl: str = "sdpa"
+
+    def init_buffers(self, generator: torch.Generator | None) -> None:
+        """(Re)build non-persistent buffers on the parameters' device (after ``to_empty``)."""
+        if self.rope_theta is not None:
+            dev = next(self.parameters()).device
+            cos, sin = rope_tables(self.max_len, self.head_dim, self.rope_theta, dev)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+
+    def _rope(self, t: int, pos: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.rope_theta is None:
+            return None
+        if pos is None:
+            if t > self.max_len:
+                raise ValueError(f"sequence of {t} tokens exceeds max_len {self.max_len}")
+            return self.rope_cos[:t], self.rope_sin[:t]
+        return self.rope_cos.index_select(0, pos), self.rope_sin.index_select(0, pos)
+
+    def _run(self, ids: torch.Tensor, mode: str, rope: Any, pos: torch.Tensor | None, last_only: bool) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Full causal forward without cache: ``[B, T]`` ids -> ``[B, T, V]`` logits."""
+        return self._run(input_ids, "full", self._rope(input_ids.shape[1], None), None, False)
+
+    def caches(self) -> list[KVCache]:
+        return [m for m in self.modules() if isinstance(m, KVCache)]
+
+    def reset_cache(self) -> None:
+        p = next(self.parameters())
+        for c in self.caches():
+            c.reset(dtype=p.dtype, device=p.device)
+
+    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Fill the cache with ``input_ids [1, T]``; float32 logits of the last position ``[1, V]``."""
+        if input_ids.shape[0] != 1:
+            raise ValueError("prefill takes a batch of 1")
+        if not all(c.allocated for c in self.caches()):
+            self.reset_cache()
+        t = input_ids.shape[1]
+        return self._run(input_ids, "prefill", self._rope(t, None), None, True)[:, -1].float()
+
+    def decode(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """One static-shape step: ``token [1,1]`` at ``pos [1]`` -> float32 logits ``[1, V]``."""
+        return self._run(token, "decode", self._rope(1, pos), pos, True)[:, -1].float()
+
+
+# --------------------------------------------------------------------------- adapter
+
+
+@dataclass
+class ModuleAdapter:
+    """``DecoderAdapter`` over a ``CachedDecoderLM`` (batch 1, static KV cache)."""
+
+    module: CachedDecoderLM
+    name: str = ""
+
+    @property
+    def vocab_size(self) -> int:
+        return self.module.vocab_size
+
+    @property
+    def max_len(self) -> int:
+        return self.module.max_len
+
+    @property
+    def attention_impl(self) -> str:
+        return self.module.attention_impl
+
+    def reset_cache(self) -> None:
+        self.module.reset_cache()
+
+    def release_cache(self) -> None:
+        for c in self.module.caches():
+            c.release()
+
+    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.module.prefill(input_ids)
+
+    def decode(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.module.decode(token, pos)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Full-sequence logits ``[B, T, V]`` (grad mode is the caller's)."""
+        return self.module(input_ids)
+
+    def linear_layers(self) -> list[tuple[str, int, int]]:
+        """``(name, in_features, out_features)`` of every GEMM weight, in forward order."""
+        extra = getattr(self.module, "linear_layers", None)
+        if callable(extra):
+            return extra()
+        return [(n, m.in_features, m.out_features) for n, m in self.module.named_modules() if isinstance(m, nn.Linear)]
+
+
+# --------------------------------------------------------------------------- build + weights
+
+
+def build_module(
+    factory: Callable[[], CachedDecoderLM],
+    *,
+    name: str,
+    device: torch.device | str,
+    dtype: torch.dtype | str,
+    seed: int,
+    weights: str | None,
+    ignore_prefixes: Iterable[str] = (),
+) -> CachedDecoderLM:
+    """Construct on ``meta``, materialise on ``device`` in ``dtype``, then load or seed weights.
+
+    Random weights: see ``init_random``,
+    drawn in parameter order from a generator seeded with ``seed`` on ``device`` (the same
+    seed and device give the same weights). ``device="meta"`` builds shapes only.
+    """
+    dtype = _dtype(dtype)
+    device = torch.device(device)
+    with torch.device("meta"):
+        module = factory()
+    module = module.to(dtype=dtype)
+    if device.type == "meta":
+        module.init_buffers(None)
+        return module.eval()
+    module = module.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    if weights:
+        load_weights(module, weights, name=name, ignore_prefixes=ignore_prefixes)
+    else:
+        init_random(module, gen)
+    module.init_buffers(gen)
+    return module.eval()
+
+
+def init_random(module: nn.Module, gen: torch.Generator) -> None:
+    """Seeded init in place: embeddings N(0, 1), other matrices N(0, 1/sqrt(fan_in)),
+    vectors (norm gains) ones."""
+    embeddings = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
+    with torch.no_grad():
+        for _, p in module.named_parameters():
+            if id(p) in embeddings:
+                p.normal_(0.0, 1.0, generator=gen)
+            elif p.ndim >= 2:
+                p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]), generator=gen)
+            else:
+                p.fill_(1.0)
+
+
+def load_weights(module: nn.Module, path: str, *, name: str, ignore_prefixes: Iterable[str] = ()) -> None:
+    """Load a safetensors file (or every ``*.safetensors`` of a directory), strictly.
+
+    Modules may define ``to_external(state) -> state`` / ``from_external(state) -> state``
+    when their checkpoint layout differs from their parameters (e.g. stacked experts);
+    keys starting with one of ``ignore_prefixes`` (e.g. a vision tower) are dropped first.
+    Raises ``WeightsMismatchError`` with a one-line message on any mismatch.
+    """
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    p = Path(path).expanduser()
+    files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
+    if not files:
+        raise WeightsMismatchError(f"no *.safetensors files in {path} for {name}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            state.update(load_file(str(f), device="cpu"))
+        except Exception as exc:  # missing file, bad header
+            first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+            raise WeightsMismatchError(f"cannot read weights {f} for {name}: {first}") from None
+    prefixes = tuple(ignore_prefixes)
+    if prefixes:
+        state = {k: v for k, v in state.items() if not k.startswith(prefixes)}
+    own = module.state_dict()
+    to_ext = getattr(module, "to_external", None)
+    expected = {k: tuple(v.shape) for k, v in (to_ext(own) if callable(to_ext) else own).items()}
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shapes = sorted(k for k in expected if k in state and tuple(state[k].shape) != expected[k])
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing (e.g. {', '.join(missing[:3])})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected (e.g. {', '.join(unexpected[:3])})")
+        if shapes:
+            k = shapes[0]
+            parts.append(f"{len(shapes)} with wrong shape (e.g. {k}: file {tuple(state[k].shape)}, model {expected[k]})")
+        raise WeightsMismatchError(f"weights {path} do not match model {name}: " + "; ".join(parts))
+    from_ext = getattr(module, "from_external", None)
+    if callable(from_ext):
+        state = from_ext(state)
+    with torch.no_grad():
+        for k, t in own.items():
+            t.copy_(state[k])
+
+
+def def_field(model_def: Any, key: str, default: Any = None) -> Any:
+    """A field of a model definition given as a dict or as a ``registry.ModelDef``."""
+    if isinstance(model_def, Mapping):
+        return model_def.get(key, default)
+    return getattr(model_def, key, default)
+
+
+def with_max_len(config: Mapping[str, Any], key: str, max_len: int | None) -> Mapping[str, Any]:
+    """``config`` with its sequence-length field ``key`` replaced by ``max_len`` (if given)."""
+    return config if max_len is None else {**config, key: int(max_len)}
+
+
+def _dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        out = getattr(torch, str(dtype).replace("torch.", ""))
+    except AttributeError:
+        raise ValueError(f"unknown dtype {dtype!r}") from None
+    if not isinstance(out, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return out
+
+
+# --------------------------------------------------------------------------- the layer workload
+
+
+class LlamaLayerLM(CachedDecoderLM):
+    """One pre-norm Llama decoder layer (no RoPE) behind a fixed embedding; logits = hidden."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__()
+        c = _layer_config(config)
+        self.config = c
+        self.vocab_size = c["vocab_size"]
+        self.max_len = c["max_len"]
+        self.head_dim = c["head_dim"]
+        self.attention_impl = c["attention"]
+        h = c["hidden_size"]
+        self.input_layernorm = RMSNorm(h, c["rms_norm_eps"])
+        self.self_attn = SelfAttention(
+            h, c["num_heads"], c["num_heads"], c["head_dim"], c["max_len"], impl=c["attention"]
+        )
+        self.post_attention_layernorm = RMSNorm(h, c["rms_norm_eps"])
+        self.mlp = SwiGLU(h, c["intermediate_size"])
+        self.register_buffer("embed", torch.empty(self.vocab_size, h), persistent=False)
+
+    def init_buffers(self, generator: torch.Generator | None) -> None:
+        p = next(self.parameters())
+        embed = torch.empty(self.vocab_size, self.config["hidden_size"], dtype=p.dtype, device=p.device)
+        if generator is not None:
+            with torch.no_grad():
+                embed.normal_(0.0, 1.0, generator=generator)
+        self.register_buffer("embed", embed, persistent=False)
+
+    def _run(self, ids, mode, rope, pos, last_only):
+        x = F.embedding(ids, self.embed)
+        x = x + self.self_attn(self.input_layernorm(x), None, mode, pos)
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x[:, -1:] if last_only else x
+
+
+def _layer_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    c = {"rms_norm_eps": 1e-5, "attention": "sdpa", "max_len": 4096, **dict(config)}
+    c.setdefault("head_dim", c["hidden_size"] // c["num_heads"])
+    c.setdefault("vocab_size", c["hidden_size"])
+    if c["vocab_size"] != c["hidden_size"]:
+        raise ValueError("llama_layer: vocab_size must equal hidden_size (the layer output is the logits)")
+    if c["num_heads"] * c["head_dim"] != c["hidden_size"]:
+        raise ValueError("llama_layer: num_heads * head_dim must equal hidden_size")
+    return c
+
+
+def param_count(config: Mapping[str, Any]) -> int:
+    """Parameters of the layer (the fixed embedding is a buffer and is not counted)."""
+    c = _layer_config(config)
+    h, i = c["hidden_size"], c["intermediate_size"]
+    return 4 * h * h + 3 * h * i + 2 * h
+
+
+def embedding_params(config: Mapping[str, Any]) -> int:
+    """0: the fixed embedding table is a buffer and there is no LM head."""
+    return 0
+
+
+def build(
+    model_def: Mapping[str, Any],
+    *,
+    device: torch.device | str,
+    dtype: torch.dtype | str,
+    seed: int,
+    weights: str | None = None,
+    max_len: int | None = None,
+) -> ModuleAdapter:
+    """Adapter over one Llama-2-7B-shaped layer; ``weights`` keys: HF Llama layer keys without
+    the ``model.layers.N.`` prefix (``input_layernorm.weight``, ``self_attn.q_proj.weight``, ...)."""
+    config = with_max_len(def_field(model_def, "config"), "max_len", max_len)
+    name = def_field(model_def, "name", "llama-layer")
+    module = build_module(lambda: LlamaLayerLM(config), name=name, device=device, dtype=dtype, seed=seed,
+                          weights=weights, ignore_prefixes=config.get("weights_ignore_prefixes", ()))
+    return ModuleAdapter(module, name)

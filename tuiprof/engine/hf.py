@@ -1,0 +1,154 @@
+"""Hugging Face causal LMs behind the :class:`DecoderAdapter` contract (static KV cache)."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Mapping
+
+import torch
+
+from .adapter import LinearInfo
+
+
+def make_static_cache(model: torch.nn.Module, max_len: int) -> object:
+    """A ``StaticCache`` for batch 1, allocated now (not on the first forward) when supported."""
+    from transformers import StaticCache
+
+    config = model.config
+    param = next(model.parameters())
+    try:
+        cache = StaticCache(config=config, max_cache_len=max_len)
+    except TypeError:  # transformers 4.x wanted batch size, device and dtype up front
+        cache = StaticCache(config=config, max_batch_size=1, max_cache_len=max_len,
+                            device=param.device, dtype=param.dtype)
+    early = getattr(cache, "early_initialization", None)
+    if early is not None:
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        try:
+            early(batch_size=1, num_heads=heads, head_dim=head_dim, dtype=param.dtype,
+                  device=param.device)
+        except (TypeError, ValueError, AttributeError):
+            pass  # lazily allocated by the first prefill instead
+    return cache
+
+
+class HFDecoderAdapter:
+    """A ``*ForCausalLM`` with a ``StaticCache``; positions go in as ``position_ids``."""
+
+    def __init__(self, model: torch.nn.Module, max_len: int) -> None:
+        self.model = model
+        self.max_len = max_len
+        out = model.get_output_embeddings()
+        self.vocab_size = int(out.out_features if out is not None else model.config.vocab_size)
+        self.device = next(model.parameters()).device
+        self.cache = make_static_cache(model, max_len)
+        self.compiled_steps: dict = {}
+        # transformers < 5 also wanted cache_position; 5.x derives the write slot from the cache.
+        params = inspect.signature(model.forward).parameters
+        self._pass_cache_position = "cache_position" in params
+
+    def reset_cache(self) -> None:
+        self.cache.reset()
+        self.truncate(0)
+
+    def truncate(self, length: int) -> None:
+        """Make the next write land at ``length`` (StaticLayer keeps its own counter)."""
+        for layer in getattr(self.cache, "layers", ()):
+            counter = getattr(layer, "cumulative_length", None)
+            if isinstance(counter, torch.Tensor):
+                counter.fill_(length)
+            elif counter is not None:
+                layer.cumulative_length = length
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        kwargs = {"cache_position": positions[0]} if self._pass_cache_position else {}
+        out = self.model(input_ids=ids, position_ids=positions, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=1, **kwargs)
+        return out.logits[:, -1, :]
+
+    def prefill(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        self.truncate(0)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        return self._forward(input_ids, positions)
+
+    def decode(self, token: torch.LongTensor, pos: torch.LongTensor) -> torch.Tensor:
+        return self._forward(token, pos.view(1, 1))
+
+    def forward(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """Full causal forward without any cache: ``[B, T]`` -> logits ``[B, T, V]``."""
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+    def linear_layers(self) -> list[LinearInfo]:
+        """Linear layers in registration order, which is forward order for HF decoders."""
+        return [(name, m.in_features, m.out_features) for name, m in self.model.named_modules()
+                if isinstance(m, torch.nn.Linear)]
+
+
+DEFAULT_MAX_LEN = 4096
+
+
+def config_dict(model_def: Any) -> dict:
+    """The HF config fields of a ``ModelDef`` or of a dict with a ``config`` key."""
+    config = model_def.get("config") if isinstance(model_def, Mapping) else model_def.config
+    return dict(config)
+
+
+def resolve_max_len(config: Mapping[str, Any], max_len: int | None) -> int:
+    """The static cache length: ``max_len`` if given, bounded by the model's positions."""
+    limit = int(config.get("max_position_embeddings") or DEFAULT_MAX_LEN)
+    return min(int(max_len), limit) if max_len else min(DEFAULT_MAX_LEN, limit)
+
+
+def as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    dt = getattr(torch, str(dtype).replace("torch.", ""), None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return dt
+
+
+def hf_config(config: Mapping[str, Any]) -> object:
+    """A transformers config object from a config.json dict."""
+    from transformers import AutoConfig
+
+    cfg = dict(config)
+    model_type = cfg.pop("model_type")
+    return AutoConfig.for_model(model_type, **cfg)
+
+
+def build_random(model_cls: type, config: object, *, dtype: torch.dtype | str,
+                 device: torch.device | str, seed: int) -> torch.nn.Module:
+    """Seeded random weights, allocated once on ``device`` in ``dtype``.
+
+    Built on the meta device and materialised with ``to_empty``: letting each ``nn.Linear``
+    initialise itself and then HF re-initialise it costs minutes for 0.6B params on a CPU.
+    """
+    dt = as_dtype(dtype)
+    dev = torch.device(device)
+    with torch.device("meta"):
+        model = model_cls._from_config(config, dtype=dt)
+    model.to_empty(device=dev)
+    model.tie_weights()  # to_empty gives each module its own tensor
+    std = float(getattr(config, "initializer_range", 0.02))
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim >= 2:
+                p.normal_(0.0, std, generator=gen)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.fill_(1.0)  # RMSNorm gains
+    _rebuild_rotary(model, dev)
+    return model.eval().requires_grad_(False)
+
+
+def _rebuild_rotary(model: torch.nn.Module, device: torch.device) -> None:
+    """Recompute the non-persistent rotary tables that ``to_empty`` left uninitialised."""
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if hasattr(child, "inv_freq") and hasattr(child, "config"):
+                with torch.device(device):
+                    setattr(parent, child_name, type(child)(config=child.config))

@@ -1,0 +1,188 @@
+"""Building an engine from ``--model``: what the CLI, benchmarks and tests call."""
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import TuiprofError
+from .events import EngineListener
+from .registry import DTYPE_BYTES
+from .source import ModelSource, resolve_model
+
+DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Profiling language models on a GPU"
+DEFAULT_MAX_NEW_TOKENS = 256
+
+
+@dataclass
+class LoadedModel:
+    """A built adapter and what is known about it."""
+
+    adapter: object
+    source: ModelSource
+    device: str
+    dtype: str
+    weights: str                  # "random (seed N)" | "loaded from PATH"
+    load_s: float
+    params: int
+    info: dict = field(default_factory=dict)
+
+
+def pick_device(device: str | None) -> str:
+    """``device`` as given, else ``cuda`` when available, else ``cpu``."""
+    import torch
+
+    if device:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise TuiprofError(f"device '{device}' asked for, but torch {torch.__version__} "
+                               f"sees no CUDA GPU; use --device cpu")
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def pick_dtype(dtype: str | None, device: str, source: ModelSource) -> str:
+    """``dtype`` as given; else the model's dtype (bf16) on CUDA and float32 on CPU (faster)."""
+    if dtype:
+        dt = dtype.replace("torch.", "")
+        aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16",
+                   "fp32": "float32", "float": "float32"}
+        dt = aliases.get(dt, dt)
+        if dt not in DTYPE_BYTES:
+            raise TuiprofError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPE_BYTES)}")
+        return dt
+    if device.startswith("cuda"):
+        return source.model_def.dtype if source.model_def.dtype in DTYPE_BYTES else "bfloat16"
+    return "float32"
+
+
+def load_model(model_spec: str, *, device: str | None = None, dtype: str | None = None,
+               seed: int = 0, max_len: int | None = None, trust_remote_code: bool = False,
+               weights: str | None = None) -> LoadedModel:
+    """Resolve ``model_spec`` and build its adapter (random weights unless some are found)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+
+    from .families import get_family
+
+    source = resolve_model(model_spec, trust_remote_code=trust_remote_code)
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev, source)
+    weights_path = weights or source.weights
+    family = get_family(source.family)
+    options = {"max_len": max_len, "trust_remote_code": trust_remote_code}
+    accepted = inspect.signature(family.build).parameters
+    kwargs = {k: v for k, v in options.items() if k in accepted}
+    t0 = time.perf_counter()
+    try:
+        adapter = family.build(source.model_def, device=dev, dtype=dt, seed=seed,
+                               weights=weights_path, **kwargs)
+    except torch.cuda.OutOfMemoryError:
+        free, total = torch.cuda.mem_get_info()
+        raise TuiprofError(f"CUDA out of memory building {source.name} in {dt} "
+                           f"({free / 1024**3:.2f} of {total / 1024**3:.2f} GiB free); try a "
+                           f"smaller model") from None
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+    load_s = time.perf_counter() - t0
+    module = getattr(adapter, "model", None) or getattr(adapter, "module", None)
+    params = sum(p.numel() for p in module.parameters()) if module is not None else 0
+    desc = f"loaded from {weights_path}" if weights_path else f"random (seed {seed})"
+    return LoadedModel(adapter, source, dev, dt, desc, load_s, params)
+
+
+def prompt_ids(loaded: LoadedModel, prompt: str | None, prompt_len: int, seed: int):
+    """``[1, T]`` prompt ids on the model's device and where they came from.
+
+    With a tokenizer beside the weights the text prompt is tokenized; otherwise ``prompt_len``
+    deterministic ids are drawn from ``seed``.
+    """
+    import torch
+
+    adapter = loaded.adapter
+    limit = max(1, adapter.max_len - 1)
+    tok_dir = loaded.source.tokenizer
+    if prompt and tok_dir:
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True,
+                                                trust_remote_code=loaded.source.trust_remote_code)
+            ids = tok(prompt, return_tensors="pt").input_ids[:, :limit]
+            if ids.shape[1] > 0 and int(ids.max()) < adapter.vocab_size:
+                return ids.to(loaded.device), f"text ({ids.shape[1]} tokens)"
+        except Exception:  # a broken tokenizer must not stop a profile: fall back to ids
+            pass
+    n = max(1, min(prompt_len, limit))
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, adapter.vocab_size, (1, n), generator=gen)
+    return ids.to(loaded.device), f"random ids ({n} tokens, seed {seed})"
+
+
+def load_engine(model_spec: str, device: str | None = None, dtype: str | None = None,
+                seed: int = 0, prompt: str | None = DEFAULT_PROMPT, prompt_len: int = 16,
+                max_new_tokens: int | None = DEFAULT_MAX_NEW_TOKENS, loop: bool = False,
+                mode: str = "eager", compile_mode: str | None = None,
+                trust_remote_code: bool = False, weights: str | None = None,
+                max_len: int | None = None, temperature: float = 0.0, top_k: int = 0,
+                listener: EngineListener | None = None,
+                clock: Callable[[], int] | None = None):
+    """Build the model and return an :class:`~tuiprof.engine.generate.Engine`, not started.
+
+    The static cache holds the prompt plus ``max_new_tokens`` unless ``max_len`` is given.
+    """
+    from .generate import Engine
+
+    want_len = max_len or (max(prompt_len, 64) + (max_new_tokens or 1024))
+    loaded = load_model(model_spec, device=device, dtype=dtype, seed=seed, max_len=want_len,
+                        trust_remote_code=trust_remote_code, weights=weights)
+    ids, prompt_desc = prompt_ids(loaded, prompt, prompt_len, seed)
+    info = engine_info(loaded)
+    info.update(prompt=prompt_desc, prompt_tokens=int(ids.shape[1]), max_new_tokens=max_new_tokens,
+                loop=loop, seed=seed)
+    engine = Engine(loaded.adapter, ids, device=loaded.device, max_new_tokens=max_new_tokens,
+                    loop=loop, mode=mode, compile_mode=compile_mode, temperature=temperature,
+                    top_k=top_k, seed=seed, clock=clock, listener=listener, info=info)
+    engine.info["compile_mode"] = engine.compile_mode
+    return engine
+
+
+def engine_info(loaded: LoadedModel) -> dict:
+    """Facts about the model and the machine for headers and exports."""
+    import torch
+
+    from .registry import embedding_params
+
+    defn = loaded.source.model_def
+    cuda = loaded.device.startswith("cuda")
+    try:
+        emb = embedding_params(defn)
+    except Exception:
+        emb = None
+    try:
+        import transformers
+
+        tf_version = transformers.__version__
+    except ImportError:
+        tf_version = None
+    return {
+        "model": defn.name,
+        "family": defn.family,
+        "origin": loaded.source.origin,
+        "study": defn.study,
+        "params": loaded.params,
+        "non_embedding_params": loaded.params - emb if emb is not None else None,
+        "weight_bytes": loaded.params * DTYPE_BYTES[loaded.dtype],
+        "dtype": loaded.dtype,
+        "device": loaded.device,
+        "device_name": torch.cuda.get_device_name(loaded.device) if cuda else "cpu",
+        "weights": loaded.weights,
+        "max_len": loaded.adapter.max_len,
+        "vocab_size": loaded.adapter.vocab_size,
+        "load_s": round(loaded.load_s, 3),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": tf_version,
+    }

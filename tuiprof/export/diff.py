@@ -1,0 +1,226 @@
+"""Compare two sessions (or two modes of one session) side by side.
+
+``diff(a_view, b_view)`` compares each session's decode tokens of its main mode;
+``diff_modes(view, "eager", "compiled")`` compares two modes within one session. Both give a
+:class:`DiffResult` that :func:`render_rich` (a rich renderable) and :func:`render_text`
+(plain text or markdown) print: tokens/s, ms/token, kernels per token, GPU busy fraction,
+kernel-time shares per category and the top kernels with their absolute and % change.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..store import StoreView
+from ..store.records import DECODE
+from .names import kernel_label
+from .summary import mode_summary, modes_of
+
+
+@dataclass
+class Side:
+    """The figures of one side (one session's mode, decode phase)."""
+
+    label: str
+    mode: str
+    tokens: int
+    tokens_per_s: float | None
+    ms_per_token: float | None
+    kernels_per_token: float | None
+    busy_fraction: float | None
+    kernel_ms_per_token: float | None
+    categories: dict[str, float] = field(default_factory=dict)   # category -> share %
+    kernels: dict[str, tuple] = field(default_factory=dict)      # raw -> (short, cat, µs/token, launches/token)
+
+
+@dataclass
+class Change:
+    """One compared figure: ``a`` and ``b`` and their difference."""
+
+    label: str
+    a: float | None
+    b: float | None
+    unit: str = ""
+    category: str = ""
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def pct(self) -> float | None:
+        d = self.delta
+        return None if d is None or not self.a else 100.0 * d / self.a
+
+
+@dataclass
+class DiffResult:
+    a: Side
+    b: Side
+    metrics: list[Change]
+    categories: list[Change]
+    kernels: list[Change]       # label: short kernel name; unit µs/token; category set
+
+
+def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
+    """Decode-phase figures of ``mode`` (default: the mode with most decode tokens)."""
+    if mode is None:
+        counts = {m: mode_summary(view, m)["decode_tokens"] for m in modes_of(view)}
+        mode = max(counts, key=lambda m: (counts[m], m)) if counts else str(view.meta.get("mode", "eager"))
+    ms = mode_summary(view, mode)
+    n = ms["decode_tokens"] or 0
+    per_cat: dict[str, int] = defaultdict(int)
+    kernels: dict[str, tuple] = {}
+    for (name, phase, m), agg in view.kernels.items():
+        if phase != DECODE or m != mode:
+            continue
+        short, cat = kernel_label(name)
+        per_cat[cat] += agg.stats.total
+        if n:
+            kernels[name] = (short, cat, agg.stats.total / n / 1e3, agg.stats.count / n)
+    total = sum(per_cat.values())
+    cats = {c: 100.0 * t / total for c, t in sorted(per_cat.items(), key=lambda kv: -kv[1])} if total else {}
+    shared = _analysis_shares(view, mode)
+    if shared is not None:
+        cats = shared
+    return Side(label or str(view.meta.get("recording") or mode), mode, n, ms["tokens_per_s"],
+                ms["ms_per_token_median"], ms["kernels_per_token_median"],
+                ms["gpu_busy_fraction"], ms["kernel_ms_per_token_median"], cats, kernels)
+
+
+def _analysis_shares(view: StoreView, mode: str) -> dict[str, float] | None:
+    """Category shares (%) from ``tuiprof.analysis`` (what the UI shows) when available."""
+    try:
+        from ..analysis import category_shares  # noqa: PLC0415 - optional
+        got = category_shares(view, phase=DECODE, mode=mode)
+        return {str(k): 100.0 * float(getattr(v, "share", v)) for k, v in got.items()}
+    except Exception:
+        return None
+
+
+def compare(a: Side, b: Side, top: int = 10) -> DiffResult:
+    """Line up two sides."""
+    metrics = [
+        Change("tokens/s", a.tokens_per_s, b.tokens_per_s, "tok/s"),
+        Change("ms/token (median)", a.ms_per_token, b.ms_per_token, "ms"),
+        Change("kernels/token (median)", a.kernels_per_token, b.kernels_per_token, ""),
+        Change("kernel time/token (median)", a.kernel_ms_per_token, b.kernel_ms_per_token, "ms"),
+        Change("GPU busy fraction", _pct(a.busy_fraction), _pct(b.busy_fraction), "%"),
+        Change("decode tokens", a.tokens, b.tokens, ""),
+    ]
+    cat_names = list(a.categories) + [c for c in b.categories if c not in a.categories]
+    cats = [Change(c, a.categories.get(c, 0.0), b.categories.get(c, 0.0), "%") for c in cat_names]
+
+    def top_of(side: Side) -> list[str]:
+        return sorted(side.kernels, key=lambda k: (-side.kernels[k][2], k))[:top]
+
+    names = list(dict.fromkeys(top_of(a) + top_of(b)))
+    rows = []
+    for raw in names:
+        ka, kb = a.kernels.get(raw), b.kernels.get(raw)
+        info = ka or kb
+        rows.append(Change(info[0], ka[2] if ka else 0.0, kb[2] if kb else 0.0, "µs/token",
+                           info[1]))
+    rows.sort(key=lambda c: (-max(c.a or 0.0, c.b or 0.0), c.label))
+    return DiffResult(a, b, metrics, cats, rows)
+
+
+def _pct(x: float | None) -> float | None:
+    return None if x is None else 100.0 * x
+
+
+def diff(a_view: StoreView, b_view: StoreView, a_mode: str | None = None,
+         b_mode: str | None = None, labels: tuple[str, str] | None = None,
+         top: int = 10) -> DiffResult:
+    """Compare two sessions (e.g. two snapshots: ``tuiprof diff A.json B.json``)."""
+    la, lb = labels or ("", "")
+    return compare(side_of(a_view, a_mode, la), side_of(b_view, b_mode, lb), top)
+
+
+def diff_modes(view: StoreView, a: str = "eager", b: str = "compiled", top: int = 10) -> DiffResult:
+    """Compare two modes of one session (the UI's eager-vs-compiled view)."""
+    return compare(side_of(view, a, a), side_of(view, b, b), top)
+
+
+# ------------------------------------------------------------------ rendering
+def _num(v: float | None, unit: str = "") -> str:
+    if v is None:
+        return "–"
+    if unit == "µs/token":
+        return f"{v:,.2f}"
+    if unit in ("%", "tok/s"):
+        return f"{v:,.1f}"
+    if unit == "" and float(v).is_integer():
+        return f"{int(v):,}"
+    if abs(v) < 10:
+        return f"{v:,.2f}"
+    return f"{v:,.1f}"
+
+
+def _chg(c: Change) -> tuple[str, str]:
+    d, p = c.delta, c.pct
+    ds = "–" if d is None else ("+" if d > 0 else "") + _num(d, c.unit)
+    ps = "–" if p is None else f"{p:+.1f}%"
+    return ds, ps
+
+
+def _rows(res: DiffResult) -> list[tuple[str, list[list[str]]]]:
+    sections = []
+    sections.append(("Summary", [[c.label, _num(c.a, c.unit), _num(c.b, c.unit), *_chg(c), c.unit]
+                                 for c in res.metrics]))
+    sections.append(("Kernel time by category (share %)",
+                     [[c.label, _num(c.a), _num(c.b), *_chg(c), "%"] for c in res.categories]))
+    sections.append(("Top kernels (µs per token)",
+                     [[f"{c.label} [{c.category}]", _num(c.a, c.unit), _num(c.b, c.unit), *_chg(c),
+                       c.unit] for c in res.kernels]))
+    return sections
+
+
+def render_text(res: DiffResult, markdown: bool = False, name_width: int = 48) -> str:
+    """Plain-text (aligned) or markdown tables of a diff."""
+    a = f"{res.a.label} ({res.a.mode})"
+    b = f"{res.b.label} ({res.b.mode})"
+    head = ["", a, b, "change", "%", "unit"]
+    out: list[str] = []
+    for title, rows in _rows(res):
+        if markdown:
+            out += [f"### {title}", "", "| " + " | ".join(head) + " |",
+                    "|" + "|".join(["---"] + ["---:"] * 4 + ["---"]) + "|"]
+            out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+        else:
+            rows = [[r[0] if len(r[0]) <= name_width else r[0][: name_width - 1] + "…", *r[1:]]
+                    for r in rows]
+            widths = [max(len(x[i]) for x in rows + [head]) for i in range(len(head))]
+            out.append(title)
+            out.append("  ".join(h.ljust(widths[0]) if i == 0 else h.rjust(widths[i])
+                                 for i, h in enumerate(head)).rstrip())
+            for r in rows:
+                out.append("  ".join(c.ljust(widths[0]) if i == 0 else
+                                     (c.ljust(widths[i]) if i == 5 else c.rjust(widths[i]))
+                                     for i, c in enumerate(r)).rstrip())
+        out.append("")
+    return "\n".join(out)
+
+
+def render_rich(res: DiffResult) -> Any:
+    """A rich renderable (``rich.console.Group`` of tables) of a diff."""
+    from rich.console import Group  # noqa: PLC0415 - rich only when rendering
+    from rich.table import Table
+
+    tables = []
+    for title, rows in _rows(res):
+        t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        t.add_column("", overflow="ellipsis", max_width=60, no_wrap=True)
+        t.add_column(f"{res.a.label} ({res.a.mode})", justify="right")
+        t.add_column(f"{res.b.label} ({res.b.mode})", justify="right")
+        t.add_column("change", justify="right")
+        t.add_column("%", justify="right")
+        t.add_column("unit")
+        for r in rows:
+            style = ""
+            if r[4].startswith("-"):
+                style = "green" if title.startswith("Top") or "ms" in r[5] else ""
+            t.add_row(*r, style=style or None)
+        tables.append(t)
+    return Group(*tables)

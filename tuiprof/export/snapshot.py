@@ -1,0 +1,364 @@
+"""JSON snapshot of a session: everything the UI shows, reopenable with ``tuiprof view``.
+
+``write_snapshot(view, path)`` writes it atomically; ``read_snapshot(path)`` gives back a
+:class:`StoreView` equal to the one written (write -> read -> write is byte-identical).
+Reading is JSON only, bounded (512 MB, nesting depth) and validated against
+``snapshot.schema.json``; anything else is a one-line :class:`TuiprofError`.
+docs/snapshot.md describes every field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from .. import __version__
+from ..errors import TuiprofError
+from ..store import KernelAggregate, RunningStats, StoreView, TokenRow
+from ..store.records import COPY_KINDS, DIRECTION
+from ._atomic import atomic_write_bytes
+from .names import demangle
+from .summary import summary
+
+SCHEMA_VERSION = 1
+FORMAT = "tuiprof-snapshot"
+MAX_BYTES = 512 * 1024**2
+MAX_DEPTH = 32           # nesting allowed inside free-form sections (meta, overhead, findings)
+SCHEMA_PATH = Path(__file__).with_name("snapshot.schema.json")
+
+# Meta keys a snapshot keeps; anything else (environment, paths, user names) is dropped.
+META_KEYS = frozenset({
+    "source", "recording", "device", "device_index", "sm_count", "driver", "cuda", "torch",
+    "transformers", "tuiprof", "model", "model_def", "params", "dtype", "weights", "mode",
+    "prefill_mode", "prompt_tokens", "decode_tokens", "batch", "max_len", "ring_tokens",
+    "seed", "compile_s", "started_utc", "share_host",
+})
+HOST_KEY = "host"        # kept only when meta["share_host"] is True
+
+
+# ------------------------------------------------------------------ helpers
+def _scrub_str(s: str) -> str:
+    """Path-like strings lose their directories (no home paths in a shared file)."""
+    if s.startswith(("/", "~")) or "\\" in s or os.path.expanduser("~") in s:
+        return Path(s.replace("\\", "/")).name
+    return s
+
+
+def _jsonable(obj: Any, depth: int = 0) -> Any:
+    """A JSON-safe copy: str keys, lists for tuples, None for non-finite floats."""
+    if depth > MAX_DEPTH:
+        return None
+    if obj is None or isinstance(obj, (bool, int)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, str):
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v, depth + 1) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _jsonable(dataclasses.asdict(obj), depth + 1)
+    return str(obj)
+
+
+def _scrub(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return _scrub_str(obj)
+    if isinstance(obj, dict):
+        return {k: _scrub(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_scrub(v) for v in obj]
+    return obj
+
+
+def clean_meta(meta: dict) -> dict:
+    """The part of ``meta`` a snapshot may carry (see ``META_KEYS``)."""
+    out = {k: v for k, v in meta.items() if k in META_KEYS}
+    if meta.get("share_host") is True and HOST_KEY in meta:
+        out[HOST_KEY] = meta[HOST_KEY]
+    out = _jsonable(out)
+    return {k: (v if k == HOST_KEY else _scrub(v)) for k, v in out.items()}
+
+
+def stats_dict(s: RunningStats) -> dict:
+    """RunningStats in JSON form, plus the derived median and stddev for other readers."""
+    d = s.to_dict()
+    d["median"] = s.median
+    d["stddev"] = s.stddev
+    return d
+
+
+def _finding_dict(f: Any) -> Any:
+    if isinstance(f, dict):
+        return _jsonable(f)
+    to_dict = getattr(f, "to_dict", None)
+    if callable(to_dict):
+        return _jsonable(to_dict())
+    if dataclasses.is_dataclass(f) and not isinstance(f, type):
+        return _jsonable(dataclasses.asdict(f))
+    return {"text": str(f)}
+
+
+def default_findings(view: StoreView) -> list:
+    """``tuiprof.analysis.find(view)`` when the analysis package is there, else ``[]``."""
+    try:
+        from ..analysis import find  # noqa: PLC0415 - optional, lands separately
+    except Exception:
+        return []
+    try:
+        return list(find(view))
+    except Exception:
+        return []
+
+
+# ------------------------------------------------------------------ writing
+def snapshot_dict(view: StoreView, findings: Iterable | None = None,
+                  raw_tokens: int | None = None) -> dict:
+    """The snapshot document of ``view``; ``findings`` default to the analysis's.
+
+    ``raw_tokens`` keeps the raw records of only the last N tokens (default: all in view).
+    """
+    if findings is None:
+        findings = default_findings(view)
+    raw = list(view.raw) if raw_tokens is None else list(view.raw)[-raw_tokens:] if raw_tokens > 0 else []
+    kernels = []
+    for key in sorted(view.kernels, key=lambda k: (k[2], k[1], k[0])):
+        a = view.kernels[key]
+        kernels.append({
+            "name": a.name, "demangled": demangle(a.name), "phase": a.phase, "mode": a.mode,
+            "stats": stats_dict(a.stats), "grid": list(a.grid), "block": list(a.block),
+            "registers": a.registers, "shared_mem": a.shared_mem,
+            "graph_launches": a.graph_launches,
+            "configs": [[*cfg, n] for cfg, n in a.configs.items()],
+        })
+    memcpy = [{"copy_kind": k[0], "kind_name": COPY_KINDS.get(k[0], "Unknown"),
+               "direction": DIRECTION.get(k[0], "other"), "phase": k[1], "mode": k[2],
+               "ns": stats_dict(p[0]), "bytes": stats_dict(p[1])}
+              for k, p in sorted(view.memcpy.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0]))]
+    memset = [{"phase": k[0], "mode": k[1], "ns": stats_dict(p[0]), "bytes": stats_dict(p[1])}
+              for k, p in sorted(view.memset.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+    token_stats = [{"phase": k[0], "mode": k[1],
+                    "stats": {n: stats_dict(s) for n, s in v.items()}}
+                   for k, v in sorted(view.token_stats.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+    return {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "tuiprof": __version__,
+        "meta": clean_meta(view.meta),
+        "summary": summary(view),
+        "tokens": [_jsonable(t.to_dict()) for t in view.tokens],
+        "token_stats": token_stats,
+        "kernels": kernels,
+        "memcpy": memcpy,
+        "memset": memset,
+        "api": {n: stats_dict(s) for n, s in view.api.items()},
+        "nvtx": {n: stats_dict(s) for n, s in view.nvtx.items()},
+        "allocs": _jsonable(view.allocs),
+        "nvml": [_jsonable(s) for s in view.nvml],
+        "raw": [{"seq": seq, "records": [list(r) for r in recs]} for seq, recs in raw],
+        "counters": _jsonable(view.counters),
+        "collectors": _jsonable(view.collectors),
+        "events": [_jsonable(list(e)) for e in view.events],
+        "overhead": _jsonable(view.overhead),
+        "findings": [_finding_dict(f) for f in findings],
+    }
+
+
+def dumps(doc: dict) -> bytes:
+    """Canonical bytes of a snapshot document (sorted keys, compact, UTF-8, newline)."""
+    try:
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TuiprofError(f"cannot encode snapshot: {exc}") from None
+    return text.encode("utf-8") + b"\n"
+
+
+def write_snapshot(view: StoreView, path: str | Path, findings: Iterable | None = None,
+                   raw_tokens: int | None = None) -> Path:
+    """Write the snapshot of ``view`` to ``path`` atomically; returns the path."""
+    return atomic_write_bytes(path, dumps(snapshot_dict(view, findings, raw_tokens)))
+
+
+# ------------------------------------------------------------------ reading
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    """The JSON Schema of the snapshot (draft 2020-12)."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    import jsonschema  # noqa: PLC0415
+
+    cls = jsonschema.validators.validator_for(schema())
+    return cls(schema())
+
+
+def _bad(where: str, why: str) -> TuiprofError:
+    return TuiprofError(f"snapshot {where} is not a tuiprof snapshot: {why}")
+
+
+def _depth_ok(obj: Any, limit: int) -> bool:
+    stack = [(obj, 0)]
+    while stack:
+        o, d = stack.pop()
+        if d > limit:
+            return False
+        if isinstance(o, dict):
+            stack.extend((v, d + 1) for v in o.values())
+        elif isinstance(o, list):
+            stack.extend((v, d + 1) for v in o if isinstance(v, (dict, list)))
+    return True
+
+
+def validate_snapshot(obj: Any, where: str = "document", all_records: bool = True) -> None:
+    """Check a decoded snapshot: format and version first, then the JSON Schema.
+
+    ``all_records=False`` checks only the first records of each token against the schema
+    (fast path for :func:`load_snapshot`, which then checks every record while rebuilding).
+    """
+    if not isinstance(obj, dict):
+        raise _bad(where, f"expected a JSON object, got {type(obj).__name__}")
+    if obj.get("format") != FORMAT:
+        raise _bad(where, f"format is {str(obj.get('format'))[:40]!r}, not {FORMAT!r}")
+    ver = obj.get("schema_version")
+    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
+        raise _bad(where, f"schema_version {str(ver)[:20]!r} is not a positive integer")
+    if ver > SCHEMA_VERSION:
+        raise TuiprofError(f"snapshot schema version {ver} is newer than this tuiprof reads "
+                           f"({SCHEMA_VERSION}); upgrade tuiprof")
+    for key in ("meta", "overhead", "findings", "allocs", "nvml", "tokens", "counters",
+                "collectors"):
+        if key in obj and not _depth_ok(obj[key], MAX_DEPTH):
+            raise _bad(where, f"'{key}' is nested deeper than {MAX_DEPTH}")
+    import jsonschema  # noqa: PLC0415 - only readers need it
+
+    doc = obj
+    if not all_records and isinstance(obj.get("raw"), list):
+        doc = dict(obj)
+        doc["raw"] = [dict(r, records=r["records"][:4])
+                      if isinstance(r, dict) and isinstance(r.get("records"), list) else r
+                      for r in obj["raw"]]
+    err = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
+    if err is not None:
+        at = "/".join(str(p) for p in err.absolute_path) or "top level"
+        raise _bad(where, f"{at}: {err.message[:120]}")
+
+
+def _stats(d: dict, where: str) -> RunningStats:
+    s = RunningStats.from_dict(d)
+    # from_dict casts histogram keys to int; float-valued stats (host_ms) keep their values.
+    hist = {k: int(v) for k, v in d["hist"]}
+    if sum(hist.values()) != s.count or len(hist) != len(d["hist"]):
+        raise _bad(where, "statistics histogram does not add up to its count")
+    s._hist = hist  # noqa: SLF001 - exact restore, see the comment above
+    return s
+
+
+_REC_LEN = {"K": (15, 15), "C": (5, 7), "S": (4, 6), "A": (6, 6), "R": (5, 5)}
+
+
+def _record(r: list, where: str) -> tuple:
+    lo, hi = _REC_LEN.get(r[0] if r else None, (0, -1))
+    if not (lo <= len(r) <= hi):
+        raise _bad(where, f"malformed raw record {str(r)[:60]}")
+    first_int = 2 if r[0] in ("K", "R") else 1
+    if r[0] in ("K", "R") and not isinstance(r[1], str):
+        raise _bad(where, f"malformed raw record {str(r)[:60]}")
+    if not all(type(v) is int for v in r[first_int:]):
+        raise _bad(where, f"malformed raw record {str(r)[:60]}")
+    return tuple(r)
+
+
+_TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow) if f.name != "busy_cursor")
+
+
+def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
+    """Rebuild the :class:`StoreView` of a validated snapshot document."""
+    try:
+        tokens = []
+        for t in doc["tokens"]:
+            row = TokenRow(**{k: t[k] for k in _TOKEN_FIELDS if k in t})
+            tokens.append(row)
+        kernels = {}
+        for k in doc["kernels"]:
+            agg = KernelAggregate(k["name"], k["phase"], k["mode"], _stats(k["stats"], where),
+                                  tuple(k["grid"]), tuple(k["block"]), k["registers"],
+                                  k["shared_mem"], k["graph_launches"],
+                                  {tuple(c[:6]): c[6] for c in k["configs"]})
+            kernels[(agg.name, agg.phase, agg.mode)] = agg
+        memcpy = {(m["copy_kind"], m["phase"], m["mode"]): (_stats(m["ns"], where),
+                                                            _stats(m["bytes"], where))
+                  for m in doc["memcpy"]}
+        memset = {(m["phase"], m["mode"]): (_stats(m["ns"], where), _stats(m["bytes"], where))
+                  for m in doc["memset"]}
+        token_stats = {(t["phase"], t["mode"]): {n: _stats(s, where) for n, s in t["stats"].items()}
+                       for t in doc["token_stats"]}
+        raw = [(r["seq"], [_record(x, where) for x in r["records"]]) for r in doc["raw"]]
+        return StoreView(
+            meta=dict(doc["meta"]), tokens=tokens, kernels=kernels, memcpy=memcpy,
+            memset=memset, api={n: _stats(s, where) for n, s in doc["api"].items()},
+            token_stats=token_stats, allocs=doc["allocs"], nvml=list(doc["nvml"]), raw=raw,
+            counters=dict(doc["counters"]), collectors=dict(doc["collectors"]),
+            events=[tuple(e) for e in doc["events"]],
+            nvtx={n: _stats(s, where) for n, s in doc["nvtx"].items()},
+            overhead=dict(doc["overhead"]),
+        )
+    except TuiprofError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise _bad(where, f"{type(exc).__name__}: {str(exc)[:80]}") from None
+
+
+@dataclass
+class Snapshot:
+    """A loaded snapshot: the view, the stored findings and summary, the whole document."""
+
+    view: StoreView
+    findings: list
+    summary: dict
+    doc: dict
+
+
+def load_snapshot(path: str | Path) -> Snapshot:
+    """Read, bound-check, validate and rebuild a snapshot file."""
+    p = Path(path)
+    where = str(p)
+    try:
+        size = p.stat().st_size
+        if size > MAX_BYTES:
+            raise _bad(where, f"{size / 1024**2:.0f} MB is over the {MAX_BYTES // 1024**2} MB limit")
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise TuiprofError(f"no such snapshot: {p}") from None
+    except IsADirectoryError:
+        raise _bad(where, "it is a directory") from None
+    except OSError as exc:
+        raise TuiprofError(f"cannot read snapshot {p}: {exc.strerror or exc}") from None
+    if len(data) > MAX_BYTES:
+        raise _bad(where, f"over the {MAX_BYTES // 1024**2} MB limit")
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _bad(where, "not UTF-8 text (a gzip file? unpack it first)") from None
+    except RecursionError:
+        raise _bad(where, "JSON nested too deeply") from None
+    except ValueError as exc:
+        raise _bad(where, f"invalid JSON ({str(exc)[:80]})") from None
+    validate_snapshot(doc, where, all_records=False)
+    view = view_from_snapshot(doc, where)
+    return Snapshot(view, list(doc.get("findings", [])), dict(doc.get("summary", {})), doc)
+
+
+def read_snapshot(path: str | Path) -> StoreView:
+    """The :class:`StoreView` stored in a snapshot file (see :func:`load_snapshot`)."""
+    return load_snapshot(path).view

@@ -1,0 +1,100 @@
+"""Headline numbers of a session, per mode: TTFT, inter-token latency, ms/token, tokens/s.
+
+Used by the snapshot's ``summary`` and by :mod:`.diff`. Everything here is derived from a
+:class:`StoreView` and deterministic (the snapshot's byte-identical round trip relies on it).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..store import StoreView
+from ..store.records import DECODE, PREFILL
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolation percentile (numpy's default), ``None`` for no values."""
+    if not values:
+        return None
+    vs = sorted(values)
+    pos = (len(vs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vs) - 1)
+    return vs[lo] + (vs[hi] - vs[lo]) * (pos - lo)
+
+
+def decode_tokens(view: StoreView, mode: str) -> list:
+    """Completed decode tokens of ``mode`` in the token series, oldest first."""
+    return [t for t in view.tokens if t.phase == DECODE and t.mode == mode and t.done]
+
+
+def modes_of(view: StoreView) -> list[str]:
+    """Modes with decode tokens, in order of first appearance (token series, then stats)."""
+    out: list[str] = []
+    for t in view.tokens:
+        if t.phase == DECODE and t.mode not in out:
+            out.append(t.mode)
+    for (phase, mode) in view.token_stats:
+        if phase == DECODE and mode not in out:
+            out.append(mode)
+    return out
+
+
+def inter_token_ms(view: StoreView, mode: str) -> list[float]:
+    """Gaps between consecutive token completions (ms), for decode tokens of ``mode`` whose
+    predecessor (seq - 1, any phase) is in the series: what a streaming client sees."""
+    by_seq = {t.seq: t for t in view.tokens if t.done}
+    out = []
+    for t in decode_tokens(view, mode):
+        prev = by_seq.get(t.seq - 1)
+        if prev is not None and prev.cycle == t.cycle and t.end_ns >= prev.end_ns:
+            out.append((t.end_ns - prev.end_ns) / 1e6)
+    return out
+
+
+def _r(x: float | None, nd: int = 6) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def mode_summary(view: StoreView, mode: str) -> dict:
+    """Decode figures of one mode (see docs/snapshot.md, ``summary``)."""
+    toks = decode_tokens(view, mode)
+    host = [t.host_ms for t in toks]
+    itl = inter_token_ms(view, mode)
+    ts = view.token_stats.get((DECODE, mode), {}).get("host_ms")
+    tps = None
+    if ts is not None and ts.count and ts.total > 0:
+        tps = ts.count / (ts.total / 1000.0)
+    elif host and sum(host) > 0:
+        tps = len(host) / (sum(host) / 1000.0)
+    wall = sum(t.end_ns - t.start_ns for t in toks)
+    busy = sum(t.busy_ns for t in toks)
+    kern = sorted(t.kernels for t in toks)
+    return {
+        "decode_tokens": ts.count if ts is not None else len(toks),
+        "tokens_in_series": len(toks),
+        "ms_per_token_median": _r(percentile(host, 50)),
+        "ms_per_token_mean": _r(ts.mean if ts is not None and ts.count else
+                                (sum(host) / len(host) if host else None)),
+        "tokens_per_s": _r(tps),
+        "itl_ms": {"median": _r(percentile(itl, 50)), "p90": _r(percentile(itl, 90)),
+                   "p99": _r(percentile(itl, 99)), "count": len(itl)},
+        "kernels_per_token_median": _r(percentile(kern, 50)),
+        "gpu_busy_fraction": _r(busy / wall) if wall > 0 else None,
+        "kernel_ms_per_token_median": _r(percentile([t.kernel_ns / 1e6 for t in toks], 50)),
+    }
+
+
+def summary(view: StoreView) -> dict:
+    """``{"ttft_ms": {...}, "modes": {mode: mode_summary}}``."""
+    prefill = [t for t in view.tokens if t.phase == PREFILL and t.done]
+    pf_stats = [s["host_ms"] for (ph, _m), s in view.token_stats.items() if ph == PREFILL]
+    count = sum(s.count for s in pf_stats)
+    return {
+        "ttft_ms": {
+            "last": _r(prefill[-1].host_ms) if prefill else None,
+            "median": _r(percentile([t.host_ms for t in prefill], 50)),
+            "count": count,
+        },
+        "modes": {m: mode_summary(view, m) for m in modes_of(view)},
+    }

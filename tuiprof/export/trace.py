@@ -1,0 +1,142 @@
+"""Chrome trace / Perfetto JSON of the recorded window.
+
+One process per GPU (``pid`` = device id) with one track per CUDA stream (``tid`` = stream
+id) holding its kernels, memcpys and memsets as complete (``"X"``) events; a ``tuiprof``
+process with a ``tokens`` track (prefill/decode phase ranges enclosing one range per token)
+and counter (``"C"``) tracks for the NVML series and the per-token latency. Timestamps are
+microseconds (floats, ns precision) from the window's first event. Events that would overlap
+partially on one track (never seen on a real stream) go to an extra ``overlap`` track, which
+Perfetto requires.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import __version__
+from ..store import StoreView
+from ._atomic import atomic_write_bytes
+from .nsys_reports import device_id
+from .window import GpuOp, window_of
+
+HOST_PID = 1_000_000       # the tuiprof "process": tokens and counters
+TOKENS_TID = 1
+UNKNOWN_STREAM_TID = 0     # memcpy/memset records without a stream id
+LANE_STRIDE = 1_000_000    # tid of overlap lane n of stream s: s + n * LANE_STRIDE
+_CAT = {"K": "kernel", "C": "gpu_memcpy", "S": "gpu_memset"}
+NVML_UNITS = {"gpm_sm_util": "%", "gpm_sm_occupancy": "%", "gpm_dram_bw_util": "%",
+              "gpm_tensor_util": "%", "util_gpu": "%", "util_memory": "%",
+              "mem_used_bytes": "B", "power_mw": "mW", "sm_clock_mhz": "MHz"}
+
+
+def _us(ns: int) -> float:
+    return ns / 1000.0
+
+
+def _meta(name: str, pid: int, tid: int, args: dict) -> dict:
+    return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": args}
+
+
+def _op_args(op: GpuOp) -> dict:
+    args: dict = {"stream": op.stream, "correlation": op.corr}
+    if op.kind == "K":
+        args.update({"raw name": op.raw, "grid": list(op.grid), "block": list(op.block),
+                     "registers per thread": op.regs, "shared memory": op.smem,
+                     "graph": op.graph_id})
+    else:
+        args["bytes"] = op.bytes
+    return args
+
+
+def _assign_lanes(ops: list[GpuOp]) -> list[int]:
+    """A lane per op such that events on one (stream, lane) never overlap."""
+    lane_end: dict[tuple[int, int], int] = {}
+    lanes = []
+    for op in ops:
+        lane = 0
+        while lane_end.get((op.stream, lane), -1) > op.start:
+            lane += 1
+        lane_end[(op.stream, lane)] = op.end
+        lanes.append(lane)
+    return lanes
+
+
+def trace_dict(view: StoreView) -> dict:
+    """The trace document (``{"traceEvents": [...], ...}``) of the recorded window."""
+    w = window_of(view)
+    t0 = w.t0
+    dev = device_id(view)
+    device = str(view.meta.get("device") or "GPU")
+    events: list[dict] = [
+        _meta("process_name", dev, 0, {"name": f"GPU {dev}: {device}"}),
+        _meta("process_labels", dev, 0, {"labels": f"GPU {dev}"}),
+        _meta("process_sort_index", dev, 0, {"sort_index": dev}),
+        _meta("process_name", HOST_PID, 0, {"name": "tuiprof"}),
+        _meta("process_sort_index", HOST_PID, 0, {"sort_index": -1}),
+        _meta("thread_name", HOST_PID, TOKENS_TID, {"name": "tokens"}),
+        _meta("thread_sort_index", HOST_PID, TOKENS_TID, {"sort_index": 0}),
+    ]
+    tracks: set[tuple[int, int]] = set()
+    body: list[dict] = []
+    for op, lane in zip(w.ops, _assign_lanes(w.ops)):
+        tid = op.stream + lane * LANE_STRIDE
+        if (op.stream, lane) not in tracks:
+            tracks.add((op.stream, lane))
+            label = f"stream {op.stream}" if op.stream else "stream ? (not recorded)"
+            events.append(_meta("thread_name", dev, tid,
+                                {"name": label + (f" (overlap {lane})" if lane else "")}))
+            events.append(_meta("thread_sort_index", dev, tid, {"sort_index": tid}))
+        body.append({"name": op.name, "cat": _CAT[op.kind], "ph": "X", "pid": dev, "tid": tid,
+                     "ts": _us(op.start - t0), "dur": _us(op.end - op.start),
+                     "args": _op_args(op)})
+    # Phase ranges (runs of tokens of one phase and mode) enclosing the token ranges.
+    runs: list[list] = []
+    for t in w.tokens:
+        if not (t.done and t.end_ns >= t.start_ns):
+            continue
+        if runs and runs[-1][0] == (t.phase, t.mode, t.cycle):
+            runs[-1][2] = t.end_ns
+            runs[-1][3] += 1
+        else:
+            runs.append([(t.phase, t.mode, t.cycle), t.start_ns, t.end_ns, 1])
+        body.append({"name": f"{t.phase} {t.step}" if t.step >= 0 else t.phase,
+                     "cat": "token", "ph": "X", "pid": HOST_PID, "tid": TOKENS_TID,
+                     "ts": _us(t.start_ns - t0), "dur": _us(t.end_ns - t.start_ns),
+                     "args": {"seq": t.seq, "step": t.step, "mode": t.mode, "kernels": t.kernels,
+                              "host_ms": t.host_ms, "busy_ms": t.busy_ns / 1e6}})
+        body.append({"name": "token latency (ms)", "cat": "counter", "ph": "C",
+                     "pid": HOST_PID, "tid": 0, "ts": _us(t.end_ns - t0),
+                     "args": {"ms": t.host_ms}})
+    for (phase, mode, _cycle), start, end, n in runs:
+        body.append({"name": f"{phase} ({mode})", "cat": "phase", "ph": "X", "pid": HOST_PID,
+                     "tid": TOKENS_TID, "ts": _us(start - t0), "dur": _us(end - start),
+                     "args": {"tokens": n}})
+    for s in view.nvml:
+        ts = s.get("ts_ns")
+        if not isinstance(ts, int) or ts < t0 or ts > w.t1:
+            continue
+        for key, value in s.items():
+            if key == "ts_ns" or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            unit = NVML_UNITS.get(key, "")
+            body.append({"name": f"nvml {key}" + (f" ({unit})" if unit else ""),
+                         "cat": "nvml", "ph": "C", "pid": HOST_PID, "tid": 0,
+                         "ts": _us(ts - t0), "args": {key: value}})
+    # Parents before children at equal timestamps: by ts, then longest first.
+    body.sort(key=lambda e: (e["ts"], -e.get("dur", 0.0)))
+    return {
+        "traceEvents": events + body,
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": t0,
+        "otherData": {"producer": f"tuiprof {__version__}", "device": device,
+                      "time_origin": "first event of the recorded window (CUPTI ns in "
+                                     "baseTimeNanoseconds)",
+                      "tokens": len(w.tokens)},
+    }
+
+
+def write_trace(view: StoreView, path: str | Path) -> Path:
+    """Write the Chrome trace JSON of the recorded window atomically; returns the path."""
+    data = json.dumps(trace_dict(view), separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+    return atomic_write_bytes(path, data)

@@ -1,0 +1,5 @@
+"""``python -m tuiprof.sweep``."""
+
+from tuiprof.sweep.cli import main
+
+raise SystemExit(main())

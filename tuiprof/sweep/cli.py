@@ -1,0 +1,124 @@
+"""``tuiprof sweep``: argument parsing, a single updating progress line, and the output files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence, TextIO
+
+from tuiprof.sweep.runner import MODES, PASSES, Progress, run_sweep
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _choices(allowed: Sequence[str]):
+    def parse(text: str) -> list[str]:
+        items = _csv(text)
+        bad = [i for i in items if i not in allowed]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"{','.join(bad) or text!r}: choose from {','.join(allowed)}")
+        return items
+
+    return parse
+
+
+def _weights(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError("expected MODEL=PATH")
+    return name, path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the sweep's options to ``parser`` (the ``tuiprof sweep`` subcommand)."""
+    parser.add_argument("--models", type=_csv, required=True, help="comma-separated registry names")
+    parser.add_argument("--seq-lens", type=_ints, required=True, help="comma-separated sequence lengths")
+    parser.add_argument("--batch", type=int, default=1, help="batch size of the full-sequence passes (default 1)")
+    parser.add_argument("--passes", type=_choices(PASSES), default=["inference"],
+                        help=f"comma-separated, of {','.join(PASSES)} (default inference)")
+    parser.add_argument("--mode", type=_choices(MODES), default=["eager"], dest="modes",
+                        help="eager, compiled or eager,compiled (default eager)")
+    parser.add_argument("--attention", type=_choices(("plain", "sdpa")), default=None,
+                        help="attention path(s) of families with the switch: plain, sdpa or plain,sdpa")
+    parser.add_argument("--memory-limit", type=float, default=None, metavar="GiB",
+                        help="cap usable GPU memory (torch.cuda.set_per_process_memory_fraction)")
+    parser.add_argument("--warmup", type=int, default=2, help="warm-up iterations per cell (default 2)")
+    parser.add_argument("--iters", type=int, default=5, help="measured iterations per cell (default 5)")
+    parser.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available)")
+    parser.add_argument("--dtype", default=None, help="override every model's dtype (e.g. float32)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    parser.add_argument("--weights", type=_weights, action="append", default=[], metavar="MODEL=PATH",
+                        help="safetensors weights (file or directory) for a model; repeatable")
+    parser.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. reduce-overhead")
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
+    parser.add_argument("--no-profile", action="store_true", help="skip the profiled iteration per cell")
+    parser.add_argument("--out", default="out/sweep", help="output directory (default out/sweep)")
+
+
+class ProgressLine:
+    """Prints each ``Progress`` over the previous one (``\\r``) on a terminal, one line each otherwise."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.width = 0
+
+    def __call__(self, p: Progress) -> None:
+        text = p.line()
+        if self.tty:
+            pad = max(0, self.width - len(text))
+            self.stream.write("\r" + text + " " * pad)
+            self.width = len(text)
+        elif p.phase == "done":
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.width:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep described by ``args``; write its files; 0 when no cell failed, 1 otherwise."""
+    line = ProgressLine()
+    try:
+        result = run_sweep(
+            args.models, args.seq_lens, batch=args.batch, passes=args.passes, modes=args.modes,
+            memory_limit_gib=args.memory_limit, warmup=args.warmup, iters=args.iters, device=args.device,
+            progress=line, attention=args.attention, dtype=args.dtype, seed=args.seed,
+            weights=dict(args.weights), compile_mode=args.compile_mode, compile_backend=args.compile_backend,
+            profile=not args.no_profile,
+        )
+    finally:
+        line.close()
+    paths = result.write(args.out)
+    print(result.tables()["time"].markdown())
+    bad = [r for r in result.cells if r.status in ("oom", "error")]
+    print(f"{len(result.cells)} cells, {len(bad)} failed; wrote {', '.join(str(p) for p in paths.values())}")
+    return 1 if bad else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point: ``python -m tuiprof.sweep --models ... --seq-lens ...``."""
+    parser = argparse.ArgumentParser(prog="tuiprof sweep", description="Time and profile model workloads.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except Exception as exc:  # a one-line message for user errors (unknown model, bad dtype)
+        from tuiprof.errors import TuiprofError
+
+        if isinstance(exc, (TuiprofError, ValueError)):
+            print(f"tuiprof: {exc}", file=sys.stderr)
+            return 2
+        raise

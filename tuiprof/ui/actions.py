@@ -1,0 +1,58 @@
+"""The single registry of user actions: it feeds the bindings, the footer, the command
+palette and the help screen (reference §0.8)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Action:
+    id: str            # binding id (keymaps) and palette id
+    key: str           # Textual key name(s), comma-separated
+    action: str        # app action
+    label: str         # footer text
+    help: str          # help screen / palette text
+    show: bool = True  # in the footer
+    priority: bool = False
+    shown_key: str = ""
+
+
+ACTIONS: tuple[Action, ...] = (
+    Action("toggle-mode", "c", "toggle_mode", "eager↔compiled",
+           "Switch the live session between eager and torch.compile (compiles on a background thread)"),
+    Action("compare", "v", "compare", "compare",
+           "Side-by-side eager vs compiled: tokens/s, ms/token, kernels per token, top kernels"),
+    Action("pause", "space", "pause", "pause", "Pause / resume the source (generation or replay)",
+           shown_key="space"),
+    Action("reset", "r", "reset", "reset", "Reset all statistics"),
+    Action("export", "e", "export_snapshot", "export", "Export a JSON snapshot (reopen with `tuiprof view`)"),
+    Action("export-nsys", "n", "export_nsys", "nsys", "Export nsys-style summary reports"),
+    Action("help", "question_mark", "help", "help", "This help screen", shown_key="?"),
+    Action("quit", "q", "quit", "quit", "Stop the session (auto-snapshot if enabled) and quit"),
+    Action("theme", "t", "toggle_theme", "theme", "Toggle dark / light theme", show=False),
+    Action("freeze", "f", "freeze", "freeze", "Freeze / unfreeze the display (collection continues)",
+           show=False),
+    Action("next-pane", "tab", "next_pane", "next pane", "Next pane (tabs at small sizes)",
+           show=False, priority=True, shown_key="tab"),
+    Action("prev-pane", "shift+tab", "prev_pane", "prev pane", "Previous pane", show=False,
+           priority=True, shown_key="shift+tab"),
+    Action("pane-1", "1", "show_pane(1)", "latency", "Per-token latency pane", show=False),
+    Action("pane-2", "2", "show_pane(2)", "kernels", "Top kernels pane", show=False),
+    Action("pane-3", "3", "show_pane(3)", "util", "Utilisation pane", show=False),
+    Action("pane-4", "4", "show_pane(4)", "allocs", "Allocations pane", show=False),
+    Action("pane-5", "5", "show_pane(5)", "findings", "Findings pane", show=False),
+    Action("kernel-phase", "p", "kernel_phase", "phase", "Kernels: cycle phase (decode/prefill/other/all)",
+           show=False),
+    Action("kernel-mode", "m", "kernel_mode", "mode", "Kernels: cycle mode (auto/eager/compiled)",
+           show=False),
+    Action("kernel-sort", "s", "kernel_sort", "sort", "Kernels: cycle sort column", show=False),
+    Action("kernel-invert", "i", "kernel_invert", "invert", "Kernels: invert sort order", show=False),
+    Action("kernel-filter", "slash", "kernel_filter", "filter", "Kernels: filter by text", show=False,
+           shown_key="/"),
+    Action("kernel-detail", "enter", "kernel_detail", "details",
+           "Kernels: details of the selected kernel", show=False),
+)
+
+
+def key_label(a: Action) -> str:
+    return a.shown_key or a.key

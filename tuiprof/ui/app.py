@@ -1,0 +1,486 @@
+"""The tuiprof Textual app.
+
+Data flow (reference §0.2, §12.2): the app never receives data from a thread. One timer
+(``refresh_hz``, default 4 Hz; 0 = no timer, for tests) pulls an immutable ``StoreView`` from
+``control.store.view()`` and hands it to the visible panes inside ``batch_update()``. Actions go
+to the session only through :class:`~tuiprof.control.SessionControl`. Slow or blocking work
+(findings analysis, exports, stopping the session) runs in thread workers that hand results back
+with ``post_message``.
+
+``make_app`` builds the app (CLI and tests); ``run_app`` runs it and returns an exit code.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Container
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Static
+
+from ..control import SessionControl
+from . import adapters
+from .actions import ACTIONS
+from .derive import view_signature
+from .screens.compare import CompareScreen
+from .screens.detail import KernelDetailScreen
+from .screens.help import HelpScreen
+from .widgets.allocs import AllocPane
+from .widgets.base import Pane, RefreshContext
+from .widgets.findings import FindingsPane
+from .widgets.header import HeaderPane
+from .widgets.kernels import KernelsPane
+from .widgets.latency import LatencyPane
+from .widgets.statusline import StatusLine
+from .widgets.util import UtilPane
+
+WIDE_AT = (150, 40)          # columns, rows from which all panes show at once
+DARK, LIGHT = "textual-dark", "textual-light"
+
+
+class MainScreen(Screen):
+    """Header, pane area (grid when wide, tabs when narrow), status line, footer."""
+
+    def __init__(self, wide_at: tuple[int, int] = WIDE_AT) -> None:
+        super().__init__()
+        self.wide_at = wide_at
+        self.active = 2          # pane number: kernels first
+
+    def compose(self) -> ComposeResult:
+        yield HeaderPane(id="header")
+        yield Static(id="tabbar")
+        with Container(id="panes"):
+            # Grid order (wide): latency | util / kernels (2 columns) / allocs | findings.
+            yield LatencyPane(id="latency")
+            yield UtilPane(id="util")
+            yield KernelsPane(id="kernels")
+            yield AllocPane(id="allocs")
+            yield FindingsPane(id="findings")
+        yield StatusLine(id="status")
+        yield Footer()
+
+    @property
+    def panes(self) -> list[Pane]:
+        return sorted(self.query_one("#panes").query_children(Pane), key=lambda p: p.PANE_KEY)
+
+    @property
+    def narrow(self) -> bool:
+        return self.has_class("-narrow")
+
+    def on_mount(self) -> None:
+        self.apply_layout()
+
+    def on_resize(self) -> None:
+        self.apply_layout()
+
+    def apply_layout(self) -> None:
+        w, h = self.app.size
+        narrow = w < self.wide_at[0] or h < self.wide_at[1]
+        self.set_class(narrow, "-narrow")
+        self.set_active(self.active)
+
+    def set_active(self, n: int) -> None:
+        self.active = n
+        for p in self.panes:
+            p.set_class(p.PANE_KEY == str(n), "-active")
+        tb = Text(no_wrap=True, overflow="ellipsis")
+        for p in self.panes:
+            on = p.PANE_KEY == str(n)
+            tb.append(f" {p.PANE_KEY} {p.TAB_TITLE} ", "bold reverse" if on else "dim")
+            tb.append(" ")
+        tb.append(" tab/1-5", "dim")
+        self.query_one("#tabbar", Static).update(tb)
+
+    def visible_panes(self) -> list[Pane]:
+        if self.narrow:
+            return [p for p in self.panes if p.PANE_KEY == str(self.active)]
+        return self.panes
+
+
+class TuiprofApp(App):
+    """Live profiler UI over one :class:`SessionControl`."""
+
+    CSS_PATH = "tuiprof.tcss"
+    BINDINGS = [Binding(a.key, a.action, a.label, show=a.show, priority=a.priority, id=a.id,
+                        tooltip=a.help) for a in ACTIONS]
+
+    class FindingsReady(Message):
+        def __init__(self, found: list, message: str, token: int) -> None:
+            super().__init__()
+            self.found, self.message, self.token = found, message, token
+
+    class ExportDone(Message):
+        def __init__(self, what: str, path: str | None, error: str | None) -> None:
+            super().__init__()
+            self.what, self.path, self.error = what, path, error
+
+    class Stopped(Message):
+        def __init__(self, snapshot: str | None, error: str | None) -> None:
+            super().__init__()
+            self.snapshot, self.error = snapshot, error
+
+    def __init__(self, control: SessionControl, *, title: str = "tuiprof",
+                 export_dir: Path | str = ".", auto_snapshot: bool = False,
+                 refresh_hz: float = 4.0, deterministic: bool = False,
+                 start_control: bool = True, findings_interval: float = 2.0,
+                 wide_at: tuple[int, int] = WIDE_AT, theme: str = DARK) -> None:
+        super().__init__()
+        self.control = control
+        self.title = title
+        self.export_dir = Path(export_dir)
+        self.auto_snapshot = auto_snapshot
+        self.refresh_hz = float(refresh_hz)
+        self.deterministic = deterministic
+        self.start_control = start_control
+        self.findings_interval = findings_interval
+        self.wide_at = wide_at
+        self.theme = theme
+        self.refresh_stats: dict = {"count": 0, "mean_ms": 0.0, "max_ms": 0.0, "last_ms": 0.0,
+                                    "total_ms": 0.0, "hz": self.refresh_hz,
+                                    "hidden": deterministic}
+        self.last_message = ""          # last action answer (also notified)
+        self._timer = None
+        self._frozen = False
+        self._sig: tuple | None = None
+        self._findings_sig: tuple | None = None
+        self._findings_at = -1e9
+        self._findings_busy = False
+        self._findings_token = 0
+        self._quitting = False
+        self._main: MainScreen | None = None
+        self.view: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def get_default_screen(self) -> Screen:
+        self._main = MainScreen(self.wide_at)
+        return self._main
+
+    @property
+    def main(self) -> MainScreen:
+        assert self._main is not None
+        return self._main
+
+    def on_mount(self) -> None:
+        if self.start_control:
+            try:
+                self.control.start()
+            except Exception as exc:
+                self.control.status.state = "error"
+                self.control.status.message = f"could not start: {exc}"
+        if self.refresh_hz > 0:
+            self._timer = self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
+        self.call_after_refresh(self.refresh_now)
+
+    def pause_refresh(self) -> None:
+        """Stop the pull timer (tests, ``f``); the session keeps running."""
+        self._frozen = True
+        if self._timer is not None:
+            self._timer.pause()
+
+    def resume_refresh(self) -> None:
+        self._frozen = False
+        if self._timer is not None:
+            self._timer.resume()
+        self.refresh_view(force=True)
+
+    # ------------------------------------------------------------------ refresh
+    def refresh_now(self) -> None:
+        """One full refresh, findings computed synchronously (deterministic; for tests)."""
+        self.refresh_view(force=True, sync_findings=True)
+
+    def refresh_view(self, force: bool = False, sync_findings: bool = False) -> None:
+        """The pull: read one StoreView, update what is visible. Timed into ``refresh_stats``."""
+        if self._main is None or not self._main.is_mounted:
+            return
+        t0 = time.perf_counter()
+        status = self.control.status
+        view = self.control.store.view(raw=False)
+        self.view = view
+        sig = view_signature(view)
+        changed = force or sig != self._sig
+        self._sig = sig
+        ctx = RefreshContext(status=status, mode=status.mode, deterministic=self.deterministic,
+                             changed=changed)
+        screen = self.screen
+        main = self.main
+        with self.batch_update():
+            main.query_one(HeaderPane).show(view, ctx)
+            if isinstance(screen, CompareScreen):
+                if changed:
+                    screen.show(view)
+            elif screen is main or isinstance(screen, ModalScreen):
+                if screen is main or force:
+                    for pane in main.visible_panes():
+                        pane.show(view, ctx)
+            main.query_one(StatusLine).show(view, ctx, refresh_stats=self.refresh_stats,
+                                            frozen=self._frozen)
+        self._maybe_findings(sig, sync_findings)
+        dt = (time.perf_counter() - t0) * 1000.0
+        rs = self.refresh_stats
+        rs["count"] += 1
+        rs["total_ms"] += dt
+        rs["last_ms"] = dt
+        rs["mean_ms"] = rs["total_ms"] / rs["count"]
+        rs["max_ms"] = max(rs["max_ms"], dt)
+
+    def _maybe_findings(self, sig: tuple, sync: bool) -> None:
+        if sync:
+            found, msg = adapters.findings(self.control.store.view(raw=True))
+            self._findings_sig = sig
+            self._findings_at = time.monotonic()
+            self.main.query_one(FindingsPane).set_findings(found, msg)
+            return
+        now = time.monotonic()
+        if (self._findings_busy or sig == self._findings_sig
+                or now - self._findings_at < self.findings_interval):
+            return
+        self._findings_busy = True
+        self._findings_sig = sig
+        self._findings_at = now
+        self._findings_token += 1
+        self._run_findings(self.control.store.view(raw=True), self._findings_token)
+
+    @work(thread=True, exit_on_error=False, group="findings", description="findings")  # no repr(view)
+    def _run_findings(self, view: Any, token: int) -> None:
+        found, msg = adapters.findings(view)
+        self.post_message(self.FindingsReady(found, msg, token))
+
+    def on_tuiprof_app_findings_ready(self, m: "TuiprofApp.FindingsReady") -> None:
+        self._findings_busy = False
+        if m.token == self._findings_token:
+            self.main.query_one(FindingsPane).set_findings(m.found, m.message)
+
+    # ------------------------------------------------------------------ session actions
+    def _say(self, msg: str, severity: str = "information") -> None:
+        self.last_message = msg
+        if msg:
+            self.notify(msg, severity=severity, timeout=3)
+
+    def action_toggle_mode(self) -> None:
+        self._say(self.control.toggle_mode())
+        self.refresh_view(force=True)
+
+    def action_pause(self) -> None:
+        self._say(self.control.toggle_pause())
+        self.refresh_view(force=True)
+
+    def action_reset(self) -> None:
+        self._say(self.control.reset())
+        self._findings_sig = None
+        self.refresh_view(force=True)
+
+    def action_compare(self) -> None:
+        if isinstance(self.screen, CompareScreen):
+            self.pop_screen()
+            return
+        scr = CompareScreen()
+        self.push_screen(scr, callback=lambda _=None: self.refresh_view(force=True))
+        self.call_after_refresh(lambda: scr.is_mounted and scr.show(self.control.store.view(raw=False)))
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+            return
+        self.push_screen(HelpScreen(lambda: self.refresh_stats))
+
+    def action_toggle_theme(self) -> None:
+        self.theme = LIGHT if self.theme == DARK else DARK
+        self._say(f"theme {self.theme}")
+
+    def action_freeze(self) -> None:
+        if self._frozen:
+            self.resume_refresh()
+            self._say("display live")
+        else:
+            self.pause_refresh()
+            self.refresh_view(force=True)
+            self._say("display frozen (collection continues)")
+
+    # ------------------------------------------------------------------ panes
+    def action_show_pane(self, n: int) -> None:
+        if self.screen is not self.main:
+            return
+        self.main.set_active(int(n))
+        for p in self.main.panes:
+            if p.PANE_KEY == str(n):
+                p.focus_main()
+                # A pane hidden until now has not been refreshed: bring it up to date as soon
+                # as it has been laid out (its size is known only then).
+                self.call_after_refresh(self._show_one, p)
+
+    def _show_one(self, p: Pane) -> None:
+        view = self.view if self.view is not None else self.control.store.view(raw=False)
+        p.show(view, RefreshContext(status=self.control.status, mode=self.control.status.mode,
+                                    deterministic=self.deterministic, changed=True))
+
+    def action_next_pane(self) -> None:
+        self.action_show_pane(self.main.active % 5 + 1)
+
+    def action_prev_pane(self) -> None:
+        self.action_show_pane((self.main.active - 2) % 5 + 1)
+
+    def _kernels(self) -> KernelsPane | None:
+        if self.screen is not self.main:
+            return None
+        k = self.main.query_one(KernelsPane)
+        if self.main.narrow and self.main.active != 2:
+            self.action_show_pane(2)
+        return k
+
+    def action_kernel_phase(self) -> None:
+        if (k := self._kernels()) is not None:
+            self._say(k.cycle_phase())
+
+    def action_kernel_mode(self) -> None:
+        if (k := self._kernels()) is not None:
+            self._say(k.cycle_mode())
+
+    def action_kernel_sort(self) -> None:
+        if (k := self._kernels()) is not None:
+            self._say(k.cycle_sort())
+
+    def action_kernel_invert(self) -> None:
+        if (k := self._kernels()) is not None:
+            self._say(k.invert_sort())
+
+    def action_kernel_filter(self) -> None:
+        if (k := self._kernels()) is not None:
+            k.open_filter()
+
+    def action_kernel_detail(self) -> None:
+        if (k := self._kernels()) is not None:
+            row = k.current_row()
+            if row is not None:
+                self.push_screen(KernelDetailScreen(row, self.view))
+
+    def on_kernels_pane_open_detail(self, m: KernelsPane.OpenDetail) -> None:
+        self.push_screen(KernelDetailScreen(m.row, self.view))
+
+    # ------------------------------------------------------------------ exports
+    def _stamp_name(self, prefix: str, suffix: str) -> Path:
+        meta = self.view.meta if self.view is not None else {}
+        model = re.sub(r"[^A-Za-z0-9.]+", "-", str(meta.get("model") or "session")).strip("-")[:40]
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        return self.export_dir / f"{prefix}-{model}-{self.control.status.mode}-{stamp}{suffix}"
+
+    def action_export_snapshot(self) -> None:
+        path = self._stamp_name("tuiprof", ".json")
+        self._say(f"writing snapshot {path.name}…")
+        self._export_worker("snapshot", self.control.store.view(raw=True), path)
+
+    def action_export_nsys(self) -> None:
+        path = self._stamp_name("tuiprof-nsys", "")
+        self._say(f"writing nsys-style reports to {path.name}/…")
+        self._export_worker("nsys", self.control.store.view(raw=True), path)
+
+    @work(thread=True, exit_on_error=False, group="export", description="export")  # no repr(view)
+    def _export_worker(self, what: str, view: Any, path: Path) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if what == "snapshot":
+                res = adapters.write_snapshot(view, path)
+            else:
+                path.mkdir(parents=True, exist_ok=True)
+                res = adapters.write_nsys_reports(view, path)
+            out = str(res) if isinstance(res, (str, Path)) else str(path)
+            if isinstance(res, (list, tuple)):
+                out += f" ({len(res)} files)"
+            self.post_message(self.ExportDone(what, out, None))
+        except Exception as exc:
+            self.post_message(self.ExportDone(what, None, f"{type(exc).__name__}: {exc}"))
+
+    def on_tuiprof_app_export_done(self, m: "TuiprofApp.ExportDone") -> None:
+        if m.error:
+            self._say(f"{m.what} export failed: {m.error}", "error")
+        else:
+            self._say(f"{m.what} written: {m.path}")
+
+    # ------------------------------------------------------------------ quit
+    def action_quit(self) -> None:
+        if self._quitting:           # a second q quits without waiting
+            self.exit(return_code=0)
+            return
+        self._quitting = True
+        if self._timer is not None:
+            self._timer.pause()
+        self._say("stopping the session…" + (" (writing snapshot)" if self.auto_snapshot else ""))
+        self._stop_worker()
+
+    @work(thread=True, exit_on_error=False, group="quit", description="stop")
+    def _stop_worker(self) -> None:
+        error = snapshot = None
+        try:
+            self.control.stop()
+        except Exception as exc:
+            error = f"stop failed: {type(exc).__name__}: {exc}"
+        if self.auto_snapshot:
+            try:
+                path = self._stamp_name("tuiprof", ".json")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                res = adapters.write_snapshot(self.control.store.view(raw=True), path)
+                snapshot = str(res) if isinstance(res, (str, Path)) else str(path)
+            except Exception as exc:
+                error = f"auto snapshot failed: {type(exc).__name__}: {exc}"
+        self.post_message(self.Stopped(snapshot, error))
+
+    def on_tuiprof_app_stopped(self, m: "TuiprofApp.Stopped") -> None:
+        self.quit_result = m
+        msg = ""
+        if m.snapshot:
+            msg = f"tuiprof: snapshot written to {m.snapshot}"
+        if m.error:
+            msg = (msg + "\n" if msg else "") + f"tuiprof: {m.error}"
+        self.exit(result=m.snapshot, return_code=0, message=msg or None)
+
+    # ------------------------------------------------------------------ palette
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for a in ACTIONS:
+            if a.id in ("help", "quit"):
+                continue
+            yield SystemCommand(a.help.split(" (")[0],
+                                f"key: {a.shown_key or a.key}", self._palette_callback(a.action))
+
+    def _palette_callback(self, action: str):
+        def run() -> None:
+            self.run_action(action)
+        return run
+
+
+def make_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path | str = ".",
+             auto_snapshot: bool = False, refresh_hz: float = 4.0, deterministic: bool = False,
+             start_control: bool = True, **kw: Any) -> TuiprofApp:
+    """Build the app (shared by the CLI and the tests).
+
+    ``refresh_hz``: pull rate of the store (2–4 Hz is plenty; 0 = no timer, refresh by
+    calling ``app.refresh_now()``). ``deterministic``: hide timings, overhead and clocks (for
+    snapshot tests). ``start_control``: call ``control.start()`` on mount.
+    """
+    return TuiprofApp(control, title=title, export_dir=export_dir, auto_snapshot=auto_snapshot,
+                      refresh_hz=refresh_hz, deterministic=deterministic,
+                      start_control=start_control, **kw)
+
+
+def run_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path | str = ".",
+            auto_snapshot: bool = False, **kw: Any) -> int:
+    """Run the UI until the user quits; the control is started on mount and always stopped.
+
+    Returns the exit code (0 on a normal quit).
+    """
+    app = make_app(control, title=title, export_dir=export_dir, auto_snapshot=auto_snapshot, **kw)
+    try:
+        app.run()
+    finally:
+        try:
+            control.stop()
+        except Exception:
+            pass
+    return int(app.return_code or 0)

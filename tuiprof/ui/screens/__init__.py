@@ -1,0 +1,1 @@
+"""Modal and full screens: help, kernel detail, eager-vs-compiled comparison."""

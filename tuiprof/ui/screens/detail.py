@@ -1,0 +1,73 @@
+"""One kernel in full: demangled and raw names, launch configurations, statistics."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from .. import format as fmt
+from ..derive import KernelRow
+
+
+def render_detail(row: KernelRow, view: Any | None = None) -> Table:
+    s = row.stats
+    n = row.name
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column()
+    t.add_row("short", Text(n.short, "bold cyan"))
+    t.add_row("library", n.library)
+    t.add_row("category", n.category)
+    t.add_row("mode / phase", f"{row.mode} / {row.phase}")
+    t.add_row("demangled", Text(n.demangled))
+    t.add_row("raw", Text(n.raw, "dim"))
+    t.add_row("", "")
+    t.add_row("launches", fmt.count(s.count) + (f"  ({row.per_token:.1f} per token)" if row.per_token else ""))
+    t.add_row("from CUDA graphs", fmt.count(row.graph_launches))
+    t.add_row("total", f"{fmt.ns(s.total)}  ({row.pct:.1f}% of this phase's GPU time)")
+    t.add_row("mean / median", f"{fmt.ns(s.mean)} / {fmt.ns(s.median)}")
+    t.add_row("min / max", f"{fmt.ns(s.min)} / {fmt.ns(s.max)}")
+    t.add_row("stddev", fmt.ns(s.stddev))
+    t.add_row("registers/thread", str(row.registers))
+    t.add_row("shared mem", fmt.nbytes(row.shared_mem))
+    cfgs = sorted(row.configs.items(), key=lambda kv: -kv[1])
+    lines = Text()
+    for i, (cfg, c) in enumerate(cfgs):
+        if i:
+            lines.append("\n")
+        lines.append(f"grid {fmt.dim3(cfg[:3])}  block {fmt.dim3(cfg[3:])}  × {c:,}")
+    t.add_row("launch configs", lines if cfgs else f"grid {fmt.dim3(row.grid)}  block {fmt.dim3(row.block)}")
+    if view is not None:
+        others = []
+        for (name, ph, md), agg in sorted(view.kernels.items(), key=lambda kv: kv[0][1:]):
+            if name == row.key and (ph, md) != (row.phase, row.mode):
+                others.append(f"{md}/{ph}: {agg.stats.count:,} × {fmt.ns(agg.stats.mean)}")
+        if others:
+            t.add_row("elsewhere", "\n".join(others))
+    return t
+
+
+class KernelDetailScreen(ModalScreen):
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "close", show=True)]
+    DEFAULT_CSS = """
+    KernelDetailScreen { align: center middle; }
+    KernelDetailScreen > VerticalScroll { width: 100; max-width: 100%; height: auto; max-height: 90%;
+        border: round $primary; background: $surface; padding: 0 1; }
+    """
+
+    def __init__(self, row: KernelRow, view: Any | None = None) -> None:
+        super().__init__()
+        self.row, self.view = row, view
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(render_detail(self.row, self.view), id="detail-body")
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).border_title = f"kernel — {self.row.name.short} — esc to close"

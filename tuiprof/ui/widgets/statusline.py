@@ -1,0 +1,49 @@
+"""Status line: source state, compile progress, dropped records, degraded collectors, UI cost."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from .base import RefreshContext
+
+_STATE_STYLE = {"error": "bold white on red", "compiling": "bold black on yellow",
+                "paused": "bold black on cyan", "done": "bold green", "stopped": "bold",
+                "read-only": "bold blue", "loading": "bold yellow"}
+
+
+class StatusLine(Static):
+    DEFAULT_CSS = """
+    StatusLine { height: 1; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    def show(self, view: Any, ctx: RefreshContext, *, refresh_stats: dict, frozen: bool,
+             kernels: str = "") -> None:
+        st = ctx.status
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(f" {st.state} ", _STATE_STYLE.get(st.state, "bold"))
+        if st.state == "compiling":
+            if st.compiling_since is not None and not ctx.deterministic:
+                t.append(f" compiling {max(0.0, ctx.now - st.compiling_since):.1f}s", "yellow")
+            else:
+                t.append(" compiling…", "yellow")
+        if st.message:
+            t.append(f" {st.message}", "red" if st.state == "error" else "")
+        dropped = int(view.counters.get("dropped", 0) or 0)
+        t.append(" │ ")
+        t.append(f"dropped {dropped:,}", "bold red" if dropped else "dim")
+        for name, c in sorted(view.collectors.items()):
+            if not c.get("ok", True):
+                t.append(" │ ")
+                t.append(f"⚠ {name}: {c.get('message') or 'degraded'}", "bold yellow")
+        if frozen:
+            t.append(" │ ")
+            t.append("display frozen (f)", "bold cyan")
+        t.append(" │ ")
+        if ctx.deterministic:
+            t.append("ui –", "dim")
+        else:
+            t.append(f"ui {refresh_stats.get('mean_ms', 0.0):.1f}/{refresh_stats.get('max_ms', 0.0):.1f} ms", "dim")
+        t.append(" │ ? help", "dim")
+        self.update(t)
