@@ -1,4 +1,9 @@
-"""The UI stays responsive while a real source produces in the background."""
+"""The UI stays responsive while a real source produces in the background.
+
+ReplayControl feeds the eager H100 recording at recorded speed (speed=1.0: ~3.6 s, a token
+every ~50 ms) while keys are pressed; we time key → action (the handler running on the event
+loop), and the app's own refresh cost.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -7,47 +12,60 @@ import time
 from tuiprof.collect.replay import ReplayControl
 from tuiprof.store import SessionStore
 from tuiprof.ui.app import make_app
-from tuiprof.ui.widgets.kernels import KernelsPane
 
 
 def test_keys_stay_fast_during_a_realtime_replay(recordings, tmp_path):
     store = SessionStore()
-    ctl = ReplayControl(recordings["eager"], store, speed=1.0)   # ~3.6 s of real time
+    ctl = ReplayControl(recordings["eager"], store, speed=1.0)
     app = make_app(ctl, title="replay", export_dir=tmp_path, refresh_hz=4.0)
+    acted: list[float] = []
+    for name in ("kernel_sort", "kernel_phase", "kernel_invert", "next_pane"):
+        orig = getattr(app, f"action_{name}")
+
+        def wrapped(orig=orig):
+            acted.append(time.perf_counter())
+            return orig()
+        setattr(app, f"action_{name}", wrapped)
     latencies: list[float] = []
-    seen_tokens: list[int] = []
+    tokens_seen: list[int] = []
 
     async def main():
         async with app.run_test(size=(200, 50)) as pilot:
-            k = app.main.query_one(KernelsPane)
-            t_end = time.monotonic() + 2.5
-            keys = ["s", "p", "i", "m", "tab", "1", "2"]
+            # Start timing once data flows (the first refresh names every kernel once).
+            t_wait = time.monotonic() + 10
+            while (app.view is None or app.view.counters["tokens"] < 2) and time.monotonic() < t_wait:
+                await asyncio.sleep(0.05)
+            keys = ["s", "p", "i", "tab"]
             i = 0
+            t_end = time.monotonic() + 2.0
             while time.monotonic() < t_end:
-                key = keys[i % len(keys)]
-                i += 1
+                n = len(acted)
                 t0 = time.perf_counter()
-                await pilot.press(key)          # returns once the key has been handled
-                latencies.append(time.perf_counter() - t0)
-                seen_tokens.append(app.view.counters["tokens"] if app.view else 0)
-                await asyncio.sleep(0.1)
-            assert k.is_mounted
-            await pilot.press("space")           # pause the replay thread
+                await pilot.press(keys[i % len(keys)])
+                i += 1
+                if len(acted) > n:
+                    latencies.append(acted[n] - t0)
+                tokens_seen.append(app.view.counters["tokens"])
+                await asyncio.sleep(0.05)
+            await pilot.press("space")             # pause the replay thread
             assert ctl.status.state == "paused"
             await pilot.press("space")
             await pilot.press("q")
             await app.workers.wait_for_complete()
             await pilot.pause()
 
-    asyncio.run(main())
-    ctl.stop()
-    assert latencies, "no keys were pressed"
+    try:
+        asyncio.run(main())
+    finally:
+        ctl.stop()
+    assert len(latencies) >= 3, latencies
     latencies.sort()
-    p95 = latencies[int(0.95 * (len(latencies) - 1))]
-    # Generous bounds for 2 shared CI cores; a blocked loop would take seconds.
-    assert p95 < 0.5, f"key handling p95 {p95 * 1000:.0f} ms {[round(x*1000) for x in latencies]}"
-    assert latencies[-1] < 1.5
-    assert seen_tokens[-1] > seen_tokens[0], "the panes did not follow the replay"
+    p90 = latencies[int(0.9 * (len(latencies) - 1))]
+    msg = f"key→action ms: {[round(x * 1000) for x in latencies]}"
+    # Generous bounds for 2 shared CI cores; a blocked event loop takes seconds.
+    assert p90 < 0.3, msg
+    assert latencies[-1] < 1.0, msg
+    assert tokens_seen[-1] > tokens_seen[0], "the panes did not follow the replay"
     rs = app.refresh_stats
     assert rs["count"] >= 5
-    assert rs["mean_ms"] < 100, rs
+    assert rs["mean_ms"] < 60, rs

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# GPU verification, one part per device call. Usage: bash bench/gpu_verify.sh a|b|c
+# Prints short tables; full logs and artefacts go to $OUT.
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+NSYS=/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys
+part=${1:-a}
+log() { echo; echo "=== $* ($(date +%H:%M:%S))"; }
+if [ "$part" = a ]; then
+  log "headless qwen3-0.6b eager, 256 decode tokens"
+  timeout 240 python3 -m tuiprof --model qwen3-0.6b --headless --max-new-tokens 257 --ring-tokens 16 --json $OUT/eager.json 2>&1 | tail -8
+  log "headless qwen3-0.6b compiled, 256 decode tokens"
+  timeout 300 python3 -m tuiprof --model qwen3-0.6b --headless --mode compiled --max-new-tokens 257 --ring-tokens 16 --json $OUT/compiled.json 2>&1 | tail -8
+  log "findings and roofline"
+  timeout 120 python3 bench/findings_table.py $OUT/eager.json $OUT/compiled.json 2>&1 | tail -60
+  log "record 64 tokens and check nsys stats on the SQLite export"
+  timeout 200 python3 -m tuiprof record --model qwen3-0.6b --max-new-tokens 65 --record $OUT/qwen3_eager_rec.json.gz --json /tmp/rec.json 2>&1 | tail -3
+  timeout 200 python3 -m tuiprof.export.check_nsys --nsys $NSYS --recording $OUT/qwen3_eager_rec.json.gz --out /tmp/chk 2>&1 | tail -40
+fi
+if [ "$part" = b ]; then
+  log "collection overhead (interleaved windows)"
+  timeout 560 python3 bench/overhead.py --rounds 5 --peer 2>&1 | tail -30
+fi
