@@ -43,8 +43,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cupti", action="store_true", help="no kernel records (timing and NVML only)")
     p.add_argument("--no-nvml", action="store_true")
     p.add_argument("--nvml-hz", type=float, default=10.0)
-    p.add_argument("--sample-every", type=int, default=1,
-                   help="record device activity for 1 token in N (lower overhead)")
+    p.add_argument("--sample-every", default="auto",
+                   help="record device activity for 1 token in N; auto: every token in eager, "
+                        "1 in 4 in compiled mode (measured overhead, docs/performance.md)")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N tokens (aggregates keep the rest)")
     p.add_argument("--alloc-every", type=int, default=1,

@@ -25,11 +25,17 @@ class ProfilerOptions:
     cupti: bool = True
     nvml: bool = True
     nvml_hz: float = 10.0
-    sample_every: int = 1          # CUPTI device records for 1 token in N
+    sample_every: int | str = "auto"  # CUPTI device records for 1 token in N; "auto": see below
     alloc_every: int = 1           # caching-allocator stats every N tokens (0: never)
     buffer_bytes: int = 8 * 1024 * 1024
     api: bool = True
     engine_kwargs: dict = field(default_factory=dict)
+
+
+# "auto" sampling, from bench/overhead.py on the H100 (docs/performance.md): full-rate records
+# cost eager decode about 4% but compiled decode about 60% (539 kernels every 3.2 ms), while one
+# token in four cost compiled decode nothing measurable.
+AUTO_SAMPLE_EVERY = {"eager": 1, "compiled": 4}
 
 
 class Profiler(SessionControl):
@@ -65,7 +71,7 @@ class Profiler(SessionControl):
         opts = self.options
         if opts.cupti:
             self.cupti = CuptiCollector(self.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
-                                        sample_every=opts.sample_every)
+                                        sample_every=self._sample_every(self.status.mode))
             try:
                 self.cupti.start()
             except CuptiUnavailable as exc:
@@ -77,12 +83,20 @@ class Profiler(SessionControl):
             self.nvml = NvmlSampler(self.store, device_index, opts.nvml_hz, clock=self.clock)
             try:
                 self.nvml.start()
-                self.store.meta.update({f"gpu_{k}": v for k, v in self.nvml.info.items()})
+                info = self.nvml.info
+                self.store.meta.update({"driver": info.get("driver"),
+                                        "gpu_mem_total_bytes": info.get("mem_total_bytes")})
             except NvmlUnavailable as exc:
                 self.store.set_collector("nvml", False, str(exc))
                 self.nvml = None
         else:
             self.store.set_collector("nvml", False, "no NVML: disabled with --no-nvml")
+
+    def _sample_every(self, mode: str) -> int:
+        se = self.options.sample_every
+        n = AUTO_SAMPLE_EVERY.get(mode, 1) if se == "auto" else max(1, int(se))
+        self.store.meta["sample_every"] = n
+        return n
 
     def clock(self) -> int:
         """The clock of token marks: CUPTI's timestamps when CUPTI runs."""
@@ -101,6 +115,7 @@ class Profiler(SessionControl):
             self.engine = factory(**kwargs)
             self.store.meta.update(self.engine.info)
             self.store.meta["mode"] = self.status.mode
+            self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
             self._t_start = time.perf_counter()
             self._cpu0 = time.process_time()
             self.engine.listener = self
@@ -126,11 +141,11 @@ class Profiler(SessionControl):
             try:
                 self.cupti.stop()
             finally:
+                self._update_overhead()
                 self.cupti = None
         if self.nvml is not None:
             self.nvml.stop()
             self.nvml = None
-        self._update_overhead()
         if self.status.state not in ("error",):
             self.status.state = "stopped"
         self.done.set()
@@ -164,6 +179,9 @@ class Profiler(SessionControl):
             self.status.mode = mode
             self.store.meta["mode"] = mode
             self.store.add_event("mode", f"mode: {mode}", start_ns)
+            if self.cupti is not None:
+                self.cupti.sample_every = self._sample_every(mode)
+                self.cupti.announce()
         seq = self.store.next_seq()
         sampled = self.cupti.on_token_start(seq) if self.cupti is not None else True
         self._open_seq = self.store.begin_token(phase, mode, start_ns, step, cycle, sampled)
@@ -215,6 +233,16 @@ class Profiler(SessionControl):
         self.store.set_overhead(pct=round(100.0 * (own + nv) / wall, 2),
                                 cupti_s=round(own, 3), nvml_s=round(nv, 3), wall_s=round(wall, 1),
                                 method="tuiprof threads' busy time / wall time")
+
+
+def _device_facts(device: str) -> dict:
+    """SM count and device name for launch analysis (empty on CPU)."""
+    if not str(device).startswith("cuda"):
+        return {}
+    import torch  # noqa: PLC0415
+
+    props = torch.cuda.get_device_properties(torch.device(device))
+    return {"sm_count": props.multi_processor_count, "device_name": props.name}
 
 
 def _one_line(exc: BaseException) -> str:

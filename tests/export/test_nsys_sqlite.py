@@ -58,9 +58,9 @@ class _Stdev:
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory, eager_view64):
+def db(tmp_path_factory, compiled_view):
     path = tmp_path_factory.mktemp("sq") / "tuiprof.sqlite"
-    write_nsys_sqlite(eager_view64, path)
+    write_nsys_sqlite(compiled_view, path)
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     con.create_aggregate("median", 1, _Median)
     con.create_aggregate("stdev", 1, _Stdev)
@@ -94,19 +94,18 @@ def test_enum_values(db):
     assert prod["EXPORT_PRODUCT_VERSION"].startswith("tuiprof ")
 
 
-def test_string_ids_and_names(db, eager_raw):
+def test_string_ids_and_names(db, compiled_raw):
     n_k = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     bad = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds s "
                      "ON k.demangledName = s.id WHERE s.id IS NULL").fetchone()[0]
-    assert bad == 0 and n_k == 118400
-    first_decode = min(m[2] for m in eager_raw["marks"] if m[0] == "step_start")
-    raw_names = {r[1] for r in eager_raw["records"] if r[0] == "K" and r[2] >= first_decode}
+    assert bad == 0 and n_k == sum(1 for r in compiled_raw["records"] if r[0] == "K")
+    raw_names = {r[1] for r in compiled_raw["records"] if r[0] == "K"}
     mangled = {r[0] for r in db.execute("SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
                                         "JOIN StringIds s ON k.mangledName = s.id")}
     assert mangled == raw_names
     short = {r[0] for r in db.execute("SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
                                       "JOIN StringIds s ON k.shortName = s.id")}
-    assert "vectorized_elementwise_kernel" in short and all("(" not in s for s in short)
+    assert "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT" in short and all("(" not in s for s in short)
 
 
 def _sql_time_rows(db, select_union: str) -> list[list[str]]:
@@ -123,16 +122,16 @@ def _sql_time_rows(db, select_union: str) -> list[list[str]]:
             for p, t, n, a, m, lo, hi, sd, name in rows]
 
 
-def test_kern_sum_sql_matches_window_csv(db, eager_view64):
-    ours = parse_nsys_csv(to_csv(nr.build_reports(eager_view64, True, ["cuda_gpu_kern_sum"])[0]))[1]
+def test_kern_sum_sql_matches_window_csv(db, compiled_view):
+    ours = parse_nsys_csv(to_csv(nr.build_reports(compiled_view, True, ["cuda_gpu_kern_sum"])[0]))[1]
     theirs = _sql_time_rows(db, "SELECT s.value AS name, k.end - k.start AS dur "
                                 "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
                                 "ON k.demangledName = s.id")
     assert theirs == ours
 
 
-def test_mem_time_sql_matches_window_csv(db, eager_view64):
-    ours = parse_nsys_csv(to_csv(nr.build_reports(eager_view64, True, ["cuda_gpu_mem_time_sum"])[0]))[1]
+def test_mem_time_sql_matches_window_csv(db, compiled_view):
+    ours = parse_nsys_csv(to_csv(nr.build_reports(compiled_view, True, ["cuda_gpu_mem_time_sum"])[0]))[1]
     theirs = _sql_time_rows(db, """
         SELECT '[CUDA memcpy ' || e.label || ']' AS name, m.end - m.start AS dur
         FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN ENUM_CUDA_MEMCPY_OPER e ON m.copyKind = e.id
@@ -141,19 +140,19 @@ def test_mem_time_sql_matches_window_csv(db, eager_view64):
     sizes = dict(db.execute("""SELECT '[CUDA memcpy ' || e.label || ']', sum(bytes)
         FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN ENUM_CUDA_MEMCPY_OPER e ON m.copyKind = e.id
         GROUP BY 1 UNION ALL SELECT '[CUDA memset]', sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMSET"""))
-    size_rows = parse_nsys_csv(to_csv(nr.build_reports(eager_view64, True, ["cuda_gpu_mem_size_sum"])[0]))[1]
+    size_rows = parse_nsys_csv(to_csv(nr.build_reports(compiled_view, True, ["cuda_gpu_mem_size_sum"])[0]))[1]
     assert {r[-1]: r[0] for r in size_rows} == {k: f"{v / 1e6:.3f}" for k, v in sizes.items()}
 
 
-def test_nvtx_sql_matches_window_csv(db, eager_view64):
-    ours = parse_nsys_csv(to_csv(nr.build_reports(eager_view64, True, ["nvtx_sum"])[0]))[1]
+def test_nvtx_sql_matches_window_csv(db, compiled_view):
+    ours = parse_nsys_csv(to_csv(nr.build_reports(compiled_view, True, ["nvtx_sum"])[0]))[1]
     theirs = _sql_time_rows(db, "SELECT ':' || coalesce(text, '') AS name, end - start AS dur "
                                 "FROM NVTX_EVENTS WHERE eventType IN (59, 60)")
     assert [r[:8] + [r[8]] for r in theirs] == [r[:8] + [r[9]] for r in ours]
 
 
-def test_trace_sql_matches_window_csv(db, eager_view64):
-    ours = parse_nsys_csv(to_csv(nr.build_reports(eager_view64, True, ["cuda_gpu_trace"])[0]))[1]
+def test_trace_sql_matches_window_csv(db, compiled_view):
+    ours = parse_nsys_csv(to_csv(nr.build_reports(compiled_view, True, ["cuda_gpu_trace"])[0]))[1]
     rows = db.execute("""
         SELECT k.start, k.end - k.start, k.gridX, k.blockX, k.registersPerThread, k.streamId,
                g.name || ' (' || k.deviceId || ')', s.value

@@ -28,6 +28,7 @@ def drive(app, body, size=(200, 50)):
 
 def new_app(control, tmp_path, **kw):
     kw.setdefault("refresh_hz", 0)
+    kw.setdefault("start_control", True)
     kw.setdefault("deterministic", True)
     return make_app(control, title="test", export_dir=tmp_path, **kw)
 

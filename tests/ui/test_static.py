@@ -18,6 +18,12 @@ def _roundtrip(view, tmp_path):
     return path
 
 
+def test_view_control_helper(store):
+    from tuiprof.ui.app import view_control
+    ctl = view_control(store.view(), "a.json")
+    assert isinstance(ctl, StaticViewControl) and "a.json" in ctl.status.message
+
+
 def test_static_control_is_read_only(store):
     ctl = StaticViewControl(store.view(), "x.json")
     assert ctl.status.state == "read-only" and not ctl.status.live

@@ -11,6 +11,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import torch  # noqa: E402
+
+torch.set_num_threads(1)  # tiny models: threads only contend on the 2-core CI machine
+
 TINY = ["llama-layer-tiny", "nanochat-tiny", "gpt2-tiny", "deepseek-tiny"]
 
 

@@ -176,3 +176,56 @@ def test_cli(tmp_path, capsys, monkeypatch):
                  "--out", str(tmp_path / "c")]) == 1
     with pytest.raises(SystemExit):
         main(["--models", "gpt2-tiny", "--seq-lens", "8", "--passes", "sideways"])
+
+
+def test_cancel_skips_the_remaining_cells():
+    import threading
+
+    cancel = threading.Event()
+
+    def progress(p):
+        if p.phase == "done":
+            cancel.set()
+
+    result = run_sweep(["gpt2-tiny", "nanochat-tiny"], [8, 16], progress=progress, cancel=cancel, profile=False, **FAST)
+    assert [r.status for r in result.cells] == ["ok", "skipped", "skipped", "skipped"]
+
+
+def test_sweep_screen_runs_headless():
+    import asyncio
+
+    pytest.importorskip("textual")
+    from textual.app import App
+
+    from tuiprof.sweep.screen import SweepScreen
+
+    done = []
+
+    class Host(App):
+        def on_mount(self) -> None:
+            self.push_screen(SweepScreen({"models": ["gpt2-tiny"], "seq_lens": [8, 16], "profile": False, **FAST},
+                                         on_done=done.append))
+
+    async def drive() -> int:
+        app = Host()
+        async with app.run_test() as pilot:
+            for _ in range(300):
+                await pilot.pause(0.05)
+                if done:
+                    break
+            from textual.widgets import DataTable
+
+            return app.screen.query_one(DataTable).row_count
+
+    rows = asyncio.run(drive())
+    assert rows == 2 and [r.status for r in done[0].cells] == ["ok", "ok"]
+
+
+def test_core_imports_no_ui():
+    import subprocess
+    import sys
+
+    code = ("import sys, tuiprof.sweep, tuiprof.engine.families.deepseek, tuiprof.engine.families.nanochat, "
+            "tuiprof.engine.families.cs336; print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=conftest.ROOT, check=True)
+    assert out.stdout.strip() == "[]"

@@ -79,7 +79,7 @@ def gpu_spec(meta: dict | None = None, overrides: dict | None = None) -> GpuSpec
     """The spec for ``meta["device"]`` (H100 SXM when unknown), with the SM count from
     ``meta["sm_count"]``, measured peaks from ``meta["measured_peaks"]`` and ``overrides``."""
     meta = meta or {}
-    device = str(meta.get("device") or "")
+    device = str(meta.get("device_name") or meta.get("device") or "")
     spec = _lookup(device)
     known = spec is not None
     spec = spec or DEFAULT_GPU

@@ -117,9 +117,13 @@ class CuptiCollector:
         self._consumer = threading.Thread(target=self._consume, name="tuiprof-cupti-fold",
                                           daemon=True)
         self._consumer.start()
+        self.announce()
+
+    def announce(self) -> None:
+        """Say what is collected, sampling included, on the status line."""
         self.store.set_collector("cupti", True, "CUPTI: kernels, memcpy, memset, memory"
                                  + (", API subset" if self.api else "")
-                                 + (f"; sampling 1 token in {self.sample_every}"
+                                 + (f"; device records sampled: 1 token in {self.sample_every}"
                                     if self.sample_every > 1 else ""))
 
     def _set_device_kinds(self, on: bool) -> None:
@@ -170,6 +174,7 @@ class CuptiCollector:
     def on_token_start(self, seq: int) -> bool:
         """Called by the profiler at each token start; returns whether the token is sampled."""
         if self.sample_every <= 1:
+            self._set_device_kinds(True)
             return True
         sampled = seq % self.sample_every == 0
         self._set_device_kinds(sampled)

@@ -6,6 +6,7 @@ reason in the store's collector status. The loop is drift-free (next deadline = 
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Callable
@@ -137,8 +138,11 @@ class NvmlSampler:
             for i, k in enumerate(keys):
                 mg.metrics[i].metricId = getattr(nv, GPM_METRICS[k])
             nv.nvmlGpmMetricsGet(mg)
-            out = {k: round(float(mg.metrics[i].value), 2) for i, k in enumerate(keys)
-                   if mg.metrics[i].nvmlReturn == 0}
+            out = {}
+            for i, k in enumerate(keys):
+                v = float(mg.metrics[i].value)
+                if mg.metrics[i].nvmlReturn == 0 and math.isfinite(v):  # GPM can return NaN
+                    out[k] = round(v, 2)
         except Exception:
             out = {}
         self._samples = [b, a]  # the newer sample is the next interval's start

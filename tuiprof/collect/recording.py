@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -46,7 +47,7 @@ def recording_dict(view: StoreView) -> dict:
             decode_step += 1
     for seq, recs in view.raw:
         records.extend(list(r) for r in recs)
-    nvml = [[s.get("ts_ns", 0)] + [s.get(c) for c in NVML_COLUMNS[1:]] for s in view.nvml]
+    nvml = [[s.get("ts_ns", 0)] + [_finite(s.get(c)) for c in NVML_COLUMNS[1:]] for s in view.nvml]
     meta = {k: v for k, v in view.meta.items() if isinstance(v, (str, int, float, bool)) or v is None}
     meta.update({"recording_version": RECORDING_VERSION, "nvml_columns": NVML_COLUMNS,
                  "alloc_columns": ALLOC_COLUMNS, "mode_by_step": modes,
@@ -76,3 +77,8 @@ def write_recording(view: StoreView, path: str | Path) -> Path:
     except OSError as exc:
         raise TuiprofError(f"cannot write recording {p}: {exc.strerror or exc}") from None
     return p
+
+
+def _finite(v):
+    """JSON has no NaN: a missing or non-finite sample value is written as null."""
+    return v if isinstance(v, int) or (isinstance(v, float) and math.isfinite(v)) else None

@@ -36,7 +36,9 @@ META_KEYS = frozenset({
     "source", "recording", "device", "device_index", "sm_count", "driver", "cuda", "torch",
     "transformers", "tuiprof", "model", "model_def", "params", "dtype", "weights", "mode",
     "prefill_mode", "prompt_tokens", "decode_tokens", "batch", "max_len", "ring_tokens",
-    "seed", "compile_s", "started_utc", "share_host",
+    "seed", "compile_s", "started_utc", "share_host", "device_name", "family", "origin",
+    "study", "non_embedding_params", "weight_bytes", "compile_mode", "prompt", "loop",
+    "load_s", "vocab_size", "max_new_tokens", "sample_every", "gpu_mem_total_bytes",
 })
 HOST_KEY = "host"        # kept only when meta["share_host"] is True
 

@@ -210,7 +210,7 @@ class SessionStore:
     def _fold_evicted(self, row: TokenRow) -> None:
         # A token leaving the window is long complete: its kernel counts join the running stats.
         ts = self._token_stats.get((row.phase, row.mode))
-        if ts is not None and row.done:
+        if ts is not None and row.done and row.sampled:
             ts["kernels"].add(row.kernels)
             ts["busy_ns"].add(row.busy_ns)
             ts["kernel_ns"].add(row.kernel_ns)

@@ -125,6 +125,7 @@ def run_sweep(
     compile_backend: str = "inductor",
     profile: bool = True,
     fault_hook: Callable[[Cell], None] | None = None,
+    cancel: Any = None,
 ) -> SweepResult:
     """Run every cell and return its timings and kernel summaries.
 
@@ -132,6 +133,8 @@ def run_sweep(
     that have the switch (cs336, nanochat, deepseek, llama_layer); a model without it runs
     once with its own attention (recorded as ``None``). ``dtype`` None uses each entry's
     dtype. ``fault_hook(cell)`` runs at the start of each cell (after ``$TUIPROF_SWEEP_FAULT``'s).
+    ``cancel`` (e.g. a ``threading.Event``): once ``cancel.is_set()``, the remaining cells
+    are recorded as skipped.
     """
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     notes: list[str] = []
@@ -162,6 +165,8 @@ def run_sweep(
             adapter, build_error, build_oom = None, None, False
             switchless = False
             try:
+                if cancel is not None and cancel.is_set():
+                    raise RuntimeError("cancelled")
                 defn = registry.model_def(model)
                 switchless = attn is not None and not registry.has_attention_switch(defn)
                 if not (switchless and attn != attn_axis[0]):
@@ -174,6 +179,12 @@ def run_sweep(
             own_impl = registry.attention_impl(adapter) if adapter is not None else None
             for cell in group:
                 index += 1
+                if cancel is not None and cancel.is_set():
+                    res = CellResult.from_cell(cell, "skipped", error="cancelled")
+                    result.cells.append(res)
+                    done += 1
+                    report(index, cell, "done", res)
+                    continue
                 if attn is None:
                     cell.attention = own_impl
                 if switchless:
@@ -238,7 +249,7 @@ def _run_cell(cell: Cell, adapter: Any, dev: torch.device, *, warmup: int, iters
         release = getattr(adapter, "release_cache", None)
         if callable(release) and cell.pass_name == "decode":
             release()
-        _release()
+        _release(collect=status != "ok")
     res = CellResult.from_cell(cell, status, error=error)
     if times:
         res.set_times(times)
@@ -334,8 +345,11 @@ def _limit_memory(dev: torch.device, gib: float) -> str:
     return f"memory limited to {gib} GiB ({fraction:.3f} of {total / 2**30:.1f} GiB)"
 
 
-def _release() -> None:
-    gc.collect()
+def _release(collect: bool = True) -> None:
+    """Return freed memory to the device; ``collect`` also runs the garbage collector
+    (after a failure, whose traceback may have held tensors, and between models)."""
+    if collect:
+        gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 

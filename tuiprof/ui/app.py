@@ -130,7 +130,7 @@ class TuiprofApp(App):
     def __init__(self, control: SessionControl, *, title: str = "tuiprof",
                  export_dir: Path | str = ".", auto_snapshot: bool = False,
                  refresh_hz: float = 4.0, deterministic: bool = False,
-                 start_control: bool = True, findings_interval: float = 2.0,
+                 start_control: bool = False, findings_interval: float = 2.0,
                  wide_at: tuple[int, int] = WIDE_AT, theme: str = DARK) -> None:
         super().__init__()
         self.control = control
@@ -457,12 +457,13 @@ class TuiprofApp(App):
 
 def make_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path | str = ".",
              auto_snapshot: bool = False, refresh_hz: float = 4.0, deterministic: bool = False,
-             start_control: bool = True, **kw: Any) -> TuiprofApp:
+             start_control: bool = False, **kw: Any) -> TuiprofApp:
     """Build the app (shared by the CLI and the tests).
 
     ``refresh_hz``: pull rate of the store (2–4 Hz is plenty; 0 = no timer, refresh by
     calling ``app.refresh_now()``). ``deterministic``: hide timings, overhead and clocks (for
-    snapshot tests). ``start_control``: call ``control.start()`` on mount.
+    snapshot tests). ``start_control``: call ``control.start()`` on mount (default off: the
+    caller starts the control, as ``tuiprof.cli`` does). The app always stops it on ``q``.
     """
     return TuiprofApp(control, title=title, export_dir=export_dir, auto_snapshot=auto_snapshot,
                       refresh_hz=refresh_hz, deterministic=deterministic,
@@ -471,9 +472,8 @@ def make_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Pat
 
 def run_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path | str = ".",
             auto_snapshot: bool = False, **kw: Any) -> int:
-    """Run the UI until the user quits; the control is started on mount and always stopped.
-
-    Returns the exit code (0 on a normal quit).
+    """Run the UI until the user quits; the control (started by the caller, or pass
+    ``start_control=True``) is always stopped. Returns the exit code (0 on a normal quit).
     """
     app = make_app(control, title=title, export_dir=export_dir, auto_snapshot=auto_snapshot, **kw)
     try:
@@ -484,3 +484,9 @@ def run_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path
         except Exception:
             pass
     return int(app.return_code or 0)
+
+
+def view_control(view: Any, source: str = "snapshot") -> SessionControl:
+    """A read-only control over one StoreView (``tuiprof view SNAPSHOT.json``)."""
+    from .static import StaticViewControl
+    return StaticViewControl(view, source)

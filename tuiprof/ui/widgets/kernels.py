@@ -22,13 +22,13 @@ from .base import Pane, RefreshContext
 COLUMNS = (
     ("rank", "#", 3, True),
     ("name", "kernel", 30, False),
-    ("library", "library", 15, False),
-    ("category", "category", 23, False),
     ("pct", "% GPU", 6, True),
     ("total", "total", 10, True),
     ("count", "count", 7, True),
     ("avg", "avg", 9, True),
     ("minmax", "min / max", 21, True),
+    ("library", "library", 15, False),
+    ("category", "category", 23, False),
     ("grid", "grid", 11, False),
     ("block", "block", 9, False),
 )
