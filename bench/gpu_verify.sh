@@ -22,3 +22,16 @@ if [ "$part" = b ]; then
   log "collection overhead (interleaved windows)"
   timeout 560 python3 bench/overhead.py --rounds 5 --peer 2>&1 | tail -30
 fi
+if [ "$part" = c ]; then
+  log "engine overhead vs bare static-cache loops"
+  timeout 300 python3 bench/engine_overhead.py --rounds 5 2>&1 | tail -14
+  log "live UI on the GPU"
+  timeout 300 python3 bench/ui_gpu.py $OUT 2>&1 | tail -14
+  log "nsys stats on a real session's SQLite"
+  timeout 120 python3 -m tuiprof record --model qwen3-0.6b --max-new-tokens 33 --record /tmp/rec.json.gz --json /tmp/rec.json 2>&1 | tail -2
+  timeout 120 python3 -m tuiprof.export.check_nsys --nsys $NSYS --recording /tmp/rec.json.gz --out /tmp/chk 2>&1 | tail -30
+fi
+if [ "$part" = d ]; then
+  log "GPU tests"
+  timeout 400 python3 -m pytest -q -s tests/gpu 2>&1 | tail -30
+fi

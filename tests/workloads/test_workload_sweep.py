@@ -229,3 +229,13 @@ def test_core_imports_no_ui():
             "tuiprof.engine.families.cs336; print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=conftest.ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_add_arguments_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import argparse, sys; from tuiprof.sweep import add_arguments; add_arguments(argparse.ArgumentParser()); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=conftest.ROOT, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,17 +1,28 @@
 """Workload sweeps: time and profile registry models over sequence lengths, passes and modes.
 
 ``run_sweep(...) -> SweepResult``; ``add_arguments(parser)`` / ``run(args)`` for the
-``tuiprof sweep`` subcommand; ``main(argv)`` standalone. No UI imports here.
+``tuiprof sweep`` subcommand; ``main(argv)`` standalone. No UI imports here; names load
+lazily, so ``from tuiprof.sweep import add_arguments`` does not import torch.
 """
 
 from __future__ import annotations
 
-from tuiprof.sweep.cli import add_arguments, main, run
-from tuiprof.sweep.kernels import ProfileSummary, classify, is_gemm
-from tuiprof.sweep.results import Cell, CellResult, SweepResult, Table
-from tuiprof.sweep.runner import MODES, PASSES, Progress, env_fault_hook, is_oom, run_sweep
+import importlib
+from typing import Any
 
-__all__ = [
-    "MODES", "PASSES", "Cell", "CellResult", "ProfileSummary", "Progress", "SweepResult", "Table",
-    "add_arguments", "classify", "env_fault_hook", "is_gemm", "is_oom", "main", "run", "run_sweep",
-]
+_EXPORTS = {
+    "add_arguments": "cli", "run": "cli", "main": "cli",
+    "ProfileSummary": "kernels", "classify": "kernels", "is_gemm": "kernels",
+    "Cell": "results", "CellResult": "results", "SweepResult": "results", "Table": "results",
+    "MODES": "results", "PASSES": "results",
+    "Progress": "runner", "env_fault_hook": "runner", "is_oom": "runner", "run_sweep": "runner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

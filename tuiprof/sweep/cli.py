@@ -1,12 +1,18 @@
-"""``tuiprof sweep``: argument parsing, a single updating progress line, and the output files."""
+"""``tuiprof sweep``: argument parsing, a single updating progress line, and the output files.
+
+``add_arguments`` imports no torch (cheap for the main CLI); ``run`` does.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence, TextIO
+from typing import TYPE_CHECKING, Sequence, TextIO
 
-from tuiprof.sweep.runner import MODES, PASSES, Progress, run_sweep
+from tuiprof.sweep.results import MODES, PASSES
+
+if TYPE_CHECKING:
+    from tuiprof.sweep.runner import Progress
 
 
 def _csv(text: str) -> list[str]:
@@ -72,7 +78,7 @@ class ProgressLine:
         self.tty = self.stream.isatty()
         self.width = 0
 
-    def __call__(self, p: Progress) -> None:
+    def __call__(self, p: "Progress") -> None:
         text = p.line()
         if self.tty:
             pad = max(0, self.width - len(text))
@@ -90,6 +96,8 @@ class ProgressLine:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep described by ``args``; write its files; 0 when no cell failed, 1 otherwise."""
+    from tuiprof.sweep.runner import run_sweep  # imports torch
+
     line = ProgressLine()
     try:
         result = run_sweep(

@@ -13,6 +13,8 @@ from typing import Any
 from tuiprof.sweep.kernels import ProfileSummary
 
 STATUSES = ("ok", "oom", "error", "skipped")
+PASSES = ("inference", "train-forward", "train-backward", "decode")
+MODES = ("eager", "compiled")
 
 
 @dataclass

@@ -28,10 +28,7 @@ import torch.nn.functional as F
 
 from tuiprof.sweep import models as registry
 from tuiprof.sweep.kernels import ProfileSummary, summarize_profiler
-from tuiprof.sweep.results import Cell, CellResult, SweepResult
-
-PASSES = ("inference", "train-forward", "train-backward", "decode")
-MODES = ("eager", "compiled")
+from tuiprof.sweep.results import MODES, PASSES, Cell, CellResult, SweepResult
 FAULT_ENV = "TUIPROF_SWEEP_FAULT"
 
 

@@ -5,6 +5,7 @@ from typing import Any
 
 from rich.table import Table
 from rich.text import Text
+from textual.css.query import NoMatches
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -81,8 +82,13 @@ class CompareScreen(Screen):
         yield Footer()
 
     def show(self, view: Any) -> None:
+        try:
+            summary = self.query_one("#compare-summary", Static)
+            self.query_one("#compare-top-eager", Static)
+        except NoMatches:  # pushed but not composed yet (or being dismissed): next tick
+            return
         ea, co = compare(view)
-        self.query_one("#compare-summary", Static).update(render_summary_table(ea, co))
+        summary.update(render_summary_table(ea, co))
         self.query_one("#compare-top-eager", Static).update(render_top(ea))
         self.query_one("#compare-top-compiled", Static).update(render_top(co))
         # export.diff_modes (when present) adds the category split and per-kernel changes.
