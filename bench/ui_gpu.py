@@ -36,6 +36,7 @@ def main() -> None:
     app.action_kernel_sort = wrapped
     lat: list[float] = []
     marks: dict[str, float] = {}
+    rows: dict[str, list] = {}
 
     async def run():
         async with app.run_test(size=(200, 50)) as pilot:
@@ -54,11 +55,13 @@ def main() -> None:
                 await asyncio.sleep(0.4)
             app.save_screenshot("tuiprof_h100_eager.svg", str(OUT))
             marks["switch"] = time.monotonic()
+            rows["eager"] = [t for t in store.view(raw=False).tokens if t.mode == "eager"]
             app.simulate_key("c")
             while prof.status.mode != "compiled" and time.monotonic() - marks["switch"] < 240:
                 await asyncio.sleep(0.5)
             marks["compiled"] = time.monotonic()
             await asyncio.sleep(20)
+            rows["compiled"] = [t for t in store.view(raw=False).tokens if t.mode == "compiled"]
             app.save_screenshot("tuiprof_h100_compiled.svg", str(OUT))
             app.simulate_key("v")
             await asyncio.sleep(1.5)
@@ -79,7 +82,7 @@ def main() -> None:
           f"(eager {marks['switch'] - marks['eager_start']:.0f} s, compile "
           f"{marks['compiled'] - marks['switch']:.0f} s, compiled {marks['end'] - marks['compiled']:.0f} s) |")
     for mode in ("eager", "compiled"):
-        ts = [t for t in dec if t.mode == mode]
+        ts = [t for t in rows.get(mode, []) if t.phase == "decode" and t.done]
         if len(ts) > 4:
             ts = ts[2:]
             span = (ts[-1].end_ns - ts[0].start_ns) / 1e6

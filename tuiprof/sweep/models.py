@@ -56,7 +56,9 @@ def attention_impl(adapter: Any) -> str | None:
     return impl if isinstance(impl, str) else None
 
 
-def forward_fn(adapter: Any, compiled: Callable[[torch.nn.Module], Any] | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+def forward_fn(
+    adapter: Any, compiled: Callable[[torch.nn.Module], Any] | None = None
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """A callable ``ids [B, T] -> logits [B, T, V]`` over ``adapter.module``.
 
     ``compiled`` wraps the module (e.g. ``torch.compile``). Hugging Face models are called

@@ -66,7 +66,9 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def rope_tables(max_len: int, head_dim: int, theta: float, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    max_len: int, head_dim: int, theta: float, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 ``cos``/``sin`` tables of shape ``[max_len, head_dim // 2]``."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
     t = torch.arange(max_len, dtype=torch.float32, device=device)
@@ -261,7 +263,9 @@ class SelfAttention(nn.Module):
 class SwiGLU(nn.Module):
     """``down(silu(gate(x)) * up(x))`` with the family's names ``(gate, up, down)``."""
 
-    def __init__(self, hidden: int, inter: int, names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")) -> None:
+    def __init__(
+        self, hidden: int, inter: int, names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+    ) -> None:
         super().__init__()
         self.names = names
         setattr(self, names[0], nn.Linear(hidden, inter, bias=False))
@@ -475,7 +479,8 @@ def load_weights(module: nn.Module, path: str, *, name: str, ignore_prefixes: It
             parts.append(f"{len(unexpected)} unexpected (e.g. {', '.join(unexpected[:3])})")
         if shapes:
             k = shapes[0]
-            parts.append(f"{len(shapes)} with wrong shape (e.g. {k}: file {tuple(state[k].shape)}, model {expected[k]})")
+            parts.append(f"{len(shapes)} with wrong shape "
+                         f"(e.g. {k}: file {tuple(state[k].shape)}, model {expected[k]})")
         raise WeightsMismatchError(f"weights {path} do not match model {name}: " + "; ".join(parts))
     from_ext = getattr(module, "from_external", None)
     if callable(from_ext):

@@ -1,0 +1,98 @@
+"""Live collection on a real GPU (run on the GPU machine; skipped without CUDA)."""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
+from tuiprof.store import SessionStore  # noqa: E402
+
+TOKENS = 24
+
+
+def _session(mode: str, sample_every="auto") -> tuple:
+    store = SessionStore(ring_tokens=TOKENS + 2)
+    prof = Profiler(store, ProfilerOptions(sample_every=sample_every, engine_kwargs=dict(
+        model_spec="qwen3-0.6b", mode=mode, max_new_tokens=TOKENS + 1, loop=False)))
+    prof.start()
+    assert prof.wait(600), "generation did not finish"
+    prof.stop()
+    assert prof.status.state != "error", prof.status.message
+    return store.view(), prof
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return _session("eager")
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return _session("compiled", sample_every=1)
+
+
+def test_records_arrive_and_kernel_count_is_stable(eager, compiled):
+    for view, _ in (eager, compiled):
+        dec = [t for t in view.tokens if t.phase == "decode" and t.done]
+        assert len(dec) == TOKENS
+        counts = [t.kernels for t in dec[2:]]
+        assert min(counts) > 100
+        assert max(counts) == min(counts), counts  # same kernels every decode step
+        assert view.counters["dropped"] == 0
+    # compiled decode runs inside CUDA graphs: graph kernels are attributed too
+    cdec = [t for t in compiled[0].tokens if t.phase == "decode" and t.done][2:]
+    assert all(t.graph_kernels > 0.9 * t.kernels for t in cdec)
+    print("kernels/token eager", [t.kernels for t in eager[0].tokens][-1],
+          "compiled", cdec[-1].kernels)
+
+
+def test_nvml_gpm_present_and_moving(eager):
+    view, _ = eager
+    assert view.collectors["nvml"]["ok"], view.collectors
+    sm = [s["gpm_sm_util"] for s in view.nvml if "gpm_sm_util" in s]
+    assert len(sm) >= 5, "no GPM samples"
+    assert max(sm) > 0.0 and max(sm) != min(sm), sm
+
+
+def test_kernel_totals_agree_with_torch_profiler(eager):
+    view, prof = eager
+    ours = defaultdict(int)
+    ours_n = defaultdict(int)
+    for seq, recs in view.raw:
+        for r in recs:
+            if r[0] == "K":
+                ours[r[1]] += r[3] - r[2]
+                ours_n[r[1]] += 1
+    # the same workload again, under torch.profiler (CUDA activities), after CUPTI was released
+    from tuiprof.engine import load_engine
+
+    eng = load_engine("qwen3-0.6b", mode="eager", max_new_tokens=TOKENS + 1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
+        eng.start()
+        eng.join(600)
+    theirs = defaultdict(float)
+    theirs_n = defaultdict(int)
+    for ev in p.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
+            theirs[ev.name] += ev.device_time * 1e3  # µs -> ns
+            theirs_n[ev.name] += 1
+    top = sorted(ours, key=lambda k: -ours[k])[:10]
+    checked = 0
+    for name in top:
+        match = [k for k in theirs if k == name]
+        if not match:
+            continue
+        a = ours[name] / ours_n[name]
+        b = theirs[name] / theirs_n[name]
+        print(f"{name[:60]:60s} tuiprof {a:9.0f} ns/launch  torch.profiler {b:9.0f}  "
+              f"({100 * (a / b - 1):+.1f}%)")
+        assert abs(a / b - 1) < 0.05, name
+        checked += 1
+    assert checked >= 5
