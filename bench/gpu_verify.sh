@@ -35,3 +35,9 @@ if [ "$part" = d ]; then
   log "GPU tests"
   timeout 400 python3 -m pytest -q -s tests/gpu 2>&1 | tail -30
 fi
+if [ "$part" = e ]; then
+  log "collection overhead (interleaved windows), tuiprof configurations"
+  timeout 330 python3 bench/overhead.py --rounds 5 2>&1 | tail -16
+  log "live UI on the GPU"
+  timeout 250 python3 bench/ui_gpu.py $OUT 2>&1 | tail -10
+fi

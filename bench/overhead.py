@@ -7,7 +7,8 @@ switches configuration at a token boundary, cycling A B C … for ``--rounds`` r
                   no allocator stats);
 * ``full``      — everything tuiprof collects: CUPTI kernels/memcpy/memset/memory + API subset,
                   NVML sampler, allocator stats, attribution and aggregation;
-* ``sampled4``  — like full, device activity recorded for 1 token in 4;
+* ``full@5ms``  — full, with Python's default 5 ms GIL switch interval instead of tuiprof's 0.5 ms;
+* ``sampled4``  — like full, device records kept for 1 token in 4;
 * ``torch.profiler`` — the peer: ``torch.profiler`` with CUDA activities only (run in a second
                   phase, after tuiprof's CUPTI subscriber is finalised, interleaved with ``bare``).
 
@@ -53,7 +54,10 @@ class WindowRunner:
 
     def apply(self, cfg: str) -> None:
         prof = self.prof
-        on = cfg in ("full", "sampled4")
+        on = cfg in ("full", "sampled4", "full@5ms")
+        # bare and the peer run with Python's default GIL switch interval, tuiprof with its own
+        sys.setswitchinterval(prof.options.switch_interval_s
+                              if cfg in ("full", "sampled4") else 0.005)
         if prof.cupti is not None:
             c = prof.cupti
             c.sample_every = 4 if cfg == "sampled4" else 1
@@ -135,7 +139,7 @@ def main() -> None:
     for mode in args.modes.split(","):
         window = args.window if mode == "eager" else args.window * 8
         args_mode = argparse.Namespace(**{**vars(args), "window": window})
-        res = run_phase(args_mode, mode, ["bare", "full", "sampled4"], cupti=True)
+        res = run_phase(args_mode, mode, ["bare", "full", "full@5ms", "sampled4"], cupti=True)
         base = statistics.median(res["bare"])
         for cfg, vals in res.items():
             med = statistics.median(vals)

@@ -6,6 +6,7 @@ before the model is built, so weight loading and cache creation show up as start
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,10 @@ class ProfilerOptions:
     alloc_every: int = 1           # caching-allocator stats every N tokens (0: never)
     buffer_bytes: int = 8 * 1024 * 1024
     api: bool = True
+    # GIL switch interval while collecting. The record consumer and the generation thread share
+    # the GIL; with Python's default 5 ms, the generation thread can wait up to 5 ms for it
+    # after every CUDA sync (once per compiled token). None keeps the interpreter's setting.
+    switch_interval_s: float | None = 0.0005
     engine_kwargs: dict = field(default_factory=dict)
 
 
@@ -58,6 +63,7 @@ class Profiler(SessionControl):
         self._t_start = time.perf_counter()
         self._cpu0 = time.process_time()
         self.done = threading.Event()
+        self._old_switch: float | None = None
 
     # ------------------------------------------------------------- life cycle
     def start(self) -> None:
@@ -79,6 +85,9 @@ class Profiler(SessionControl):
                 self.cupti = None
         else:
             self.store.set_collector("cupti", False, "no CUPTI: disabled with --no-cupti")
+        if self.cupti is not None and opts.switch_interval_s:
+            self._old_switch = sys.getswitchinterval()
+            sys.setswitchinterval(opts.switch_interval_s)
         if opts.nvml:
             self.nvml = NvmlSampler(self.store, device_index, opts.nvml_hz, clock=self.clock)
             try:
@@ -146,6 +155,9 @@ class Profiler(SessionControl):
         if self.nvml is not None:
             self.nvml.stop()
             self.nvml = None
+        if self._old_switch is not None:
+            sys.setswitchinterval(self._old_switch)
+            self._old_switch = None
         if self.status.state not in ("error",):
             self.status.state = "stopped"
         self.done.set()
@@ -219,9 +231,10 @@ class Profiler(SessionControl):
 
     # ---------------------------------------------------------------- overhead
     def _update_overhead(self) -> None:
-        """tuiprof's own work as a share of wall time (callback + folding + NVML sampling).
+        """tuiprof's own work as a share of wall time: CPU time of the record consumer (parse +
+        fold) and of the NVML sampler thread, over wall time.
 
-        On an eager, GIL-bound decode this approximates the slowdown from above: every second
+        On an eager, GIL-bound decode this approximates the slowdown: every CPU second
         tuiprof's threads spend in Python is taken from the generation thread.
         """
         wall = time.perf_counter() - self._t_start
@@ -232,7 +245,7 @@ class Profiler(SessionControl):
         nv = self.nvml.sample_cost_s if self.nvml is not None else 0.0
         self.store.set_overhead(pct=round(100.0 * (own + nv) / wall, 2),
                                 cupti_s=round(own, 3), nvml_s=round(nv, 3), wall_s=round(wall, 1),
-                                method="tuiprof threads' busy time / wall time")
+                                method="tuiprof threads' CPU time / wall time")
 
 
 def _device_facts(device: str) -> dict:

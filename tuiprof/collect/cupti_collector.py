@@ -7,9 +7,10 @@ through a deque; a consumer thread folds batches into the store. Runtime/driver 
 enabled one callback id at a time (launches, malloc/free, synchronisations), never the whole API:
 all API records made eager decode about 16 times slower on the H100.
 
-Sampling: with ``sample_every=K`` (K > 1) device activity is recorded for one token in K
-(activity kinds are enabled at that token's start and disabled at the next token's start); the
-store marks the other tokens ``sampled=False`` and analysis/UI say so.
+Sampling: with ``sample_every=K`` (K > 1) the device records of one token in K are folded into
+the store; the others are dropped on arrival (the store marks those tokens ``sampled=False``,
+and analysis/UI say so). Activity kinds stay enabled: switching CONCURRENT_KERNEL off and on at
+token boundaries gave kernels inside CUDA graphs wrong timestamps on the H100.
 """
 from __future__ import annotations
 
@@ -173,12 +174,7 @@ class CuptiCollector:
 
     def on_token_start(self, seq: int) -> bool:
         """Called by the profiler at each token start; returns whether the token is sampled."""
-        if self.sample_every <= 1:
-            self._set_device_kinds(True)
-            return True
-        sampled = seq % self.sample_every == 0
-        self._set_device_kinds(sampled)
-        return sampled
+        return self.sample_every <= 1 or seq % self.sample_every == 0
 
     def flush(self) -> None:
         """Deliver every buffered record now (forced flush) and fold it into the store."""
@@ -295,7 +291,7 @@ class CuptiCollector:
                 batch = q.popleft()
             except IndexError:
                 break
-            t0 = time.perf_counter()
+            t0 = time.thread_time()  # CPU time, not the wait for the GIL
             if isinstance(batch, bytes):
                 try:
                     batch = parse_buffer(batch, self._layout, self._names, _ApiNames(self))
@@ -303,7 +299,7 @@ class CuptiCollector:
                     self.store.set_collector("cupti", False, f"CUPTI records unreadable: {exc}")
                     continue
             self.store.add_records(batch)
-            self.fold_s += time.perf_counter() - t0
+            self.fold_s += time.thread_time() - t0
 
     def _poll_dropped(self) -> None:
         cupti = self._cupti

@@ -151,7 +151,7 @@ class NvmlSampler:
     def _run(self) -> None:
         deadline = time.monotonic()
         while not self._stop.is_set():
-            t0 = time.perf_counter()
+            t0 = time.thread_time()  # CPU time of this thread: waiting for the GIL is not cost
             try:
                 if not self.paused:
                     self.store.add_nvml_sample(self.sample())
@@ -159,7 +159,7 @@ class NvmlSampler:
             except Exception as exc:  # a sampler error never ends the session
                 self.store.set_collector("nvml", False, f"NVML sampling failed: {str(exc)[:60]}")
                 return
-            self.sample_cost_s += time.perf_counter() - t0
+            self.sample_cost_s += time.thread_time() - t0
             deadline += self.period
             delay = deadline - time.monotonic()
             if delay < 0:  # fell behind: skip missed ticks instead of bursting

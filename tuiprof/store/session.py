@@ -138,7 +138,7 @@ class SessionStore:
         self._allocs = {"startup": _alloc_counter(), "tokens": _alloc_counter(),
                         "by_phase": {}}
         self._counters = {"records": 0, "kernels": 0, "dropped": 0, "late": 0,
-                          "unattributed": 0, "tokens": 0}
+                          "unattributed": 0, "unsampled": 0, "tokens": 0}
         self._seq = 0
 
     def reset(self) -> None:
@@ -253,6 +253,7 @@ class SessionStore:
         mode = self._open.mode if self._open is not None else self.meta.get("mode", "eager")
         lo = hi = -1  # window of the cached row
         n = nk = 0
+        skip = False
         for rec in records:
             n += 1
             kind = rec[0]
@@ -263,11 +264,16 @@ class SessionStore:
                     lo = hi = -1
                     phase = OTHER
                     raw = None
+                    skip = False
                 else:
                     lo = row.start_ns
                     hi = row.end_ns if row.done and row.end_ns else 1 << 62
                     phase, mode = row.phase, row.mode
                     raw = raw_by_seq.get(row.seq)
+                    skip = not row.sampled
+            if skip and kind != ALLOC and kind != API:  # a token left out by sampling
+                counters["unsampled"] += 1
+                continue
             if raw is not None:
                 raw.append(rec)
             elif row is None:

@@ -299,12 +299,18 @@ def mode_summary(view: Any, mode: str, top: int = 8) -> ModeSummary:
     s.tok_s = 1000.0 / s.ms_token if s.ms_token else None
     g = [gpu_ms(r) for r in rows if gpu_ms(r) is not None]
     s.gpu_ms = median(g)
-    b = [busy_fraction(r) for r in rows if busy_fraction(r) is not None]
+    # kernel figures only from tokens whose device records were kept (sampling)
+    krows = [r for r in rows if getattr(r, "sampled", True)]
+    b = [busy_fraction(r) for r in krows if busy_fraction(r) is not None]
     s.busy_pct = median(b)
-    if rows:
-        s.kernels_token = sum(r.kernels for r in rows) / len(rows)
-        kt = sum(r.kernels for r in rows)
-        s.graph_pct = 100.0 * sum(r.graph_kernels for r in rows) / kt if kt else None
+    if krows:
+        s.kernels_token = sum(r.kernels for r in krows) / len(krows)
+        kt = sum(r.kernels for r in krows)
+        s.graph_pct = 100.0 * sum(r.graph_kernels for r in krows) / kt if kt else None
+    elif ts and ts["kernels"].count:  # every token of this mode has left the window
+        s.kernels_token = ts["kernels"].mean
+        if s.ms_token and ts["busy_ns"].count:
+            s.busy_pct = 100.0 * ts["busy_ns"].mean / 1e6 / s.ms_token
     deltas = []
     prev = None
     for r in view.tokens:
