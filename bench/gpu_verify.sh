@@ -41,3 +41,9 @@ if [ "$part" = e ]; then
   log "live UI on the GPU"
   timeout 250 python3 bench/ui_gpu.py $OUT 2>&1 | tail -10
 fi
+if [ "$part" = f ]; then
+  log "GPU tests (engine, collection)"
+  timeout 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu 2>&1 | grep -v -i warn | tail -40
+  log "collection overhead with burst sampling"
+  timeout 160 python3 bench/overhead.py --rounds 5 --modes compiled 2>&1 | tail -9
+fi

@@ -8,7 +8,8 @@ switches configuration at a token boundary, cycling A B C … for ``--rounds`` r
 * ``full``      — everything tuiprof collects: CUPTI kernels/memcpy/memset/memory + API subset,
                   NVML sampler, allocator stats, attribution and aggregation;
 * ``full@5ms``  — full, with Python's default 5 ms GIL switch interval instead of tuiprof's 0.5 ms;
-* ``sampled4``  — like full, device records kept for 1 token in 4;
+* ``auto``      — the default sampling of the mode (every token in eager; bursts of 4 tokens in
+                  every 128 in compiled mode, kinds switched off in between);
 * ``torch.profiler`` — the peer: ``torch.profiler`` with CUDA activities only (run in a second
                   phase, after tuiprof's CUPTI subscriber is finalised, interleaved with ``bare``).
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
+from tuiprof.profiler import AUTO_SAMPLE_EVERY, Profiler, ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 
 
@@ -36,8 +37,9 @@ class WindowRunner:
     """Drives configuration switches from the engine thread at token boundaries."""
 
     def __init__(self, prof: Profiler, configs: list[str], window: int, rounds: int,
-                 warmup: int) -> None:
+                 warmup: int, mode: str = "eager") -> None:
         self.prof = prof
+        self.mode = mode
         self.plan = [c for _ in range(rounds) for c in configs]
         self.window = window
         self.warmup = warmup
@@ -54,13 +56,14 @@ class WindowRunner:
 
     def apply(self, cfg: str) -> None:
         prof = self.prof
-        on = cfg in ("full", "sampled4", "full@5ms")
+        on = cfg in ("full", "auto", "full@5ms")
         # bare and the peer run with Python's default GIL switch interval, tuiprof with its own
         sys.setswitchinterval(prof.options.switch_interval_s
-                              if cfg in ("full", "sampled4") else 0.005)
+                              if cfg in ("full", "auto") else 0.005)
         if prof.cupti is not None:
             c = prof.cupti
-            c.sample_every = 4 if cfg == "sampled4" else 1
+            c.sample_every = AUTO_SAMPLE_EVERY[self.mode] if cfg == "auto" else 1
+            c.paused = not on
             c._set_device_kinds(on)
             c.set_api(on)
         if prof.nvml is not None:
@@ -113,7 +116,7 @@ def run_phase(args, mode: str, configs: list[str], cupti: bool) -> dict[str, lis
         model_spec=args.model, mode=mode, max_new_tokens=args.max_new_tokens, loop=True,
         prompt_len=16))
     prof = Profiler(store, opts)
-    runner = WindowRunner(prof, configs, args.window, args.rounds, args.warmup)
+    runner = WindowRunner(prof, configs, args.window, args.rounds, args.warmup, mode)
     prof.start()
     while not runner.done.wait(1.0):
         if prof.status.state == "error":
@@ -139,7 +142,8 @@ def main() -> None:
     for mode in args.modes.split(","):
         window = args.window if mode == "eager" else args.window * 8
         args_mode = argparse.Namespace(**{**vars(args), "window": window})
-        res = run_phase(args_mode, mode, ["bare", "full", "full@5ms", "sampled4"], cupti=True)
+        configs = ["bare", "full", "auto"] if mode == "eager" else ["bare", "full", "full@5ms", "auto"]
+        res = run_phase(args_mode, mode, configs, cupti=True)
         base = statistics.median(res["bare"])
         for cfg, vals in res.items():
             med = statistics.median(vals)

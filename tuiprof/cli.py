@@ -44,8 +44,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-nvml", action="store_true")
     p.add_argument("--nvml-hz", type=float, default=10.0)
     p.add_argument("--sample-every", default="auto",
-                   help="record device activity for 1 token in N; auto: every token in eager, "
-                        "1 in 4 in compiled mode (measured overhead, docs/performance.md)")
+                   help="trace device activity for 1 token in N on average (bursts of 4 tokens "
+                        "every 4N); auto: every token in eager mode, bursts of 4 in every 128 "
+                        "in compiled mode (measured overhead, docs/performance.md)")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N tokens (aggregates keep the rest)")
     p.add_argument("--alloc-every", type=int, default=1,
@@ -90,20 +91,74 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP before a command installs its own handler (e.g. while importing torch)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
+    # SIGTERM and SIGHUP end the command like Ctrl-C (one line, no traceback; exports are
+    # atomic, so nothing is left half-written); a live or headless run handles them itself.
+    old = _handle_signals(_interrupt, (signal.SIGTERM, signal.SIGHUP))
     try:
         return _dispatch(args)
     except TuiprofError as exc:
-        print(f"tuiprof: {exc}", file=sys.stderr)
+        _say(f"tuiprof: {exc}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("tuiprof: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        _say(f"tuiprof: {signal.Signals(signum).name}: interrupted")
+        return 128 + signum
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _handle_signals(handler, signals) -> dict:
+    """Install ``handler`` for ``signals``; returns the previous handlers to restore.
+
+    A SIGHUP that is ignored (``nohup tuiprof ...``) stays ignored.
+    """
+    old = {}
+    for s in signals:
+        try:
+            if s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN:
+                continue
+            old[s] = signal.signal(s, handler)
+        except (ValueError, AttributeError):  # not the main thread, or no such signal
+            pass
+    return old
+
+
+def _detach_terminal() -> None:
+    """After SIGHUP the terminal is gone: point stdin/stdout/stderr at /dev/null so that the
+    rest of the shutdown (snapshot, summary) does not fail on a dead terminal."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+    except OSError:
+        pass
+
+
+def _say(line: str) -> None:
+    """One line on stderr; a closed terminal (SIGHUP) must not turn it into a traceback."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -184,21 +239,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.no_loop = True  # headless runs end after --max-new-tokens
         prof.options.engine_kwargs["loop"] = False
     out = Path(args.json or f"tuiprof-{Path(args.model).name}.json")
-    stopping = {"n": 0}
+    stopping: list[int] = []
 
     def on_signal(signum, frame):  # first signal: stop cleanly and keep the data
-        stopping["n"] += 1
-        if stopping["n"] > 1:
-            raise KeyboardInterrupt
-        print(f"tuiprof: signal {signum}: stopping, writing {out}", file=sys.stderr)
+        stopping.append(signum)
+        if signum == signal.SIGHUP:
+            _detach_terminal()
+        if len(stopping) > 1:
+            raise Interrupted(signum)
+        _say(f"tuiprof: {signal.Signals(signum).name}: stopping, writing {out} "
+             f"(again to quit at once)")
         prof.done.set()
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = _handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     try:
         _say_start(store, prof)
         prof.start()
+        said = set()
         while not prof.wait(0.5):
-            pass
+            state = prof.status.state
+            if state in ("compiling", "decode") and state not in said:
+                said.add(state)
+                _say("tuiprof: compiling the decode step (torch.compile) ..." if state == "compiling"
+                     else "tuiprof: generating; Ctrl-C stops and writes the snapshot")
     finally:
         prof.stop()
         for s, h in old.items():
@@ -206,22 +269,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     view = store.view()
     _write_outputs(view, out, args.record)
     _print_summary(view, prof)
+    if stopping:
+        return 128 + stopping[0]
     return 1 if prof.status.state == "error" else 0
 
 
 def _say_start(store, prof) -> None:
-    print(f"tuiprof: loading {prof.options.engine_kwargs.get('model_spec')} ...", file=sys.stderr)
+    _say(f"tuiprof: loading {prof.options.engine_kwargs.get('model_spec')} ...")
 
 
 def _write_outputs(view, out: Path, record: str | None) -> None:
     from .export.snapshot import write_snapshot  # noqa: PLC0415
 
     write_snapshot(view, out)
-    print(f"tuiprof: snapshot written to {out}", file=sys.stderr)
+    _say(f"tuiprof: snapshot written to {out}")
     if record:
         from .collect.recording import write_recording  # noqa: PLC0415
         write_recording(view, record)
-        print(f"tuiprof: recording written to {record}", file=sys.stderr)
+        _say(f"tuiprof: recording written to {record}")
 
 
 def _print_summary(view, prof=None) -> None:

@@ -37,10 +37,10 @@ class ProfilerOptions:
     engine_kwargs: dict = field(default_factory=dict)
 
 
-# "auto" sampling, from bench/overhead.py on the H100 (docs/performance.md): full-rate records
-# cost eager decode about 4% but compiled decode about 60% (539 kernels every 3.2 ms), while one
-# token in four cost compiled decode nothing measurable.
-AUTO_SAMPLE_EVERY = {"eager": 1, "compiled": 4}
+# "auto" sampling, from bench/overhead.py on the H100 (docs/performance.md): tracing every token
+# costs compiled decode about 60% (539 CUDA-graph kernels every 3 ms; CUPTI's own tracing is most
+# of it), so compiled mode traces bursts of 4 tokens in every 128; eager traces every token.
+AUTO_SAMPLE_EVERY = {"eager": 1, "compiled": 32}
 
 
 class Profiler(SessionControl):
@@ -63,6 +63,7 @@ class Profiler(SessionControl):
         self._t_start = time.perf_counter()
         self._cpu0 = time.process_time()
         self.done = threading.Event()
+        self._stopping = False
         self._old_switch: float | None = None
 
     # ------------------------------------------------------------- life cycle
@@ -122,6 +123,9 @@ class Profiler(SessionControl):
             kwargs = dict(self.options.engine_kwargs)
             kwargs["clock"] = self.clock
             self.engine = factory(**kwargs)
+            if self._stopping:  # stopped while loading (Ctrl-C, SIGTERM, q): never start it
+                self.done.set()
+                return
             self.store.meta.update(self.engine.info)
             self.store.meta["mode"] = self.status.mode
             self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
@@ -137,6 +141,7 @@ class Profiler(SessionControl):
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop generation, flush and finalise CUPTI, stop NVML. Safe to call twice."""
+        self._stopping = True
         if self._loader is not None and self._loader.is_alive():
             self._loader.join(timeout)
         eng = self.engine
@@ -223,7 +228,7 @@ class Profiler(SessionControl):
         st.state = state
         if message:
             st.message = message
-            if state == "error":
+            if state == "error" or message.startswith("compile failed"):
                 self.store.add_event("error", message)
         if state in ("done", "stopped", "error"):
             self._update_overhead()

@@ -96,3 +96,27 @@ def test_kernel_totals_agree_with_torch_profiler(eager):
         assert abs(a / b - 1) < 0.05, name
         checked += 1
     assert checked >= 5
+
+
+def test_compiled_burst_sampling_keeps_valid_kernel_records():
+    """Bursts of 4 traced tokens in compiled mode (kinds switched on and off): the traced
+    tokens carry every kernel of the CUDA graph with plausible durations."""
+    store = SessionStore(ring_tokens=64)
+    prof = Profiler(store, ProfilerOptions(sample_every=8, engine_kwargs=dict(
+        model_spec="qwen3-0.6b", mode="compiled", max_new_tokens=97, loop=False)))
+    prof.start()
+    assert prof.wait(600)
+    prof.stop()
+    view = store.view()
+    dec = [t for t in view.tokens if t.phase == "decode" and t.done]
+    sampled = [t for t in dec if t.sampled]
+    assert 8 <= len(sampled) <= 16, len(sampled)
+    assert all(not t.kernels for t in dec if not t.sampled)
+    counts = {t.kernels for t in sampled}
+    assert counts == {539}, counts
+    nvjet = [a for a in view.kernels.values() if a.name.startswith("nvjet") and a.mode == "compiled"]
+    assert nvjet and all(1_000 < a.stats.mean < 50_000 for a in nvjet), \
+        [(a.name, a.stats.mean) for a in nvjet]
+    busy = [t.busy_ns / 1e6 for t in sampled]
+    print("burst-sampled compiled tokens:", len(sampled), "busy ms median", statistics.median(busy))
+    assert 0.5 < statistics.median(busy) < 3.0

@@ -7,10 +7,13 @@ through a deque; a consumer thread folds batches into the store. Runtime/driver 
 enabled one callback id at a time (launches, malloc/free, synchronisations), never the whole API:
 all API records made eager decode about 16 times slower on the H100.
 
-Sampling: with ``sample_every=K`` (K > 1) the device records of one token in K are folded into
-the store; the others are dropped on arrival (the store marks those tokens ``sampled=False``,
-and analysis/UI say so). Activity kinds stay enabled: switching CONCURRENT_KERNEL off and on at
-token boundaries gave kernels inside CUDA graphs wrong timestamps on the H100.
+Sampling: with ``sample_every=K`` (K > 1) device activity is traced in bursts: in every period
+of ``K * BURST`` tokens the kinds are enabled for ``BURST + 1`` tokens, the first of which is a
+warm-up whose records are dropped (kernels of a CUDA graph that straddle the switch came back
+with wrong timestamps on the H100); the store marks every token outside the burst
+``sampled=False`` and analysis/UI say so. Tracing itself is what costs compiled decode most
+(CUDA-graph kernels are instrumented by CUPTI), so sampling must switch the kinds off, not just
+drop records.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from ..store import SessionStore
 from .cupti_raw import Layout, LayoutError, NameCache, RawBuffers, find_libcupti, parse_buffer
 
 DEFAULT_BUFFER_BYTES = 8 * 1024 * 1024
+BURST = 4  # consecutive tokens traced per sampling period
 
 RUNTIME_APIS = (
     "cudaLaunchKernel_v7000", "cudaLaunchKernel_ptsz_v7000", "cudaLaunchKernelExC_v11060",
@@ -76,6 +80,7 @@ class CuptiCollector:
         self._enabled_kinds: list = []
         self._api_names: dict[tuple[int, int], str] = {}
         self._device_on = False
+        self.paused = False  # benchmarks switch collection off without stopping CUPTI
         self.running = False
         # self-measurement: seconds spent in the callback and in folding, for the overhead pane
         self.callback_s = 0.0
@@ -124,7 +129,7 @@ class CuptiCollector:
         """Say what is collected, sampling included, on the status line."""
         self.store.set_collector("cupti", True, "CUPTI: kernels, memcpy, memset, memory"
                                  + (", API subset" if self.api else "")
-                                 + (f"; device records sampled: 1 token in {self.sample_every}"
+                                 + (f"; sampled: {BURST} tokens in every {BURST * self.sample_every}"
                                     if self.sample_every > 1 else ""))
 
     def _set_device_kinds(self, on: bool) -> None:
@@ -174,7 +179,16 @@ class CuptiCollector:
 
     def on_token_start(self, seq: int) -> bool:
         """Called by the profiler at each token start; returns whether the token is sampled."""
-        return self.sample_every <= 1 or seq % self.sample_every == 0
+        if self.paused:
+            self._set_device_kinds(False)
+            return False
+        n = self.sample_every
+        if n <= 1:
+            self._set_device_kinds(True)
+            return True
+        phase = seq % (n * BURST)
+        self._set_device_kinds(phase <= BURST)  # phase 0: warm-up token, records dropped
+        return 1 <= phase <= BURST
 
     def flush(self) -> None:
         """Deliver every buffered record now (forced flush) and fold it into the store."""

@@ -6,6 +6,7 @@ only Python object built per token is the :class:`TokenEvent`.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Callable
@@ -126,7 +127,7 @@ class Engine:
         try:
             self._generate()
         except torch.cuda.OutOfMemoryError as exc:
-            self._fail(_oom_message(exc, self.device))
+            self._fail(_oom_message(exc, self.device, self.state))
         except Exception as exc:  # the thread must end cleanly and say why
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             self._fail(f"{type(exc).__name__}: {first}")
@@ -242,6 +243,7 @@ class Engine:
             self._pending = want != self.mode and not can_switch
         if want != self.mode and can_switch:
             self._switch(want, next_pos)
+            return not self._stop  # a stop asked for during a compile ends the run here
         return True
 
     def _switch(self, mode: str, next_pos: int) -> None:
@@ -253,7 +255,20 @@ class Engine:
             resume_state = self.state
             self._set_state("compiling", f"torch.compile(mode={self.compile_mode!r})")
             t0 = time.perf_counter()
-            fn = self._compile(next_pos)
+            try:
+                fn = self._compile(next_pos)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:  # not fatal: generation goes on in eager mode
+                truncate = getattr(self.adapter, "truncate", None)
+                if truncate is not None:
+                    truncate(next_pos)
+                with self._cond:
+                    self._want_mode = EAGER
+                first = (str(exc).strip().splitlines() or [""])[0][:160]
+                self._set_state(resume_state, f"compile failed ({type(exc).__name__}: {first}); "
+                                              f"continuing in eager mode")
+                return
             self.compile_s = time.perf_counter() - t0
             self._compiled[self.compile_mode] = fn
             self._set_state(resume_state, f"compiled in {self.compile_s:.1f} s")
@@ -310,8 +325,17 @@ def _param_device(adapter: DecoderAdapter) -> torch.device:
     return torch.device("cpu")
 
 
-def _oom_message(exc: BaseException, device: torch.device) -> str:
+_SIZE = r"([\d.]+ (?:[KMGT]iB|bytes))"
+
+
+def _oom_message(exc: BaseException, device: torch.device, phase: str = "") -> str:
+    """One line: where it happened, the memory figures, what to do.
+
+    Figures come from the device when it still answers, else from PyTorch's own message
+    ("Tried to allocate X. GPU 0 has a total capacity of T of which F is free").
+    """
     gib = 1024 ** 3
+    text = " ".join(str(exc).split())
     try:
         free, total = torch.cuda.mem_get_info(device)
         alloc = torch.cuda.memory_allocated(device)
@@ -319,5 +343,12 @@ def _oom_message(exc: BaseException, device: torch.device) -> str:
         figures = (f"{alloc / gib:.2f} GiB allocated, {reserved / gib:.2f} GiB reserved, "
                    f"{free / gib:.2f} of {total / gib:.2f} GiB free")
     except Exception:
-        figures = "memory figures unavailable"
-    return f"CUDA out of memory ({figures}); try a smaller model, a shorter cache or bf16"
+        cap = re.search(rf"total capacity of {_SIZE} of which {_SIZE} is free", text)
+        figures = f"{cap[2]} of {cap[1]} free" if cap else "memory figures unavailable"
+    asked = re.search(rf"Tried to allocate {_SIZE}", text)
+    if asked:
+        figures = f"tried to allocate {asked[1]}; {figures}"
+    where = {"compiling": " while compiling", "prefill": " in prefill",
+             "decode": " in decode"}.get(phase, "")
+    return (f"CUDA out of memory{where} ({figures}); the data so far is kept: try a smaller "
+            f"model, a shorter cache (--max-len) or bf16")

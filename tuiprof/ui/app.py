@@ -11,8 +11,12 @@ with ``post_message``.
 """
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
+import os
 import re
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -131,7 +135,8 @@ class TuiprofApp(App):
                  export_dir: Path | str = ".", auto_snapshot: bool = False,
                  refresh_hz: float = 4.0, deterministic: bool = False,
                  start_control: bool = False, findings_interval: float = 2.0,
-                 wide_at: tuple[int, int] = WIDE_AT, theme: str = DARK) -> None:
+                 wide_at: tuple[int, int] = WIDE_AT, theme: str = DARK,
+                 handle_signals: bool = False) -> None:
         super().__init__()
         self.control = control
         self.title = title
@@ -143,6 +148,8 @@ class TuiprofApp(App):
         self.findings_interval = findings_interval
         self.wide_at = wide_at
         self.theme = theme
+        self.handle_signals = handle_signals
+        self._signalled: list[int] = []
         self.refresh_stats: dict = {"count": 0, "mean_ms": 0.0, "max_ms": 0.0, "last_ms": 0.0,
                                     "total_ms": 0.0, "hz": self.refresh_hz,
                                     "hidden": deterministic}
@@ -169,6 +176,8 @@ class TuiprofApp(App):
         return self._main
 
     def on_mount(self) -> None:
+        if self.handle_signals:
+            self._install_signal_handlers()
         if self.start_control:
             try:
                 self.control.start()
@@ -178,6 +187,51 @@ class TuiprofApp(App):
         if self.refresh_hz > 0:
             self._timer = self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
         self.call_after_refresh(self.refresh_now)
+
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT quit like ``q``: the session stops, CUPTI is flushed and finalised
+        and the automatic snapshot is written; a second signal exits at once. SIGHUP (the
+        terminal closed: an SSH drop) does the same without the terminal, see ``_on_hangup``."""
+        try:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup: stay running
+                signal.signal(signal.SIGHUP, self._on_hangup)
+        except (NotImplementedError, RuntimeError, ValueError, AttributeError):
+            pass  # not the main thread, or no POSIX signals: keys still quit
+
+    def _on_signal(self, signum: int) -> None:
+        self._signalled.append(signum)
+        if len(self._signalled) > 1 or self._quitting:
+            self.exit(return_code=128 + signum)
+            return
+        self.action_quit()
+
+    def _on_hangup(self, signum: int, frame: Any = None) -> None:
+        """The terminal is gone: nothing can be drawn or read any more, and Textual's output
+        thread dies on its first failed write (after which the event loop blocks on it). So the
+        standard streams are pointed at /dev/null, the session is stopped and the automatic
+        snapshot written on a plain thread, and the process then ends with 128 + SIGHUP."""
+        self._signalled.append(signum)
+        if len(self._signalled) > 1:
+            return
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+        except OSError:
+            pass
+        threading.Thread(target=self._hangup_stop, args=(signum,), name="tuiprof-hangup",
+                         daemon=True).start()
+
+    def _hangup_stop(self, signum: int) -> None:
+        try:
+            self.control.stop()
+        except Exception:
+            pass
+        self._final_snapshot()
+        os._exit(128 + signum)
 
     def pause_refresh(self) -> None:
         """Stop the pull timer (tests, ``f``); the session keeps running."""
@@ -416,20 +470,25 @@ class TuiprofApp(App):
 
     @work(thread=True, exit_on_error=False, group="quit", description="stop")
     def _stop_worker(self) -> None:
-        error = snapshot = None
+        error = None
         try:
             self.control.stop()
         except Exception as exc:
             error = f"stop failed: {type(exc).__name__}: {exc}"
-        if self.auto_snapshot:
-            try:
-                path = self._stamp_name("tuiprof", ".json")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                res = adapters.write_snapshot(self.control.store.view(raw=True), path)
-                snapshot = str(res) if isinstance(res, (str, Path)) else str(path)
-            except Exception as exc:
-                error = f"auto snapshot failed: {type(exc).__name__}: {exc}"
-        self.post_message(self.Stopped(snapshot, error))
+        snapshot, snap_error = self._final_snapshot()
+        self.post_message(self.Stopped(snapshot, snap_error or error))
+
+    def _final_snapshot(self) -> tuple[str | None, str | None]:
+        """Write the automatic snapshot (when enabled): (path, None) or (None, error)."""
+        if not self.auto_snapshot:
+            return None, None
+        try:
+            path = self._stamp_name("tuiprof", ".json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            res = adapters.write_snapshot(self.control.store.view(raw=True), path)
+            return (str(res) if isinstance(res, (str, Path)) else str(path)), None
+        except Exception as exc:
+            return None, f"auto snapshot failed: {type(exc).__name__}: {exc}"
 
     def on_tuiprof_app_stopped(self, m: "TuiprofApp.Stopped") -> None:
         self.quit_result = m
@@ -438,7 +497,11 @@ class TuiprofApp(App):
             msg = f"tuiprof: snapshot written to {m.snapshot}"
         if m.error:
             msg = (msg + "\n" if msg else "") + f"tuiprof: {m.error}"
-        self.exit(result=m.snapshot, return_code=0, message=msg or None)
+        if self._signalled:
+            name = signal.Signals(self._signalled[0]).name
+            msg = f"tuiprof: {name}: session stopped" + (f"; {msg[9:]}" if msg else "")
+        code = 128 + self._signalled[0] if self._signalled else 0
+        self.exit(result=m.snapshot, return_code=code, message=msg or None)
 
     # ------------------------------------------------------------------ palette
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -475,6 +538,7 @@ def run_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path
     """Run the UI until the user quits; the control (started by the caller, or pass
     ``start_control=True``) is always stopped. Returns the exit code (0 on a normal quit).
     """
+    kw.setdefault("handle_signals", True)
     app = make_app(control, title=title, export_dir=export_dir, auto_snapshot=auto_snapshot, **kw)
     try:
         app.run()
