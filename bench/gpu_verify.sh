@@ -45,5 +45,5 @@ if [ "$part" = f ]; then
   log "GPU tests (engine, collection)"
   timeout 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu 2>&1 | grep -v -i warn | tail -40
   log "collection overhead with burst sampling"
-  timeout 160 python3 bench/overhead.py --rounds 5 --modes compiled 2>&1 | tail -9
+  timeout 240 python3 bench/overhead.py --rounds 9 --window 16 2>&1 | tail -14
 fi
