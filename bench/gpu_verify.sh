@@ -43,7 +43,8 @@ if [ "$part" = e ]; then
 fi
 if [ "$part" = f ]; then
   log "GPU tests (engine, collection)"
-  timeout 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu 2>&1 | grep -v -i warn | tail -40
-  log "collection overhead with burst sampling"
-  timeout 240 python3 bench/overhead.py --rounds 9 --window 16 2>&1 | tail -14
+  timeout 400 python3 -m pytest -q -s -p no:cacheprovider -p no:logging tests/gpu > $OUT/tests_gpu.txt 2>&1
+  grep -E "passed|failed|FAILED|^E  |tokens/s|ns/launch|kernels per sampled|burst-sampled|ours:|theirs:" $OUT/tests_gpu.txt | head -60
+  log "collection overhead, compiled, tuiprof defaults"
+  timeout 170 python3 bench/overhead.py --rounds 9 --modes compiled 2>&1 | tail -8
 fi

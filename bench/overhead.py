@@ -7,9 +7,9 @@ switches configuration at a token boundary, cycling A B C … for ``--rounds`` r
                   no allocator stats);
 * ``full``      — everything tuiprof collects: CUPTI kernels/memcpy/memset/memory + API subset,
                   NVML sampler, allocator stats, attribution and aggregation;
-* ``full@5ms``  — full, with Python's default 5 ms GIL switch interval instead of tuiprof's 0.5 ms;
-* ``auto``      — the default sampling of the mode (every token in eager; bursts of 4 tokens in
-                  every 128 in compiled mode, kinds switched off in between);
+* ``auto``      — tuiprof's defaults for the mode: every token in eager; in compiled mode bursts
+                  of 4 traced tokens in every 128 (kinds switched off in between) and allocator
+                  statistics every 16th token;
 * ``torch.profiler`` — the peer: ``torch.profiler`` with CUDA activities only (run in a second
                   phase, after tuiprof's CUPTI subscriber is finalised, interleaved with ``bare``).
 
@@ -56,7 +56,7 @@ class WindowRunner:
 
     def apply(self, cfg: str) -> None:
         prof = self.prof
-        on = cfg in ("full", "auto", "full@5ms")
+        on = cfg in ("full", "auto", "full@0.5ms")
         # bare and the peer run with Python's default GIL switch interval, tuiprof with its own
         sys.setswitchinterval(prof.options.switch_interval_s
                               if cfg in ("full", "auto") else 0.005)
@@ -68,7 +68,7 @@ class WindowRunner:
             c.set_api(on)
         if prof.nvml is not None:
             prof.nvml.paused = not on
-        prof.options.alloc_every = 1 if on else 0
+        prof.options.alloc_every = (1 if cfg != "auto" else "auto") if on else 0
         if cfg == "torch.profiler":
             import torch  # noqa: PLC0415
             self.torch_prof = torch.profiler.profile(
@@ -142,7 +142,7 @@ def main() -> None:
     for mode in args.modes.split(","):
         window = args.window if mode == "eager" else args.window * 8
         args_mode = argparse.Namespace(**{**vars(args), "window": window})
-        configs = ["bare", "full", "auto"] if mode == "eager" else ["bare", "full", "full@5ms", "auto"]
+        configs = ["bare", "full", "auto"] if mode == "eager" else ["bare", "full", "auto"]
         res = run_phase(args_mode, mode, configs, cupti=True)
         base = statistics.median(res["bare"])
         for cfg, vals in res.items():

@@ -49,8 +49,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "in compiled mode (measured overhead, docs/performance.md)")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N tokens (aggregates keep the rest)")
-    p.add_argument("--alloc-every", type=int, default=1,
-                   help="read caching-allocator stats every N tokens (0: never)")
+    p.add_argument("--alloc-every", default="auto",
+                   help="read caching-allocator stats every N tokens (0: never; auto: every token "
+                        "in eager mode, every 16th in compiled mode)")
     p.add_argument("--export-dir", default=".", help="where e/n exports and auto snapshots go")
 
 
@@ -223,7 +224,9 @@ def _make_profiler(args: argparse.Namespace):
         ring = max(ring, args.max_new_tokens + 1)
     store = SessionStore(ring_tokens=ring)
     opts = ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
-                           sample_every=args.sample_every, alloc_every=args.alloc_every,
+                           sample_every=args.sample_every,
+                           alloc_every=args.alloc_every if args.alloc_every == "auto"
+                           else int(args.alloc_every),
                            engine_kwargs=_engine_kwargs(args))
     return Profiler(store, opts), store
 
@@ -233,8 +236,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not args.headless:
         from .ui.app import run_app  # noqa: PLC0415
         prof.start()
-        return run_app(prof, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
+        code = run_app(prof, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
                        auto_snapshot=True)
+        return _exit_if_busy(prof, code)
     if args.no_loop is False:
         args.no_loop = True  # headless runs end after --max-new-tokens
         prof.options.engine_kwargs["loop"] = False
@@ -270,8 +274,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _write_outputs(view, out, args.record)
     _print_summary(view, prof)
     if stopping:
-        return 128 + stopping[0]
-    return 1 if prof.status.state == "error" else 0
+        return _exit_if_busy(prof, 128 + stopping[0])
+    return _exit_if_busy(prof, 1 if prof.status.state == "error" else 0)
+
+
+def _exit_if_busy(prof, code: int) -> int:
+    """A model load or a torch.compile still running after the session stopped cannot be
+    interrupted, and ending the interpreter under it aborts the process ("terminate called
+    without an active exception"). The data is written by now, so end the process at once."""
+    if not prof.busy:
+        return code
+    _say("tuiprof: a model load or torch.compile was still running; exiting without waiting for it")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _say_start(store, prof) -> None:
@@ -355,8 +374,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         for path in write_nsys_reports(view, Path(args.nsys)):
             print(path)
     if args.sqlite:
-        from .export.nsys_sqlite import write_sqlite  # noqa: PLC0415
-        print(write_sqlite(view, Path(args.sqlite)))
+        from .export.nsys_sqlite import write_nsys_sqlite  # noqa: PLC0415
+        print(write_nsys_sqlite(view, Path(args.sqlite)))
     if args.trace:
         from .export.trace import write_trace  # noqa: PLC0415
         print(write_trace(view, Path(args.trace)))

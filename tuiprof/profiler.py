@@ -27,13 +27,14 @@ class ProfilerOptions:
     nvml: bool = True
     nvml_hz: float = 10.0
     sample_every: int | str = "auto"  # CUPTI device records for 1 token in N; "auto": see below
-    alloc_every: int = 1           # caching-allocator stats every N tokens (0: never)
+    alloc_every: int | str = "auto"  # caching-allocator stats every N tokens (0: never);
+                                     # auto: every token in eager, every 16th in compiled mode
     buffer_bytes: int = 8 * 1024 * 1024
     api: bool = True
     # GIL switch interval while collecting. The record consumer and the generation thread share
     # the GIL; with Python's default 5 ms, the generation thread can wait up to 5 ms for it
     # after every CUDA sync (once per compiled token). None keeps the interpreter's setting.
-    switch_interval_s: float | None = 0.0005
+    switch_interval_s: float | None = None
     engine_kwargs: dict = field(default_factory=dict)
 
 
@@ -167,6 +168,14 @@ class Profiler(SessionControl):
             self.status.state = "stopped"
         self.done.set()
 
+    @property
+    def busy(self) -> bool:
+        """True while the loader or the engine thread still runs after :meth:`stop`: a model
+        load or a ``torch.compile`` cannot be interrupted, only waited for (or abandoned)."""
+        eng = self.engine
+        return bool((self._loader is not None and self._loader.is_alive())
+                    or (eng is not None and getattr(eng, "alive", False)))
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until generation finishes (done, stopped or error)."""
         return self.done.wait(timeout)
@@ -212,6 +221,8 @@ class Profiler(SessionControl):
         self._open_seq = None
         self._tokens_seen += 1
         every = self.options.alloc_every
+        if every == "auto":  # torch.cuda.memory_stats() costs a few % of a 3 ms compiled token
+            every = 1 if ev.mode == "eager" else 16
         if every and self._tokens_seen % every == 0:
             stats = read_allocator_stats()
             if stats is not None:

@@ -63,13 +63,16 @@ def test_nvml_gpm_present_and_moving(eager):
 
 def test_kernel_totals_agree_with_torch_profiler(eager):
     view, prof = eager
+    from tuiprof.analysis import demangle
+
     ours = defaultdict(int)
     ours_n = defaultdict(int)
     for seq, recs in view.raw:
         for r in recs:
             if r[0] == "K":
-                ours[r[1]] += r[3] - r[2]
-                ours_n[r[1]] += 1
+                name = demangle(r[1])  # torch.profiler reports demangled names
+                ours[name] += r[3] - r[2]
+                ours_n[name] += 1
     # the same workload again, under torch.profiler (CUDA activities), after CUPTI was released
     from tuiprof.engine import load_engine
 
@@ -84,6 +87,8 @@ def test_kernel_totals_agree_with_torch_profiler(eager):
             theirs[ev.name] += ev.device_time * 1e3  # µs -> ns
             theirs_n[ev.name] += 1
     top = sorted(ours, key=lambda k: -ours[k])[:10]
+    print("ours:", [n[:50] for n in top[:5]], "\ntheirs:",
+          [n[:50] for n in sorted(theirs, key=lambda k: -theirs[k])[:5]])
     checked = 0
     for name in top:
         match = [k for k in theirs if k == name]
@@ -112,8 +117,11 @@ def test_compiled_burst_sampling_keeps_valid_kernel_records():
     sampled = [t for t in dec if t.sampled]
     assert 8 <= len(sampled) <= 16, len(sampled)
     assert all(not t.kernels for t in dec if not t.sampled)
-    counts = {t.kernels for t in sampled}
-    assert counts == {539}, counts
+    counts = [t.kernels for t in sampled]
+    print("kernels per sampled token:", counts, "means:",
+          sorted((round(a.stats.mean), a.name[:40]) for a in view.kernels.values()
+                 if a.mode == "compiled" and a.phase == "decode")[-5:])
+    assert set(counts) == {539}, counts
     nvjet = [a for a in view.kernels.values() if a.name.startswith("nvjet") and a.mode == "compiled"]
     assert nvjet and all(1_000 < a.stats.mean < 50_000 for a in nvjet), \
         [(a.name, a.stats.mean) for a in nvjet]

@@ -48,12 +48,16 @@ def recording_dict(view: StoreView) -> dict:
     for seq, recs in view.raw:
         records.extend(list(r) for r in recs)
     nvml = [[s.get("ts_ns", 0)] + [_finite(s.get(c)) for c in NVML_COLUMNS[1:]] for s in view.nvml]
-    meta = {k: v for k, v in view.meta.items() if isinstance(v, (str, int, float, bool)) or v is None}
+    from ..export.snapshot import clean_meta  # noqa: PLC0415 - the snapshot's rules: known keys
+    # only, no home-directory paths, the host name only when asked (meta["share_host"])
+    meta = {k: v for k, v in clean_meta(view.meta).items()
+            if isinstance(v, (str, int, float, bool)) or v is None}
     meta.update({"recording_version": RECORDING_VERSION, "nvml_columns": NVML_COLUMNS,
                  "alloc_columns": ALLOC_COLUMNS, "mode_by_step": modes,
                  "prefill_mode": prefill_mode, "decode_tokens": decode_step})
-    if isinstance(view.meta.get("model_def"), dict):
-        meta["model_def"] = view.meta["model_def"]
+    model_def = clean_meta({"model_def": view.meta.get("model_def")}).get("model_def")
+    if isinstance(model_def, dict):
+        meta["model_def"] = model_def
     return {"format": RECORDING_FORMAT, "meta": meta, "marks": marks, "records": records,
             "nvml": nvml, "alloc": alloc}
 

@@ -265,7 +265,8 @@ class Engine:
                     truncate(next_pos)
                 with self._cond:
                     self._want_mode = EAGER
-                first = (str(exc).strip().splitlines() or [""])[0][:160]
+                lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [""]
+                first = (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])[:160]
                 self._set_state(resume_state, f"compile failed ({type(exc).__name__}: {first}); "
                                               f"continuing in eager mode")
                 return

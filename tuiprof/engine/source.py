@@ -35,6 +35,8 @@ class ModelSource:
 
 def resolve_model(spec: str, trust_remote_code: bool = False) -> ModelSource:
     """Resolve ``spec``; nothing is downloaded. Raises :class:`TuiprofError` on failure."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")        # before huggingface_hub is imported:
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")  # it reads them once, at import
     path = Path(spec).expanduser()
     if path.is_dir():
         return from_directory(path, "directory", trust_remote_code)

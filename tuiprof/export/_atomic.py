@@ -23,6 +23,8 @@ def _fail(path: Path, exc: BaseException) -> TuiprofError:
         why = "permission denied"
     elif code == errno.ENOENT:
         why = "no such directory"
+    elif code == errno.ENOTDIR:
+        why = "a part of the path is a file, not a directory"
     else:
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return TuiprofError(f"cannot write {path}: {why}")
