@@ -6,7 +6,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuiprof.analysis import find, mode_summaries, model_roofline, category_shares  # noqa: E402
+from tuiprof.analysis import (category_shares, find, mode_summaries, model_roofline,  # noqa: E402
+                               top_kernels)
 from tuiprof.export.snapshot import read_snapshot  # noqa: E402
 
 
@@ -31,6 +32,11 @@ def main(paths: list[str]) -> None:
             sh = category_shares(v, mode=mode)
             print("shares: " + ", ".join(f"{k} {100 * x.share:.0f}%" for k, x in
                                           sorted(sh.items(), key=lambda kv: -kv[1].share)))
+        for mode in mode_summaries(v):
+            print(f"\ntop decode kernels ({mode}):")
+            for k in top_kernels(v, mode=mode, n=10):
+                print(f"  {k.info.short[:48]:48s} {k.info.library:14s} {k.info.category:24s} "
+                      f"{100 * k.share:5.1f}%  {k.launches:7d} launches  {k.mean_us:8.2f} us")
         print("\n| rank | finding | severity | impact ms/token | evidence |")
         print("|---|---|---|---|---|")
         for i, f in enumerate(find(v), 1):

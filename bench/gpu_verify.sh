@@ -45,6 +45,11 @@ if [ "$part" = f ]; then
   log "GPU tests (engine, collection)"
   timeout 400 python3 -m pytest -q -s -p no:cacheprovider -p no:logging tests/gpu > $OUT/tests_gpu.txt 2>&1
   grep -E "passed|failed|FAILED|^E  |tokens/s|ns/launch|kernels per sampled|burst-sampled|ours:|theirs:" $OUT/tests_gpu.txt | head -60
+  log "study workloads: nanochat-d34 and deepseek-ocr-decoder decode"
+  for m in nanochat-d34 deepseek-ocr-decoder; do
+    timeout 120 python3 -m tuiprof --model $m --headless --max-new-tokens 33 --ring-tokens 8 --json $OUT/$m.json 2>&1 | tail -2
+  done
+  timeout 60 python3 bench/findings_table.py $OUT/nanochat-d34.json $OUT/deepseek-ocr-decoder.json 2>&1 | grep -v "^|---" | head -60
   log "collection overhead, compiled, tuiprof defaults"
   timeout 170 python3 bench/overhead.py --rounds 9 --modes compiled 2>&1 | tail -8
 fi
