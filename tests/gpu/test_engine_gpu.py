@@ -45,7 +45,7 @@ def test_qwen3_0_6b_decode(loaded, prompt, mode):
     assert len(decode) == DECODE
     bad = [(e.step, e.mode, e.gpu_ms) for e in decode
            if not (e.mode == mode and e.gpu_ms is not None and e.gpu_ms > 0)]
-    assert not bad, bad[:8]
+    assert not bad, (engine.message, bad[:4])
     steady = decode[8:]
     host_s = sum(e.host_ms for e in steady) / 1e3
     print(f"\nqwen3-0.6b {mode}: {len(steady) / host_s:.1f} tokens/s "
