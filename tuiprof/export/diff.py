@@ -69,7 +69,7 @@ def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
         counts = {m: mode_summary(view, m)["decode_tokens"] for m in modes_of(view)}
         mode = max(counts, key=lambda m: (counts[m], m)) if counts else str(view.meta.get("mode", "eager"))
     ms = mode_summary(view, mode)
-    n = ms["decode_tokens"] or 0
+    n = ms.get("sampled_tokens") or ms["decode_tokens"] or 0  # kernel totals cover sampled tokens
     per_cat: dict[str, int] = defaultdict(int)
     kernels: dict[str, tuple] = {}
     for (name, phase, m), agg in view.kernels.items():

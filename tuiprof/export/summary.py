@@ -67,21 +67,36 @@ def mode_summary(view: StoreView, mode: str) -> dict:
         tps = ts.count / (ts.total / 1000.0)
     elif host and sum(host) > 0:
         tps = len(host) / (sum(host) / 1000.0)
-    wall = sum(t.end_ns - t.start_ns for t in toks)
-    busy = sum(t.busy_ns for t in toks)
-    kern = sorted(t.kernels for t in toks)
+    # kernel figures come from tokens whose device records were kept (sampling), and from the
+    # running statistics of tokens that left the window
+    ktoks = [t for t in toks if t.sampled]
+    stats = view.token_stats.get((DECODE, mode), {})
+    wall = sum(t.end_ns - t.start_ns for t in ktoks)
+    busy = sum(t.busy_ns for t in ktoks)
+    kern = sorted(t.kernels for t in ktoks)
+    kmed = percentile(kern, 50)
+    kms = percentile([t.kernel_ns / 1e6 for t in ktoks], 50)
+    busy_frac = busy / wall if wall > 0 else None
+    old_k = stats.get("kernels")
+    if not ktoks and old_k is not None and old_k.count:
+        kmed = old_k.median
+        kms = stats["kernel_ns"].median / 1e6
+        if ts is not None and ts.count and stats["busy_ns"].count:
+            busy_frac = stats["busy_ns"].mean / 1e6 / ts.mean
     return {
         "decode_tokens": ts.count if ts is not None else len(toks),
         "tokens_in_series": len(toks),
-        "ms_per_token_median": _r(percentile(host, 50)),
+        "ms_per_token_median": _r(percentile(host, 50) if host else
+                                  (ts.median if ts is not None and ts.count else None)),
+        "sampled_tokens": len(ktoks) + (old_k.count if old_k is not None else 0),
         "ms_per_token_mean": _r(ts.mean if ts is not None and ts.count else
                                 (sum(host) / len(host) if host else None)),
         "tokens_per_s": _r(tps),
         "itl_ms": {"median": _r(percentile(itl, 50)), "p90": _r(percentile(itl, 90)),
                    "p99": _r(percentile(itl, 99)), "count": len(itl)},
-        "kernels_per_token_median": _r(percentile(kern, 50)),
-        "gpu_busy_fraction": _r(busy / wall) if wall > 0 else None,
-        "kernel_ms_per_token_median": _r(percentile([t.kernel_ns / 1e6 for t in toks], 50)),
+        "kernels_per_token_median": _r(kmed),
+        "gpu_busy_fraction": _r(busy_frac),
+        "kernel_ms_per_token_median": _r(kms),
     }
 
 
