@@ -17,21 +17,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-try:  # cxxfilt loads libstdc++ through ctypes; keep exports usable without it
-    import cxxfilt as _cxxfilt
-except Exception:  # pragma: no cover - depends on the machine
-    _cxxfilt = None
-
-
-@lru_cache(maxsize=65536)
-def demangle(raw: str) -> str:
-    """GNU-demangled name of a CUPTI kernel name; the raw name when it is not mangled."""
-    if _cxxfilt is None or not raw.startswith("_Z"):
-        return raw
-    try:
-        return _cxxfilt.demangle(raw, external_only=False) or raw
-    except Exception:
-        return raw
+from ..analysis.demangle import demangle  # one demangler for the UI, analysis and exports
 
 
 _ANON = "(anonymous namespace)"
