@@ -275,5 +275,9 @@ def _device_facts(device: str) -> dict:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return exc.__class__.__name__
+    # "Validation error for field 'x':" says nothing without the line that follows it
+    text = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
     return text[:200]

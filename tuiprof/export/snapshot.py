@@ -29,6 +29,7 @@ SCHEMA_VERSION = 1
 FORMAT = "tuiprof-snapshot"
 MAX_BYTES = 512 * 1024**2
 MAX_DEPTH = 32           # nesting allowed inside free-form sections (meta, overhead, findings)
+MAX_STRING = 65536       # characters in one string or key (kernel names are bounded alike)
 SCHEMA_PATH = Path(__file__).with_name("snapshot.schema.json")
 
 # Meta keys a snapshot keeps; anything else (environment, paths, user names) is dropped.
@@ -208,17 +209,24 @@ def _bad(where: str, why: str) -> TuiprofError:
     return TuiprofError(f"snapshot {where} is not a tuiprof snapshot: {why}")
 
 
-def _depth_ok(obj: Any, limit: int) -> bool:
+def _free_form_problem(obj: Any, limit: int) -> str | None:
+    """Why a free-form section is refused (too deep, a gigantic string or key), else None."""
     stack = [(obj, 0)]
     while stack:
         o, d = stack.pop()
         if d > limit:
-            return False
-        if isinstance(o, dict):
-            stack.extend((v, d + 1) for v in o.values())
+            return f"is nested deeper than {limit}"
+        if isinstance(o, str):
+            if len(o) > MAX_STRING:
+                return f"holds a string of {len(o):,} characters (the limit is {MAX_STRING:,})"
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                if len(k) > MAX_STRING:
+                    return f"holds a key of {len(k):,} characters (the limit is {MAX_STRING:,})"
+                stack.append((v, d + 1))
         elif isinstance(o, list):
-            stack.extend((v, d + 1) for v in o if isinstance(v, (dict, list)))
-    return True
+            stack.extend((v, d + 1) for v in o if isinstance(v, (dict, list, str)))
+    return None
 
 
 def validate_snapshot(obj: Any, where: str = "document", all_records: bool = True) -> None:
@@ -238,9 +246,10 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
         raise TuiprofError(f"snapshot schema version {ver} is newer than this tuiprof reads "
                            f"({SCHEMA_VERSION}); upgrade tuiprof")
     for key in ("meta", "overhead", "findings", "allocs", "nvml", "tokens", "counters",
-                "collectors"):
-        if key in obj and not _depth_ok(obj[key], MAX_DEPTH):
-            raise _bad(where, f"'{key}' is nested deeper than {MAX_DEPTH}")
+                "collectors", "summary", "events", "api", "nvtx"):
+        problem = _free_form_problem(obj[key], MAX_DEPTH) if key in obj else None
+        if problem:
+            raise _bad(where, f"'{key}' {problem}")
     import jsonschema  # noqa: PLC0415 - only readers need it
 
     doc = obj
@@ -273,7 +282,7 @@ def _record(r: list, where: str) -> tuple:
     if not (lo <= len(r) <= hi):
         raise _bad(where, f"malformed raw record {str(r)[:60]}")
     first_int = 2 if r[0] in ("K", "R") else 1
-    if r[0] in ("K", "R") and not isinstance(r[1], str):
+    if r[0] in ("K", "R") and not (isinstance(r[1], str) and len(r[1]) <= MAX_STRING):
         raise _bad(where, f"malformed raw record {str(r)[:60]}")
     if not all(type(v) is int for v in r[first_int:]):
         raise _bad(where, f"malformed raw record {str(r)[:60]}")

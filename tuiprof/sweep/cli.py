@@ -47,6 +47,8 @@ def _weights(text: str) -> tuple[str, str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the sweep's options to ``parser`` (the ``tuiprof sweep`` subcommand)."""
     parser.add_argument("--models", type=_csv, required=True, help="comma-separated registry names")
+    parser.add_argument("--ui", action="store_true",
+                        help="show the sweep screen (cells fill in as they finish; Escape closes)")
     parser.add_argument("--seq-lens", type=_ints, required=True, help="comma-separated sequence lengths")
     parser.add_argument("--batch", type=int, default=1, help="batch size of the full-sequence passes (default 1)")
     parser.add_argument("--passes", type=_choices(PASSES), default=["inference"],
@@ -98,17 +100,26 @@ def run(args: argparse.Namespace) -> int:
     """Run the sweep described by ``args``; write its files; 0 when no cell failed, 1 otherwise."""
     from tuiprof.sweep.runner import run_sweep  # imports torch
 
-    line = ProgressLine()
-    try:
-        result = run_sweep(
-            args.models, args.seq_lens, batch=args.batch, passes=args.passes, modes=args.modes,
-            memory_limit_gib=args.memory_limit, warmup=args.warmup, iters=args.iters, device=args.device,
-            progress=line, attention=args.attention, dtype=args.dtype, seed=args.seed,
-            weights=dict(args.weights), compile_mode=args.compile_mode, compile_backend=args.compile_backend,
-            profile=not args.no_profile,
-        )
-    finally:
-        line.close()
+    kwargs = dict(
+        models=args.models, seq_lens=args.seq_lens, batch=args.batch, passes=args.passes,
+        modes=args.modes, memory_limit_gib=args.memory_limit, warmup=args.warmup, iters=args.iters,
+        device=args.device, attention=args.attention, dtype=args.dtype, seed=args.seed,
+        weights=dict(args.weights), compile_mode=args.compile_mode,
+        compile_backend=args.compile_backend, profile=not args.no_profile,
+    )
+    if getattr(args, "ui", False):
+        from tuiprof.sweep.screen import SweepApp  # the sweep screen (Textual)
+
+        result = SweepApp(kwargs).run()
+        if result is None:
+            print("sweep cancelled before any result", file=sys.stderr)
+            return 1
+    else:
+        line = ProgressLine()
+        try:
+            result = run_sweep(**kwargs, progress=line)
+        finally:
+            line.close()
     paths = result.write(args.out)
     print(result.tables()["time"].markdown())
     bad = [r for r in result.cells if r.status in ("oom", "error")]

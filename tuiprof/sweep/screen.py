@@ -10,7 +10,7 @@ import threading
 from typing import Any, Callable
 
 from textual import work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
@@ -99,3 +99,23 @@ class SweepScreen(Screen):
             self.query_one("#sweep-status", Static).update("cancelling after the current cell…")
         else:
             self.dismiss(self.result)
+
+
+class SweepApp(App):
+    """``tuiprof sweep --ui``: the sweep screen as an app; Escape after the end returns the result."""
+
+    TITLE = "tuiprof sweep"
+
+    def __init__(self, sweep_kwargs: dict[str, Any]) -> None:
+        super().__init__()
+        self.sweep_kwargs = sweep_kwargs
+        self.result: SweepResult | None = None
+
+    def on_mount(self) -> None:
+        self.push_screen(SweepScreen(self.sweep_kwargs, on_done=self._sweep_done), callback=self._sweep_closed)
+
+    def _sweep_done(self, result: SweepResult) -> None:
+        self.result = result
+
+    def _sweep_closed(self, result: SweepResult | None) -> None:
+        self.exit(result if result is not None else self.result)
