@@ -60,6 +60,12 @@ def busy_fraction(row: Any) -> float | None:
     return 100.0 * row.busy_ns / (row.end_ns - row.start_ns)
 
 
+def settled_rows(rows: list) -> list:
+    """Rows whose kernel records are in: CUPTI delivers records some time after a token ends,
+    and sampled-out tokens have none. Falls back to ``rows`` when no token has kernels (CPU)."""
+    return [r for r in rows if getattr(r, "sampled", True) and r.kernels > 0] or rows
+
+
 def done_rows(view: Any, phase: str | None = None, mode: str | None = None) -> list:
     return [r for r in view.tokens if r.done and (phase is None or r.phase == phase)
             and (mode is None or r.mode == mode)]

@@ -9,7 +9,7 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from .. import format as fmt
-from ..derive import busy_fraction, latency_series
+from ..derive import busy_fraction, settled_rows, latency_series
 from .base import Pane, RefreshContext
 
 
@@ -38,12 +38,13 @@ class LatencyPane(Pane):
         done = [r for r in view.tokens if r.done]
         if done:
             last = done[-1]
-            bf = busy_fraction(last)
             summary.append(f"#{last.seq} {last.phase}/{last.mode}: ", "bold")
             summary.append(f"━ host {fmt.ms(last.host_ms)}", "cyan")
             summary.append(" · ")
             summary.append(f"━ GPU {fmt.ms(s.gpu[-1])}", "green")
-            summary.append(f" · kernel-busy {fmt.pct(bf)} · {last.kernels:,} kernels")
+            k = settled_rows(done)[-1]  # the latest token whose kernel records are in
+            summary.append(f" · #{k.seq}: kernel-busy {fmt.pct(busy_fraction(k))} · "
+                           f"{k.kernels:,} kernels")
         else:
             summary.append("waiting for the first token…", "dim")
         self.query_one("#latency-summary", Static).update(summary)

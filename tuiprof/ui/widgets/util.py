@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from .. import format as fmt
-from ..derive import NVML_SERIES, busy_fraction, mean, nvml_series
+from ..derive import NVML_SERIES, busy_fraction, mean, nvml_series, settled_rows
 from .base import Pane, RefreshContext
 
 
@@ -63,7 +63,7 @@ class UtilPane(Pane):
                 tbl.add_row(label, fmt.pct(vals[-1]), fmt.pct(mean(vals)),
                             Text(fmt.spark(vals, n, 0, 100), style))
         # Kernel-busy share per token, from CUPTI records: the number to read beside "GPU util".
-        rows = [r for r in view.tokens if r.done][-n:]
+        rows = settled_rows([r for r in view.tokens if r.done])[-n:]
         busy = [busy_fraction(r) for r in rows]
         tbl.add_row(Text("kernel busy/tok", "bold"), fmt.pct(busy[-1] if busy else None),
                     fmt.pct(mean(busy)), Text(fmt.spark(busy, n, 0, 100), "green"))
