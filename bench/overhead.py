@@ -8,7 +8,7 @@ switches configuration at a token boundary, cycling A B C … for ``--rounds`` r
 * ``full``      — everything tuiprof collects: CUPTI kernels/memcpy/memset/memory + API subset,
                   NVML sampler, allocator stats, attribution and aggregation;
 * ``auto``      — tuiprof's defaults for the mode: every token in eager; in compiled mode bursts
-                  of 4 traced tokens in every 128 (kinds switched off in between) and allocator
+                  of 4 traced tokens in every 256 (kinds switched off in between) and allocator
                   statistics every 16th token;
 * ``torch.profiler`` — the peer: ``torch.profiler`` with CUDA activities only (run in a second
                   phase, after tuiprof's CUPTI subscriber is finalised, interleaved with ``bare``).

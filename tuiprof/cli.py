@@ -45,7 +45,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nvml-hz", type=float, default=10.0)
     p.add_argument("--sample-every", default="auto",
                    help="trace device activity for 1 token in N on average (bursts of 4 tokens "
-                        "every 4N); auto: every token in eager mode, bursts of 4 in every 128 "
+                        "every 4N); auto: every token in eager mode, bursts of 4 in every 256 "
                         "in compiled mode (measured overhead, docs/performance.md)")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N tokens (aggregates keep the rest)")

@@ -40,8 +40,8 @@ class ProfilerOptions:
 
 # "auto" sampling, from bench/overhead.py on the H100 (docs/performance.md): tracing every token
 # costs compiled decode about 60% (539 CUDA-graph kernels every 3 ms; CUPTI's own tracing is most
-# of it), so compiled mode traces bursts of 4 tokens in every 128; eager traces every token.
-AUTO_SAMPLE_EVERY = {"eager": 1, "compiled": 32}
+# of it), so compiled mode traces bursts of 4 tokens in every 256; eager traces every token.
+AUTO_SAMPLE_EVERY = {"eager": 1, "compiled": 64}
 
 
 class Profiler(SessionControl):

@@ -96,8 +96,9 @@ def test_remote_code_is_never_run_unless_asked(capsys, tmp_path):
                         "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"}}
     d = _model_dir(tmp_path, cfg, {"configuration_evil.py": code, "modeling_evil.py": code})
     rc, _, err = _run(capsys, "--model", str(d), "--headless", "--json", str(tmp_path / "s.json"))
-    assert rc in (1, 2) and _one_error_line(err)
-    assert not marker.exists()
+    line = _one_error_line(err)
+    assert rc in (1, 2) and not marker.exists()
+    print(line)
 
 
 # ------------------------------------------------------------------ snapshots and recordings
@@ -204,7 +205,21 @@ def test_bad_recordings_through_replay(capsys, tmp_path, good_files):
         rc, _, err = _run(capsys, "replay", str(p), "--headless", "--json", str(tmp_path / "o.json"))
         assert rc == 2, (name, err)
         seen[name] = _one_error_line(err)
-        print(f"{name}: {seen[name]}")
+    for name, line in seen.items():
+        print(f"{name}: {line}")
     assert not (tmp_path / "PWNED").exists()
     assert not (tmp_path / "o.json").exists()
     assert "newer than this tuiprof reads" in seen["newer-version"]
+
+
+def test_asking_for_a_gpu_on_a_machine_without_one(capsys, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU path")
+    out = tmp_path / "s.json"
+    rc, _, err = _run(capsys, "--model", "qwen3-tiny", "--device", "cuda", "--headless",
+                      "--json", str(out))
+    line = _one_error_line(err)
+    assert rc == 1 and "sees no CUDA GPU; use --device cpu" in line, err
+    print(line)

@@ -114,7 +114,8 @@ def _app_in_pty(tmp: Path, name: str, how: str) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("signals")
-    cold = {"TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor-cold")}
+    cold = {"TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor-cold"),   # a compile that takes a while
+            "TORCHINDUCTOR_COMPILE_THREADS": "1"}                    # without a worker pool
     jobs = {
         "int-loading": lambda: _headless(tmp, "int-loading", signal.SIGINT, "loading"),
         "term-loading": lambda: _headless(tmp, "term-loading", signal.SIGTERM, "loading"),

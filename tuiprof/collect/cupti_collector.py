@@ -60,7 +60,7 @@ class CuptiCollector:
 
     def __init__(self, store: SessionStore, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
                  api: bool = True, memory: bool = True, sample_every: int = 1,
-                 flush_period_ms: int = 0, raw: bool = True) -> None:
+                 flush_period_ms: int = 500, raw: bool = True) -> None:
         self.store = store
         self.raw = raw
         self._layout = Layout()
@@ -111,14 +111,17 @@ class CuptiCollector:
                 self._enabled_kinds.append(K.MEMORY2)
             if self.api:
                 self._enable_api_subset()
-            if self.flush_period_ms:
-                cupti.activity_flush_period(self.flush_period_ms)
         except CuptiUnavailable:
             self._disable_all()
             raise
         except Exception as exc:
             self._disable_all()
             raise CuptiUnavailable(_busy_message(exc)) from None
+        if self.flush_period_ms:  # records reach a live display at least this often
+            try:
+                cupti.activity_flush_period(self.flush_period_ms)
+            except Exception:
+                pass
         self.running = True
         self._consumer = threading.Thread(target=self._consume, name="tuiprof-cupti-fold",
                                           daemon=True)
@@ -187,7 +190,13 @@ class CuptiCollector:
             self._set_device_kinds(True)
             return True
         phase = seq % (n * BURST)
-        self._set_device_kinds(phase <= BURST)  # phase 0: warm-up token, records dropped
+        on = phase <= BURST  # phase 0: warm-up token, records dropped
+        if self._device_on and not on:  # a burst just ended: hand its records over now
+            try:
+                self._cupti.activity_flush_all(0)
+            except Exception:
+                pass
+        self._set_device_kinds(on)
         return 1 <= phase <= BURST
 
     def flush(self) -> None:

@@ -13,6 +13,7 @@ import gzip
 import json
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -50,8 +51,9 @@ def load_recording(path: str | Path) -> Recording:
             data = fh.read(MAX_RECORDING_BYTES + 1)
     except FileNotFoundError:
         raise TuiprofError(f"no such recording: {p}") from None
-    except (OSError, EOFError) as exc:
-        raise TuiprofError(f"cannot read recording {p}: {exc} (is it a truncated .json.gz?)") from None
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a corrupt deflate stream
+        raise TuiprofError(f"cannot read recording {p}: {exc} (is it a truncated or corrupt "
+                           f".json.gz?)") from None
     if len(data) > MAX_RECORDING_BYTES:
         raise TuiprofError(f"recording {p} is larger than 2 GiB decompressed; refusing to load it")
     try:
@@ -75,6 +77,7 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
     if not isinstance(version, int) or version > RECORDING_VERSION:
         raise TuiprofError(f"{where}: recording version {version!r} is newer than this tuiprof "
                            f"reads ({RECORDING_VERSION}); upgrade tuiprof")
+    _check_meta(meta, where)
     marks = []
     for m in obj["marks"]:
         if not (isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
@@ -95,16 +98,34 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
     if not (isinstance(ncols, list) and all(isinstance(c, str) for c in ncols)
             and isinstance(acols, list) and all(isinstance(c, str) for c in acols)):
         raise TuiprofError(f"{where}: malformed column lists in meta")
-    for row in nvml:
-        if not (isinstance(row, list) and len(row) == len(ncols) and all(_num(v) for v in row)):
+    for row in nvml:  # first columns: the NVML timestamp, the allocator's step (integers)
+        if not (isinstance(row, list) and len(row) == len(ncols) and all(_num(v) for v in row)
+                and _int(row[0])):
             raise TuiprofError(f"{where}: malformed NVML row {str(row)[:60]}")
     for row in alloc:
-        if not (isinstance(row, list) and len(row) == len(acols) and all(_num(v) for v in row)):
+        if not (isinstance(row, list) and len(row) == len(acols) and all(_num(v) for v in row)
+                and _int(row[0])):
             raise TuiprofError(f"{where}: malformed allocator row {str(row)[:60]}")
     return Recording(meta=meta, marks=marks, records=records, nvml=nvml, alloc=alloc, path=where)
 
 
 _LIMIT = 1 << 63
+_META_STR = ("device", "driver", "torch", "model", "mode", "prefill_mode", "dtype", "weights",
+             "cuda", "tuiprof", "recording", "source")
+_META_INT = ("sm_count", "prompt_tokens", "decode_tokens", "params")
+
+
+def _check_meta(meta: dict, where: str) -> None:
+    """The meta fields replay and the analysis use must have their types."""
+    for key in _META_STR:
+        if meta.get(key) is not None and not (isinstance(meta[key], str) and len(meta[key]) <= 65536):
+            raise TuiprofError(f"{where}: meta '{key}' must be a string")
+    for key in _META_INT:
+        if meta.get(key) is not None and not _int(meta[key]):
+            raise TuiprofError(f"{where}: meta '{key}' must be an integer")
+    mbs = meta.get("mode_by_step")
+    if mbs is not None and not (isinstance(mbs, dict) and all(isinstance(v, str) for v in mbs.values())):
+        raise TuiprofError(f"{where}: meta 'mode_by_step' must map steps to mode names")
 
 
 def _int(v: object) -> bool:

@@ -181,7 +181,11 @@ def dumps(doc: dict) -> bytes:
                           allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TuiprofError(f"cannot encode snapshot: {exc}") from None
-    return text.encode("utf-8") + b"\n"
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800" escape read back): keep it
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False).encode("ascii") + b"\n"
 
 
 def write_snapshot(view: StoreView, path: str | Path, findings: Iterable | None = None,
@@ -325,7 +329,7 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
         )
     except TuiprofError:
         raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:
         raise _bad(where, f"{type(exc).__name__}: {str(exc)[:80]}") from None
 
 

@@ -150,6 +150,7 @@ class TuiprofApp(App):
         self.theme = theme
         self.handle_signals = handle_signals
         self._signalled: list[int] = []
+        self._old_hup: Any = None
         self.refresh_stats: dict = {"count": 0, "mean_ms": 0.0, "max_ms": 0.0, "last_ms": 0.0,
                                     "total_ms": 0.0, "hz": self.refresh_hz,
                                     "hidden": deterministic}
@@ -197,9 +198,20 @@ class TuiprofApp(App):
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
             if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup: stay running
-                signal.signal(signal.SIGHUP, self._on_hangup)
+                self._old_hup = signal.signal(signal.SIGHUP, self._on_hangup)
         except (NotImplementedError, RuntimeError, ValueError, AttributeError):
             pass  # not the main thread, or no POSIX signals: keys still quit
+
+    def on_unmount(self) -> None:
+        self.restore_signal_handlers()
+
+    def restore_signal_handlers(self) -> None:
+        if self._old_hup is not None:  # the loop's own handlers go with the loop
+            try:
+                signal.signal(signal.SIGHUP, self._old_hup)
+            except (ValueError, TypeError):
+                pass
+            self._old_hup = None
 
     def _on_signal(self, signum: int) -> None:
         self._signalled.append(signum)
@@ -543,6 +555,7 @@ def run_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path
     try:
         app.run()
     finally:
+        app.restore_signal_handlers()
         try:
             control.stop()
         except Exception:
