@@ -81,7 +81,8 @@ def test_compiled_burst_sampling_keeps_valid_kernel_records():
                  if a.mode == "compiled" and a.phase == "decode")[-5:])
     assert set(counts) == {539}, (prof.status.message, counts[:4])
     nvjet = [a for a in view.kernels.values() if a.name.startswith("nvjet") and a.mode == "compiled"]
-    assert nvjet and all(1_000 < a.stats.mean < 50_000 for a in nvjet), \
+    # the GEMVs run ~4-6 µs each; the LM-head GEMV (151,936 x 1,024) ~110 µs
+    assert nvjet and all(1_000 < a.stats.mean < 200_000 for a in nvjet), \
         [(a.name, a.stats.mean) for a in nvjet]
     busy = [t.busy_ns / 1e6 for t in sampled]
     print("burst-sampled compiled tokens:", len(sampled), "busy ms median", statistics.median(busy))
