@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except TuiprofError as exc:
-        _say(f"tuiprof: {exc}")
+        _say("tuiprof: " + " ".join(str(exc).split()))  # always one line
         return exc.exit_code
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -210,7 +211,12 @@ def _validator() -> Any:
 
 
 def _bad(where: str, why: str) -> TuiprofError:
+    # keys and values quoted from the file may hold control characters: keep the message one line
+    why = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", why)
     return TuiprofError(f"snapshot {where} is not a tuiprof snapshot: {why}")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _free_form_problem(obj: Any, limit: int) -> str | None:
