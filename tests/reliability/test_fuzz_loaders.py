@@ -29,7 +29,10 @@ from tuiprof.store import SessionStore
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
+# CI runs the same examples every time (a red CI must mean a change broke something); a longer,
+# random hunt: TUIPROF_FUZZ_SCALE=10 TUIPROF_FUZZ_RANDOM=1
 SETTINGS = dict(deadline=None, database=None,
+                derandomize=not os.environ.get("TUIPROF_FUZZ_RANDOM"),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
 SLOW_S = 5.0   # one example may take this long at most ("never a hang")
