@@ -17,10 +17,10 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from ..analysis.demangle import base_name as _qualified_base_name
 from ..analysis.demangle import demangle  # one demangler for the UI, analysis and exports
 
 
-_ANON = "(anonymous namespace)"
 
 
 @lru_cache(maxsize=65536)
@@ -30,23 +30,8 @@ def base_name(demangled: str) -> str:
     ``void at::native::vectorized_elementwise_kernel<8, …>(int, …)`` gives
     ``vectorized_elementwise_kernel`` (what nsys stores as ``shortName``).
     """
-    s = demangled.replace(_ANON, "anonymous_namespace")
-    if s.startswith("void "):
-        s = s[5:]
-    out = []
-    depth = 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(0, depth - 1)
-        elif ch == "(" and depth == 0:
-            break
-        elif depth == 0:
-            out.append(ch)
-    name = "".join(out).strip()
-    parts = [p for p in name.split("::") if p]
-    return (parts[-1] if parts else demangled).strip() or demangled
+    qualified = _qualified_base_name(demangled)
+    return qualified.rsplit("::", 1)[-1].strip() or demangled
 
 
 _CATEGORIES = (
