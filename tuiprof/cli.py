@@ -52,6 +52,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alloc-every", default="auto",
                    help="read caching-allocator stats every N tokens (0: never; auto: every token "
                         "in eager mode, every 16th in compiled mode)")
+    p.add_argument("--measure-peaks", action="store_true",
+                   help="measure copy bandwidth and matmul FLOP/s at start-up for the roofline "
+                        "(instead of the table of known GPUs)")
     p.add_argument("--export-dir", default=".", help="where e/n exports and auto snapshots go")
 
 
@@ -224,7 +227,7 @@ def _make_profiler(args: argparse.Namespace):
         ring = max(ring, args.max_new_tokens + 1)
     store = SessionStore(ring_tokens=ring)
     opts = ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
-                           sample_every=args.sample_every,
+                           sample_every=args.sample_every, measure_peaks=args.measure_peaks,
                            alloc_every=args.alloc_every if args.alloc_every == "auto"
                            else int(args.alloc_every),
                            engine_kwargs=_engine_kwargs(args))

@@ -35,6 +35,7 @@ class ProfilerOptions:
     # the GIL; with Python's default 5 ms, the generation thread can wait up to 5 ms for it
     # after every CUDA sync (once per compiled token). None keeps the interpreter's setting.
     switch_interval_s: float | None = None
+    measure_peaks: bool = False  # copy + matmul at start-up, for the roofline
     engine_kwargs: dict = field(default_factory=dict)
 
 
@@ -130,6 +131,11 @@ class Profiler(SessionControl):
             self.store.meta.update(self.engine.info)
             self.store.meta["mode"] = self.status.mode
             self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
+            if self.options.measure_peaks:
+                from .collect.peaks import measure_peaks  # noqa: PLC0415
+                small = not str(self.engine.info.get("device", "cpu")).startswith("cuda")
+                self.store.meta["measured_peaks"] = (measure_peaks("cpu", copy_mib=64, n=512)
+                                                     if small else measure_peaks("cuda"))
             self._t_start = time.perf_counter()
             self._cpu0 = time.process_time()
             self.engine.listener = self
