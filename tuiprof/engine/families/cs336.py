@@ -29,9 +29,7 @@ from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPL
     RMSNorm,
     SelfAttention,
     SwiGLU,
-    build_module,
-    def_field,
-    with_max_len,
+    build_adapter,
 )
 
 
@@ -107,8 +105,5 @@ def build(
     max_len: int | None = None,
 ) -> ModuleAdapter:
     """Adapter over a seeded (or ``weights``-loaded) CS336 Transformer LM."""
-    config = with_max_len(def_field(model_def, "config"), "context_length", max_len)
-    name = def_field(model_def, "name", "cs336")
-    module = build_module(lambda: TransformerLM(config), name=name, device=device, dtype=dtype, seed=seed,
-                          weights=weights, ignore_prefixes=config.get("weights_ignore_prefixes", ()))
-    return ModuleAdapter(module, name)
+    return build_adapter(TransformerLM, "context_length", "cs336", model_def, device=device, dtype=dtype,
+                         seed=seed, weights=weights, max_len=max_len)

@@ -32,9 +32,7 @@ from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPL
     RMSNorm,
     SelfAttention,
     SwiGLU,
-    build_module,
-    def_field,
-    with_max_len,
+    build_adapter,
 )
 
 _EXPERT_PARTS = (("experts_w1", "gate_proj"), ("experts_w3", "up_proj"), ("experts_w2", "down_proj"))
@@ -221,8 +219,5 @@ def build(
     max_len: int | None = None,
 ) -> ModuleAdapter:
     """Adapter over a seeded (or ``weights``-loaded) DeepSeek-OCR language decoder."""
-    config = with_max_len(def_field(model_def, "config"), "max_len", max_len)
-    name = def_field(model_def, "name", "deepseek")
-    module = build_module(lambda: DeepseekDecoder(config), name=name, device=device, dtype=dtype, seed=seed,
-                          weights=weights, ignore_prefixes=config.get("weights_ignore_prefixes", ()))
-    return ModuleAdapter(module, name)
+    return build_adapter(DeepseekDecoder, "max_len", "deepseek", model_def, device=device, dtype=dtype,
+                         seed=seed, weights=weights, max_len=max_len)

@@ -575,6 +575,18 @@ def embedding_params(config: Mapping[str, Any]) -> int:
     return 0
 
 
+def build_adapter(model_cls: type, len_key: str, default_name: str, model_def: Mapping[str, Any], *,
+                  device: torch.device | str, dtype: torch.dtype | str, seed: int,
+                  weights: str | None, max_len: int | None) -> ModuleAdapter:
+    """The families' common build: config (with ``max_len`` under ``len_key``), seeded or
+    ``weights``-loaded module, adapter."""
+    config = with_max_len(def_field(model_def, "config"), len_key, max_len)
+    name = def_field(model_def, "name", default_name)
+    module = build_module(lambda: model_cls(config), name=name, device=device, dtype=dtype, seed=seed,
+                          weights=weights, ignore_prefixes=config.get("weights_ignore_prefixes", ()))
+    return ModuleAdapter(module, name)
+
+
 def build(
     model_def: Mapping[str, Any],
     *,
@@ -586,8 +598,5 @@ def build(
 ) -> ModuleAdapter:
     """Adapter over one Llama-2-7B-shaped layer; ``weights`` keys: HF Llama layer keys without
     the ``model.layers.N.`` prefix (``input_layernorm.weight``, ``self_attn.q_proj.weight``, ...)."""
-    config = with_max_len(def_field(model_def, "config"), "max_len", max_len)
-    name = def_field(model_def, "name", "llama-layer")
-    module = build_module(lambda: LlamaLayerLM(config), name=name, device=device, dtype=dtype, seed=seed,
-                          weights=weights, ignore_prefixes=config.get("weights_ignore_prefixes", ()))
-    return ModuleAdapter(module, name)
+    return build_adapter(LlamaLayerLM, "max_len", "llama-layer", model_def, device=device,
+                         dtype=dtype, seed=seed, weights=weights, max_len=max_len)

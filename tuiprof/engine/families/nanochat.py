@@ -23,9 +23,7 @@ from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPL
     CachedDecoderLM,
     ModuleAdapter,
     SelfAttention,
-    build_module,
-    def_field,
-    with_max_len,
+    build_adapter,
 )
 
 
@@ -124,8 +122,5 @@ def build(
     max_len: int | None = None,
 ) -> ModuleAdapter:
     """Adapter over a seeded (or ``weights``-loaded) nanochat GPT."""
-    config = with_max_len(def_field(model_def, "config"), "sequence_len", max_len)
-    name = def_field(model_def, "name", "nanochat")
-    module = build_module(lambda: NanochatGPT(config), name=name, device=device, dtype=dtype, seed=seed,
-                          weights=weights, ignore_prefixes=config.get("weights_ignore_prefixes", ()))
-    return ModuleAdapter(module, name)
+    return build_adapter(NanochatGPT, "sequence_len", "nanochat", model_def, device=device, dtype=dtype,
+                         seed=seed, weights=weights, max_len=max_len)
