@@ -2,12 +2,14 @@
 
 Continuous generation (the engine loops from the prompt when its cache is full) of a model,
 compiled mode by default, with the Textual app open (``make_app(...).run_test()``, headless) and
-every collector on. Every ``--interval`` seconds one row: resident memory (/proc/self/statm),
-GPU memory (``torch.cuda.memory_reserved`` and NVML's used), tokens/s over the interval, CUPTI
-records dropped so far, and the latency of key presses (``simulate_key`` → the action handler
-running on the event loop, as in tests/ui/test_responsive.py). At the end: a Markdown table
-(first row after warm-up vs the last, growth, tokens/s min/median/max, key latency p50/p99) on
-stdout, and every row in a CSV.
+every collector on; the model runs in its session process as ``tuiprof --model`` runs it
+(``--in-process``: in this process). Every ``--interval`` seconds one row, written to the CSV
+and printed at once (a run cut short keeps its rows): resident memory of the session process and
+of the UI process (/proc/PID/statm), GPU memory (the caching allocator's reserved bytes from
+the session's allocator statistics, and NVML's used), tokens/s over the interval, CUPTI records
+dropped so far, and the latency of key presses (``simulate_key`` → the action handler running on
+the event loop, as in tests/ui/test_responsive.py). At the end: a Markdown table (first row
+after warm-up vs the last, growth, tokens/s min/median/max, key latency p50/p99).
 
 On the GPU machine (docs/reliability.md, "On the H100")::
 
@@ -33,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MB = 1024 * 1024
-FIELDS = ["t_s", "state", "mode", "tokens", "tokens_per_s", "rss_mb", "cuda_reserved_mb",
-          "nvml_used_mb", "dropped", "keys", "key_p50_ms", "key_max_ms", "refresh_mean_ms"]
+FIELDS = ["t_s", "state", "mode", "tokens", "tokens_per_s", "rss_mb", "ui_rss_mb",
+          "cuda_reserved_mb", "nvml_used_mb", "dropped", "keys", "key_p50_ms", "key_max_ms",
+          "refresh_mean_ms"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -53,6 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--keys", type=int, default=5, help="key presses timed per interval")
     p.add_argument("--csv", default="soak.csv", help="where the rows go")
     p.add_argument("--json", default=None, help="also write the session's snapshot here")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the model in this process (default: a session process, as the CLI)")
     p.add_argument("--max-rss-growth-mb", type=float, default=None,
                    help="exit 1 when resident memory grows more than this after warm-up")
     a = p.parse_args(argv)
@@ -61,18 +66,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     return a
 
 
-def rss_mb() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * PAGE / MB
-
-
-def cuda_reserved_mb() -> float | None:
+def rss_mb(pid: int | str = "self") -> float | None:
     try:
-        import torch
-        if torch.cuda.is_available():
-            return torch.cuda.memory_reserved() / MB
-    except Exception:
-        pass
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * PAGE / MB
+    except OSError:
+        return None
+
+
+def cuda_reserved_mb(view) -> float | None:
+    """The caching allocator's reserved bytes, from the newest token that read them."""
+    for t in reversed(view.tokens):
+        if t.alloc and "reserved_bytes" in t.alloc:
+            return t.alloc["reserved_bytes"] / MB
     return None
 
 
@@ -98,11 +104,23 @@ def run(a: argparse.Namespace) -> dict:
     from tuiprof.store import SessionStore
     from tuiprof.ui.app import make_app
 
-    store = SessionStore(ring_tokens=32)
-    prof = Profiler(store, ProfilerOptions(engine_kwargs=dict(
+    opts = ProfilerOptions(engine_kwargs=dict(
         model_spec=a.model, device=a.device, loop=True, max_new_tokens=a.cycle_tokens,
-        mode=a.mode)))
+        mode=a.mode))
+    if a.in_process:
+        prof = Profiler(SessionStore(ring_tokens=32), opts)
+        pid = "self"
+    else:
+        from tuiprof.remote import RemoteControl
+        prof = RemoteControl(opts, {"ring_tokens": 32})
     prof.start()
+    if not a.in_process:
+        pid = prof.pid
+    store = prof.store
+    out = open(a.csv, "w", newline="")
+    writer = csv.DictWriter(out, fieldnames=FIELDS)
+    writer.writeheader()
+    print(",".join(FIELDS), flush=True)
     app = make_app(prof, title=f"soak {a.model}", export_dir=Path(a.csv).parent or ".",
                    refresh_hz=4.0)
     acted: list[float] = []
@@ -155,16 +173,22 @@ def run(a: argparse.Namespace) -> dict:
                 view = store.view(raw=False)
                 n = view.counters["tokens"]
                 all_keys.extend(lat)
+                rss, ui_rss = rss_mb(pid), rss_mb()
                 rows.append({
                     "t_s": round(now - marks["start"], 1), "state": prof.status.state,
                     "mode": prof.status.mode, "tokens": n,
                     "tokens_per_s": round((n - last_n) / (now - last_t), 2),
-                    "rss_mb": round(rss_mb(), 1), "cuda_reserved_mb": cuda_reserved_mb(),
+                    "rss_mb": round(rss, 1) if rss else None,
+                    "ui_rss_mb": None if a.in_process else round(ui_rss, 1),
+                    "cuda_reserved_mb": cuda_reserved_mb(view),
                     "nvml_used_mb": nvml_used_mb(view), "dropped": view.counters.get("dropped", 0),
                     "keys": len(lat), "key_p50_ms": round(pct(lat, 0.5), 2) if lat else None,
                     "key_max_ms": round(max(lat), 2) if lat else None,
                     "refresh_mean_ms": round(app.refresh_stats["mean_ms"], 2),
                 })
+                writer.writerow(rows[-1])
+                out.flush()
+                print(",".join(str(rows[-1][k]) for k in FIELDS), flush=True)
                 last_t, last_n = now, n
                 if prof.status.state == "error":
                     break
@@ -181,8 +205,10 @@ def run(a: argparse.Namespace) -> dict:
     try:
         asyncio.run(main())
     finally:
+        out.close()
         prof.stop()
     view = store.view()
+    prof.close()
     if a.json:
         from tuiprof.export.snapshot import write_snapshot
         write_snapshot(view, a.json)
@@ -191,10 +217,6 @@ def run(a: argparse.Namespace) -> dict:
 
 def report(a: argparse.Namespace, res: dict) -> int:
     rows, keys = res["rows"], res["keys"]
-    with open(a.csv, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
     if not rows:
         print("soak: no rows recorded", file=sys.stderr)
         return 1
@@ -212,8 +234,10 @@ def report(a: argparse.Namespace, res: dict) -> int:
           f"between the first and the last row ({len(rows)} rows every {a.interval:g} s)\n")
     print("| measure | start (after warm-up) | end | growth |")
     print("|---|---:|---:|---:|")
-    for label, key, nd in (("resident memory, MB", "rss_mb", 1),
-                           ("torch.cuda.memory_reserved, MB", "cuda_reserved_mb", 1),
+    for label, key, nd in (("resident memory, MB" + ("" if a.in_process else
+                                                    " (session process)"), "rss_mb", 1),
+                           ("resident memory of the UI process, MB", "ui_rss_mb", 1),
+                           ("caching allocator reserved, MB", "cuda_reserved_mb", 1),
                            ("NVML memory used, MB", "nvml_used_mb", 1),
                            ("CUPTI records dropped", "dropped", 0)):
         print(f"| {label} | {fmt(s[key], nd)} | {fmt(e[key], nd)} | {fmt(growth(key), nd)} |")

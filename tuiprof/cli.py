@@ -45,17 +45,21 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nvml-hz", type=float, default=10.0)
     p.add_argument("--sample-every", default="auto",
                    help="trace device activity for 1 token in N on average (bursts of 4 tokens "
-                        "every 4N); auto: every token in eager mode, bursts of 4 in every 256 "
-                        "in compiled mode (measured overhead, docs/performance.md)")
+                        "every 4N; a prefill is always traced); auto: bursts of 4 in every 128 "
+                        "in eager mode, 4 in every 1024 in compiled mode (measured overhead, "
+                        "docs/performance.md; a --headless run traces every token); 1: every token")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N tokens (aggregates keep the rest)")
     p.add_argument("--alloc-every", default="auto",
                    help="read caching-allocator stats every N tokens (0: never; auto: every token "
-                        "in eager mode, every 16th in compiled mode)")
+                        "in eager mode, every 64th in compiled mode; the counters are cumulative)")
     p.add_argument("--measure-peaks", action="store_true",
                    help="measure copy bandwidth and matmul FLOP/s at start-up for the roofline "
                         "(instead of the table of known GPUs)")
     p.add_argument("--export-dir", default=".", help="where e/n exports and auto snapshots go")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the model in the UI's process (default: a session process of its "
+                        "own, so drawing the UI never takes the GIL from generation)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,25 +220,35 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
     return kw
 
 
-def _make_profiler(args: argparse.Namespace):
+def _make_options(args: argparse.Namespace):
+    """(ProfilerOptions, SessionStore keyword arguments) from the command line."""
     from .engine import resolve_model  # noqa: PLC0415  (fail fast on a bad --model, before threads)
-    from .profiler import Profiler, ProfilerOptions  # noqa: PLC0415
-    from .store import SessionStore  # noqa: PLC0415
+    from .profiler import ProfilerOptions  # noqa: PLC0415
 
     resolve_model(args.model, trust_remote_code=args.trust_remote_code)
     ring = args.ring_tokens
     if args.record:
         ring = max(ring, args.max_new_tokens + 1)
-    store = SessionStore(ring_tokens=ring)
     opts = ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
                            sample_every=args.sample_every, measure_peaks=args.measure_peaks,
                            alloc_every=args.alloc_every if args.alloc_every == "auto"
                            else int(args.alloc_every),
                            engine_kwargs=_engine_kwargs(args))
+    return opts, {"ring_tokens": ring}
+
+
+def _make_profiler(args: argparse.Namespace):
+    from .profiler import Profiler  # noqa: PLC0415
+    from .store import SessionStore  # noqa: PLC0415
+
+    opts, store_kwargs = _make_options(args)
+    store = SessionStore(**store_kwargs)
     return Profiler(store, opts), store
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if not args.headless and not args.in_process:
+        return _cmd_run_ui(args)
     prof, store = _make_profiler(args)
     if not args.headless:
         from .ui.app import run_app  # noqa: PLC0415
@@ -245,6 +259,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.no_loop is False:
         args.no_loop = True  # headless runs end after --max-new-tokens
         prof.options.engine_kwargs["loop"] = False
+    if prof.options.sample_every == "auto":
+        # A headless run is a bounded measurement for its snapshot, not a live display that
+        # must stay out of the way: every token is traced.
+        prof.options.sample_every = 1
     out = Path(args.json or f"tuiprof-{Path(args.model).name}.json")
     stopping: list[int] = []
 
@@ -279,6 +297,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if stopping:
         return _exit_if_busy(prof, 128 + stopping[0])
     return _exit_if_busy(prof, 1 if prof.status.state == "error" else 0)
+
+
+def _cmd_run_ui(args: argparse.Namespace) -> int:
+    """The live app, with the model, collectors and store in a session process of their own."""
+    from .remote import RemoteControl  # noqa: PLC0415
+    from .ui.app import run_app  # noqa: PLC0415
+
+    opts, store_kwargs = _make_options(args)
+    ctl = RemoteControl(opts, store_kwargs, orphan_snapshot_dir=args.export_dir)
+    ctl.start()
+    return run_app(ctl, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
+                   auto_snapshot=True)
 
 
 def _exit_if_busy(prof, code: int) -> int:
@@ -328,9 +358,11 @@ def _print_summary(view, prof=None) -> None:
         med = wall[len(wall) // 2]
         span_s = (ts[-1].end_ns - ts[0].start_ns) / 1e9 if len(ts) > 1 else wall[0] / 1e3
         tps = len(ts) / span_s if span_s > 0 else 0.0
-        k = sorted(t.kernels for t in ts)[len(ts) // 2]
+        traced = sorted(t.kernels for t in ts if t.sampled) or [0]
+        k = traced[len(traced) // 2]
+        ntraced = sum(1 for t in ts if t.sampled)
         print(f"{mode:>9}: {len(ts)} decode tokens, {tps:.1f} tokens/s, median {med:.2f} ms/token, "
-              f"{k} kernels/token")
+              f"{k} kernels/token" + (f" ({ntraced} traced tokens)" if ntraced < len(ts) else ""))
     if prof is not None and prof.status.state == "error":
         print(f"tuiprof: {prof.status.message}", file=sys.stderr)
     if view.counters.get("dropped"):

@@ -36,6 +36,9 @@ class SessionControl:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every thread and flush collectors; blocks at most ``timeout`` seconds."""
 
+    def close(self) -> None:
+        """Release what :meth:`stop` keeps for the last reads (a session process); optional."""
+
     def toggle_mode(self) -> str:
         return "read-only session: switching modes needs a live run"
 

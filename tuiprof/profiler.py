@@ -27,8 +27,8 @@ class ProfilerOptions:
     nvml: bool = True
     nvml_hz: float = 10.0
     sample_every: int | str = "auto"  # CUPTI device records for 1 token in N; "auto": see below
-    alloc_every: int | str = "auto"  # caching-allocator stats every N tokens (0: never);
-                                     # auto: every token in eager, every 16th in compiled mode
+    alloc_every: int | str = "auto"  # caching-allocator stats every N tokens (0: never); "auto":
+                                     # AUTO_ALLOC_EVERY
     buffer_bytes: int = 8 * 1024 * 1024
     api: bool = True
     # GIL switch interval while collecting. The record consumer and the generation thread share
@@ -39,10 +39,15 @@ class ProfilerOptions:
     engine_kwargs: dict = field(default_factory=dict)
 
 
-# "auto" sampling, from bench/overhead.py on the H100 (docs/performance.md): tracing every token
-# costs compiled decode about 60% (539 CUDA-graph kernels every 3 ms; CUPTI's own tracing is most
-# of it), so compiled mode traces bursts of 4 tokens in every 256; eager traces every token.
-AUTO_SAMPLE_EVERY = {"eager": 1, "compiled": 64}
+# "auto" sampling, measured on the H100 (docs/performance.md): tracing every token costs compiled
+# decode about 60% (539 CUDA-graph kernels every 3 ms; CUPTI's own tracing is most of it) and
+# eager decode about 50% (~1,850 kernel and as many launch records every 36 ms, parsed and
+# folded in Python), so both trace bursts of 4 tokens (API records included): eager in every
+# 128, compiled in every 1,024. A prefill is always traced.
+AUTO_SAMPLE_EVERY = {"eager": 32, "compiled": 256}
+# torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
+# reading them every Nth token loses no allocation, only per-token resolution.
+AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
 
 
 class Profiler(SessionControl):
@@ -142,7 +147,7 @@ class Profiler(SessionControl):
             self.engine.start()
         except Exception as exc:  # one line on the status bar, never a traceback
             self.status.state = "error"
-            self.status.message = _one_line(exc)
+            self.status.message = one_line(exc)
             self.store.add_event("error", self.status.message)
             self.done.set()
 
@@ -215,7 +220,8 @@ class Profiler(SessionControl):
                 self.cupti.sample_every = self._sample_every(mode)
                 self.cupti.announce()
         seq = self.store.next_seq()
-        sampled = self.cupti.on_token_start(seq) if self.cupti is not None else True
+        sampled = (self.cupti.on_token_start(seq, always=phase == "prefill")
+                   if self.cupti is not None else True)
         self._open_seq = self.store.begin_token(phase, mode, start_ns, step, cycle, sampled)
 
     def token_finished(self, ev) -> None:
@@ -228,7 +234,7 @@ class Profiler(SessionControl):
         self._tokens_seen += 1
         every = self.options.alloc_every
         if every == "auto":  # torch.cuda.memory_stats() costs a few % of a 3 ms compiled token
-            every = 1 if ev.mode == "eager" else 16
+            every = AUTO_ALLOC_EVERY.get(ev.mode, 1)
         if every and self._tokens_seen % every == 0:
             stats = read_allocator_stats()
             if stats is not None:
@@ -280,7 +286,8 @@ def _device_facts(device: str) -> dict:
     return {"sm_count": props.multi_processor_count, "device_name": props.name}
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception as one short status-bar line."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     if not lines:
         return exc.__class__.__name__

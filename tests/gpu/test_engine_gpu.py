@@ -1,54 +1,41 @@
-"""qwen3-0.6b on the GPU: eager and compiled (CUDA graphs), 256 decode tokens each."""
+"""qwen3-0.6b on the GPU: eager and compiled (CUDA graphs), 256 decode tokens each.
+
+Eager: the bare engine (no collectors) in the ``eager`` workload process. Compiled: the one
+compiled session of the ``compiled`` workload process (see test_collect_gpu.py), so that the suite
+compiles once, in a process of its own.
+"""
 from __future__ import annotations
+
+import statistics
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from _workloads import DECODE
 
+torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-DECODE = 256
+
+@pytest.fixture
+def run(request):
+    return request.getfixturevalue(f"{request.param}_run")
 
 
-@pytest.fixture(scope="module")
-def loaded():
-    from tuiprof.engine.load import load_model
-
-    return load_model("qwen3-0.6b", device="cuda", max_len=16 + DECODE + 1)
-
-
-@pytest.fixture(scope="module")
-def prompt(loaded):
-    from tuiprof.engine.load import prompt_ids
-
-    return prompt_ids(loaded, None, 16, seed=0)[0]
-
-
-def _run(loaded, prompt, mode):
-    from tuiprof.engine.events import CollectingListener
-    from tuiprof.engine.generate import Engine
-
-    listener = CollectingListener()
-    engine = Engine(loaded.adapter, prompt, max_new_tokens=DECODE + 1, mode=mode,
-                    listener=listener)
-    engine.run()
-    assert engine.error is None, engine.error
-    return engine, listener
-
-
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_qwen3_0_6b_decode(loaded, prompt, mode):
-    assert loaded.dtype == "bfloat16" and loaded.params == 596_049_920
-    engine, listener = _run(loaded, prompt, mode)
-    decode = [e for e in listener.events if e.phase == "decode"]
+@pytest.mark.parametrize("run", ["eager", "compiled"], indirect=True)
+def test_qwen3_0_6b_decode(run):
+    eng = run["engine"]
+    mode = eng["mode"]
+    assert eng["dtype"] == "bfloat16" and eng["params"] == 596_049_920
+    assert eng["error"] is None, eng["message"]
+    decode = [t for t in eng["tokens"] if t["phase"] == "decode"]
     assert len(decode) == DECODE
-    bad = [(e.step, e.mode, e.gpu_ms) for e in decode
-           if not (e.mode == mode and e.gpu_ms is not None and e.gpu_ms > 0)]
-    assert not bad, (engine.message, bad[:4])
+    bad = [(t["step"], t["mode"], t["gpu_ms"]) for t in decode
+           if not (t["mode"] == mode and t["gpu_ms"] is not None and t["gpu_ms"] > 0)]
+    assert not bad, (eng["message"], bad[:4])
     steady = decode[8:]
-    host_s = sum(e.host_ms for e in steady) / 1e3
-    print(f"\nqwen3-0.6b {mode}: {len(steady) / host_s:.1f} tokens/s "
-          f"(median gpu {sorted(e.gpu_ms for e in steady)[len(steady) // 2]:.3f} ms/token"
-          f"{'' if engine.compile_s is None else f', compile {engine.compile_s:.1f} s'})")
-
+    host_s = sum(t["host_ms"] for t in steady) / 1e3
+    gpu_ms = statistics.median(t["gpu_ms"] for t in steady)
+    compile_s = eng["compile_s"]
+    print(f"\nqwen3-0.6b {mode}: {len(steady) / host_s:.1f} tokens/s (median gpu {gpu_ms:.3f} "
+          f"ms/token{'' if compile_s is None else f', compile {compile_s:.1f} s'})")

@@ -26,7 +26,10 @@ def test_soak_smoke(tmp_path, capsys):
     rows = list(csv.DictReader(out.open()))
     assert len(rows) >= 2 and rows[-1]["tokens"] > rows[0]["tokens"]
     assert all(r["state"] in ("decode", "prefill") and r["mode"] == "eager" for r in rows)
-    assert float(rows[0]["rss_mb"]) > 0 and int(rows[-1]["keys"]) == 2
-    assert "| resident memory, MB |" in text and "key → handler latency" in text
+    # The session process (model, collectors, store) and the UI process are measured apart.
+    assert float(rows[0]["rss_mb"]) > 0 and float(rows[0]["ui_rss_mb"]) > 0
+    assert int(rows[-1]["keys"]) == 2
+    assert "| resident memory, MB (session process) |" in text
+    assert "| resident memory of the UI process, MB |" in text and "key → handler latency" in text
     from tuiprof.export.snapshot import read_snapshot
     assert read_snapshot(tmp_path / "soak.json").counters["tokens"] >= 60

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import conftest  # noqa: F401 - puts the repository on sys.path
+import workload_helpers  # noqa: F401 - puts the repository on sys.path
 from tuiprof.sweep import run_sweep
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

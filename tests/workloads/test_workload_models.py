@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TINY, build_tiny
+from workload_helpers import TINY, build_tiny
 
 FULL = {
     # name: closed-form parameter count

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-import conftest  # noqa: F401 - puts the repository on sys.path
+import workload_helpers  # noqa: F401 - puts the repository on sys.path
 from tuiprof.sweep import (
     Cell,
     add_arguments,
@@ -227,7 +227,7 @@ def test_core_imports_no_ui():
 
     code = ("import sys, tuiprof.sweep, tuiprof.engine.families.deepseek, tuiprof.engine.families.nanochat, "
             "tuiprof.engine.families.cs336; print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=conftest.ROOT, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=workload_helpers.ROOT, check=True)
     assert out.stdout.strip() == "[]"
 
 
@@ -237,5 +237,5 @@ def test_add_arguments_does_not_import_torch():
 
     code = ("import argparse, sys; from tuiprof.sweep import add_arguments; add_arguments(argparse.ArgumentParser()); "
             "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=conftest.ROOT, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=workload_helpers.ROOT, check=True)
     assert out.stdout.strip() == "False"

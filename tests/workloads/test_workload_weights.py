@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import build_tiny
+from workload_helpers import build_tiny
 from tuiprof.errors import TuiprofError
 
 

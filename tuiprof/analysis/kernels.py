@@ -63,8 +63,11 @@ def kernel_info(raw: str) -> KernelInfo:
             return KernelInfo(raw, dem, short, lib, cat, dt)
     base = base_name(dem) or raw
     cat = OTHER
+    fn = base.rsplit("::", 1)[-1]
     if re.search(r"gemm|gemv", low):
         cat = GEMM
+    elif _SORT_RX.search(fn):  # e.g. cub::DeviceRadixSortOnesweepKernel outside PyTorch
+        return KernelInfo(raw, dem, _trim(f"sort ({fn})"), OTHER_LIB, REDUCTION, dtype)
     elif "softmax" in low or "norm" in low or "reduce" in low:
         cat = REDUCTION
     elif "attention" in low or "fmha" in low:
@@ -86,6 +89,9 @@ _DTYPES = (
     ("fp32", re.compile(r"\bfloat\b|sgemm|_f32_")),
     ("int64", re.compile(r"\blong\b|<long>|int64")),
 )
+
+
+_SORT_RX = re.compile(r"sort", re.I)  # in a kernel's function name: a sort kernel
 
 
 def _dtype(dem: str) -> str | None:
@@ -213,7 +219,7 @@ _ATEN_OP_RX = (
     (re.compile(r"(\w+?)Functor\b"), None),
 )
 _COPY_OPS = {"copy", "direct_copy", "bfloat16_copy", "fill", "index_copy", "index_put",
-             "index_select", "cat", "gather", "scatter", "clone", "contiguous"}
+             "index_select", "cat", "gather", "scatter", "clone", "contiguous", "index"}
 _GENERIC = {"elementwise", "vectorized_elementwise", "unrolled_elementwise", "gpu_kernel_impl",
             "gpu_kernel_impl_nocast", "index_elementwise", "elementwise_kernel_with_index",
             "Binary", "AUnary", "BUnary", "Unary", "CUDA"}
@@ -232,7 +238,9 @@ def _aten_op(dem: str) -> str | None:
 
 
 def _aten(raw, dem, low, dtype):
-    if "at::native" not in dem and "at::cuda" not in dem and not raw.startswith("_ZN2at"):
+    # at_cuda_detail::cub is PyTorch's own copy of cub (its radix/segmented sorts)
+    if ("at::native" not in dem and "at::cuda" not in dem and "at_cuda_detail::" not in dem
+            and not raw.startswith("_ZN2at")):
         return None
     base = base_name(dem)
     fn = base.rsplit("::", 1)[-1]
@@ -244,10 +252,14 @@ def _aten(raw, dem, low, dtype):
         return f"ATen softmax{_sfx(dtype)}", ATEN, REDUCTION, dtype
     if "norm" in fn.lower() or "RowwiseMoments" in fn:
         return f"ATen {fn}{_sfx(dtype)}", ATEN, REDUCTION, dtype
-    if "bitonicSort" in fn or "radixSort" in fn or "sort" in fn.lower():
-        return f"ATen sort ({fn}){_sfx(dtype)}", ATEN, REDUCTION, dtype
-    if "TopK" in fn or "topk" in fn.lower():
-        return f"ATen top-k {fn}{_sfx(dtype)}", ATEN, REDUCTION, dtype
+    if _SORT_RX.search(fn):  # bitonic/warpMerge/radixSortKVInPlace, cub radix and segmented sorts
+        return _trim(f"ATen sort ({fn}){_sfx(dtype)}"), ATEN, REDUCTION, dtype
+    if "topk" in base.lower():  # sbtopk::gatherTopK, mbtopk::radixFindKthValues, ...
+        return _trim(f"ATen top-k {fn}{_sfx(dtype)}"), ATEN, REDUCTION, dtype
+    if fn == "vectorized_gather_kernel":
+        # index/index_select gather of whole rows (x[idx], W[idx]); the template's type is the
+        # index type and the data are bytes, so no element type is claimed.
+        return "ATen index gather (vectorized)", ATEN, COPY, None
     if "CatArrayBatchedCopy" in fn:
         vec = " (vectorized)" if "vectorized" in fn else ""
         return f"ATen cat{vec}", ATEN, COPY, dtype
@@ -256,7 +268,7 @@ def _aten(raw, dem, low, dtype):
     op = _aten_op(dem) or fn
     if "copy" in op or op in _COPY_OPS:
         cast = "cast " if "LoadWithCast" in dem or "bfloat16_copy" in dem else ""
-        name = op if op not in ("copy",) else "copy"
+        name = "index gather" if op == "index" else op  # index_kernel_impl: x[idx]
         return f"ATen {cast}{name}{_sfx(dtype)}", ATEN, COPY, dtype
     if "elementwise" in fn or "multi_tensor_apply" in fn or "Functor" in dem:
         return f"ATen elementwise {op}{_sfx(dtype)}", ATEN, ELEMENTWISE, dtype

@@ -7,8 +7,8 @@ through a deque; a consumer thread folds batches into the store. Runtime/driver 
 enabled one callback id at a time (launches, malloc/free, synchronisations), never the whole API:
 all API records made eager decode about 16 times slower on the H100.
 
-Sampling: with ``sample_every=K`` (K > 1) device activity is traced in bursts: in every period
-of ``K * BURST`` tokens the kinds are enabled for ``BURST + 1`` tokens, the first of which is a
+Sampling: with ``sample_every=K`` (K > 1) device activity and the API subset are traced in
+bursts: in every period of ``K * BURST`` tokens the kinds are enabled for ``BURST + 1`` tokens, the first of which is a
 warm-up whose records are dropped (kernels of a CUDA graph that straddle the switch came back
 with wrong timestamps on the H100); the store marks every token outside the burst
 ``sampled=False`` and analysis/UI say so. Tracing itself is what costs compiled decode most
@@ -79,6 +79,8 @@ class CuptiCollector:
         self._device_kinds: list = []
         self._enabled_kinds: list = []
         self._api_names: dict[tuple[int, int], str] = {}
+        self._api_ids: list = []     # (enable function, cbid) of the API subset
+        self._api_on = False
         self._device_on = False
         self.paused = False  # benchmarks switch collection off without stopping CUPTI
         self.running = False
@@ -111,6 +113,7 @@ class CuptiCollector:
                 self._enabled_kinds.append(K.MEMORY2)
             if self.api:
                 self._enable_api_subset()
+                self._api_on = True
         except CuptiUnavailable:
             self._disable_all()
             raise
@@ -161,6 +164,9 @@ class CuptiCollector:
                 (RUNTIME_APIS, rt, cupti.activity_enable_runtime_api, dom.RUNTIME_API),
                 (DRIVER_APIS, drv, cupti.activity_enable_driver_api, dom.DRIVER_API)):
             wanted = {int(getattr(enum, n)) for n in names if hasattr(enum, n)}
+            if on:
+                self._api_ids.extend((fn, c) for c in sorted(wanted)
+                                     if (fn, c) not in self._api_ids)
             for member in enum:
                 cbid = int(member)
                 if cbid <= 0 or member.name in ("SIZE", "FORCE_INT", "INVALID"):
@@ -175,19 +181,31 @@ class CuptiCollector:
         """Turn the API-subset records on or off (benchmarks switch configurations live)."""
         if self.api and self._cupti is not None:
             self._enable_api_subset(on)
+            self._api_on = on
+
+    def _set_api_ids(self, on: bool) -> None:
+        """Only the subset's callback ids on or off (a few calls): API records follow the
+        sampling bursts. In eager decode every kernel launch is one record, as many as kernels."""
+        if on == self._api_on or not self.api:
+            return
+        for fn, cbid in self._api_ids:
+            fn(cbid, 1 if on else 0)
+        self._api_on = on
 
     def clock(self) -> int:
         """CUPTI's timestamp, the clock of every record (ns)."""
         return self._cupti.get_timestamp()
 
-    def on_token_start(self, seq: int) -> bool:
-        """Called by the profiler at each token start; returns whether the token is sampled."""
+    def on_token_start(self, seq: int, always: bool = False) -> bool:
+        """Called by the profiler at each token start; returns whether the token is sampled.
+        ``always``: trace this token whatever the sampling (a prefill: one per generation)."""
         if self.paused:
             self._set_device_kinds(False)
             return False
         n = self.sample_every
-        if n <= 1:
+        if n <= 1 or always:
             self._set_device_kinds(True)
+            self._set_api_ids(True)
             return True
         phase = seq % (n * BURST)
         on = phase <= BURST  # phase 0: warm-up token, records dropped
@@ -197,6 +215,7 @@ class CuptiCollector:
             except Exception:
                 pass
         self._set_device_kinds(on)
+        self._set_api_ids(on)
         return 1 <= phase <= BURST
 
     def flush(self) -> None:

@@ -7,6 +7,7 @@ tokens only, everything older lives on as running aggregates.
 """
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from bisect import bisect_right
@@ -76,8 +77,9 @@ class KernelAggregate:
     graph_launches: int = 0
     configs: dict = field(default_factory=dict)  # (grid, block) -> launches, at most 16 kept
 
-    def copy(self) -> "KernelAggregate":
-        return KernelAggregate(self.name, self.phase, self.mode, self.stats.copy(), self.grid,
+    def copy(self, light: bool = False) -> "KernelAggregate":
+        stats = self.stats.light_copy() if light else self.stats.copy()
+        return KernelAggregate(self.name, self.phase, self.mode, stats, self.grid,
                                self.block, self.registers, self.shared_mem, self.graph_launches,
                                dict(self.configs))
 
@@ -140,6 +142,10 @@ class SessionStore:
         self._counters = {"records": 0, "kernels": 0, "dropped": 0, "late": 0,
                           "unattributed": 0, "unsampled": 0, "tokens": 0}
         self._seq = 0
+        # For :meth:`changes`: lowest token seq whose row changed since the last call, and a
+        # generation that a reset moves on (a mirror then starts again from scratch).
+        self._dirty_seq = 1 << 62
+        self._generation = getattr(self, "_generation", -1) + 1
 
     def reset(self) -> None:
         """Forget every statistic (the ``r`` key); metadata and collector states stay."""
@@ -221,6 +227,8 @@ class SessionStore:
             for row in reversed(self._win_rows):
                 if row.seq == seq:
                     row.alloc = stats
+                    if seq < self._dirty_seq:
+                        self._dirty_seq = seq
                     return
 
     def _find_row(self, ts: int) -> TokenRow | None:
@@ -271,6 +279,8 @@ class SessionStore:
                     phase, mode = row.phase, row.mode
                     raw = raw_by_seq.get(row.seq)
                     skip = not row.sampled
+                    if row.seq < self._dirty_seq:
+                        self._dirty_seq = row.seq
             if skip and kind != ALLOC and kind != API:  # a token left out by sampling
                 counters["unsampled"] += 1
                 continue
@@ -395,8 +405,71 @@ class SessionStore:
             self.overhead.update(values)
 
     # ---------------------------------------------------------------- readers
-    def view(self, raw: bool = True) -> StoreView:
-        """A consistent copy for readers; cheap enough for a few calls a second."""
+    def changes(self, since: ViewCursor | None = None, raw_tokens: int | None = 0,
+                light: bool = True) -> tuple[dict, ViewCursor]:
+        """What changed since ``since``, for one mirror of this store in another process.
+
+        Returns ``(delta, cursor)``; :class:`tuiprof.remote.mirror.Mirror` applies deltas. Only
+        new or changed token rows, new NVML samples and, when records arrived, the record
+        aggregates are copied, so the cost to the producers' process stays small however long
+        the session is. ``raw_tokens``: raw records of the last N tokens that have any (None:
+        all kept, 0: none). ``light``: statistics without their median histograms (enough to
+        display; exports ask for ``light=False``). One mirror per store: the changed-row mark
+        is consumed here.
+        """
+        with self._lock:
+            cp = RunningStats.light_copy if light else RunningStats.copy
+            full = since is None or since.generation != self._generation
+            if full:
+                since = ViewCursor()
+            floor = min(since.token_seq + 1, self._dirty_seq)
+            self._dirty_seq = 1 << 62
+            rows = []
+            for row in reversed(self._tokens):
+                if row.seq < floor and row.done:
+                    break
+                rows.append(_copy_row(row))
+            rows.reverse()
+            nvml = []
+            for smp in reversed(self._nvml):
+                if smp.get("ts_ns", 0) <= since.nvml_ts:
+                    break
+                nvml.append(smp)
+            nvml.reverse()
+            records = self._counters["records"]
+            ev = (len(self._events), self._events[-1] if self._events else None)
+            delta = {
+                "full": full, "generation": self._generation, "series_len": self.series_len,
+                "meta": dict(self.meta), "tokens": rows, "nvml": nvml,
+                "counters": dict(self._counters),
+                "collectors": {k: dict(v) for k, v in self._collectors.items()},
+                "token_stats": {k: {n: cp(s) for n, s in v.items()}
+                                for k, v in self._token_stats.items()},
+                "nvtx": {k: cp(v) for k, v in self._nvtx.items()},
+                "overhead": dict(self.overhead),
+                "events": list(self._events) if (full or ev != since.events) else None,
+                "records": None,
+                "raw": None,
+            }
+            if full or records != since.records or not light:
+                delta["records"] = {
+                    "kernels": {k: v.copy(light) for k, v in self._kernels.items()},
+                    "memcpy": {k: (cp(a), cp(b)) for k, (a, b) in self._memcpy.items()},
+                    "memset": {k: (cp(a), cp(b)) for k, (a, b) in self._memset.items()},
+                    "api": {k: cp(v) for k, v in self._api.items()},
+                    "allocs": _copy_allocs(self._allocs),
+                }
+            if raw_tokens != 0:
+                delta["raw"] = _raw_tail(self._raw, raw_tokens)
+            last_ts = nvml[-1]["ts_ns"] if nvml else since.nvml_ts
+            top = self._tokens[-1].seq if self._tokens else since.token_seq
+            return delta, ViewCursor(self._generation, max(top, since.token_seq), last_ts,
+                                     records, ev)
+
+    def view(self, raw: bool = True, raw_tokens: int | None = None) -> StoreView:
+        """A consistent copy for readers; cheap enough for a few calls a second.
+
+        ``raw_tokens``: keep the raw records of the last N tokens that have any (None: all)."""
         with self._lock:
             return StoreView(
                 meta=dict(self.meta),
@@ -409,13 +482,24 @@ class SessionStore:
                              for k, v in self._token_stats.items()},
                 allocs=_copy_allocs(self._allocs),
                 nvml=list(self._nvml),
-                raw=[(s, list(r)) for s, r in self._raw] if raw else [],
+                raw=_raw_tail(self._raw, raw_tokens) if raw else [],
                 counters=dict(self._counters),
                 collectors={k: dict(v) for k, v in self._collectors.items()},
                 events=list(self._events),
                 nvtx={k: v.copy() for k, v in self._nvtx.items()},
                 overhead=dict(self.overhead),
             )
+
+
+@dataclass(frozen=True, slots=True)
+class ViewCursor:
+    """What a mirror of the store already holds (see :meth:`SessionStore.changes`)."""
+
+    generation: int = -1
+    token_seq: int = -1          # highest token seq sent
+    nvml_ts: int = -1            # newest NVML sample sent
+    records: int = -1            # records counter when the record aggregates were last sent
+    events: tuple = ()           # (count, last event) when events were last sent
 
 
 def _alloc_counter() -> dict:
@@ -429,6 +513,26 @@ def _count_alloc(bucket: dict, is_alloc: bool, nbytes: int) -> None:
     else:
         bucket["frees"] += 1
         bucket["free_bytes"] += nbytes
+
+
+def _raw_tail(ring: deque, n: int | None) -> list:
+    """Copies of the last ``n`` non-empty (seq, records) entries (all when ``n`` is None)."""
+    if n is None:
+        return [(s, list(r)) for s, r in ring]
+    out = []
+    for s, r in reversed(ring):
+        if len(out) >= n:
+            break
+        if r:
+            out.append((s, list(r)))
+    out.reverse()
+    return out
+
+
+def _copy_row(row: TokenRow) -> TokenRow:
+    c = copy.copy(row)
+    c.memcpy_bytes = dict(row.memcpy_bytes)
+    return c
 
 
 def _copy_allocs(a: dict) -> dict:

@@ -156,6 +156,21 @@ class RunningStats:
             for b, c in src.items():
                 self._hist[b] = self._hist.get(b, 0) + c
 
+    def light_copy(self) -> "RunningStats":
+        """Same count, total, min, max, mean, stddev and median, without the histogram (the
+        median is kept as the one entry left); what a live display needs, a fraction of the
+        size. Not for merging or exporting."""
+        s = self.copy_moments()
+        if self.count:
+            s._hist = {self.median: self.count}
+        return s
+
+    def copy_moments(self) -> "RunningStats":
+        s = RunningStats()
+        s.count, s.total, s.min, s.max = self.count, self.total, self.min, self.max
+        s._mean, s._m2 = self._mean, self._m2
+        return s
+
     def copy(self) -> "RunningStats":
         s = RunningStats()
         s.count, s.total, s.min, s.max = self.count, self.total, self.min, self.max

@@ -47,6 +47,7 @@ from .widgets.statusline import StatusLine
 from .widgets.util import UtilPane
 
 WIDE_AT = (150, 40)          # columns, rows from which all panes show at once
+FINDINGS_RAW_TOKENS = 16     # findings read the raw records of the last N traced tokens
 DARK, LIGHT = "textual-dark", "textual-light"
 
 
@@ -243,6 +244,10 @@ class TuiprofApp(App):
         except Exception:
             pass
         self._final_snapshot()
+        try:
+            self.control.close()
+        except Exception:
+            pass
         os._exit(128 + signum)
 
     def pause_refresh(self) -> None:
@@ -299,7 +304,8 @@ class TuiprofApp(App):
 
     def _maybe_findings(self, sig: tuple, sync: bool) -> None:
         if sync:
-            found, msg = adapters.findings(self.control.store.view(raw=True))
+            found, msg = adapters.findings(self.control.store.view(
+                raw=True, raw_tokens=FINDINGS_RAW_TOKENS))
             self._findings_sig = sig
             self._findings_at = time.monotonic()
             self.main.query_one(FindingsPane).set_findings(found, msg)
@@ -312,11 +318,14 @@ class TuiprofApp(App):
         self._findings_sig = sig
         self._findings_at = now
         self._findings_token += 1
-        self._run_findings(self.control.store.view(raw=True), self._findings_token)
+        self._run_findings(self._findings_token)
 
-    @work(thread=True, exit_on_error=False, group="findings", description="findings")  # no repr(view)
-    def _run_findings(self, view: Any, token: int) -> None:
-        found, msg = adapters.findings(view)
+    @work(thread=True, exit_on_error=False, group="findings", description="findings")
+    def _run_findings(self, token: int) -> None:
+        # The raw view is taken here, off the UI thread: for a session in another process it
+        # is a request that waits for its answer.
+        found, msg = adapters.findings(self.control.store.view(
+            raw=True, raw_tokens=FINDINGS_RAW_TOKENS))
         self.post_message(self.FindingsReady(found, msg, token))
 
     def on_tuiprof_app_findings_ready(self, m: "TuiprofApp.FindingsReady") -> None:
@@ -435,21 +444,28 @@ class TuiprofApp(App):
         meta = self.view.meta if self.view is not None else {}
         model = re.sub(r"[^A-Za-z0-9.]+", "-", str(meta.get("model") or "session")).strip("-")[:40]
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        return self.export_dir / f"{prefix}-{model}-{self.control.status.mode}-{stamp}{suffix}"
+        base = f"{prefix}-{model}-{self.control.status.mode}-{stamp}"
+        path = self.export_dir / f"{base}{suffix}"
+        n = 1
+        while path.exists():  # two exports in one second must not overwrite each other
+            n += 1
+            path = self.export_dir / f"{base}-{n}{suffix}"
+        return path
 
     def action_export_snapshot(self) -> None:
         path = self._stamp_name("tuiprof", ".json")
         self._say(f"writing snapshot {path.name}…")
-        self._export_worker("snapshot", self.control.store.view(raw=True), path)
+        self._export_worker("snapshot", path)
 
     def action_export_nsys(self) -> None:
         path = self._stamp_name("tuiprof-nsys", "")
         self._say(f"writing nsys-style reports to {path.name}/…")
-        self._export_worker("nsys", self.control.store.view(raw=True), path)
+        self._export_worker("nsys", path)
 
-    @work(thread=True, exit_on_error=False, group="export", description="export")  # no repr(view)
-    def _export_worker(self, what: str, view: Any, path: Path) -> None:
+    @work(thread=True, exit_on_error=False, group="export", description="export")
+    def _export_worker(self, what: str, path: Path) -> None:
         try:
+            view = self.control.store.view(raw=True)
             path.parent.mkdir(parents=True, exist_ok=True)
             if what == "snapshot":
                 res = adapters.write_snapshot(view, path)
@@ -558,6 +574,10 @@ def run_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path
         app.restore_signal_handlers()
         try:
             control.stop()
+        except Exception:
+            pass
+        try:
+            control.close()
         except Exception:
             pass
     return int(app.return_code or 0)

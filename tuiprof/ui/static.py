@@ -15,7 +15,7 @@ class FrozenStore:
         self._view = view
         self.meta = dict(view.meta)
 
-    def view(self, raw: bool = True) -> Any:
+    def view(self, raw: bool = True, raw_tokens: int | None = None) -> Any:
         return self._view
 
     def reset(self) -> None:  # never called by StaticViewControl; kept for duck typing

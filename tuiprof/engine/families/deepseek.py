@@ -11,8 +11,11 @@ experts (SwiGLU of 896), greedy top-6 without renormalisation, ``routed_scaling_
 1.0, plus 2 shared experts (one SwiGLU of 2 x 896); untied LM head.
 
 Routed experts are stored stacked (``experts_w1/w3`` ``[E, I, H]``, ``experts_w2``
-``[E, H, I]``). Full-sequence and prefill passes group tokens by expert (one host sync);
-decode gathers the 6 chosen experts' weights (static shapes, CUDA-graph friendly).
+``[E, H, I]``). Dispatch follows DeepSeek-V2's reference ``moe_infer``: the (token, slot)
+expert ids are sorted, tokens gathered in that order, experts run, rows scattered back and
+weighted (so decode shows top-k, sort and index kernels, as the real model does).
+Full-sequence and prefill passes run each expert on its slice (one host sync); decode
+gathers each sorted row's expert weights (static shapes, CUDA-graph friendly).
 Checkpoint keys follow HF DeepSeek-V2 naming (``model.layers.{i}.mlp.experts.{e}.gate_proj.weight``
 ...), converted on load; the vision tower's keys are ignored via ``weights_ignore_prefixes``.
 """
@@ -83,20 +86,37 @@ class MoE(nn.Module):
             y = y + self.shared_experts(flat)
         return y.view(shape)
 
+    # Both paths are DeepSeek-V2's reference ``moe_infer``: sort the flattened (token, slot)
+    # expert ids (``argsort``), gather the tokens in that order (``x[idxs // top_k]``), run
+    # the experts on the sorted rows, scatter the rows back to (token, slot) order
+    # (``new_x[idxs] = outs``), weight them and sum over the k slots. They differ only in how
+    # the experts run on the sorted rows.
+
+    def _sort_pairs(self, x, idx):
+        """Sorted expert ids, the sort permutation ``idxs`` and the tokens in that order."""
+        ids, idxs = idx.reshape(-1).sort()  # = argsort(), keeping the sorted ids (one sort kernel)
+        return ids, idxs, x[idxs // self.top_k]
+
+    def _combine(self, outs, idxs, w):
+        """Sorted expert outputs -> (token, slot) order, weighted, summed over the k slots."""
+        new_x = torch.empty_like(outs)
+        new_x[idxs] = outs
+        return (new_x.view(*w.shape, -1) * w.unsqueeze(-1)).sum(dim=1)
+
     def _gathered(self, x, w, idx):
-        """Static shapes: gather the chosen experts' weights (decode, few tokens)."""
-        h = torch.einsum("nh,nkih->nki", x, self.experts_w1[idx])
-        u = torch.einsum("nh,nkih->nki", x, self.experts_w3[idx])
-        y = torch.einsum("nki,nkhi->nkh", F.silu(h) * u, self.experts_w2[idx])
-        return (y * w.unsqueeze(-1)).sum(dim=1)
+        """Decode (few tokens): static shapes, no host read, CUDA-graph friendly. Each sorted
+        row gathers its expert's weights (``W[ids]``) and runs as one batched matmul."""
+        ids, idxs, xs = self._sort_pairs(x, idx)
+        h = torch.einsum("mh,mih->mi", xs, self.experts_w1[ids])
+        u = torch.einsum("mh,mih->mi", xs, self.experts_w3[ids])
+        outs = torch.einsum("mi,mhi->mh", F.silu(h) * u, self.experts_w2[ids])
+        return self._combine(outs, idxs, w)
 
     def _grouped(self, x, w, idx):
-        """Sort the (token, slot) pairs by expert and run each expert on its tokens."""
-        flat_idx = idx.reshape(-1)
-        order = flat_idx.argsort()
-        counts = torch.bincount(flat_idx, minlength=self.n_experts).tolist()
-        tokens = order // self.top_k
-        xs = x.index_select(0, tokens)
+        """Full sequence and prefill: each expert on its contiguous slice of the sorted rows
+        (tokens per expert read on the host: one sync per MoE layer, as in ``moe_infer``)."""
+        ids, idxs, xs = self._sort_pairs(x, idx)
+        counts = torch.bincount(ids, minlength=self.n_experts).tolist()
         outs, start = [], 0
         for e, n in enumerate(counts):
             if n:
@@ -104,8 +124,7 @@ class MoE(nn.Module):
                 a = F.silu(part @ self.experts_w1[e].t()) * (part @ self.experts_w3[e].t())
                 outs.append(a @ self.experts_w2[e].t())
                 start += n
-        ys = torch.cat(outs) * w.reshape(-1).index_select(0, order).unsqueeze(-1)
-        return torch.zeros_like(x).index_add_(0, tokens, ys)
+        return self._combine(torch.cat(outs), idxs, w)
 
 
 class DecoderLayer(nn.Module):

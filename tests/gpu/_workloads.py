@@ -1,0 +1,202 @@
+"""The GPU workloads of tests/gpu, each run in a fresh Python process:
+
+    python tests/gpu/_workloads.py eager|compiled|agreement
+
+A workload logs to stderr and prints, last, one line ``WORKLOAD-RESULT {json}`` with what it
+measured; the tests (``run_workload`` in conftest.py) assert on those values. One process per
+workload because CUPTI (tuiprof's collector, torch.profiler) and torch.compile/CUDA-graph state
+are process-wide: a second ``torch.compile`` in one pytest process fell back to eager
+(docs/gpu-verification.md §8).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+MODEL = "qwen3-0.6b"
+PROMPT_LEN = 16
+DECODE = 256        # engine test: decode tokens per mode (the compiled session's length too)
+SESSION = 24        # eager profiler session: decode tokens, every one traced
+FULL = 24           # compiled session: decode steps traced in full, then bursts
+BURST_EVERY = 8     # compiled session from step FULL on: 4 traced tokens in every 4 * 8
+AGREE_DECODE = 8    # agreement: decode steps per profiled run
+AGREE_ROUNDS = 5    # agreement: runs per profiler, alternating
+MARK = "WORKLOAD-RESULT "
+ROW_FIELDS = ("step", "phase", "mode", "done", "sampled", "kernels", "graph_kernels",
+              "busy_ns", "gpu_ms", "host_ms")
+
+
+def log(*args) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def _load():
+    from tuiprof.engine.load import load_model, prompt_ids
+
+    loaded = load_model(MODEL, device="cuda", max_len=PROMPT_LEN + DECODE + 1)
+    return loaded, prompt_ids(loaded, None, PROMPT_LEN, seed=0)[0]
+
+
+def _session(mode: str, decode: int, profiler_cls=None, **options):
+    """A live tuiprof session (engine + CUPTI + NVML) of ``decode`` decode tokens."""
+    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.store import SessionStore
+
+    store = SessionStore(ring_tokens=decode + 2)
+    prof = (profiler_cls or Profiler)(store, ProfilerOptions(**options, engine_kwargs=dict(
+        model_spec=MODEL, mode=mode, max_new_tokens=decode + 1, loop=False)))
+    prof.start()
+    finished = prof.wait(600)
+    prof.stop()
+    view = store.view()
+    st = prof.status
+    out = {
+        "mode": mode, "dtype": view.meta.get("dtype"), "params": view.meta.get("params"),
+        "error": None if finished and st.state != "error" else st.message or "did not finish",
+        "message": st.message, "compile_s": getattr(prof.engine, "compile_s", None),
+        "dropped": view.counters["dropped"], "collectors": view.collectors,
+        "gpm_sm_util": [s["gpm_sm_util"] for s in view.nvml if "gpm_sm_util" in s],
+        "tokens": [{k: getattr(t, k) for k in ROW_FIELDS} for t in view.tokens],
+    }
+    log(f"{mode} session: {st.state} {st.message!r}, {len(out['tokens'])} tokens")
+    return out, view
+
+
+def eager() -> dict:
+    """The bare engine, 256 eager decode tokens; then a profiled eager session."""
+    import torch
+
+    from tuiprof.engine.events import CollectingListener
+    from tuiprof.engine.generate import Engine
+
+    loaded, prompt = _load()
+    listener = CollectingListener()
+    engine = Engine(loaded.adapter, prompt, max_new_tokens=DECODE + 1, mode="eager",
+                    listener=listener)
+    engine.run()
+    log(f"eager engine: {engine.state} {engine.message!r}")
+    out = {"engine": {
+        "mode": "eager", "dtype": loaded.dtype, "params": loaded.params, "error": engine.error,
+        "message": engine.message, "compile_s": engine.compile_s,
+        "tokens": [{"step": e.step, "phase": e.phase, "mode": e.mode, "gpu_ms": e.gpu_ms,
+                    "host_ms": e.host_ms} for e in listener.events]}}
+    del loaded, engine, listener
+    torch.cuda.empty_cache()
+    out["session"] = _session("eager", SESSION, sample_every=1)[0]  # every token traced
+    return out
+
+
+def compiled() -> dict:
+    """One compiled session (the only compile of the suite): every decode token traced up to
+    step FULL, bursts from there on; it also serves the engine test's compiled case."""
+    from tuiprof.profiler import Profiler
+
+    class BurstsAfterFull(Profiler):
+        def token_started(self, phase, mode, step, cycle, start_ns):
+            if phase == "decode" and step == FULL and self.cupti is not None:
+                self.cupti.sample_every = BURST_EVERY  # kinds go off, bursts switch them on
+            super().token_started(phase, mode, step, cycle, start_ns)
+
+    out, view = _session("compiled", DECODE, BurstsAfterFull, sample_every=1)
+    rows = {t.seq: t for t in view.tokens}
+    nvjet = defaultdict(list)  # durations in the burst-traced tokens only
+    for seq, recs in view.raw:
+        row = rows.get(seq)
+        if row is not None and row.phase == "decode" and row.step >= FULL and row.sampled:
+            for r in recs:
+                if r[0] == "K" and r[1].startswith("nvjet"):
+                    nvjet[r[1]].append(r[3] - r[2])
+    out["burst_nvjet_mean_ns"] = {n: statistics.fmean(d) for n, d in nvjet.items()}
+    return {"engine": out, "session": out}
+
+
+class _Window:
+    """Engine listener that opens a profiling window once the prefill's token is on the host
+    and closes it after the last decode token: a window holds exactly the decode steps."""
+
+    def __init__(self, start=None, stop=None) -> None:
+        self.start, self.stop, self.open = start, stop, False
+        self.token_ids: list[int] = []
+
+    def token_started(self, *args) -> None:
+        pass
+
+    def token_finished(self, ev) -> None:
+        self.token_ids.append(ev.token_id)
+        if ev.phase == "prefill" and self.start is not None:
+            self.start()
+            self.open = True
+
+    def state_changed(self, state: str, message: str = "") -> None:
+        if state in ("done", "stopped", "error") and self.open:
+            self.open = False
+            self.stop()
+
+
+def agreement() -> dict:
+    """Per-kernel-name totals of the same decode steps under tuiprof's collector and under
+    torch.profiler, alternating in one process (each profiler releases CUPTI before the other
+    starts: tuiprof's stop() flushes, disables and finalizes; torch.profiler disables its kinds).
+    Every run restarts generation from the same prompt on the same model and cache, so every
+    window covers the same positions (prompt + 0 .. AGREE_DECODE - 1) with the same tokens."""
+    import torch
+
+    from tuiprof.analysis import demangle
+    from tuiprof.collect.cupti_collector import CuptiCollector
+    from tuiprof.engine.generate import Engine
+    from tuiprof.store import SessionStore
+
+    loaded, prompt = _load()
+    keep = []  # collectors (their C callbacks) outlive their CUPTI sessions
+
+    def run(window: _Window) -> list[int]:
+        engine = Engine(loaded.adapter, prompt, max_new_tokens=AGREE_DECODE + 1,
+                        listener=window)
+        engine.run()
+        if engine.error:
+            raise RuntimeError(engine.error)
+        return window.token_ids
+
+    def tuiprof() -> dict:
+        store = SessionStore()
+        col = CuptiCollector(store)
+        keep.append(col)
+        ids = run(_Window(col.start, col.stop))
+        view = store.view(raw=False)
+        totals = defaultdict(lambda: [0, 0])
+        for agg in view.kernels.values():
+            t = totals[demangle(agg.name)]  # torch.profiler reports demangled names
+            t[0] += agg.stats.count
+            t[1] += agg.stats.total
+        return {"tokens": ids, "totals": totals, "dropped": view.counters["dropped"]}
+
+    def torch_profiler() -> dict:
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+        ids = run(_Window(prof.start, prof.stop))
+        totals = defaultdict(lambda: [0, 0.0])
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA:
+                t = totals[ev.name]
+                t[0] += 1
+                t[1] += ev.device_time_total * 1e3  # µs -> ns
+        return {"tokens": ids, "totals": totals, "dropped": 0}
+
+    run(_Window())  # warm-up: allocator, cuBLAS handles and heuristics, clocks
+    runs = []
+    pair = (("tuiprof", tuiprof), ("torch.profiler", torch_profiler))
+    for r in range(AGREE_ROUNDS):  # T P, P T, T P ...: neither profiler always goes first
+        for name, fn in (pair[::-1] if r % 2 else pair):
+            res = fn()
+            res["profiler"] = name
+            runs.append(res)
+            log(f"round {r} {name}: {sum(n for n, _ in res['totals'].values())} kernels")
+    return {"decode": AGREE_DECODE, "runs": runs}
+
+
+WORKLOADS = {"eager": eager, "compiled": compiled, "agreement": agreement}
+
+if __name__ == "__main__":
+    result = WORKLOADS[sys.argv[1]]()
+    print(MARK + json.dumps(result), flush=True)

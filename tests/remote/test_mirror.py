@@ -1,0 +1,115 @@
+"""A mirror fed by SessionStore.changes() equals the store it mirrors.
+
+The real H100 eager recording is fed token by token, with each token's kernel records arriving
+three tokens late (as CUPTI's buffers deliver them) and allocator statistics after the token
+ended, so rows change after they were first sent; deltas are pulled at uneven points, a reset
+happens in the middle, and the NVML ring and the token series overflow their bounds. After
+every pull the mirror's view must equal the store's own view.
+"""
+from __future__ import annotations
+
+import pickle
+import random
+
+import pytest
+
+from tuiprof.collect.replay import load_recording, record_start, replay_into
+from tuiprof.remote import Mirror
+from tuiprof.store import SessionStore
+
+LAG = 3  # tokens by which records arrive late
+
+
+@pytest.fixture(scope="module")
+def recordings(eager_path, compiled_path):
+    return {"eager": load_recording(eager_path), "compiled": load_recording(compiled_path)}
+
+
+def _same(store: SessionStore, mirror: Mirror) -> None:
+    a, b = store.view(raw=False), mirror.view(raw=False)
+    assert [t.to_dict() for t in a.tokens] == [t.to_dict() for t in b.tokens]
+    assert a.nvml == b.nvml
+    assert a.counters == b.counters and a.events == b.events and a.meta == b.meta
+    assert a.allocs == b.allocs and a.collectors == b.collectors
+    assert sorted(a.kernels) == sorted(b.kernels)
+    for key, agg in a.kernels.items():
+        other = b.kernels[key]
+        assert (agg.stats.count, agg.stats.total, agg.stats.min, agg.stats.max) == \
+               (other.stats.count, other.stats.total, other.stats.min, other.stats.max)
+        assert agg.stats.median == other.stats.median and agg.configs == other.configs
+    for key, stats in a.token_stats.items():
+        assert {n: s.count for n, s in stats.items()} == \
+               {n: s.count for n, s in b.token_stats[key].items()}
+        assert stats["host_ms"].total == b.token_stats[key]["host_ms"].total
+    assert sorted(a.api) == sorted(b.api) and sorted(a.memcpy) == sorted(b.memcpy)
+
+
+def _pull(store, mirror, cursor, raw_tokens=0):
+    delta, cursor = store.changes(cursor, raw_tokens)
+    mirror.apply(pickle.loads(pickle.dumps(delta)))  # as it crosses the process boundary
+    return cursor, delta
+
+
+def test_mirror_follows_late_records_allocs_resets_and_bounds(recordings):
+    rec = recordings["eager"]
+    store = SessionStore(ring_tokens=8, series_len=40, nvml_len=30)
+    mirror = Mirror(series_len=40, nvml_len=30)
+    records = sorted(rec.records, key=record_start)
+    marks = sorted(rec.marks, key=lambda m: m[2])
+    cols = rec.meta["nvml_columns"]
+    nvml = [dict(zip(cols, r)) for r in rec.nvml]
+    for s in nvml:
+        s["ts_ns"] = s.pop(cols[0])
+    rng = random.Random(7)
+    cursor = None
+    ends: list[int] = []
+    ri = ni = 0
+    open_seq = None
+    sent_rows = pulls = 0
+    for event, step, ts in marks:
+        if event.endswith("_start"):
+            open_seq = store.begin_token("prefill" if event.startswith("prefill") else "decode",
+                                         "eager", ts, step)
+            start = ts
+        elif open_seq is not None:
+            store.end_token(open_seq, ts, (ts - start) / 1e6, None, step)
+            store.set_token_alloc(open_seq, {"num_device_alloc": step})
+            ends.append(ts)
+            open_seq = None
+            if len(ends) > LAG:  # records of the token LAG tokens back arrive now
+                upto = ends[-1 - LAG]
+                j = ri
+                while j < len(records) and record_start(records[j]) <= upto:
+                    j += 1
+                store.add_records(records[ri:j])
+                ri = j
+            while ni < len(nvml) and nvml[ni]["ts_ns"] <= ts:
+                store.add_nvml_sample(nvml[ni])
+                ni += 1
+        if len(ends) == 15 and event.endswith("_end"):
+            store.reset()
+        if rng.random() < 0.3:
+            cursor, delta = _pull(store, mirror, cursor)
+            sent_rows += len(delta["tokens"])
+            pulls += 1
+            _same(store, mirror)
+    store.add_records(records[ri:])
+    cursor, delta = _pull(store, mirror, cursor, raw_tokens=None)
+    _same(store, mirror)
+    assert [s for s, _ in mirror.view().raw] == [s for s, _ in store.view().raw]
+    assert len(store.view().tokens) == 40 and len(mirror.view().nvml) == 30
+    # Incremental: far fewer rows crossed than a full copy per pull would send.
+    assert sent_rows < pulls * 40 / 3, (sent_rows, pulls)
+
+
+def test_unchanged_aggregates_are_not_sent_again(recordings):
+    store = SessionStore()
+    replay_into(recordings["compiled"], store)
+    delta, cursor = store.changes(None)
+    assert delta["full"] and delta["records"]["kernels"]
+    delta, cursor = store.changes(cursor)
+    assert delta["records"] is None and delta["tokens"] == [] and delta["nvml"] == []
+    assert delta["events"] is None
+    store.reset()
+    delta, _ = store.changes(cursor)
+    assert delta["full"] and delta["records"] is not None and delta["tokens"] == []

@@ -1,0 +1,97 @@
+"""The live app over a session in its own process (what ``tuiprof --model X`` runs).
+
+A real tiny Qwen3 generates on the CPU in a spawned session process; the Textual app runs in
+this process under ``run_test`` and reaches the session only through RemoteControl.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+
+from tuiprof.profiler import ProfilerOptions
+from tuiprof.remote import RemoteControl
+from tuiprof.ui.app import make_app
+
+
+def _control(tmp_path, **kw) -> RemoteControl:
+    opts = ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
+        model_spec="qwen3-tiny", device="cpu", max_new_tokens=24, loop=True, prompt_len=8))
+    return RemoteControl(opts, {"ring_tokens": 8}, **kw)
+
+
+async def _until(pred, app, seconds: float = 60.0) -> None:
+    t_end = time.monotonic() + seconds
+    while not pred():
+        assert time.monotonic() < t_end, "timed out"
+        app.refresh_view()
+        await asyncio.sleep(0.1)
+
+
+def test_keys_reach_the_session_process_and_quit_ends_it(tmp_path):
+    ctl = _control(tmp_path)
+    ctl.start()
+    app = make_app(ctl, export_dir=tmp_path, auto_snapshot=True, refresh_hz=4.0)
+    child_pid = ctl.pid
+    assert child_pid and child_pid != os.getpid()
+
+    async def main():
+        async with app.run_test(size=(200, 50)) as pilot:
+            await _until(lambda: app.view is not None and app.view.counters["tokens"] > 10, app)
+            assert app.view.meta["model"] == "qwen3-tiny"
+            await pilot.press("space")
+            await _until(lambda: ctl.status.state == "paused", app)
+            n = app.view.counters["tokens"]
+            await asyncio.sleep(1.0)
+            app.refresh_view()
+            await asyncio.sleep(0.3)
+            app.refresh_view()
+            assert app.view.counters["tokens"] <= n + 1   # at most the token in flight
+            await pilot.press("space")
+            await _until(lambda: app.view.counters["tokens"] > n + 5, app)
+            await pilot.press("r")
+            await _until(lambda: any(e[2] == "reset" for e in app.view.events), app)
+            await pilot.press("e")
+            await _until(lambda: list(tmp_path.glob("tuiprof-*.json")), app, 30)
+            await pilot.press("q")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+    asyncio.run(main())
+    ctl.stop()
+    ctl.close()
+    assert not ctl.busy and ctl._proc.exitcode == 0
+    snaps = sorted(tmp_path.glob("tuiprof-*.json"))
+    assert len(snaps) == 2                      # the `e` export and the automatic one on `q`
+    last = json.loads(snaps[-1].read_text())
+    assert last["meta"]["model"] == "qwen3-tiny" and len(last["tokens"]) > 5
+    assert app.refresh_stats["count"] >= 5
+
+
+def test_a_dead_session_process_is_reported_and_its_data_kept(tmp_path):
+    ctl = _control(tmp_path)
+    ctl.start()
+    app = make_app(ctl, export_dir=tmp_path, refresh_hz=4.0)
+
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _until(lambda: app.view is not None and app.view.counters["tokens"] > 5, app)
+            os.kill(ctl.pid, signal.SIGKILL)
+            await _until(lambda: ctl.status.state == "error", app, 20)
+            kept = app.view.counters["tokens"]
+            assert kept > 5 and len(app.view.tokens) > 5
+            msg = ctl.status.message
+            assert "session process ended (killed by signal 9)" in msg and "\n" not in msg
+            await pilot.press("e")
+            await _until(lambda: list(tmp_path.glob("tuiprof-*.json")), app, 20)
+            await pilot.press("q")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            return kept
+
+    kept = asyncio.run(main())
+    ctl.close()
+    snap = json.loads(next(tmp_path.glob("tuiprof-*.json")).read_text())
+    assert len(snap["tokens"]) >= min(kept, 5)
