@@ -1,6 +1,7 @@
 """The live app on the GPU: >=60 s of qwen3-0.6b, eager then compiled (switch with `c`),
 SVG screenshots of eager, compiled and the comparison view, key latency while eager decode
-runs, and decode speed with the UI open. Prints a short table; screenshots go to OUT."""
+runs, and decode speed with the UI open. The session runs in its session process, as
+``tuiprof --model`` runs it. Prints a short table; screenshots go to OUT."""
 from __future__ import annotations
 
 import asyncio
@@ -12,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
-from tuiprof.store import SessionStore  # noqa: E402
+from tuiprof.profiler import ProfilerOptions  # noqa: E402
+from tuiprof.remote import RemoteControl  # noqa: E402
 from tuiprof.ui.app import make_app  # noqa: E402
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshots")
@@ -21,11 +22,11 @@ OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshots")
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    store = SessionStore(ring_tokens=32)
-    prof = Profiler(store, ProfilerOptions(engine_kwargs=dict(
+    prof = RemoteControl(ProfilerOptions(engine_kwargs=dict(
         model_spec=os.environ.get("TUIPROF_MODEL", "qwen3-0.6b"), loop=True, max_new_tokens=512,
-        mode="eager")))
+        mode="eager")), {"ring_tokens": 32})
     prof.start()
+    store = prof.store
     app = make_app(prof, title="tuiprof qwen3-0.6b", export_dir=OUT, refresh_hz=4.0)
     acted: list[float] = []
     orig = app.action_kernel_sort
@@ -43,6 +44,7 @@ def main() -> None:
             t0 = time.monotonic()
             while store.view(raw=False).counters["tokens"] < 5 and time.monotonic() - t0 < 120:
                 await asyncio.sleep(0.2)
+            await asyncio.sleep(8)  # past the first burst of traced tokens
             marks["eager_start"] = time.monotonic()
             for _ in range(40):  # key latency while eager decode runs
                 n = len(acted)
@@ -76,6 +78,7 @@ def main() -> None:
     finally:
         prof.stop()
     v = store.view(raw=False)
+    prof.close()
     dec = [t for t in v.tokens if t.phase == "decode" and t.done]
     print("\n| measure | value |\n|---|---|")
     print(f"| live run | {marks['end'] - marks['eager_start']:.0f} s "

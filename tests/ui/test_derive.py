@@ -68,3 +68,24 @@ def test_latency_series_marks_prefill_and_mode_switch(store):
 def test_busy_fraction_eager_is_low(store):
     rows = [r for r in store.view().tokens if r.phase == "decode" and r.mode == "eager"]
     assert 5 < busy_fraction(rows[10]) < 15                    # 4.1 ms of kernels in ~50 ms
+
+
+def test_launches_per_token_count_traced_tokens_only(recordings):
+    """Sampling leaves most tokens without kernel records: launches per token must be counted
+    over the traced tokens, not over every token (the compare view showed 0.6 for a GEMV that
+    runs 6 times per compiled token)."""
+    from tuiprof.collect.replay import replay_into
+    from tuiprof.store import SessionStore
+    from tuiprof.ui.derive import kernel_rows
+
+    store = SessionStore()
+    replay_into(recordings["compiled"], store)
+    before = {r.key: r.per_token for r in kernel_rows(store.view(raw=False), "compiled", "decode")}
+    t = store.view(raw=False).tokens[-1].end_ns
+    for i in range(500):                      # untraced tokens, as between sampling bursts
+        seq = store.begin_token("decode", "compiled", t + 10 + i * 1000, 1000 + i, sampled=False)
+        store.end_token(seq, t + 500 + i * 1000, 3.0)
+    after = {r.key: r.per_token for r in kernel_rows(store.view(raw=False), "compiled", "decode")}
+    assert after == before
+    nvjet = [v for k, v in after.items() if "nvjet" in k and "64x8" in k and "splitK" not in k]
+    assert nvjet and all(v >= 5 for v in nvjet), nvjet

@@ -254,3 +254,27 @@ def test_refresh_stats_are_measured(control, tmp_path):
         assert rs["count"] >= 4 and 0 < rs["mean_ms"] <= rs["max_ms"]
         assert "ui " in screen_text(app)
     drive(app, body)
+
+
+def test_status_line_says_what_is_sampled(recordings, tmp_path):
+    """With burst sampling on, the status line names it (kernel figures come from bursts)."""
+    import asyncio
+
+    from tuiprof.ui.app import make_app
+    from tuiprof.ui.widgets.statusline import StatusLine
+
+    from .conftest import FakeControl, combined_store
+
+    store = combined_store(recordings)
+    store.set_collector("cupti", True, "CUPTI: kernels, memcpy, memset, memory, API subset; "
+                                       "sampled: 4 tokens in every 128")
+    app = make_app(FakeControl(store), export_dir=tmp_path, refresh_hz=0)
+
+    async def main():
+        async with app.run_test(size=(200, 50)) as pilot:
+            app.refresh_now()
+            await pilot.pause()
+            return str(app.main.query_one(StatusLine).render())
+
+    text = asyncio.run(main())
+    assert "traced: 4 tokens in every 128" in text, text

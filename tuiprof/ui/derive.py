@@ -196,6 +196,16 @@ def resolve_kernel_mode(view: Any, mode: str, phase: str) -> str:
     return mode
 
 
+def traced_tokens(view: Any, phase: str, mode: str) -> int:
+    """Tokens of (phase, mode) whose kernels were traced: the ones kernel counts come from
+    (sampling leaves the others without records). Tokens that left the series are counted by
+    the store's running statistics."""
+    ts = view.token_stats.get((phase, mode)) or {}
+    gone = ts["kernels"].count if "kernels" in ts else 0
+    return gone + sum(1 for t in view.tokens
+                      if t.done and t.sampled and t.phase == phase and t.mode == mode)
+
+
 def kernel_rows(view: Any, mode: str, phase: str) -> list[KernelRow]:
     """One row per kernel name in (mode, phase); ``phase == "all"`` merges phases."""
     merged: dict[str, Any] = {}
@@ -211,10 +221,7 @@ def kernel_rows(view: Any, mode: str, phase: str) -> list[KernelRow]:
             for cfg, c in agg.configs.items():
                 cur.configs[cfg] = cur.configs.get(cfg, 0) + c
     total = sum(a.stats.total for a in merged.values()) or 1
-    ntok = 0
-    if phase != ALL:
-        ts = view.token_stats.get((phase, mode))
-        ntok = ts["host_ms"].count if ts else 0
+    ntok = traced_tokens(view, phase, mode) if phase != ALL else 0
     rows = []
     for name, agg in merged.items():
         rows.append(KernelRow(

@@ -37,6 +37,11 @@ class StatusLine(Static):
             if not c.get("ok", True):
                 t.append(" │ ")
                 t.append(f"⚠ {name}: {c.get('message') or 'degraded'}", "bold yellow")
+            elif "sampled:" in (c.get("message") or ""):
+                # Kernel figures come from traced bursts only: say so where the eye goes.
+                t.append(" │ ")
+                t.append(c["message"].split("sampled:", 1)[1].strip().join(("traced: ", "")),
+                         "cyan")
         if frozen:
             t.append(" │ ")
             t.append("display frozen (f)", "bold cyan")
