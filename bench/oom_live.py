@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from keytiming import KeyTimer  # noqa: E402
 
 BALLAST = """
 import sys, time, torch
@@ -43,13 +46,7 @@ async def _session(label: str, engine_kwargs: dict, out: Path, wait_tokens: int)
     ctl = RemoteControl(ProfilerOptions(engine_kwargs=engine_kwargs), {"ring_tokens": 16})
     ctl.start()
     app = make_app(ctl, title=label, export_dir=d, auto_snapshot=True, refresh_hz=4.0)
-    acted: list[float] = []
-    orig = app.action_kernel_sort
-
-    def timed():
-        acted.append(time.perf_counter())
-        return orig()
-    app.action_kernel_sort = timed
+    keys = KeyTimer(app)
     row: dict = {"session": label, "prompt_len": engine_kwargs["prompt_len"]}
     t0 = time.monotonic()
     async with app.run_test(size=(200, 50)) as pilot:
@@ -62,15 +59,7 @@ async def _session(label: str, engine_kwargs: dict, out: Path, wait_tokens: int)
         row["state"] = ctl.status.state
         row["message"] = ctl.status.message
         row["seconds"] = round(time.monotonic() - t0, 1)
-        lat = []
-        for _ in range(5):                       # the app still answers keys
-            n, t = len(acted), time.perf_counter()
-            app.simulate_key("s")
-            while len(acted) == n and time.perf_counter() - t < 5:
-                await asyncio.sleep(0.001)
-            if len(acted) > n:
-                lat.append((acted[n] - t) * 1e3)
-            await asyncio.sleep(0.1)
+        lat = await keys.press(5)                # the app still answers keys
         row["keys_answered"] = len(lat)
         row["key_max_ms"] = round(max(lat), 1) if lat else None
         status_line = str(app.screen.query_one("#status").render())

@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from keytiming import KeyTimer  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MB = 1024 * 1024
@@ -123,30 +126,11 @@ def run(a: argparse.Namespace) -> dict:
     print(",".join(FIELDS), flush=True)
     app = make_app(prof, title=f"soak {a.model}", export_dir=Path(a.csv).parent or ".",
                    refresh_hz=4.0)
-    acted: list[float] = []
-    orig = app.action_kernel_sort
-
-    def timed_action():
-        acted.append(time.perf_counter())
-        return orig()
-    app.action_kernel_sort = timed_action
+    keys = KeyTimer(app)
     rows: list[dict] = []
     all_keys: list[float] = []
     marks: dict[str, float] = {}
     warmup = a.interval if a.warmup is None else a.warmup
-
-    async def press_keys(n: int, spacing: float) -> list[float]:
-        lat = []
-        for _ in range(n):
-            k = len(acted)
-            t = time.perf_counter()
-            app.simulate_key("s")
-            while len(acted) == k and time.perf_counter() - t < 5:
-                await asyncio.sleep(0.001)
-            if len(acted) > k:
-                lat.append((acted[k] - t) * 1e3)
-            await asyncio.sleep(spacing)
-        return lat
 
     async def main():
         async with app.run_test(size=(200, 50)) as pilot:
@@ -165,7 +149,7 @@ def run(a: argparse.Namespace) -> dict:
             last_t, last_n = time.monotonic(), store.view(raw=False).counters["tokens"]
             first_n = last_n
             while True:
-                lat = await press_keys(a.keys, max(0.05, a.interval / max(1, a.keys) - 0.05))
+                lat = await keys.press(a.keys, max(0.05, a.interval / max(1, a.keys) - 0.05))
                 rest = a.interval - (time.monotonic() - last_t)
                 if rest > 0:
                     await asyncio.sleep(rest)

@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from keytiming import KeyTimer  # noqa: E402
 
 from tuiprof.profiler import ProfilerOptions  # noqa: E402
 from tuiprof.remote import RemoteControl  # noqa: E402
@@ -28,13 +31,7 @@ def main() -> None:
     prof.start()
     store = prof.store
     app = make_app(prof, title="tuiprof qwen3-0.6b", export_dir=OUT, refresh_hz=4.0)
-    acted: list[float] = []
-    orig = app.action_kernel_sort
-
-    def wrapped():
-        acted.append(time.perf_counter())
-        return orig()
-    app.action_kernel_sort = wrapped
+    keys = KeyTimer(app)
     lat: list[float] = []
     marks: dict[str, float] = {}
     rows: dict[str, list] = {}
@@ -46,15 +43,7 @@ def main() -> None:
                 await asyncio.sleep(0.2)
             await asyncio.sleep(8)  # past the first burst of traced tokens
             marks["eager_start"] = time.monotonic()
-            for _ in range(40):  # key latency while eager decode runs
-                n = len(acted)
-                t = time.perf_counter()
-                app.simulate_key("s")
-                while len(acted) == n and time.perf_counter() - t < 3:
-                    await asyncio.sleep(0.001)
-                if len(acted) > n:
-                    lat.append((acted[n] - t) * 1e3)
-                await asyncio.sleep(0.4)
+            lat.extend(await keys.press(40, spacing=0.4, timeout=3))  # during eager decode
             app.save_screenshot("tuiprof_h100_eager.svg", str(OUT))
             marks["switch"] = time.monotonic()
             rows["eager"] = [t for t in store.view(raw=False).tokens if t.mode == "eager"]
@@ -79,7 +68,6 @@ def main() -> None:
         prof.stop()
     v = store.view(raw=False)
     prof.close()
-    dec = [t for t in v.tokens if t.phase == "decode" and t.done]
     print("\n| measure | value |\n|---|---|")
     print(f"| live run | {marks['end'] - marks['eager_start']:.0f} s "
           f"(eager {marks['switch'] - marks['eager_start']:.0f} s, compile "
