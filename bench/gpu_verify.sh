@@ -20,7 +20,7 @@ if [ "$part" = a ]; then
 fi
 if [ "$part" = b ]; then
   log "collection overhead (interleaved windows)"
-  timeout 560 python3 bench/overhead.py --rounds 5 --peer 2>&1 | tail -30
+  timeout 560 python3 bench/overhead.py --blocks 8 --peer 2>&1 | tail -30
 fi
 if [ "$part" = c ]; then
   log "engine overhead vs bare static-cache loops"
@@ -37,7 +37,7 @@ if [ "$part" = d ]; then
 fi
 if [ "$part" = e ]; then
   log "collection overhead (interleaved windows), tuiprof configurations"
-  timeout 330 python3 bench/overhead.py --rounds 5 2>&1 | tail -16
+  timeout 330 python3 bench/overhead.py --blocks 6 2>&1 | tail -16
   log "live UI on the GPU"
   timeout 250 python3 bench/ui_gpu.py $OUT 2>&1 | tail -10
 fi
@@ -51,5 +51,5 @@ if [ "$part" = f ]; then
   done
   timeout 60 python3 bench/findings_table.py $OUT/nanochat-d34.json $OUT/deepseek-ocr-decoder.json 2>&1 | grep -v "^|---" | head -60
   log "collection overhead, compiled, tuiprof defaults"
-  timeout 170 python3 bench/overhead.py --rounds 9 --modes compiled 2>&1 | tail -8
+  timeout 200 python3 bench/overhead.py --blocks 4 --modes compiled 2>&1 | tail -8
 fi

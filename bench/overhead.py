@@ -1,163 +1,425 @@
 """What tuiprof's collection costs the decode loop: interleaved windows in one process.
 
-One engine generates continuously (loop mode); every ``--window`` decode tokens the benchmark
-switches configuration at a token boundary, cycling A B C … for ``--rounds`` rounds:
+One engine generates continuously (loop mode). A hook on the engine thread (:class:`Windows`)
+runs a plan of windows back to back: at a token boundary it switches the configuration and
+times the next ``n`` decode tokens, then switches again at the very next boundary, so no token
+goes untimed inside a block. Configurations:
 
-* ``bare``      — no device activity recorded (CUPTI kinds disabled, NVML sampler paused,
-                  no allocator stats);
-* ``full``      — everything tuiprof collects: CUPTI kernels/memcpy/memset/memory + API subset,
-                  NVML sampler, allocator stats, attribution and aggregation;
-* ``auto``      — tuiprof's defaults for the mode: every token in eager; in compiled mode bursts
-                  of 4 traced tokens in every 256 (kinds switched off in between) and allocator
-                  statistics every 16th token;
-* ``torch.profiler`` — the peer: ``torch.profiler`` with CUDA activities only (run in a second
-                  phase, after tuiprof's CUPTI subscriber is finalised, interleaved with ``bare``).
+* ``bare``  — the engine alone: CUPTI subscribed with every activity kind off (device, memory,
+              API), the NVML sampler paused, the profiler's per-token listener bypassed, no
+              allocator statistics;
+* ``auto``  — tuiprof's defaults for the mode, as ``tuiprof --model`` collects: bursts of 4
+              traced tokens (kernels, memcpy, memset, API subset) in every 128 eager / 1,024
+              compiled tokens, memory records always, NVML at 10 Hz, allocator statistics (every
+              eager token, every 64th compiled one), per-token attribution;
+* ``full``  — (``--full``) every token traced, allocator statistics every token;
+* ``auto-now`` — (``--parts``) ``auto`` with the store's per-token work done right after each
+              token's sync, as before it moved to ``token_launched``;
+* ``attached`` — (``--parts``) CUPTI as between bursts (memory records on, nothing else) and
+              nothing else of tuiprof: what CUPTI costs by merely being there;
+* ``torch.profiler`` — (``--peer``) the peer, CUDA activities only, in a second phase whose
+              process has no tuiprof CUPTI subscriber; it is started and stopped around its
+              window, and its trace processing at stop is reported apart, not in the window.
 
-A window's cost is its whole wall time per token — from its first token's start to its last
-token's end, plus the forced flush and folding of the window's records at its end — so stalls
-from record handling are counted, not hidden in a timed region. Medians over rounds, ratios to
-``bare`` of the same phase.
+The H100 host's speed drifts by ±10% over seconds, more than the effect measured, so windows
+are short and alternate A B, B A, … (``--eager-tokens`` 32 / ``--compiled-tokens`` 128), and
+results are grouped in **blocks**: a block holds one sampling period of ``auto`` tokens (128
+eager, 1,024 compiled: exactly one traced burst, as in a real session, since ``auto``'s token
+sequence runs on across its windows) and as many ``bare`` tokens in between. A window's figure
+is its whole wall time: the sum of its tokens' start-to-next-start intervals (a loop's new
+prefill is left out), so stalls between tokens count, and the forced flush and folding of its
+records at its end are included. Per block: each configuration's wall time per token and the
+ratio to ``bare``; the table gives the median of the block ratios (min–max) and the ratio of
+the totals. Per window the bench also keeps the median token interval (the steady cost), mean
+minus median (bursts and stalls) and the median CUDA-event time of a step. On the H100::
+
+    python bench/overhead.py --blocks 12 --json $OUT/overhead.json
+
+``bench/ui_overhead.py`` runs the same :class:`Windows` in a session process with the app open.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuiprof.profiler import AUTO_SAMPLE_EVERY, Profiler, ProfilerOptions  # noqa: E402
+from tuiprof.collect.cupti_collector import BURST  # noqa: E402
+from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 
+_BASE = {"cupti": "off", "listener": None, "nvml": False, "alloc": 0, "peer": False}
+CONFIGS = {
+    "bare": {},
+    "auto": {"cupti": "auto", "listener": True, "nvml": True, "alloc": "auto"},
+    "full": {"cupti": "full", "listener": True, "nvml": True, "alloc": 1},
+    "auto-now": {"cupti": "auto", "listener": "now", "nvml": True, "alloc": "auto"},
+    "attached": {"cupti": "idle"},
+    "torch.profiler": {"cupti": None, "peer": True},
+}
 
-class WindowRunner:
-    """Drives configuration switches from the engine thread at token boundaries."""
 
-    def __init__(self, prof: Profiler, configs: list[str], window: int, rounds: int,
-                 warmup: int, mode: str = "eager") -> None:
+def spec(name: str) -> dict:
+    return {**_BASE, **CONFIGS[name]}
+
+
+class Windows:
+    """Engine-thread side: runs a plan of ``(configuration, tokens)`` windows back to back.
+
+    Also a session-process hook (``RemoteControl(hook="bench.overhead:Windows")``): the ops
+    ``("start", [[cfg, n], ...])`` and ``("poll",)`` run a plan without blocking the server."""
+
+    def __init__(self, prof: Profiler) -> None:
         self.prof = prof
-        self.mode = mode
-        self.plan = [c for _ in range(rounds) for c in configs]
-        self.window = window
-        self.warmup = warmup
-        self.results: dict[str, list[float]] = {c: [] for c in configs}
-        self.i = -1
-        self.n = 0
-        self.t0 = 0.0
+        self.plan: deque = deque()
+        self.results: list[dict] = []
         self.done = threading.Event()
+        self.error: str | None = None
+        self.cfg = "auto"
+        self.listener: bool | str = True
+        self.quiet = False
+        self.timing = False
+        self.need = 0
+        self.t_prev: int | None = None
+        self.intervals: list[int] = []
+        self.gpu: list[float] = []
+        self.apply_ms = 0.0
         self.torch_prof = None
-        self._orig_started = prof.token_started
-        self._orig_finished = prof.token_finished
+        self._started, self._finished = prof.token_started, prof.token_finished
         prof.token_started = self.token_started  # type: ignore[method-assign]
         prof.token_finished = self.token_finished  # type: ignore[method-assign]
 
+    # ------------------------------------------------------------ caller's side
+    def start_plan(self, plan: list) -> None:
+        """Hand ``plan`` to the engine thread (``n == 0``: only apply the configuration)."""
+        self.results, self.error = [], None
+        self.done.clear()
+        self.plan = deque((str(c), int(n)) for c, n in plan)
+
+    def run_plan(self, plan: list, timeout: float = 600) -> list[dict]:
+        """Run ``plan`` and return every window's figures, in order."""
+        self.start_plan(plan)
+        end = time.monotonic() + timeout
+        while not self.done.wait(1.0):
+            st = self.prof.status
+            if st.state in ("error", "stopped", "done"):
+                raise RuntimeError(f"the engine ended during a plan: {st.state} {st.message}")
+            if time.monotonic() > end:
+                raise RuntimeError(f"a plan did not end within {timeout} s")
+        if self.error:
+            raise RuntimeError(self.error)
+        return self.results
+
+    def handle(self, op: str, arg=None):
+        """Requests from another process. They must not block: the session server answers
+        the UI's pulls on the same connection while a plan runs."""
+        if op == "start":
+            self.start_plan(arg)
+            return None
+        if op == "poll":
+            st = self.prof.status
+            if not self.done.is_set() and st.state in ("error", "stopped", "done"):
+                self.error = f"the engine ended during a plan: {st.state} {st.message}"
+            return {"done": self.done.is_set() or self.error is not None,
+                    "error": self.error, "results": self.results}
+        raise ValueError(op)
+
+    # ------------------------------------------------------------ configurations
+    def _quiet(self) -> None:
+        """Every CUPTI activity kind off (device, memory, API): the engine as without tuiprof."""
+        c = self.prof.cupti
+        if c is None or self.quiet:
+            return
+        c._set_device_kinds(False)
+        stay, c.api_kinds_stay_on = c.api_kinds_stay_on, False
+        c._set_api_records(False)       # the API kinds off too, whatever the mode's policy
+        c.api_kinds_stay_on = stay
+        self._memory(c, False)
+        self.quiet = True
+
+    def _wake(self) -> None:
+        """Back to tuiprof's state between bursts: memory records on (device kinds and API
+        records follow the bursts)."""
+        c = self.prof.cupti
+        if c is None or not self.quiet:
+            return
+        self._memory(c, True)
+        self.quiet = False
+
+    @staticmethod
+    def _memory(c, on: bool) -> None:
+        k = c._cupti.ActivityKind.MEMORY2
+        if k in c._enabled_kinds:
+            (c._cupti.activity_enable if on else c._cupti.activity_disable)(k)
+
     def apply(self, cfg: str) -> None:
-        prof = self.prof
-        on = cfg in ("full", "auto", "full@0.5ms")
-        # full@0.5ms: tuiprof with a 0.5 ms GIL switch interval (measured worse; not the default)
-        sys.setswitchinterval(0.0005 if cfg == "full@0.5ms" else 0.005)
-        if prof.cupti is not None:
+        sp, prof = spec(cfg), self.prof
+        if self.torch_prof is not None:
+            self._stop_peer()
+        if sp["cupti"] == "off":
+            self._quiet()
+        elif sp["cupti"] is not None and prof.cupti is not None:
+            self._wake()
             c = prof.cupti
-            c.sample_every = AUTO_SAMPLE_EVERY[self.mode] if cfg == "auto" else 1
-            c.paused = not on
-            c._set_device_kinds(on)
-            c.set_api(on)
-        if prof.nvml is not None:
-            prof.nvml.paused = not on
-        prof.options.alloc_every = (1 if cfg != "auto" else "auto") if on else 0
-        if cfg == "torch.profiler":
+            c.paused = sp["cupti"] == "idle"
+            if c.paused:  # no listener, so no burst switching: as between bursts
+                c._set_device_kinds(False)
+                c._set_api_records(False)
+            c.sample_every = 1 if sp["cupti"] == "full" else prof._sample_every(prof.status.mode)
+        if sp["peer"]:
             import torch  # noqa: PLC0415
+
             self.torch_prof = torch.profiler.profile(
                 activities=[torch.profiler.ProfilerActivity.CUDA])
             self.torch_prof.__enter__()
+        if prof.nvml is not None:
+            prof.nvml.paused = not sp["nvml"]
+        prof.options.alloc_every = sp["alloc"]
+        prof.options.overlap = sp["listener"] != "now"
+        self.listener = sp["listener"]
+        self.cfg = cfg
 
-    def end_window(self, cfg: str) -> None:
-        prof = self.prof
-        if cfg == "torch.profiler" and self.torch_prof is not None:
-            self.torch_prof.__exit__(None, None, None)
-            self.torch_prof = None
-        elif prof.cupti is not None and cfg != "bare":
-            prof.cupti.flush()  # the window pays for handling its own records
+    def _stop_peer(self) -> float:
+        t0 = time.perf_counter()
+        self.torch_prof.__exit__(None, None, None)
+        self.torch_prof = None
+        return time.perf_counter() - t0
 
+    # ------------------------------------------------------------ engine thread
     def token_started(self, phase, mode, step, cycle, start_ns):
-        if phase == "decode":
-            if self.i == -1 and self.n >= self.warmup:
-                self.i, self.n = 0, 0
-                self.apply(self.plan[0])
-                self.t0 = time.perf_counter()
-            elif self.i >= 0 and self.n == self.window:
-                cfg = self.plan[self.i]
-                self.end_window(cfg)
-                self.results[cfg].append((time.perf_counter() - self.t0) * 1e3 / self.window)
-                self.i += 1
-                self.n = 0
-                if self.i >= len(self.plan):
-                    self.apply("bare")
-                    self.done.set()
-                    self.prof.engine.stop()
-                else:
-                    self.apply(self.plan[self.i])
-                    self.t0 = time.perf_counter()
-        self._orig_started(phase, mode, step, cycle, start_ns)
+        if self.timing and self.t_prev is not None:
+            self.intervals.append(time.perf_counter_ns() - self.t_prev)
+            self.t_prev = None
+        if phase == "decode" and (self.timing or self.plan):
+            try:
+                self._boundary(mode)
+            except Exception as exc:  # report it to the caller; generation goes on
+                self.error = f"{type(exc).__name__}: {exc}"
+                self.plan.clear()
+                self.timing = False
+                self.done.set()
+            if self.timing:
+                self.t_prev = time.perf_counter_ns()
+        if self.listener:
+            self._started(phase, mode, step, cycle, start_ns)
+
+    def _boundary(self, mode: str) -> None:
+        if self.timing and len(self.intervals) >= self.need:
+            self._close(mode)
+        while not self.timing and self.plan:
+            cfg, n = self.plan.popleft()
+            t0 = time.perf_counter()
+            self.apply(cfg)
+            self.apply_ms = (time.perf_counter() - t0) * 1e3
+            if n > 0:
+                self.timing, self.need, self.intervals, self.gpu = True, n, [], []
+        if not self.timing and not self.plan:
+            self.done.set()
+
+    def _close(self, mode: str) -> None:
+        t0 = time.perf_counter_ns()
+        stop_s = None
+        if self.torch_prof is not None:
+            stop_s = self._stop_peer()
+            flush_ns = 0
+        else:
+            if self.prof.cupti is not None and not self.quiet:
+                self.prof.cupti.flush()  # the window pays for handling its own records
+            flush_ns = time.perf_counter_ns() - t0
+        iv = self.intervals
+        total = sum(iv) + flush_ns
+        med = statistics.median(iv)
+        self.results.append({
+            "config": self.cfg, "mode": mode, "tokens": len(iv), "wall_ns": total,
+            "ms_per_token": total / len(iv) / 1e6, "median_interval_us": med / 1e3,
+            "excess_us": (total / len(iv) - med) / 1e3, "flush_ms": flush_ns / 1e6,
+            "gpu_ms": statistics.median(self.gpu) if self.gpu else None,
+            "peer_stop_s": stop_s, "apply_ms": self.apply_ms})
+        self.timing = False
 
     def token_finished(self, ev):
-        if ev.phase == "decode":
-            self.n += 1
-        self._orig_finished(ev)
+        if self.timing and ev.phase == "decode" and ev.gpu_ms is not None:
+            self.gpu.append(ev.gpu_ms)
+        if self.listener:
+            self._finished(ev)
 
 
-def run_phase(args, mode: str, configs: list[str], cupti: bool) -> dict[str, list[float]]:
-    store = SessionStore(ring_tokens=8)
-    opts = ProfilerOptions(cupti=cupti, nvml=True, engine_kwargs=dict(
-        model_spec=args.model, mode=mode, max_new_tokens=args.max_new_tokens, loop=True,
-        prompt_len=16))
+def block_plan(configs: list[str], rounds: int, n: int) -> list[tuple[str, int]]:
+    """``rounds`` rounds of ``configs``, every other round reversed (A B, B A, …)."""
+    return [(c, n) for r in range(rounds) for c in (configs if r % 2 == 0 else configs[::-1])]
+
+
+def period(mode: str) -> int:
+    """Decode tokens in one sampling period of ``auto`` (one burst)."""
+    from tuiprof.profiler import AUTO_SAMPLE_EVERY  # noqa: PLC0415
+
+    return BURST * AUTO_SAMPLE_EVERY[mode]
+
+
+def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict) -> None:
+    """One engine, every mode of ``--modes`` in turn, ``--blocks`` blocks of ``configs``.
+    ``cupti=False``: no CUPTI subscriber at all in this process (the torch.profiler phase)."""
+    store = SessionStore(ring_tokens=16)
+    opts = ProfilerOptions(cupti=cupti, engine_kwargs=dict(
+        model_spec=a.model, device=a.device, mode="eager", loop=True,
+        max_new_tokens=a.cycle_tokens, prompt_len=16))
     prof = Profiler(store, opts)
-    runner = WindowRunner(prof, configs, args.window, args.rounds, args.warmup, mode)
+    win = Windows(prof)
     prof.start()
-    while not runner.done.wait(1.0):
-        if prof.status.state == "error":
-            raise SystemExit(f"engine error: {prof.status.message}")
-    prof.stop()
-    v = store.view()
-    print(f"  [{mode}] tokens={v.counters['tokens']} records={v.counters['records']} "
-          f"dropped={v.counters['dropped']} overhead-estimate={v.overhead.get('pct')}%", flush=True)
-    return runner.results
+    t_run = time.monotonic()
+    tag = "tuiprof" if cupti else "peer"
+
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - t_run:6.1f} s] {text}", flush=True)
+
+    def wait_state(pred, seconds: float, what: str) -> None:
+        end = time.monotonic() + seconds
+        while not pred():
+            if prof.status.state == "error":
+                raise SystemExit(f"overhead: {prof.status.message}")
+            if time.monotonic() > end:
+                raise SystemExit(f"overhead: timed out waiting for {what}")
+            time.sleep(0.1)
+
+    try:
+        wait_state(lambda: prof.status.state == "decode", 900, "decode")
+        say(f"decoding ({prof.status.mode}), CUPTI {'on' if cupti else 'off'}")
+        for mode in a.modes.split(","):
+            if mode != prof.status.mode:
+                win.run_plan([("auto" if cupti else "bare", 0)])  # compile as a session would
+                prof.toggle_mode()
+                wait_state(lambda: prof.status.mode == mode and prof.status.state == "decode",
+                           900, f"{mode} decode")
+                say(f"decoding ({mode})")
+            n = a.eager_tokens if mode == "eager" else a.compiled_tokens
+            rounds = max(2, period(mode) // n)  # auto windows of one block: one period
+            rounds += rounds % 2                # even: a block ends where it began (bare)
+            win.run_plan([("bare", a.warmup)])  # clocks, allocator, caches in this mode
+            say(f"warmed up; {a.blocks} blocks of {rounds} rounds of {configs} × {n} tokens")
+            for b in range(a.blocks):
+                res = win.run_plan(block_plan(configs, rounds, n))
+                for i, w in enumerate(res):
+                    w.update(block=b, round=i // len(configs), phase=tag)
+                out["windows"].extend(res)
+                tot = _totals(res)
+                base = tot.get("bare")
+                say(f"[{mode}] block {b + 1:>2}: " + "  ".join(
+                    f"{c} {v:.3f} ms/token" + (f" ({v / base:.3f})" if base and c != "bare"
+                                               else "") for c, v in tot.items()))
+        win.run_plan([("auto" if cupti else "bare", 0)])
+    finally:
+        prof.stop()
+    v = store.view(raw=False)
+    out.setdefault("session", {})[tag] = {
+        "counters": v.counters, "api": {k: st.count for k, st in v.api.items()},
+        "collectors": v.collectors}
+    out["meta"] = {k: store.meta.get(k) for k in ("model", "device_name", "dtype", "torch",
+                                                  "driver", "sample_every")}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="qwen3-0.6b")
-    ap.add_argument("--modes", default="eager,compiled")
-    ap.add_argument("--window", type=int, default=32, help="decode tokens per window")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=400)
-    ap.add_argument("--peer", action="store_true", help="also measure torch.profiler")
-    args = ap.parse_args()
+def _totals(windows: list[dict]) -> dict[str, float]:
+    """Configuration -> whole wall time per token (ms) over the given windows."""
+    acc: dict[str, list] = {}
+    for w in windows:
+        a = acc.setdefault(w["config"], [0, 0])
+        a[0] += w["wall_ns"]
+        a[1] += w["tokens"]
+    return {c: ns / max(1, n) / 1e6 for c, (ns, n) in acc.items()}
+
+
+def table(windows: list[dict]) -> list[dict]:
+    """Per mode, phase and configuration: block ratios to ``bare`` and pooled figures."""
     rows = []
-    for mode in args.modes.split(","):
-        window = args.window if mode == "eager" else args.window * 8
-        args_mode = argparse.Namespace(**{**vars(args), "window": window})
-        configs = ["bare", "full", "auto"] if mode == "eager" else ["bare", "full", "auto"]
-        res = run_phase(args_mode, mode, configs, cupti=True)
-        base = statistics.median(res["bare"])
-        for cfg, vals in res.items():
-            med = statistics.median(vals)
-            rows.append((mode, "tuiprof", cfg, med, med / base, len(vals)))
-        if args.peer:
-            res = run_phase(args_mode, mode, ["bare", "torch.profiler"], cupti=False)
-            base = statistics.median(res["bare"])
-            for cfg, vals in res.items():
-                med = statistics.median(vals)
-                rows.append((mode, "peer", cfg, med, med / base, len(vals)))
-    print("\n| mode | phase | configuration | ms/token (median of rounds) | ratio to bare | rounds |")
-    print("|---|---|---|---|---|---|")
-    for mode, phase, cfg, med, ratio, n in rows:
-        print(f"| {mode} | {phase} | {cfg} | {med:.3f} | {ratio:.3f} | {n} |")
+    groups: dict = {}
+    for w in windows:
+        groups.setdefault((w["mode"], w["phase"]), []).append(w)
+    for (mode, phase), ws in groups.items():
+        blocks: dict = {}
+        for w in ws:
+            blocks.setdefault(w["block"], []).append(w)
+        per_block = [_totals(bw) for bw in blocks.values()]
+        pooled = _totals(ws)
+        for cfg in pooled:
+            mine = [w for w in ws if w["config"] == cfg]
+            ratios = [t[cfg] / t["bare"] for t in per_block if cfg in t and "bare" in t]
+            rows.append({
+                "mode": mode, "phase": phase, "config": cfg, "blocks": len(ratios),
+                "windows": len(mine), "tokens": sum(w["tokens"] for w in mine),
+                "ms_per_token": pooled[cfg],
+                "block_ratio": statistics.median(ratios) if ratios else None,
+                "block_min": min(ratios) if ratios else None,
+                "block_max": max(ratios) if ratios else None,
+                "pooled_ratio": pooled[cfg] / pooled["bare"] if "bare" in pooled else None,
+                "median_interval_us": statistics.median(w["median_interval_us"] for w in mine),
+                "excess_us": statistics.median(w["excess_us"] for w in mine),
+                "gpu_ms": statistics.median(w["gpu_ms"] for w in mine)
+                if all(w["gpu_ms"] is not None for w in mine) else None,
+                "peer_stop_s": statistics.median(w["peer_stop_s"] for w in mine)
+                if cfg == "torch.profiler" else None})
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\n| mode | phase | configuration | ms/token (all windows) | ratio to bare: median "
+          "of blocks (min–max) | ratio of totals | median token interval, µs | mean − "
+          "median, µs | step CUDA-event ms | blocks × tokens |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ratio = (f"{r['block_ratio']:.3f} ({r['block_min']:.3f}–{r['block_max']:.3f})"
+                 if r["block_ratio"] is not None else "—")
+        extra = (f"; trace processing at stop {r['peer_stop_s']:.1f} s"
+                 if r["peer_stop_s"] is not None else "")
+        print(f"| {r['mode']} | {r['phase']} | {r['config']}{extra} | {r['ms_per_token']:.3f} "
+              f"| {ratio} | {r['pooled_ratio'] or 0:.3f} | {r['median_interval_us']:.1f} | "
+              f"{r['excess_us']:.1f} | {(r['gpu_ms'] or 0):.3f} | {r['blocks']} × "
+              f"{r['tokens'] // max(1, r['blocks'])} |")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="qwen3-0.6b")
+    p.add_argument("--device", default=None)
+    p.add_argument("--modes", default="eager,compiled")
+    p.add_argument("--blocks", type=int, default=8)
+    p.add_argument("--eager-tokens", type=int, default=32, help="decode tokens per eager window")
+    p.add_argument("--compiled-tokens", type=int, default=128,
+                   help="decode tokens per compiled window")
+    p.add_argument("--warmup", type=int, default=64, help="decode tokens before a mode's blocks")
+    p.add_argument("--cycle-tokens", type=int, default=1024)
+    p.add_argument("--full", action="store_true", help="also every token traced")
+    p.add_argument("--parts", action="store_true",
+                   help="also auto-now and attached (what auto is made of)")
+    p.add_argument("--peer", action="store_true", help="also torch.profiler (CUDA activities)")
+    p.add_argument("--deadline", type=float, default=0,
+                   help="seconds after which every thread's stack is printed and the run ends")
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    if a.deadline:
+        import faulthandler  # noqa: PLC0415
+
+        faulthandler.dump_traceback_later(a.deadline, exit=True)
+    out: dict = {"windows": []}
+    configs = ["bare", "auto"] + (["full"] if a.full else []) \
+        + (["auto-now", "attached"] if a.parts else [])
+    run_phase(a, configs, True, out)
+    if a.peer:
+        run_phase(a, ["bare", "torch.profiler"], False, out)
+    rows = out["table"] = table(out["windows"])
+    meta = out["meta"]
+    print(f"\n{meta.get('model')} on {meta.get('device_name')}, {meta.get('dtype')}, torch "
+          f"{meta.get('torch')}, driver {meta.get('driver')}")
+    print_table(rows)
+    print(f"\nsessions at the end: {json.dumps(out['session'], default=str)}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

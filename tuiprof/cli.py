@@ -46,7 +46,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-every", default="auto",
                    help="trace device activity for 1 token in N on average (bursts of 4 tokens "
                         "every 4N; a prefill is always traced); auto: bursts of 4 in every 128 "
-                        "in eager mode, 4 in every 1024 in compiled mode (measured overhead, "
+                        "in eager mode, 4 in every 4096 in compiled mode (measured overhead, "
                         "docs/performance.md; a --headless run traces every token); 1: every token")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N tokens (aggregates keep the rest)")

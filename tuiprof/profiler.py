@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -31,6 +32,9 @@ class ProfilerOptions:
                                      # AUTO_ALLOC_EVERY
     buffer_bytes: int = 8 * 1024 * 1024
     api: bool = True
+    # Do the store's per-token work in token_launched, while the device computes the next step
+    # (False: right after each token's sync, on the decode loop's critical path).
+    overlap: bool = True
     # GIL switch interval while collecting. The record consumer and the generation thread share
     # the GIL; with Python's default 5 ms, the generation thread can wait up to 5 ms for it
     # after every CUDA sync (once per compiled token). None keeps the interpreter's setting.
@@ -43,8 +47,10 @@ class ProfilerOptions:
 # decode about 60% (539 CUDA-graph kernels every 3 ms; CUPTI's own tracing is most of it) and
 # eager decode about 50% (~1,850 kernel and as many launch records every 36 ms, parsed and
 # folded in Python), so both trace bursts of 4 tokens (API records included): eager in every
-# 128, compiled in every 1,024. A prefill is always traced.
-AUTO_SAMPLE_EVERY = {"eager": 32, "compiled": 256}
+# 128, compiled in every 4,096 (a compiled burst costs ~20-85 ms of decode time, 2.5% at one in
+# 1,024; a CUDA graph's kernels do not change between bursts). A prefill is always traced, and
+# a mode switch starts a period 8 tokens later, so the new mode's kernels are traced at once.
+AUTO_SAMPLE_EVERY = {"eager": 32, "compiled": 1024}
 # torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
 # reading them every Nth token loses no allocation, only per-token resolution.
 AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
@@ -66,6 +72,8 @@ class Profiler(SessionControl):
         self._factory = engine_factory
         self._loader: threading.Thread | None = None
         self._open_seq: int | None = None
+        self._todo: deque = deque()   # (function, argument): store work queued per token
+        self._overlap = False         # the engine calls token_launched: do queued work there
         self._tokens_seen = 0
         self._t_start = time.perf_counter()
         self._cpu0 = time.process_time()
@@ -84,8 +92,10 @@ class Profiler(SessionControl):
         """Start CUPTI and NVML (each may degrade with a one-line reason)."""
         opts = self.options
         if opts.cupti:
+            mode = self.status.mode
             self.cupti = CuptiCollector(self.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
-                                        sample_every=self._sample_every(self.status.mode))
+                                        sample_every=self._sample_every(mode),
+                                        api_kinds_stay_on=mode == "compiled")
             try:
                 self.cupti.start()
             except CuptiUnavailable as exc:
@@ -110,6 +120,8 @@ class Profiler(SessionControl):
             self.store.set_collector("nvml", False, "no NVML: disabled with --no-nvml")
 
     def _sample_every(self, mode: str) -> int:
+        if self.cupti is not None:  # compiled: API kinds stay on between bursts (see there)
+            self.cupti.api_kinds_stay_on = mode == "compiled"
         se = self.options.sample_every
         n = AUTO_SAMPLE_EVERY.get(mode, 1) if se == "auto" else max(1, int(se))
         self.store.meta["sample_every"] = n
@@ -160,7 +172,8 @@ class Profiler(SessionControl):
         if eng is not None:
             try:
                 eng.stop()
-                eng.join(timeout)
+                if eng.join(timeout):
+                    self._catch_up()  # the engine thread is gone: nothing else touches _todo
             except Exception:
                 pass
         if self.cupti is not None:
@@ -211,38 +224,67 @@ class Profiler(SessionControl):
         return "pausing at the next token"
 
     # -------------------------------------------------------- engine listener
+    # Only what must precede a step's launch happens in token_started (the sampling switch);
+    # the store's bookkeeping for a token is queued and done in token_launched, while the device
+    # computes the next step, so it is off the decode loop's critical path (docs/performance.md).
+    # Until an engine has called token_launched, queued work is done at once.
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
         if phase == "decode" and mode != self.status.mode:
+            self._catch_up()
             self.status.mode = mode
             self.store.meta["mode"] = mode
             self.store.add_event("mode", f"mode: {mode}", start_ns)
             if self.cupti is not None:
                 self.cupti.sample_every = self._sample_every(mode)
+                self.cupti.restart_sampling(self.store.next_seq())
                 self.cupti.announce()
-        seq = self.store.next_seq()
-        sampled = (self.cupti.on_token_start(seq, always=phase == "prefill")
+        # next_seq() is this token's: the previous token was begun in its token_launched
+        sampled = (self.cupti.on_token_start(self.store.next_seq(), always=phase == "prefill")
                    if self.cupti is not None else True)
-        self._open_seq = self.store.begin_token(phase, mode, start_ns, step, cycle, sampled)
+        self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled)))
+        if not self._overlap:
+            self._catch_up()
+
+    def token_launched(self) -> None:
+        self._overlap = self.options.overlap
+        self._catch_up()
 
     def token_finished(self, ev) -> None:
+        self._tokens_seen += 1
+        every = self.options.alloc_every
+        if every == "auto":  # torch.cuda.memory_stats() costs a few % of a 3 ms compiled token
+            every = AUTO_ALLOC_EVERY.get(ev.mode, 1)
+        # read now, before the next step allocates; stored with the rest of the token's work
+        stats = read_allocator_stats() if every and self._tokens_seen % every == 0 else None
+        self._todo.append((self._finish, (ev, stats)))
+        if not self._overlap:
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Do the queued store work of finished and started tokens, in order."""
+        todo = self._todo
+        while todo:
+            fn, arg = todo.popleft()
+            fn(arg)
+
+    def _begin(self, args: tuple) -> None:
+        self._open_seq = self.store.begin_token(*args)
+
+    def _finish(self, item: tuple) -> None:
+        ev, stats = item
         seq = self._open_seq
         if seq is None:
             return
         store = self.store
         store.end_token(seq, ev.end_ns, ev.host_ms, ev.gpu_ms, ev.token_id)
         self._open_seq = None
-        self._tokens_seen += 1
-        every = self.options.alloc_every
-        if every == "auto":  # torch.cuda.memory_stats() costs a few % of a 3 ms compiled token
-            every = AUTO_ALLOC_EVERY.get(ev.mode, 1)
-        if every and self._tokens_seen % every == 0:
-            stats = read_allocator_stats()
-            if stats is not None:
-                store.set_token_alloc(seq, stats)
+        if stats is not None:
+            store.set_token_alloc(seq, stats)
         if self._tokens_seen % 64 == 0:
             self._update_overhead()
 
     def state_changed(self, state: str, message: str = "") -> None:
+        self._catch_up()  # the engine thread, at a boundary: every token so far is stored
         st = self.status
         if state == "compiling":
             st.compiling_since = time.monotonic()

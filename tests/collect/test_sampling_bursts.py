@@ -4,11 +4,14 @@ calls the collector makes (the real switching is verified on the H100: docs/gpu-
 §12 and §17)."""
 from __future__ import annotations
 
-from tuiprof.collect.cupti_collector import BURST, CuptiCollector
+from tuiprof.collect.cupti_collector import BURST, SWITCH_LEAD, CuptiCollector
 from tuiprof.store import SessionStore
 
 
 class Calls:
+    class ActivityKind:
+        RUNTIME, DRIVER = 10, 11
+
     def __init__(self) -> None:
         self.kinds: list[tuple[str, int]] = []
         self.api: list[tuple[int, int]] = []
@@ -32,8 +35,10 @@ def _collector(sample_every: int) -> tuple[CuptiCollector, Calls]:
     calls = Calls()
     c._cupti = calls
     c._device_kinds = [1, 2, 3]
-    c._api_ids = [(calls.api_fn, 211), (calls.api_fn, 13)]
-    c._api_on = True                     # as after start(): the subset is on
+    c._api_kinds = [10, 11]
+    # the subset's per-id filter: 211 and 13 in it, 5 not
+    c._api_filter = [(calls.api_fn, 211, 1), (calls.api_fn, 5, 0), (calls.api_fn, 13, 1)]
+    c._api_on = c._api_kinds_on = True   # as after start(): the subset is on
     c._device_on = True
     return c, calls
 
@@ -46,12 +51,13 @@ def test_bursts_switch_kinds_and_api_ids_together():
     assert traced[0] is True
     assert [s for s in range(1, 2 * period) if traced[s]] == \
         [1, 2, 3, 4, period + 1, period + 2, period + 3, period + 4]
-    # kinds and API ids go off after the burst and on for the next one (warm-up included)
-    assert calls.api[:2] == [(211, 0), (13, 0)] and calls.kinds[:3] == [("off", 1), ("off", 2),
-                                                                        ("off", 3)]
-    assert calls.api[2:4] == [(211, 1), (13, 1)] and calls.kinds[3:6] == [("on", 1), ("on", 2),
-                                                                          ("on", 3)]
-    assert len(calls.api) == 6 and calls.flushes == 2   # each burst handed over when it ended
+    # after a burst the device kinds and the API kinds go off (with the API kinds on, CUPTI
+    # intercepts every call); for the next burst (warm-up included) both come back on, and the
+    # whole per-id filter is applied again, since a kind switched on again forgets it
+    assert calls.kinds[:5] == [("off", 1), ("off", 2), ("off", 3), ("off", 10), ("off", 11)]
+    assert calls.kinds[5:10] == [("on", 1), ("on", 2), ("on", 3), ("on", 10), ("on", 11)]
+    assert calls.api == [(211, 1), (5, 0), (13, 1)]      # once, when the second burst began
+    assert calls.flushes == 2                            # each burst handed over when it ended
     assert c._api_on is False and c._device_on is False
 
 
@@ -62,3 +68,36 @@ def test_every_token_keeps_api_on_and_paused_turns_kinds_off():
     c.paused = True
     assert c.on_token_start(10) is False
     assert calls.kinds == [("off", 1), ("off", 2), ("off", 3)]
+
+
+def test_compiled_policy_keeps_api_kinds_on_and_switches_only_the_subset():
+    c, calls = _collector(sample_every=8)
+    c.api_kinds_stay_on = True   # compiled mode (the profiler sets it per mode)
+    period = 8 * BURST
+    for seq in range(1, 2 * period):
+        c.on_token_start(seq)
+    assert ("off", 10) not in calls.kinds and ("on", 10) not in calls.kinds
+    # the subset's ids only (211, 13), off after a burst and on for the next
+    assert calls.api == [(211, 0), (13, 0), (211, 1), (13, 1), (211, 0), (13, 0)]
+    assert c._api_kinds_on is True and c._api_on is False
+
+
+def test_switch_to_compiled_turns_api_kinds_on_before_the_next_burst():
+    """After a switch from eager (API kinds off between bursts) to compiled (kinds stay on),
+    the kinds come back on at the first compiled token, SWITCH_LEAD untraced tokens before
+    the next burst's warm-up, never together with the device kinds."""
+    c, calls = _collector(sample_every=8)
+    period = 8 * BURST
+    for seq in range(1, 10):                       # eager: a burst, then kinds off
+        c.on_token_start(seq)
+    assert c._api_kinds_on is False and c._device_on is False
+    calls.kinds.clear()
+    c.api_kinds_stay_on = True                     # the switch to compiled at token 10
+    c.restart_sampling(10)
+    traced = [s for s in range(10, 10 + period) if c.on_token_start(s)]
+    assert traced == [10 + SWITCH_LEAD + i for i in range(1, BURST + 1)]
+    # token 10: API kinds on (with the filter, subset off); warm-up at 10 + SWITCH_LEAD: the
+    # device kinds only
+    assert calls.kinds[:2] == [("on", 10), ("on", 11)]
+    assert calls.kinds[2:5] == [("on", 1), ("on", 2), ("on", 3)]
+    assert ("off", 10) not in calls.kinds

@@ -58,6 +58,7 @@ def _session(mode: str, decode: int, profiler_cls=None, **options):
         "message": st.message, "compile_s": getattr(prof.engine, "compile_s", None),
         "dropped": view.counters["dropped"], "collectors": view.collectors,
         "gpm_sm_util": [s["gpm_sm_util"] for s in view.nvml if "gpm_sm_util" in s],
+        "api": {k: st.count for k, st in view.api.items()},
         "tokens": [{k: getattr(t, k) for k in ROW_FIELDS} for t in view.tokens],
     }
     log(f"{mode} session: {st.state} {st.message!r}, {len(out['tokens'])} tokens")
@@ -121,6 +122,9 @@ class _Window:
         self.token_ids: list[int] = []
 
     def token_started(self, *args) -> None:
+        pass
+
+    def token_launched(self) -> None:
         pass
 
     def token_finished(self, ev) -> None:

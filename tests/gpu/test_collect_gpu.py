@@ -12,6 +12,8 @@ import pytest
 
 from _workloads import BURST_EVERY, DECODE, FULL, SESSION
 
+from tuiprof.collect.cupti_collector import DRIVER_APIS, RUNTIME_APIS, _short_api
+
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -60,6 +62,12 @@ def test_compiled_burst_sampling_keeps_valid_kernel_records(compiled_run):
     assert full > 100 and set(counts) == {full}, (compiled_run["session"]["message"], counts)
     # the GEMVs run ~4-6 µs each; the LM-head GEMV (151,936 x 1,024) ~110 µs
     assert nvjet and all(1_000 < m < 200_000 for m in nvjet.values()), nvjet
+    # API records follow the bursts by switching the RUNTIME/DRIVER kinds off and on; a kind
+    # switched on again forgets its per-id filter, so the collector applies it again: only the
+    # subset's calls may come back (not cudaGetDevice, ~14 per launch)
+    subset = {_short_api(n) for n in RUNTIME_APIS + DRIVER_APIS}
+    api = compiled_run["session"]["api"]
+    assert api and set(api) <= subset, sorted(set(api) - subset)
     busy = statistics.median(t["busy_ns"] / 1e6 for t in sampled)
     print("burst-sampled compiled tokens:", len(sampled), "busy ms median", busy)
     assert 0.5 < busy < 3.0

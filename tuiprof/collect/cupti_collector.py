@@ -27,6 +27,7 @@ from .cupti_raw import Layout, LayoutError, NameCache, RawBuffers, find_libcupti
 
 DEFAULT_BUFFER_BYTES = 8 * 1024 * 1024
 BURST = 4  # consecutive tokens traced per sampling period
+SWITCH_LEAD = 8  # untraced tokens between a mode switch and the next burst's warm-up
 
 RUNTIME_APIS = (
     "cudaLaunchKernel_v7000", "cudaLaunchKernel_ptsz_v7000", "cudaLaunchKernelExC_v11060",
@@ -60,7 +61,8 @@ class CuptiCollector:
 
     def __init__(self, store: SessionStore, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
                  api: bool = True, memory: bool = True, sample_every: int = 1,
-                 flush_period_ms: int = 500, raw: bool = True) -> None:
+                 flush_period_ms: int = 500, raw: bool = True,
+                 api_kinds_stay_on: bool = False) -> None:
         self.store = store
         self.raw = raw
         self._layout = Layout()
@@ -79,9 +81,13 @@ class CuptiCollector:
         self._device_kinds: list = []
         self._enabled_kinds: list = []
         self._api_names: dict[tuple[int, int], str] = {}
-        self._api_ids: list = []     # (enable function, cbid) of the API subset
-        self._api_on = False
+        self._api_kinds: list = []   # RUNTIME, DRIVER
+        self._api_filter: list = []  # (enable function, cbid, 0/1): the subset's per-id filter
+        self._api_on = False         # the subset's records are delivered
+        self._api_kinds_on = False   # the RUNTIME/DRIVER kinds are on
+        self.api_kinds_stay_on = api_kinds_stay_on
         self._device_on = False
+        self._origin = 0  # sampling periods count from this token sequence number
         self.paused = False  # benchmarks switch collection off without stopping CUPTI
         self.running = False
         # self-measurement: seconds spent in the callback and in folding, for the overhead pane
@@ -113,7 +119,7 @@ class CuptiCollector:
                 self._enabled_kinds.append(K.MEMORY2)
             if self.api:
                 self._enable_api_subset()
-                self._api_on = True
+                self._api_on = self._api_kinds_on = True
         except CuptiUnavailable:
             self._disable_all()
             raise
@@ -156,40 +162,64 @@ class CuptiCollector:
         K = cupti.ActivityKind
         rt, drv = cupti.runtime_api_trace_cbid, cupti.driver_api_trace_cbid
         dom = cupti.CallbackDomain
+        self._api_kinds = [K.RUNTIME, K.DRIVER]
         if on and K.RUNTIME not in self._enabled_kinds:
-            for k in (K.RUNTIME, K.DRIVER):
+            for k in self._api_kinds:
                 cupti.activity_enable(k)
                 self._enabled_kinds.append(k)
+        filt = []
         for names, enum, fn, domain in (
                 (RUNTIME_APIS, rt, cupti.activity_enable_runtime_api, dom.RUNTIME_API),
                 (DRIVER_APIS, drv, cupti.activity_enable_driver_api, dom.DRIVER_API)):
             wanted = {int(getattr(enum, n)) for n in names if hasattr(enum, n)}
-            if on:
-                self._api_ids.extend((fn, c) for c in sorted(wanted)
-                                     if (fn, c) not in self._api_ids)
             for member in enum:
                 cbid = int(member)
                 if cbid <= 0 or member.name in ("SIZE", "FORCE_INT", "INVALID"):
                     continue
-                fn(cbid, 1 if (on and cbid in wanted) else 0)
+                filt.append((fn, cbid, 1 if cbid in wanted else 0))
             for name in names:
                 cbid = getattr(enum, name, None)
                 if cbid is not None:
                     self._api_names[(int(domain), int(cbid))] = _short_api(name)
+        self._api_filter = filt
+        for fn, cbid, want in filt:
+            fn(cbid, want if on else 0)
 
     def set_api(self, on: bool) -> None:
         """Turn the API-subset records on or off (benchmarks switch configurations live)."""
         if self.api and self._cupti is not None:
             self._enable_api_subset(on)
             self._api_on = on
+            self._api_kinds_on = True
 
-    def _set_api_ids(self, on: bool) -> None:
-        """Only the subset's callback ids on or off (a few calls): API records follow the
-        sampling bursts. In eager decode every kernel launch is one record, as many as kernels."""
-        if on == self._api_on or not self.api:
+    def _set_api_records(self, on: bool) -> None:
+        """API records follow the sampling bursts.
+
+        With the RUNTIME/DRIVER kinds on, CUPTI intercepts every API call, even one whose id is
+        filtered out: in eager decode (~30,000 API calls a token) that alone cost 17% on the
+        H100, so unless ``api_kinds_stay_on`` the kinds go off between bursts. A kind switched
+        on again forgets its per-id filter (1.2 million cudaGetDevice records in one run), so
+        the whole filter (~700 ids) is applied again then. With ``api_kinds_stay_on`` (compiled
+        mode: a few API calls a token, and kernels of a CUDA graph traced after the API kinds
+        came back on had wrong durations) only the subset's ids are switched."""
+        if not self.api or self._cupti is None:
             return
-        for fn, cbid in self._api_ids:
-            fn(cbid, 1 if on else 0)
+        cupti = self._cupti
+        kinds_on = on or self.api_kinds_stay_on
+        if kinds_on != self._api_kinds_on:
+            if kinds_on:
+                for k in self._api_kinds:
+                    cupti.activity_enable(k)
+                for fn, cbid, want in self._api_filter:
+                    fn(cbid, want if on else 0)
+            else:
+                for k in self._api_kinds:
+                    cupti.activity_disable(k)
+            self._api_kinds_on = kinds_on
+        elif on != self._api_on:
+            for fn, cbid, want in self._api_filter:
+                if want:
+                    fn(cbid, 1 if on else 0)
         self._api_on = on
 
     def clock(self) -> int:
@@ -205,18 +235,26 @@ class CuptiCollector:
         n = self.sample_every
         if n <= 1 or always:
             self._set_device_kinds(True)
-            self._set_api_ids(True)
+            self._set_api_records(True)
             return True
-        phase = seq % (n * BURST)
+        phase = (seq - self._origin) % (n * BURST)
         on = phase <= BURST  # phase 0: warm-up token, records dropped
-        if self._device_on and not on:  # a burst just ended: hand its records over now
-            try:
+        if self._device_on and not on:  # a burst just ended: hand its records over now,
+            try:                          # before its kinds go off
                 self._cupti.activity_flush_all(0)
             except Exception:
                 pass
         self._set_device_kinds(on)
-        self._set_api_ids(on)
+        self._set_api_records(on)
         return 1 <= phase <= BURST
+
+    def restart_sampling(self, seq: int) -> None:
+        """A mode switch at token ``seq``: the next burst's warm-up comes ``SWITCH_LEAD``
+        tokens later instead of up to a period later. The lead tokens are untraced, so a change
+        of API policy (compiled mode switches the API kinds on at the first of them) never
+        coincides with traced CUDA-graph kernels: switched on together with the device kinds,
+        the API kinds left graph kernels with wrong durations on the H100."""
+        self._origin = seq + SWITCH_LEAD
 
     def flush(self) -> None:
         """Deliver every buffered record now (forced flush) and fold it into the store."""

@@ -24,9 +24,16 @@ class TokenEvent:
 
 
 class EngineListener(Protocol):
-    """Receives engine callbacks, on the engine thread: keep them short and never block."""
+    """Receives engine callbacks, on the engine thread: keep them short and never block.
+
+    Per token: ``token_started`` before the step's work is launched, ``token_launched`` once it
+    is queued and before the engine waits for the token (on a GPU the device is busy then: work
+    done here is off the loop's critical path), ``token_finished`` once the token is on the host.
+    """
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None: ...
+
+    def token_launched(self) -> None: ...
 
     def token_finished(self, ev: TokenEvent) -> None: ...
 
@@ -37,6 +44,9 @@ class NullListener:
     """A listener that ignores everything."""
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+        pass
+
+    def token_launched(self) -> None:
         pass
 
     def token_finished(self, ev: TokenEvent) -> None:

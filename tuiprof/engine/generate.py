@@ -2,7 +2,9 @@
 
 Commands (pause, resume, stop, mode switch) are thread-safe and take effect at token
 boundaries. The per-token path is hot: one ``.item()`` sync per token, no logging, and the
-only Python object built per token is the :class:`TokenEvent`.
+only Python object built per token is the :class:`TokenEvent`. Between launching a step and
+waiting for its token the engine calls ``listener.token_launched()``: on a GPU the device is
+then busy, so a listener's bookkeeping done there costs the loop nothing.
 """
 from __future__ import annotations
 
@@ -173,6 +175,7 @@ class Engine:
             pos.fill_(plen)
             if cuda:
                 ev1.record()
+            listener.token_launched()
             token_id = nxt.item()
             t1 = perf()
             end_ns = clock()
@@ -204,6 +207,7 @@ class Engine:
                 pos.add_(1)
                 if cuda:
                     ev1.record()
+                listener.token_launched()  # the device is busy: listeners' bookkeeping goes here
                 token_id = nxt.item()  # the one sync per token; ev1 is complete after it
                 t1 = perf()
                 end_ns = clock()
