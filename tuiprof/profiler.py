@@ -120,8 +120,6 @@ class Profiler(SessionControl):
             self.store.set_collector("nvml", False, "no NVML: disabled with --no-nvml")
 
     def _sample_every(self, mode: str) -> int:
-        if self.cupti is not None:  # compiled: API kinds stay on between bursts (see there)
-            self.cupti.api_kinds_stay_on = mode == "compiled"
         se = self.options.sample_every
         n = AUTO_SAMPLE_EVERY.get(mode, 1) if se == "auto" else max(1, int(se))
         self.store.meta["sample_every"] = n
@@ -236,6 +234,8 @@ class Profiler(SessionControl):
             self.store.add_event("mode", f"mode: {mode}", start_ns)
             if self.cupti is not None:
                 self.cupti.sample_every = self._sample_every(mode)
+                # compiled: the API kinds stay on between bursts (CuptiCollector._set_api_records)
+                self.cupti.api_kinds_stay_on = mode == "compiled"
                 self.cupti.restart_sampling(self.store.next_seq())
                 self.cupti.announce()
         # next_seq() is this token's: the previous token was begun in its token_launched

@@ -1,5 +1,6 @@
-"""Burst sampling switches the device kinds *and* the API subset's callback ids together, and a
-prefill is always traced. CUPTI cannot run on a CPU, so a stand-in records the enable/disable
+"""Burst sampling switches the device kinds *and* the API records together (eager: the
+RUNTIME/DRIVER kinds, their per-id filter applied again; compiled: the subset's ids only), a
+prefill is always traced, and a mode switch sets the API policy and restarts the sampling. CUPTI cannot run on a CPU, so a stand-in records the enable/disable
 calls the collector makes (the real switching is verified on the H100: docs/gpu-verification.md
 §12 and §17)."""
 from __future__ import annotations
@@ -101,3 +102,20 @@ def test_switch_to_compiled_turns_api_kinds_on_before_the_next_burst():
     assert calls.kinds[:2] == [("on", 10), ("on", 11)]
     assert calls.kinds[2:5] == [("on", 1), ("on", 2), ("on", 3)]
     assert ("off", 10) not in calls.kinds
+
+
+def test_profiler_sets_the_api_policy_and_restarts_sampling_at_a_mode_switch():
+    from tuiprof.profiler import AUTO_SAMPLE_EVERY, Profiler, ProfilerOptions
+
+    c, calls = _collector(sample_every=AUTO_SAMPLE_EVERY["eager"])
+    prof = Profiler(c.store, ProfilerOptions(cupti=False, nvml=False, alloc_every=0))
+    prof.cupti = c
+    prof.status.mode = "eager"
+    for step in range(3):
+        prof.token_started("decode", "eager", step, 0, step)
+    assert c.api_kinds_stay_on is False
+    prof.token_started("decode", "compiled", 3, 0, 3)   # the switch
+    assert c.api_kinds_stay_on is True and c.sample_every == AUTO_SAMPLE_EVERY["compiled"]
+    assert c._origin == 3 + SWITCH_LEAD
+    prof.token_started("decode", "eager", 4, 0, 4)
+    assert c.api_kinds_stay_on is False and c.sample_every == AUTO_SAMPLE_EVERY["eager"]
