@@ -90,7 +90,7 @@ def main() -> None:
         s2 = SessionStore(ring_tokens=4)
         col.store = s2
         col.api = True
-        col._enable_api_subset(True)
+        col._enable_api_subset()
         col._set_device_kinds(True)
         run_steps(2, x, w)
         cupti.activity_flush_all(1)

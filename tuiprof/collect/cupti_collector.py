@@ -152,7 +152,7 @@ class CuptiCollector:
             (cupti.activity_enable if on else cupti.activity_disable)(k)
         self._device_on = on
 
-    def _enable_api_subset(self, on: bool = True) -> None:
+    def _enable_api_subset(self) -> None:
         """RUNTIME and DRIVER kinds on, then every callback id outside the subset off.
 
         Measured on the H100: per-id enables alone deliver no API records, and enabling the
@@ -163,7 +163,7 @@ class CuptiCollector:
         rt, drv = cupti.runtime_api_trace_cbid, cupti.driver_api_trace_cbid
         dom = cupti.CallbackDomain
         self._api_kinds = [K.RUNTIME, K.DRIVER]
-        if on and K.RUNTIME not in self._enabled_kinds:
+        if K.RUNTIME not in self._enabled_kinds:
             for k in self._api_kinds:
                 cupti.activity_enable(k)
                 self._enabled_kinds.append(k)
@@ -183,14 +183,7 @@ class CuptiCollector:
                     self._api_names[(int(domain), int(cbid))] = _short_api(name)
         self._api_filter = filt
         for fn, cbid, want in filt:
-            fn(cbid, want if on else 0)
-
-    def set_api(self, on: bool) -> None:
-        """Turn the API-subset records on or off (benchmarks switch configurations live)."""
-        if self.api and self._cupti is not None:
-            self._enable_api_subset(on)
-            self._api_on = on
-            self._api_kinds_on = True
+            fn(cbid, want)
 
     def _set_api_records(self, on: bool) -> None:
         """API records follow the sampling bursts.
