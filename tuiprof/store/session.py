@@ -38,6 +38,7 @@ class TokenRow:
     host_ms: float = 0.0
     gpu_ms: float | None = None
     cycle: int = 0
+    batch: int = 1          # sequences this step advanced (a decode step makes ``batch`` tokens)
     kernels: int = 0
     kernel_ns: int = 0
     busy_ns: int = 0
@@ -163,13 +164,13 @@ class SessionStore:
         return self._seq
 
     def begin_token(self, phase: str, mode: str, start_ns: int, step: int, cycle: int = 0,
-                    sampled: bool = True) -> int:
+                    sampled: bool = True, batch: int = 1) -> int:
         """Open a token window at ``start_ns`` (CUPTI clock); returns its sequence number."""
         with self._lock:
             seq = self._seq
             self._seq += 1
             row = TokenRow(seq=seq, step=step, phase=phase, mode=mode, start_ns=start_ns,
-                           cycle=cycle, sampled=sampled)
+                           cycle=cycle, sampled=sampled, batch=batch)
             self._open = row
             if len(self._win_rows) == self._win_rows.maxlen:
                 self._fold_evicted(self._win_rows[0])
