@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .errors import TuiprofError
+from .errors import TuiprofError, safe_text
 
 SUBCOMMANDS = ("run", "models", "view", "replay", "record", "export", "diff", "sweep")
 
@@ -202,7 +202,7 @@ def _cmd_models() -> int:
             d = get_model_def(name)
             params, wbytes = param_count(d), weight_bytes(d, "bfloat16")
         except Exception as exc:  # a broken definition file is listed, not fatal
-            print(f"{name:<24} (unreadable: {str(exc)[:60]})")
+            print(f"{name:<24} (unreadable: {safe_text(exc)})")
             continue
         desc = (d.description or "")[:60]
         print(f"{name:<24} {d.family:<12} {params:>15,} {wbytes / 1e9:>10.2f} GB  {desc}")

@@ -17,6 +17,7 @@ from .collect.allocator import read_allocator_stats
 from .collect.cupti_collector import CuptiCollector, CuptiUnavailable
 from .collect.nvml_sampler import NvmlSampler, NvmlUnavailable
 from .control import SessionControl
+from .errors import one_line, safe_text
 from .store import SessionStore
 
 
@@ -99,7 +100,7 @@ class Profiler(SessionControl):
             try:
                 self.cupti.start()
             except CuptiUnavailable as exc:
-                self.store.set_collector("cupti", False, str(exc))
+                self.store.set_collector("cupti", False, safe_text(exc, 200))
                 self.cupti = None
         else:
             self.store.set_collector("cupti", False, "no CUPTI: disabled with --no-cupti")
@@ -114,7 +115,7 @@ class Profiler(SessionControl):
                 self.store.meta.update({"driver": info.get("driver"),
                                         "gpu_mem_total_bytes": info.get("mem_total_bytes")})
             except NvmlUnavailable as exc:
-                self.store.set_collector("nvml", False, str(exc))
+                self.store.set_collector("nvml", False, safe_text(exc, 200))
                 self.nvml = None
         else:
             self.store.set_collector("nvml", False, "no NVML: disabled with --no-nvml")
@@ -327,12 +328,3 @@ def _device_facts(device: str) -> dict:
     props = torch.cuda.get_device_properties(torch.device(device))
     return {"sm_count": props.multi_processor_count, "device_name": props.name}
 
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one short status-bar line."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    if not lines:
-        return exc.__class__.__name__
-    # "Validation error for field 'x':" says nothing without the line that follows it
-    text = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
-    return text[:200]

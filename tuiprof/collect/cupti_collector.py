@@ -22,6 +22,7 @@ import time
 from collections import deque
 from typing import Callable
 
+from ..errors import safe_text
 from ..store import SessionStore
 from .cupti_raw import Layout, LayoutError, NameCache, RawBuffers, find_libcupti, parse_buffer
 
@@ -369,7 +370,7 @@ class CuptiCollector:
                 try:
                     batch = parse_buffer(batch, self._layout, self._names, _ApiNames(self))
                 except LayoutError as exc:
-                    self.store.set_collector("cupti", False, f"CUPTI records unreadable: {exc}")
+                    self.store.set_collector("cupti", False, f"CUPTI records unreadable: {safe_text(exc, 120)}")
                     continue
             self.store.add_records(batch)
             self.fold_s += time.thread_time() - t0

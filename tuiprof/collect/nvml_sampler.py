@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Callable
 
+from ..errors import safe_text
 from ..store import SessionStore
 
 GPM_METRICS = {
@@ -157,7 +158,7 @@ class NvmlSampler:
                     self.store.add_nvml_sample(self.sample())
                     self.count += 1
             except Exception as exc:  # a sampler error never ends the session
-                self.store.set_collector("nvml", False, f"NVML sampling failed: {str(exc)[:60]}")
+                self.store.set_collector("nvml", False, f"NVML sampling failed: {safe_text(exc)}")
                 return
             self.sample_cost_s += time.thread_time() - t0
             deadline += self.period

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..control import SessionControl
-from ..errors import TuiprofError
+from ..errors import TuiprofError, one_line, safe_text
 from ..store import SessionStore
 from ..store.records import DECODE, PREFILL, record_start
 
@@ -52,14 +52,14 @@ def load_recording(path: str | Path) -> Recording:
     except FileNotFoundError:
         raise TuiprofError(f"no such recording: {p}") from None
     except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a corrupt deflate stream
-        raise TuiprofError(f"cannot read recording {p}: {exc} (is it a truncated or corrupt "
+        raise TuiprofError(f"cannot read recording {p}: {safe_text(exc, 120)} (is it a truncated or corrupt "
                            f".json.gz?)") from None
     if len(data) > MAX_RECORDING_BYTES:
         raise TuiprofError(f"recording {p} is larger than 2 GiB decompressed; refusing to load it")
     try:
         obj = json.loads(data)
     except (ValueError, RecursionError) as exc:
-        raise TuiprofError(f"recording {p} is not valid JSON ({str(exc)[:80]}); it may be truncated or corrupt") from None
+        raise TuiprofError(f"recording {p} is not valid JSON ({safe_text(exc, 80)}); it may be truncated or corrupt") from None
     return validate_recording(obj, str(p))
 
 
@@ -72,22 +72,22 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
             raise TuiprofError(f"{where}: missing or malformed '{key}'")
     meta = obj["meta"]
     if obj.get("format", RECORDING_FORMAT) != RECORDING_FORMAT:
-        raise TuiprofError(f"{where}: not a tuiprof recording (format {obj.get('format')!r})")
+        raise TuiprofError(f"{where}: not a tuiprof recording (format {safe_text(repr(obj.get('format')), 40)})")
     version = meta.get("recording_version", 1)
     if not isinstance(version, int) or version > RECORDING_VERSION:
-        raise TuiprofError(f"{where}: recording version {version!r} is newer than this tuiprof "
+        raise TuiprofError(f"{where}: recording version {safe_text(repr(version), 40)} is newer than this tuiprof "
                            f"reads ({RECORDING_VERSION}); upgrade tuiprof")
     _check_meta(meta, where)
     marks = []
     for m in obj["marks"]:
         if not (isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
                 and _int(m[1]) and _int(m[2])):
-            raise TuiprofError(f"{where}: malformed mark {str(m)[:60]}")
+            raise TuiprofError(f"{where}: malformed mark {safe_text(m)}")
         marks.append(m)
     records = []
     for r in obj["records"]:
         if not _valid_record(r):
-            raise TuiprofError(f"{where}: malformed record {str(r)[:60]}")
+            raise TuiprofError(f"{where}: malformed record {safe_text(r)}")
         records.append(tuple(r))
     nvml = obj.get("nvml", [])
     alloc = obj.get("alloc", [])
@@ -101,11 +101,11 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
     for row in nvml:  # first columns: the NVML timestamp, the allocator's step (integers)
         if not (isinstance(row, list) and len(row) == len(ncols) and all(_num(v) for v in row)
                 and _int(row[0])):
-            raise TuiprofError(f"{where}: malformed NVML row {str(row)[:60]}")
+            raise TuiprofError(f"{where}: malformed NVML row {safe_text(row)}")
     for row in alloc:
         if not (isinstance(row, list) and len(row) == len(acols) and all(_num(v) for v in row)
                 and _int(row[0])):
-            raise TuiprofError(f"{where}: malformed allocator row {str(row)[:60]}")
+            raise TuiprofError(f"{where}: malformed allocator row {safe_text(row)}")
     return Recording(meta=meta, marks=marks, records=records, nvml=nvml, alloc=alloc, path=where)
 
 
@@ -265,7 +265,7 @@ class ReplayControl(SessionControl):
             self.status.state = "stopped" if self._stop.is_set() else "done"
         except Exception as exc:  # shown on the status line, never a traceback
             self.status.state = "error"
-            self.status.message = f"replay failed: {exc}"
+            self.status.message = f"replay failed: {one_line(exc)}"
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()

@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import one_line
 from .adapter import DecoderAdapter
 from .events import EngineListener, NullListener, TokenEvent
 
@@ -131,8 +132,7 @@ class Engine:
         except torch.cuda.OutOfMemoryError as exc:
             self._fail(_oom_message(exc, self.device, self.state))
         except Exception as exc:  # the thread must end cleanly and say why
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            self._fail(f"{type(exc).__name__}: {first}")
+            self._fail(f"{type(exc).__name__}: {one_line(exc)}")
 
     def _fail(self, message: str) -> None:
         self.error = message
@@ -269,9 +269,8 @@ class Engine:
                     truncate(next_pos)
                 with self._cond:
                     self._want_mode = EAGER
-                lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [""]
-                first = (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])[:160]
-                self._set_state(resume_state, f"compile failed ({type(exc).__name__}: {first}); "
+                self._set_state(resume_state, f"compile failed ({type(exc).__name__}: "
+                                              f"{one_line(exc, 160)}); "
                                               f"continuing in eager mode")
                 return
             self.compile_s = time.perf_counter() - t0

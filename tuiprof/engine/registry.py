@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import TuiprofError
+from ..errors import TuiprofError, safe_text
 
 REQUIRED_KEYS = {"name": str, "family": str, "description": str, "dtype": str, "config": dict}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
@@ -64,7 +64,7 @@ def get_model_def(name: str) -> ModelDef:
     try:
         obj = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise TuiprofError(f"registry file {path} is not valid JSON: {str(exc)[:80]}") from None
+        raise TuiprofError(f"registry file {path} is not valid JSON: {safe_text(exc, 80)}") from None
     return model_def_from_dict(obj, str(path))
 
 
@@ -76,7 +76,7 @@ def model_def_from_dict(obj: object, where: str) -> ModelDef:
         if not isinstance(obj.get(key), typ):
             raise TuiprofError(f"{where}: missing or malformed '{key}' (expected {typ.__name__})")
     if obj["dtype"] not in DTYPE_BYTES:
-        raise TuiprofError(f"{where}: dtype '{obj['dtype']}' is not one of {', '.join(DTYPE_BYTES)}")
+        raise TuiprofError(f"{where}: dtype '{safe_text(obj['dtype'], 40)}' is not one of {', '.join(DTYPE_BYTES)}")
     study = obj.get("study", "")
     extra = {k: v for k, v in obj.items() if k not in REQUIRED_KEYS and k != "study"}
     return ModelDef(obj["name"], obj["family"], obj["description"], obj["dtype"],

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import TuiprofError
+from ..errors import TuiprofError, one_line
 from .registry import ModelDef, get_model_def, list_models, unknown_model_error
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -62,7 +62,7 @@ def from_directory(path: Path, origin: str, trust_remote_code: bool = False,
     try:
         config = json.loads(cfg_path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise TuiprofError(f"{cfg_path} is not valid JSON: {str(exc).splitlines()[0][:80]}") from None
+        raise TuiprofError(f"{cfg_path} is not valid JSON: {one_line(exc, 80)}") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise TuiprofError(f"{cfg_path} has no 'model_type'; is it a Hugging Face config.json?")
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "bfloat16")

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import torch
 
-from ..errors import TuiprofError
+from ..errors import TuiprofError, one_line, safe_text
 
 
 def safetensors_files(path: str | Path) -> list[Path]:
@@ -32,21 +32,21 @@ def load_safetensors(model: torch.nn.Module, files: Sequence[str | Path], device
         try:
             tensors = load_file(str(f), device=str(device))
         except Exception as exc:  # SafetensorsError is not importable in every version
-            raise TuiprofError(f"cannot read weights {f}: {str(exc).splitlines()[0][:120]}") from None
+            raise TuiprofError(f"cannot read weights {f}: {one_line(exc, 120)}") from None
         for key, t in tensors.items():
             dst = state.get(key)
             if dst is None:
                 unexpected.append(key)
                 continue
             if tuple(dst.shape) != tuple(t.shape):
-                raise TuiprofError(f"weights {Path(f).name}: '{key}' has shape {tuple(t.shape)}, "
+                raise TuiprofError(f"weights {Path(f).name}: '{safe_text(key)}' has shape {tuple(t.shape)}, "
                                    f"the model expects {tuple(dst.shape)}; wrong config.json?")
             with torch.no_grad():
                 dst.copy_(t)
             loaded.add(key)
     if unexpected:
         raise TuiprofError(f"weights do not match the model: unexpected tensors "
-                           f"{', '.join(unexpected[:3])}{' ...' if len(unexpected) > 3 else ''}")
+                           f"{safe_text(', '.join(unexpected[:3]), 200)}{' ...' if len(unexpected) > 3 else ''}")
     loaded_ptrs = {state[k].data_ptr() for k in loaded}
     missing = [k for k, v in state.items() if k not in loaded and v.data_ptr() not in loaded_ptrs
                and not _is_buffer(model, k)]

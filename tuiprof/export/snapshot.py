@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import __version__
-from ..errors import TuiprofError
+from ..errors import TuiprofError, safe_text
 from ..store import KernelAggregate, RunningStats, StoreView, TokenRow
 from ..store.records import COPY_KINDS, DIRECTION
 from ._atomic import atomic_write_bytes
@@ -212,12 +211,8 @@ def _validator() -> Any:
 
 
 def _bad(where: str, why: str) -> TuiprofError:
-    # keys and values quoted from the file may hold control characters: keep the message one line
-    why = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", why)
-    return TuiprofError(f"snapshot {where} is not a tuiprof snapshot: {why}")
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+    # keys and values quoted from the file may hold control characters: TuiprofError escapes
+    return TuiprofError(f"snapshot {where} is not a tuiprof snapshot: {safe_text(why, 300)}")
 
 
 def _free_form_problem(obj: Any, limit: int) -> str | None:
@@ -291,12 +286,12 @@ _REC_LEN = {"K": (15, 15), "C": (5, 7), "S": (4, 6), "A": (6, 6), "R": (5, 5)}
 def _record(r: list, where: str) -> tuple:
     lo, hi = _REC_LEN.get(r[0] if r else None, (0, -1))
     if not (lo <= len(r) <= hi):
-        raise _bad(where, f"malformed raw record {str(r)[:60]}")
+        raise _bad(where, f"malformed raw record {safe_text(r)}")
     first_int = 2 if r[0] in ("K", "R") else 1
     if r[0] in ("K", "R") and not (isinstance(r[1], str) and len(r[1]) <= MAX_STRING):
-        raise _bad(where, f"malformed raw record {str(r)[:60]}")
+        raise _bad(where, f"malformed raw record {safe_text(r)}")
     if not all(type(v) is int for v in r[first_int:]):
-        raise _bad(where, f"malformed raw record {str(r)[:60]}")
+        raise _bad(where, f"malformed raw record {safe_text(r)}")
     return tuple(r)
 
 
@@ -337,7 +332,7 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
     except TuiprofError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:
-        raise _bad(where, f"{type(exc).__name__}: {str(exc)[:80]}") from None
+        raise _bad(where, f"{type(exc).__name__}: {safe_text(exc, 80)}") from None
 
 
 @dataclass
@@ -365,7 +360,7 @@ def load_snapshot(path: str | Path) -> Snapshot:
     except IsADirectoryError:
         raise _bad(where, "it is a directory") from None
     except OSError as exc:
-        raise TuiprofError(f"cannot read snapshot {p}: {exc.strerror or exc}") from None
+        raise TuiprofError(f"cannot read snapshot {p}: {safe_text(exc.strerror or exc, 120)}") from None
     if len(data) > MAX_BYTES:
         raise _bad(where, f"over the {MAX_BYTES // 1024**2} MB limit")
     try:
@@ -375,7 +370,7 @@ def load_snapshot(path: str | Path) -> Snapshot:
     except RecursionError:
         raise _bad(where, "JSON nested too deeply") from None
     except ValueError as exc:
-        raise _bad(where, f"invalid JSON ({str(exc)[:80]})") from None
+        raise _bad(where, f"invalid JSON ({safe_text(exc, 80)})") from None
     validate_snapshot(doc, where, all_records=False)
     view = view_from_snapshot(doc, where)
     return Snapshot(view, list(doc.get("findings", [])), dict(doc.get("summary", {})), doc)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..control import SourceStatus
-from ..profiler import Profiler, ProfilerOptions, one_line
+from ..errors import one_line
+from ..profiler import Profiler, ProfilerOptions
 from ..store import SessionStore
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
+from tuiprof.errors import one_line
 from tuiprof.sweep import models as registry
 from tuiprof.sweep.kernels import ProfileSummary, summarize_profiler
 from tuiprof.sweep.results import MODES, PASSES, Cell, CellResult, SweepResult
@@ -363,8 +364,7 @@ def _device_name(dev: torch.device) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+    return f"{type(exc).__name__}: {one_line(exc)}"
 
 
 def _clock(seconds: float) -> str:

@@ -31,6 +31,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
 from ..control import SessionControl
+from ..errors import one_line
 from . import adapters
 from .actions import ACTIONS
 from .derive import view_signature
@@ -185,7 +186,7 @@ class TuiprofApp(App):
                 self.control.start()
             except Exception as exc:
                 self.control.status.state = "error"
-                self.control.status.message = f"could not start: {exc}"
+                self.control.status.message = f"could not start: {one_line(exc)}"
         if self.refresh_hz > 0:
             self._timer = self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
         self.call_after_refresh(self.refresh_now)

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ...errors import TuiprofError
+from ...errors import TuiprofError, one_line, safe_text
 from ..hf import HFDecoderAdapter, as_dtype, config_dict, resolve_max_len
 
 
@@ -40,8 +40,8 @@ def build(model_def: Any, *, device: torch.device | str, dtype: torch.dtype | st
                                                          trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         hint = "" if trust_remote_code else " (custom model code needs --trust-remote-code)"
-        raise TuiprofError(f"cannot build model type '{config.get('model_type')}': "
-                           f"{str(exc).splitlines()[0][:140]}{hint}") from None
+        raise TuiprofError(f"cannot build model type '{safe_text(config.get('model_type'), 40)}': "
+                           f"{one_line(exc, 140)}{hint}") from None
     model.eval().requires_grad_(False)
     return HFDecoderAdapter(model, resolve_max_len(config, max_len))
 
@@ -52,5 +52,5 @@ def _config(config: Mapping[str, Any]) -> object:
     try:
         return hf_config(config)
     except (KeyError, ValueError) as exc:
-        raise TuiprofError(f"config.json: model type '{config.get('model_type')}' is unknown to "
-                           f"this transformers ({str(exc).splitlines()[0][:80]})") from None
+        raise TuiprofError(f"config.json: model type '{safe_text(config.get('model_type'), 40)}' is unknown to "
+                           f"this transformers ({one_line(exc, 80)})") from None
