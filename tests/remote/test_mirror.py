@@ -113,3 +113,37 @@ def test_unchanged_aggregates_are_not_sent_again(recordings):
     store.reset()
     delta, _ = store.changes(cursor)
     assert delta["full"] and delta["records"] is not None and delta["tokens"] == []
+
+
+def test_every_decode_token_reaches_the_mirror_done_on_a_cpu():
+    """A real tiny model on the CPU, no CUPTI: nothing but ``end_token`` changes a row after it
+    was first sent, and here every row is first sent while still open (a pull right after each
+    ``begin_token``, the worst timing of the UI's puller). The mirrored series must still hold
+    every token, done, with its host time; the latency chart and the comparison's median follow
+    (on a CPU the chart showed one point and the median one arbitrary token)."""
+    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.ui.derive import compare, latency_series
+
+    store, mirror = SessionStore(), Mirror()
+    cursor = None
+
+    class PullingProfiler(Profiler):
+        def _begin(self, args):
+            nonlocal cursor
+            super()._begin(args)
+            cursor, _ = _pull(store, mirror, cursor)
+
+    prof = PullingProfiler(store, ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
+        model_spec="qwen3-tiny", device="cpu", max_new_tokens=12, prompt_len=8)))
+    prof.start()
+    assert prof.wait(120) and prof.status.state == "done", prof.status
+    prof.stop()
+    cursor, _ = _pull(store, mirror, cursor)
+    _same(store, mirror)
+    rows = mirror.view(raw=False).tokens
+    assert len(rows) == 12 and all(r.done and r.host_ms > 0 for r in rows)
+    view = mirror.view(raw=False)
+    assert len(latency_series(view).seq) == 12
+    decode = sorted(r.host_ms for r in rows if r.phase == "decode")
+    eager, _ = compare(view)
+    assert len(decode) == 11 and eager.ms_token == pytest.approx(decode[5])
