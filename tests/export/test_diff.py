@@ -69,4 +69,5 @@ def test_diff_modes_within_one_session(both_modes_view):
     m = {c.label: c for c in res.metrics}
     assert (m["kernels/token (median)"].a, m["kernels/token (median)"].b) == (1850, 539)
     assert res.a.mode == "eager" and res.b.mode == "compiled"
-    assert m["decode tokens"].a == 64 and m["decode tokens"].b == 64
+    assert m["traced decode tokens"].a == 64 and m["traced decode tokens"].b == 64
+    assert m["decode tokens (all)"].a == 64 and m["decode tokens (all)"].b == 64

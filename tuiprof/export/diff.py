@@ -24,7 +24,7 @@ class Side:
 
     label: str
     mode: str
-    tokens: int
+    tokens: int                      # traced decode tokens: the per-token kernel figures' base
     tokens_per_s: float | None
     ms_per_token: float | None
     kernels_per_token: float | None
@@ -32,6 +32,7 @@ class Side:
     kernel_ms_per_token: float | None
     categories: dict[str, float] = field(default_factory=dict)   # category -> share %
     kernels: dict[str, tuple] = field(default_factory=dict)      # raw -> (short, cat, µs/token, launches/token)
+    decode_tokens: int = 0           # every decode token of the mode, traced or not
 
 
 @dataclass
@@ -86,7 +87,8 @@ def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
         cats = shared
     return Side(label or str(view.meta.get("recording") or mode), mode, n, ms["tokens_per_s"],
                 ms["ms_per_token_median"], ms["kernels_per_token_median"],
-                ms["gpu_busy_fraction"], ms["kernel_ms_per_token_median"], cats, kernels)
+                ms["gpu_busy_fraction"], ms["kernel_ms_per_token_median"], cats, kernels,
+                ms["decode_tokens"] or 0)
 
 
 def _analysis_shares(view: StoreView, mode: str) -> dict[str, float] | None:
@@ -107,7 +109,8 @@ def compare(a: Side, b: Side, top: int = 10) -> DiffResult:
         Change("kernels/token (median)", a.kernels_per_token, b.kernels_per_token, ""),
         Change("kernel time/token (median)", a.kernel_ms_per_token, b.kernel_ms_per_token, "ms"),
         Change("GPU busy fraction", _pct(a.busy_fraction), _pct(b.busy_fraction), "%"),
-        Change("decode tokens", a.tokens, b.tokens, ""),
+        Change("decode tokens (all)", a.decode_tokens, b.decode_tokens, ""),
+        Change("traced decode tokens", a.tokens, b.tokens, ""),
     ]
     cat_names = list(a.categories) + [c for c in b.categories if c not in a.categories]
     cats = [Change(c, a.categories.get(c, 0.0), b.categories.get(c, 0.0), "%") for c in cat_names]

@@ -60,10 +60,33 @@ def busy_fraction(row: Any) -> float | None:
     return 100.0 * row.busy_ns / (row.end_ns - row.start_ns)
 
 
-def settled_rows(rows: list) -> list:
-    """Rows whose kernel records are in: CUPTI delivers records some time after a token ends,
-    and sampled-out tokens have none. Falls back to ``rows`` when no token has kernels (CPU)."""
-    return [r for r in rows if getattr(r, "sampled", True) and r.kernels > 0] or rows
+def traced_rows(rows: list, phase: str, mode: str) -> list:
+    """Done tokens of (``phase``, ``mode``) whose kernel records are in: the only tokens per-token
+    kernel figures may come from. Sampling leaves most tokens untraced, and CUPTI delivers a
+    traced token's records some time after it ends. Prefills are always traced and a loop
+    restart brings one in often, so mixing phases would show a prefill as "the latest token"."""
+    return [r for r in rows if r.done and r.phase == phase and r.mode == mode
+            and getattr(r, "sampled", True) and r.kernels > 0]
+
+
+@dataclass
+class TokenKernels:
+    """Kernel figures of one traced token, for a footer that names the token it speaks of."""
+
+    seq: int
+    phase: str
+    mode: str
+    kernels: int
+    busy_pct: float | None
+
+
+def latest_traced(view: Any, phase: str, mode: str) -> TokenKernels | None:
+    """The latest traced token of (``phase``, ``mode``) in the series, or ``None``."""
+    for r in reversed(view.tokens):
+        if r.done and r.phase == phase and r.mode == mode and getattr(r, "sampled", True) \
+                and r.kernels > 0:
+            return TokenKernels(r.seq, r.phase, r.mode, r.kernels, busy_fraction(r))
+    return None
 
 
 def done_rows(view: Any, phase: str | None = None, mode: str | None = None) -> list:
@@ -157,6 +180,30 @@ def latency_series(view: Any, n: int = 256) -> LatencySeries:
             out.mode_marks.append((seq, str(text)))
     out.mode_marks.sort()
     return out
+
+
+def place_labels(marks: list[tuple[float, str]], x0: float, x1: float,
+                 cols: int) -> list[tuple[float, str]]:
+    """Where the labels of vertical marks go on one text row of a chart ``cols`` characters wide
+    spanning ``x0``..``x1``: ``(x where the label starts, text)``. A label starts just right of
+    its mark (or ends just left of it at the right edge); labels that would overlap another or
+    leave the chart are dropped, the newest kept first. Their lines stay."""
+    if cols <= 0 or x1 <= x0:
+        return []
+    per_col = (x1 - x0) / cols
+    taken: list[tuple[float, float]] = []
+    out = []
+    for x, text in sorted(marks, reverse=True):
+        c = (x - x0) / per_col
+        start = c + 1
+        if start + len(text) > cols:
+            start = c - 1 - len(text)
+        end = start + len(text)
+        if start < 0 or end > cols or any(start <= b + 1 and a <= end + 1 for a, b in taken):
+            continue
+        taken.append((start, end))
+        out.append((x0 + start * per_col, text))
+    return sorted(out)
 
 
 # ------------------------------------------------------------------ kernels
@@ -289,7 +336,8 @@ def alloc_deltas(view: Any, key: str = "allocation_all_allocated") -> list:
 @dataclass
 class ModeSummary:
     mode: str
-    tokens: int = 0
+    tokens: int = 0           # every decode token of the session
+    traced: int = 0           # decode tokens whose kernels were traced (kernel figures' base)
     ms_token: float | None = None
     tok_s: float | None = None
     gpu_ms: float | None = None
@@ -305,6 +353,7 @@ def mode_summary(view: Any, mode: str, top: int = 8) -> ModeSummary:
     s = ModeSummary(mode)
     ts = view.token_stats.get((DECODE, mode))
     s.tokens = ts["host_ms"].count if ts else len(rows)
+    s.traced = traced_tokens(view, DECODE, mode)
     if not rows and not s.tokens:
         return s
     host = [r.host_ms for r in rows]

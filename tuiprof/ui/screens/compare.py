@@ -31,12 +31,13 @@ def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
     t.add_column("compiled", justify="right", style="magenta")
     t.add_column("eager/compiled", justify="right")
     rows = (
-        ("tokens", ea.tokens, co.tokens, lambda v: fmt.count(v) if v else "–", False),
+        ("decode tokens (all)", ea.tokens, co.tokens, lambda v: fmt.count(v) if v else "–", False),
+        ("traced decode tokens", ea.traced, co.traced, lambda v: fmt.count(v) if v else "–", False),
         ("tokens/s", ea.tok_s, co.tok_s, lambda v: f"{v:.1f}" if v else "–", True),
         ("ms/token (median)", ea.ms_token, co.ms_token, fmt.ms, True),
         ("GPU ms/token", ea.gpu_ms, co.gpu_ms, fmt.ms, True),
-        ("kernel-busy share", ea.busy_pct, co.busy_pct, fmt.pct, True),
-        ("kernels/token", ea.kernels_token, co.kernels_token,
+        ("kernel-busy share (traced)", ea.busy_pct, co.busy_pct, fmt.pct, True),
+        ("kernels/token (traced)", ea.kernels_token, co.kernels_token,
          lambda v: fmt.count(round(v, 1)) if v is not None else "–", True),
         ("from CUDA graphs", ea.graph_pct, co.graph_pct, fmt.pct, False),
         ("allocator requests/token", ea.alloc_req_token, co.alloc_req_token,
@@ -52,7 +53,7 @@ def render_top(s: ModeSummary) -> Any:
     t.add_column("kernel", no_wrap=True, overflow="ellipsis", ratio=3)
     t.add_column("lib", no_wrap=True, ratio=1)
     t.add_column("%", justify="right")
-    t.add_column("/tok", justify="right")
+    t.add_column("/traced tok", justify="right")
     t.add_column("avg", justify="right")
     if not s.top:
         return Text(f"no {s.mode} decode kernels yet" +

@@ -28,7 +28,7 @@ def render_detail(row: KernelRow, view: Any | None = None) -> Table:
     t.add_row("demangled", Text(n.demangled))
     t.add_row("raw", Text(n.raw, "dim"))
     t.add_row("", "")
-    t.add_row("launches", fmt.count(s.count) + (f"  ({row.per_token:.1f} per token)" if row.per_token else ""))
+    t.add_row("launches", fmt.count(s.count) + (f"  ({row.per_token:.1f} per traced token)" if row.per_token else ""))
     t.add_row("from CUDA graphs", fmt.count(row.graph_launches))
     t.add_row("total", f"{fmt.ns(s.total)}  ({row.pct:.1f}% of this phase's GPU time)")
     t.add_row("mean / median", f"{fmt.ns(s.mean)} / {fmt.ns(s.median)}")

@@ -35,7 +35,25 @@ COLUMNS = (
 SORT_COLUMN = {"pct": "pct", "count": "count", "avg": "avg", "max": "minmax", "name": "name",
                "library": "library", "category": "category", "total": "total"}
 MODE_CYCLE = ("auto", "eager", "compiled")
-NAME_MIN, NAME_MAX = 24, 56
+NAME_MIN, NAME_WANT, NAME_MAX = 24, 40, 56
+# Columns given up, first to last, while the kernel name is narrower than NAME_WANT (80x24:
+# "ATen elementwise mul bf1…" beside a grid and a block column helps no one).
+DROP_ORDER = ("block", "grid", "minmax", "category", "total", "library")
+
+
+def visible_columns(inner: int) -> tuple[tuple, int]:
+    """The columns that fit ``inner`` cells and the name column's width: the name gets the
+    width first, columns of lesser value go (``DROP_ORDER``)."""
+    cols = list(COLUMNS)
+
+    def name_width() -> int:
+        return inner - sum(w + 2 for k, _l, w, _r in cols if k != "name") - 2 - 2
+
+    for key in DROP_ORDER:
+        if name_width() >= NAME_WANT:
+            break
+        cols = [c for c in cols if c[0] != key]
+    return tuple(cols), max(NAME_MIN, min(NAME_MAX, name_width()))
 
 
 def _cells(rank: int, r: KernelRow) -> dict[str, str]:
@@ -88,7 +106,7 @@ class KernelsPane(Pane):
         self._view: Any = None
         self._ctx: RefreshContext | None = None
         self.resolved_mode = "eager"
-        self.name_width = NAME_MIN
+        self.columns, self.name_width = visible_columns(0)
 
     def compose(self) -> ComposeResult:
         yield Static(id="kernels-caption")
@@ -99,7 +117,7 @@ class KernelsPane(Pane):
                     id="kernels-filter")
 
     def _add_columns(self, table: DataTable) -> None:
-        for key, label, width, right in COLUMNS:
+        for key, label, width, right in self.columns:
             if key == "name":
                 width = self.name_width
             table.add_column(Text(label, justify="right") if right else label, key=key, width=width)
@@ -110,10 +128,9 @@ class KernelsPane(Pane):
         inner = self.content_region.width
         if inner <= 0:
             return
-        fixed = sum(w + 2 for k, _l, w, _r in COLUMNS if k != "name") + 2 + 2
-        width = max(NAME_MIN, min(NAME_MAX, inner - fixed))
-        if width != self.name_width:
-            self.name_width = width
+        columns, width = visible_columns(inner)
+        if (columns, width) != (self.columns, self.name_width):
+            self.columns, self.name_width = columns, width
             table = self.query_one(DataTable)
             table.clear(columns=True)
             self._add_columns(table)
@@ -231,13 +248,15 @@ class KernelsPane(Pane):
         for key in [k for k in self._shown if k not in want_set]:
             table.remove_row(key)
             del self._shown[key]
-        rights = {k for k, _l, _w, r in COLUMNS if r}
+        rights = {k for k, _l, _w, r in self.columns if r}
+        shown = [k for k, *_ in self.columns]
         for rank, r in enumerate(sel, 1):
             cells = _cells(rank, r)
+            cells = {k: cells[k] for k in shown}
             old = self._shown.get(r.key)
             if old is None:
                 table.add_row(*[Text(cells[k], justify="right") if k in rights else cells[k]
-                                for k, *_ in COLUMNS], key=r.key)
+                                for k in shown], key=r.key)
                 self._shown[r.key] = cells
                 continue
             for k, v in cells.items():

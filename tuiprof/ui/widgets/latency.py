@@ -9,7 +9,10 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from .. import format as fmt
-from ..derive import busy_fraction, settled_rows, latency_series
+from ..derive import latency_series, latest_traced, place_labels
+
+# columns of the plot left of its canvas (y tick labels and axis) and right of it
+Y_AXIS_COLS = 10
 from .base import Pane, RefreshContext
 
 
@@ -33,7 +36,8 @@ class LatencyPane(Pane):
 
     def show(self, view: Any, ctx: RefreshContext) -> None:
         s = latency_series(view, self.n_tokens)
-        key = (tuple(s.seq[-1:]), len(s.seq), tuple(s.mode_marks), s.seq[:1])
+        key = (tuple(s.seq[-1:]), len(s.seq), tuple(s.mode_marks), s.seq[:1],
+               self.query_one(PlotextPlot).size.width)
         summary = Text(no_wrap=True, overflow="ellipsis")
         done = [r for r in view.tokens if r.done]
         if done:
@@ -42,9 +46,7 @@ class LatencyPane(Pane):
             summary.append(f"━ host {fmt.ms(last.host_ms)}", "cyan")
             summary.append(" · ")
             summary.append(f"━ GPU {fmt.ms(s.gpu[-1])}", "green")
-            k = settled_rows(done)[-1]  # the latest token whose kernel records are in
-            summary.append(f" · #{k.seq}: kernel-busy {fmt.pct(busy_fraction(k))} · "
-                           f"{k.kernels:,} kernels")
+            summary.append(_kernel_note(view, last))
         else:
             summary.append("waiting for the first token…", "dim")
         self.query_one("#latency-summary", Static).update(summary)
@@ -68,16 +70,32 @@ class LatencyPane(Pane):
         gy = [min(g, top) for g in s.gpu if g is not None]
         if gx:
             plt.plot(gx, gy, color="green", marker="braille")
-        span = max(1, s.seq[-1] - s.seq[0])
-        for seq, ms_ in s.prefill:
+        x0, x1 = s.seq[0], max(s.seq[-1], s.seq[0] + 1)
+        cols = max(0, plot.size.width - Y_AXIS_COLS)
+        for seq, _ms in s.prefill:
             plt.vline(seq, "yellow")
-            plt.text(f"prefill {ms_:.0f}ms", seq + span * 0.01, top * 0.95, color="yellow")
-        for seq, text in s.mode_marks:
+        for seq, _text in s.mode_marks:
             plt.vline(seq, "magenta")
-            plt.text(text, seq + span * 0.01, top * 0.82, color="magenta")
+        for marks, y, color in (
+                ([(seq, f"prefill {ms_:.0f}ms") for seq, ms_ in s.prefill], 0.95, "yellow"),
+                (s.mode_marks, 0.82, "magenta")):
+            for x, text in place_labels(marks, x0, x1, cols):
+                plt.text(text, x, top * y, color=color, alignment="left")
         plt.ylim(0, top)
-        if len(s.seq) > 1:
-            plt.xlim(s.seq[0], s.seq[-1])
+        plt.xlim(x0, x1)
         plt.xlabel("token #")
         plt.ylabel("ms")
         plot.refresh()
+
+
+def _kernel_note(view: Any, last: Any) -> Text:
+    """Kernel figures of the latest *traced* token of the last token's phase and mode, naming
+    that token when it is not the last one (sampling traces few tokens)."""
+    k = latest_traced(view, last.phase, last.mode)
+    if k is None:
+        cupti = view.collectors.get("cupti", {})
+        why = ("no kernel records (CUPTI off)" if not cupti.get("ok", True)
+               else f"no traced {last.phase}/{last.mode} token in the series yet")
+        return Text(f" · {why}", "dim")
+    who = "" if k.seq == last.seq else f"traced #{k.seq}: "
+    return Text(f" · {who}kernel-busy {fmt.pct(k.busy_pct)} · {k.kernels:,} kernels")

@@ -11,7 +11,8 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from .. import format as fmt
-from ..derive import NVML_SERIES, busy_fraction, mean, nvml_series, settled_rows
+from ...store.records import DECODE
+from ..derive import NVML_SERIES, busy_fraction, mean, nvml_series, traced_rows
 from .base import Pane, RefreshContext
 
 
@@ -63,10 +64,14 @@ class UtilPane(Pane):
                 tbl.add_row(label, fmt.pct(vals[-1]), fmt.pct(mean(vals)),
                             Text(fmt.spark(vals, n, 0, 100), style))
         # Kernel-busy share per token, from CUPTI records: the number to read beside "GPU util".
-        rows = settled_rows([r for r in view.tokens if r.done])[-n:]
+        # Traced decode tokens of the current mode only: a prefill (always traced) is another
+        # workload, and untraced tokens have no kernel records.
+        rows = traced_rows(view.tokens, DECODE, ctx.mode)[-n:]
         busy = [busy_fraction(r) for r in rows]
         tbl.add_row(Text("kernel busy/tok", "bold"), fmt.pct(busy[-1] if busy else None),
                     fmt.pct(mean(busy)), Text(fmt.spark(busy, n, 0, 100), "green"))
+        tbl.add_row("", "", "", Text(f"traced decode/{ctx.mode} tokens: last {len(rows)}"
+                                     if rows else f"no traced decode/{ctx.mode} token yet", "dim"))
         if have_nvml:
             last = view.nvml[-1]
             parts = []
