@@ -112,9 +112,26 @@ def serve(conn: Any, spec: SessionSpec) -> None:
     try:
         conn.close()
     finally:
+        _release_named_semaphores()
         # A torch.compile still running cannot be joined; ending the interpreter under it
         # aborts. Everything is flushed by now, so leave at once.
         os._exit(0)
+
+
+def _release_named_semaphores() -> None:
+    """Unlink the named semaphores this process made, as a normal exit would.
+
+    os._exit skips multiprocessing's exit finalizers, so a lock made here (tqdm makes one for
+    the progress bar of inductor's compile) stayed registered with the resource tracker this
+    process shares with the UI process, which then printed "leaked semaphore objects" when the
+    user quit. Only the finalizers are run, not the join of child processes that a normal exit
+    also does (a compile worker may not end)."""
+    from multiprocessing import util  # noqa: PLC0415
+
+    try:
+        util._run_finalizers(0)  # noqa: SLF001 - what util._exit_function runs first
+    except Exception:
+        pass
 
 
 def _send(conn: Any, msg: tuple) -> bool:
