@@ -224,6 +224,7 @@ def _make_options(args: argparse.Namespace):
     """(ProfilerOptions, SessionStore keyword arguments) from the command line."""
     from .engine import resolve_model  # noqa: PLC0415  (fail fast on a bad --model, before threads)
     from .profiler import ProfilerOptions  # noqa: PLC0415
+    from .startup import command_start  # noqa: PLC0415
 
     resolve_model(args.model, trust_remote_code=args.trust_remote_code)
     ring = args.ring_tokens
@@ -233,7 +234,7 @@ def _make_options(args: argparse.Namespace):
                            sample_every=args.sample_every, measure_peaks=args.measure_peaks,
                            alloc_every=args.alloc_every if args.alloc_every == "auto"
                            else int(args.alloc_every),
-                           engine_kwargs=_engine_kwargs(args))
+                           engine_kwargs=_engine_kwargs(args), started_at=command_start())
     return opts, {"ring_tokens": ring}
 
 
@@ -280,13 +281,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         _say_start(store, prof)
         prof.start()
-        said = set()
+        said: set = set()
         while not prof.wait(0.5):
-            state = prof.status.state
-            if state in ("compiling", "decode") and state not in said:
-                said.add(state)
-                _say("tuiprof: compiling the decode step (torch.compile) ..." if state == "compiling"
-                     else "tuiprof: generating; Ctrl-C stops and writes the snapshot")
+            _say_progress(prof, said)
+        _say_progress(prof, said)
     finally:
         prof.stop()
         for s, h in old.items():
@@ -300,13 +298,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_run_ui(args: argparse.Namespace) -> int:
-    """The live app, with the model, collectors and store in a session process of their own."""
+    """The live app, with the model, collectors and store in a session process of their own.
+
+    The session process starts first: it imports torch and loads the model while this process
+    imports Textual and draws the first frame.
+    """
     from .remote import RemoteControl  # noqa: PLC0415
-    from .ui.app import run_app  # noqa: PLC0415
 
     opts, store_kwargs = _make_options(args)
     ctl = RemoteControl(opts, store_kwargs, orphan_snapshot_dir=args.export_dir)
     ctl.start()
+    try:
+        from .ui.app import run_app  # noqa: PLC0415
+    except BaseException:
+        ctl.close()
+        raise
     return run_app(ctl, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
                    auto_snapshot=True)
 
@@ -328,6 +334,18 @@ def _exit_if_busy(prof, code: int) -> int:
 
 def _say_start(store, prof) -> None:
     _say(f"tuiprof: loading {prof.options.engine_kwargs.get('model_spec')} ...")
+
+
+def _say_progress(prof, said: set) -> None:
+    """Headless progress lines: start-up breakdown at the first token, compiling, generating."""
+    if "startup" not in said and prof.tracker.progress.first_token_s is not None:
+        said.add("startup")
+        _say(f"tuiprof: {prof.tracker.progress.summary()}")
+    state = prof.status.state
+    if state in ("compiling", "decode") and state not in said and not prof.done.is_set():
+        said.add(state)
+        _say("tuiprof: compiling the decode step (torch.compile) ..." if state == "compiling"
+             else "tuiprof: generating; Ctrl-C stops and writes the snapshot")
 
 
 def _write_outputs(view, out: Path, record: str | None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .startup import LoadProgress
 from .store import SessionStore
 
 
@@ -21,6 +22,7 @@ class SourceStatus:
     compiling_since: float | None = None   # time.monotonic() when a compile began
     live: bool = False           # True for a live session (keys that change it are enabled)
     extra: dict = field(default_factory=dict)
+    progress: LoadProgress | None = None   # start-up phases until the first token (live sessions)
 
 
 class SessionControl:

@@ -40,7 +40,7 @@ META_KEYS = frozenset({
     "seed", "compile_s", "started_utc", "share_host", "device_name", "family", "origin",
     "study", "non_embedding_params", "weight_bytes", "compile_mode", "prompt", "loop",
     "load_s", "vocab_size", "max_new_tokens", "sample_every", "gpu_mem_total_bytes",
-    "measured_peaks",
+    "measured_peaks", "startup",
 })
 HOST_KEY = "host"        # kept only when meta["share_host"] is True
 

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ..control import SessionControl, SourceStatus
+from ..engine.load import expected_meta
 from ..profiler import ProfilerOptions
+from ..startup import ProgressTracker
 from .mirror import Mirror
 from .session_process import SessionSpec, serve
 
@@ -56,9 +58,14 @@ class RemoteControl(SessionControl):
         self.store = RemoteStore(self)  # type: ignore[assignment]
         self.mirror = Mirror(self.store_kwargs.get("series_len", 2048),
                              self.store_kwargs.get("nvml_len", 6000))
+        # Until the session process answers: what the command line says, and the first phase.
+        if "model_spec" in options.engine_kwargs:
+            self.mirror.meta = expected_meta(**options.engine_kwargs)
+        tracker = ProgressTracker(options.started_at)
+        tracker.begin("starting session process")
         self.status = SourceStatus(state="loading", live=True,
                                    mode=options.engine_kwargs.get("mode", "eager"),
-                                   message="starting the session process")
+                                   progress=tracker.progress)
         self.orphan_snapshot_dir = str(orphan_snapshot_dir) if orphan_snapshot_dir else None
         self.hook = hook
         self.reply_timeout = reply_timeout

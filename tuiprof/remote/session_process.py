@@ -79,7 +79,7 @@ def serve(conn: Any, spec: SessionSpec) -> None:
         signal.signal(sig, signal.SIG_IGN)
     term = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: term.set())
-    prof = Profiler(SessionStore(**spec.store), spec.options)
+    prof = Profiler(SessionStore(**spec.store), spec.options, first_phase="starting session process")
     hook = _load_hook(spec.hook, prof)
     server = SessionServer(prof, hook)
     prof.start()

@@ -83,6 +83,7 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self.apply_layout()
+        self.app.show_header()  # the first frame says what is loading, and how far it is
 
     def on_resize(self) -> None:
         self.apply_layout()
@@ -189,7 +190,12 @@ class TuiprofApp(App):
                 self.control.status.message = f"could not start: {one_line(exc)}"
         if self.refresh_hz > 0:
             self._timer = self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
-        self.call_after_refresh(self.refresh_now)
+        # Findings are computed synchronously only for deterministic tests: for a session
+        # process still starting, that would hold the screen until it answers.
+        if self.deterministic:
+            self.call_after_refresh(self.refresh_now)
+        else:
+            self.call_after_refresh(self.refresh_view, True)
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT quit like ``q``: the session stops, CUPTI is flushed and finalised
@@ -264,6 +270,13 @@ class TuiprofApp(App):
         self.refresh_view(force=True)
 
     # ------------------------------------------------------------------ refresh
+    def show_header(self) -> None:
+        """The header alone (model, device, start-up progress), before the first full refresh."""
+        status = self.control.status
+        self.main.query_one(HeaderPane).show(
+            self.control.store.view(raw=False),
+            RefreshContext(status=status, mode=status.mode, deterministic=self.deterministic))
+
     def refresh_now(self) -> None:
         """One full refresh, findings computed synchronously (deterministic; for tests)."""
         self.refresh_view(force=True, sync_findings=True)
