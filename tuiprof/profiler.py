@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .collect.allocator import read_allocator_stats
-from .collect.cupti_collector import CuptiCollector, CuptiUnavailable
+from .collect.cupti_collector import CuptiCollector, CuptiUnavailable, MarkerSink
 from .collect.nvml_sampler import NvmlSampler, NvmlUnavailable
 from .control import SessionControl
 from .store import SessionStore
@@ -88,14 +88,15 @@ class Profiler(SessionControl):
                                         daemon=True)
         self._loader.start()
 
-    def start_collectors(self, device_index: int = 0) -> None:
-        """Start CUPTI and NVML (each may degrade with a one-line reason)."""
+    def start_collectors(self, device_index: int = 0, markers: MarkerSink | None = None) -> None:
+        """Start CUPTI and NVML (each may degrade with a one-line reason). ``markers``: NVTX
+        marker records go there (``--step-range``)."""
         opts = self.options
         if opts.cupti:
             mode = self.status.mode
             self.cupti = CuptiCollector(self.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
                                         sample_every=self._sample_every(mode),
-                                        api_kinds_stay_on=mode == "compiled")
+                                        api_kinds_stay_on=mode == "compiled", markers=markers)
             try:
                 self.cupti.start()
             except CuptiUnavailable as exc:
@@ -226,7 +227,8 @@ class Profiler(SessionControl):
     # the store's bookkeeping for a token is queued and done in token_launched, while the device
     # computes the next step, so it is off the decode loop's critical path (docs/performance.md).
     # Until an engine has called token_launched, queued work is done at once.
-    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
+                      batch: int = 1, positions: int = 1) -> None:
         if phase == "decode" and mode != self.status.mode:
             self._catch_up()
             self.status.mode = mode
@@ -241,7 +243,8 @@ class Profiler(SessionControl):
         # next_seq() is this token's: the previous token was begun in its token_launched
         sampled = (self.cupti.on_token_start(self.store.next_seq(), always=phase == "prefill")
                    if self.cupti is not None else True)
-        self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled)))
+        self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled, batch,
+                                         positions)))
         if not self._overlap:
             self._catch_up()
 
