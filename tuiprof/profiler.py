@@ -28,6 +28,7 @@ class ProfilerOptions:
     nvml: bool = True
     nvml_hz: float = 10.0
     sample_every: int | str = "auto"  # CUPTI device records for 1 token in N; "auto": see below
+                                      # ("live": the same, also where "auto" would mean 1)
     alloc_every: int | str = "auto"  # caching-allocator stats every N tokens (0: never); "auto":
                                      # AUTO_ALLOC_EVERY
     buffer_bytes: int = 8 * 1024 * 1024
@@ -122,7 +123,7 @@ class Profiler(SessionControl):
 
     def _sample_every(self, mode: str) -> int:
         se = self.options.sample_every
-        n = AUTO_SAMPLE_EVERY.get(mode, 1) if se == "auto" else max(1, int(se))
+        n = AUTO_SAMPLE_EVERY.get(mode, 1) if se in ("auto", "live") else max(1, int(se))
         self.store.meta["sample_every"] = n
         return n
 
