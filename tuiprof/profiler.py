@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .collect.allocator import read_allocator_stats
-from .collect.cupti_collector import CuptiCollector, CuptiUnavailable
+from .collect.cupti_collector import CuptiCollector, CuptiUnavailable, MarkerSink
 from .collect.nvml_sampler import NvmlSampler, NvmlUnavailable
 from .control import SessionControl
 from .errors import one_line, safe_text
@@ -31,6 +31,7 @@ class ProfilerOptions:
     nvml: bool = True
     nvml_hz: float = 10.0
     sample_every: int | str = "auto"  # CUPTI device records for 1 token in N; "auto": see below
+                                      # ("live": the same, also where "auto" would mean 1)
     alloc_every: int | str = "auto"  # caching-allocator stats every N tokens (0: never); "auto":
                                      # AUTO_ALLOC_EVERY
     buffer_bytes: int = 8 * 1024 * 1024
@@ -101,13 +102,15 @@ class Profiler(SessionControl):
                                         daemon=True)
         self._loader.start()
 
-    def start_collectors(self, device_index: int = 0, nvml_in_background: bool = False) -> None:
+    def start_collectors(self, device_index: int = 0, nvml_in_background: bool = False,
+                         markers: MarkerSink | None = None) -> None:
         """Start CUPTI and NVML (each may degrade with a one-line reason).
 
         ``nvml_in_background``: NVML starts on a thread (a session's start-up overlaps it with
-        the imports); :meth:`_nvml_started` waits for it.
+        the imports); :meth:`_nvml_started` waits for it. ``markers``: NVTX marker records go
+        there (``--step-range``).
         """
-        self._start_cupti()
+        self._start_cupti(markers)
         if nvml_in_background and self.options.nvml:
             self._nvml_start = in_thread(lambda: self._start_nvml(device_index), "tuiprof-nvml-start")
         else:
@@ -118,13 +121,13 @@ class Profiler(SessionControl):
             self._nvml_start.join()
             self._nvml_start = None
 
-    def _start_cupti(self) -> None:
+    def _start_cupti(self, markers: MarkerSink | None = None) -> None:
         opts = self.options
         if opts.cupti:
             mode = self.status.mode
             self.cupti = CuptiCollector(self.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
                                         sample_every=self._sample_every(mode),
-                                        api_kinds_stay_on=mode == "compiled")
+                                        api_kinds_stay_on=mode == "compiled", markers=markers)
             try:
                 with phase("starting CUPTI"):
                     self.cupti.start()
@@ -154,7 +157,7 @@ class Profiler(SessionControl):
 
     def _sample_every(self, mode: str) -> int:
         se = self.options.sample_every
-        n = AUTO_SAMPLE_EVERY.get(mode, 1) if se == "auto" else max(1, int(se))
+        n = AUTO_SAMPLE_EVERY.get(mode, 1) if se in ("auto", "live") else max(1, int(se))
         self.store.meta["sample_every"] = n
         return n
 
@@ -276,7 +279,8 @@ class Profiler(SessionControl):
     # the store's bookkeeping for a token is queued and done in token_launched, while the device
     # computes the next step, so it is off the decode loop's critical path (docs/performance.md).
     # Until an engine has called token_launched, queued work is done at once.
-    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
+                      batch: int = 1, positions: int = 1) -> None:
         if phase == "decode" and mode != self.status.mode:
             self._catch_up()
             self.status.mode = mode
@@ -291,7 +295,8 @@ class Profiler(SessionControl):
         # next_seq() is this token's: the previous token was begun in its token_launched
         sampled = (self.cupti.on_token_start(self.store.next_seq(), always=phase == "prefill")
                    if self.cupti is not None else True)
-        self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled)))
+        self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled, batch,
+                                         positions)))
         if not self._overlap:
             self._catch_up()
 
