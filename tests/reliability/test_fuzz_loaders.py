@@ -292,3 +292,12 @@ def test_deep_nesting_everywhere(seeds, tmp_path, depth):
         _recording_outcome_obj(dict(seeds["recording"], **{key: _nested(min(depth, 900))}))
         _recording_outcome_file(gzip.compress(_bytes_of(dict(seeds["recording"], **{key: 0})).replace(
             f'"{key}": 0'.encode(), f'"{key}": '.encode() + b"[" * depth + b"]" * depth)), tmp_path)
+
+
+@pytest.mark.parametrize("key", ["marks", "records"])
+def test_a_malformed_mark_or_record_quoted_in_one_line(seeds, key):
+    """A string where a mark/record should be is quoted escaped (it may hold newlines)."""
+    with pytest.raises(TuiprofError) as exc:
+        validate_recording(dict(seeds["recording"], **{key: ["a\nb\x1b[2J"]}), "fuzz")
+    _check_error(exc.value)
+    assert "\x1b" not in str(exc.value)

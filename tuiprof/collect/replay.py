@@ -82,12 +82,12 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
     for m in obj["marks"]:
         if not (isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
                 and _int(m[1]) and _int(m[2])):
-            raise TuiprofError(f"{where}: malformed mark {str(m)[:60]}")
+            raise TuiprofError(f"{where}: malformed mark {repr(m)[:60]}")
         marks.append(m)
     records = []
     for r in obj["records"]:
         if not _valid_record(r):
-            raise TuiprofError(f"{where}: malformed record {str(r)[:60]}")
+            raise TuiprofError(f"{where}: malformed record {repr(r)[:60]}")
         records.append(tuple(r))
     nvml = obj.get("nvml", [])
     alloc = obj.get("alloc", [])
