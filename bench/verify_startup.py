@@ -144,14 +144,14 @@ def live_app(tmux: Tmux, tree: Path, model: str, device: str | None, work: Path,
         time.sleep(0.2)
     if tmux.alive(name):
         tmux("kill-session", "-t", name)
-    screens.append(f"=== {name}: first frame at {first_frame} s\n{frame_text}\n"
-                   f"=== {name}: first token at {first_token} s\n{token_text}\n"
+    screens.append(f"=== {name}: first frame at {_r(first_frame)} s\n{frame_text}\n"
+                   f"=== {name}: first token at {_r(first_token)} s\n{token_text}\n"
                    + (f"=== {name}: screen without a token\n{last}\n" if last else ""))
     snaps = sorted(exp.glob("tuiprof-*.json"))
     res = {"first_frame_s": _r(first_frame), "first_token_s": _r(first_token),
            "quit_s": round(time.monotonic() - t_quit, 1), "frame": frame_text}
     res.update(startup_of(snaps[-1]) if snaps else {})
-    log(run_log, f"  app first frame {first_frame} s, first token {first_token} s, quit "
+    log(run_log, f"  app first frame {res['first_frame_s']} s, first token {res['first_token_s']} s, quit "
                  f"{res['quit_s']} s, snapshot {'yes' if snaps else 'no'}")
     return res
 
