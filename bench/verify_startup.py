@@ -47,7 +47,11 @@ def log(run_log: list[str], text: str) -> None:
 
 
 def env_for(tree: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONUNBUFFERED="1")
+    """The environment of a run of ``tree``: its code first, then the rest of PYTHONPATH (on the
+    GPU machine the carried wheels, Textual among them) without any checkout of tuiprof."""
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and not (Path(p) / "tuiprof" / "__init__.py").exists()]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), *rest]), PYTHONUNBUFFERED="1")
     env.pop("TUIPROF_MODELS_DIR", None)
     return env
 
@@ -117,9 +121,10 @@ def live_app(tmux: Tmux, tree: Path, model: str, device: str | None, work: Path,
     """(b): the app in tmux at 200x50: first frame, first token on screen, then q."""
     exp = work / "exp"
     exp.mkdir(exist_ok=True)
-    cmd = (f"cd {shlex.quote(str(work))} && PYTHONPATH={shlex.quote(str(tree))} "
+    cmd = (f"cd {shlex.quote(str(work))} && PYTHONPATH={shlex.quote(env_for(tree)['PYTHONPATH'])} "
            f"{shlex.quote(sys.executable)} -m tuiprof --model {shlex.quote(model)} "
-           f"--export-dir {shlex.quote(str(exp))}" + (f" --device {device}" if device else ""))
+           f"--export-dir {shlex.quote(str(exp))}" + (f" --device {device}" if device else "")
+           + " || sleep 4")  # a failed start stays on screen for a moment: its reason is logged
     t0 = time.monotonic()
     started = tmux("new-session", "-d", "-s", name, "-x", "200", "-y", "50", cmd)
     if started.returncode != 0:
@@ -127,9 +132,11 @@ def live_app(tmux: Tmux, tree: Path, model: str, device: str | None, work: Path,
         return {"error": "tmux new-session failed"}
     first_frame = first_token = None
     frame_text = token_text = ""
+    seen: list[str] = []
     while time.monotonic() - t0 < timeout and tmux.alive(name):
         lines = tmux.screen(name)
         now = time.monotonic() - t0
+        seen = lines or seen
         if first_frame is None and lines and "tuiprof" in lines[0]:
             first_frame, frame_text = now, "\n".join(lines[:3])
         m = TOKENS.search(lines[1]) if len(lines) > 1 else None
@@ -137,21 +144,21 @@ def live_app(tmux: Tmux, tree: Path, model: str, device: str | None, work: Path,
             first_token, token_text = now, "\n".join(lines[:3])
             break
         time.sleep(POLL_S)
-    last = "\n".join(tmux.screen(name)) if first_token is None and tmux.alive(name) else ""
+    last = "\n".join(seen) if first_token is None else ""
     tmux("send-keys", "-t", name, "q")
     t_quit = time.monotonic()
     while tmux.alive(name) and time.monotonic() - t_quit < 40:
         time.sleep(0.2)
     if tmux.alive(name):
         tmux("kill-session", "-t", name)
-    screens.append(f"=== {name}: first frame at {first_frame} s\n{frame_text}\n"
-                   f"=== {name}: first token at {first_token} s\n{token_text}\n"
+    screens.append(f"=== {name}: first frame at {_r(first_frame)} s\n{frame_text}\n"
+                   f"=== {name}: first token at {_r(first_token)} s\n{token_text}\n"
                    + (f"=== {name}: screen without a token\n{last}\n" if last else ""))
     snaps = sorted(exp.glob("tuiprof-*.json"))
     res = {"first_frame_s": _r(first_frame), "first_token_s": _r(first_token),
            "quit_s": round(time.monotonic() - t_quit, 1), "frame": frame_text}
     res.update(startup_of(snaps[-1]) if snaps else {})
-    log(run_log, f"  app first frame {first_frame} s, first token {first_token} s, quit "
+    log(run_log, f"  app first frame {res['first_frame_s']} s, first token {res['first_token_s']} s, quit "
                  f"{res['quit_s']} s, snapshot {'yes' if snaps else 'no'}")
     return res
 
