@@ -197,6 +197,8 @@ class SessionStore:
             row.gpu_ms = gpu_ms
             row.token_id = token_id
             row.done = True
+            if seq < self._dirty_seq:  # a mirror may hold this row from while it was open
+                self._dirty_seq = seq
             self._open = None
             self._counters["tokens"] += 1
             ts = self._token_stats.get((row.phase, row.mode))
