@@ -60,6 +60,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="run the model in the UI's process (default: a session process of its "
                         "own, so drawing the UI never takes the GIL from generation)")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor parallelism: N ranks, one process per GPU (NCCL; gloo with "
+                        "--device cpu), started with torch.distributed's launcher")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,6 +250,8 @@ def _make_profiler(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.tp != 1:
+        return _cmd_run_tp(args)
     if not args.headless and not args.in_process:
         return _cmd_run_ui(args)
     prof, store = _make_profiler(args)
@@ -311,6 +316,122 @@ def _cmd_run_ui(args: argparse.Namespace) -> int:
                    auto_snapshot=True)
 
 
+def _check_tp(args: argparse.Namespace) -> None:
+    """Fail fast (one line) on a --tp the machine cannot run."""
+    if args.tp < 1:
+        raise TuiprofError(f"--tp {args.tp}: give the number of ranks (2 or more)")
+    if args.in_process:
+        raise TuiprofError("--tp runs one process per rank; drop --in-process")
+    if args.record:
+        raise TuiprofError("--record writes one rank's recording; drop it with --tp")
+    if args.weights:
+        raise TuiprofError("--tp builds random weights only for now; drop --weights")
+    from .engine.load import pick_device  # noqa: PLC0415
+
+    device = pick_device(args.device)
+    if device.startswith("cuda"):
+        import torch  # noqa: PLC0415
+        n = torch.cuda.device_count()
+        if args.tp > n:
+            raise TuiprofError(f"--tp {args.tp} needs {args.tp} GPUs, one per rank; {n} "
+                               f"visible: use --tp {n} or fewer, or --device cpu (gloo)")
+    args.device = device
+
+
+def _cmd_run_tp(args: argparse.Namespace) -> int:
+    """N tensor-parallel ranks, each a session process; the live app or a headless run."""
+    from .remote.ranks import RankSetControl  # noqa: PLC0415
+
+    _check_tp(args)
+    if args.headless:
+        args.no_loop = True
+    opts, store_kwargs = _make_options(args)
+    if args.headless and opts.sample_every == "auto":
+        opts.sample_every = 1   # a bounded measurement: every token traced (as without --tp)
+    ctl = RankSetControl(opts, store_kwargs, args.tp, orphan_snapshot_dir=args.export_dir)
+    if not args.headless:
+        from .ui.app import run_app  # noqa: PLC0415
+        ctl.start()
+        return run_app(ctl, title=f"tuiprof {args.model} TP={args.tp}",
+                       export_dir=Path(args.export_dir), auto_snapshot=True)
+    out = Path(args.json or f"tuiprof-{Path(args.model).name}-tp{args.tp}.json")
+    stopping: list[int] = []
+
+    def on_signal(signum, frame):
+        stopping.append(signum)
+        if signum == signal.SIGHUP:
+            _detach_terminal()
+        if len(stopping) > 1:
+            raise Interrupted(signum)
+        _say(f"tuiprof: {signal.Signals(signum).name}: stopping, writing {out} "
+             f"(again to quit at once)")
+
+    old = _handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    try:
+        _say(f"tuiprof: loading {args.model} on {args.tp} ranks ({args.device}) ...")
+        ctl.start()
+        said = set()
+        while not stopping and ctl.failure is None:
+            states = [c.status.state for c in ctl.ranks]
+            if all(st in ("done", "stopped", "error") for st in states):
+                break
+            for st in ("compiling", "decode"):
+                if st in states and st not in said:
+                    said.add(st)
+                    _say("tuiprof: compiling the decode step on every rank (torch.compile) ..."
+                         if st == "compiling" else
+                         "tuiprof: generating; Ctrl-C stops and writes the snapshot")
+            time.sleep(0.2)
+        ctl.stop()
+        rv = ctl.views(raw=True)
+        from .export.snapshot import write_snapshot  # noqa: PLC0415
+        write_snapshot(rv, out)
+        _say(f"tuiprof: snapshot of {args.tp} ranks written to {out}")
+        _print_ranks_summary(rv)
+    finally:
+        ctl.close()
+        for s_, h in old.items():
+            signal.signal(s_, h)
+    if ctl.failure:
+        _say(f"tuiprof: {ctl.failure}")
+        return 1
+    if stopping:
+        return 128 + stopping[0]
+    return 1 if ctl.status.state == "error" else 0
+
+
+def _print_ranks_summary(rv) -> None:
+    """Per-rank lines (tokens/s, step time, compute/communication/idle) and the skew."""
+    from .analysis.ranks import find_ranks, ranks_summary  # noqa: PLC0415
+
+    s = ranks_summary(rv)
+    first = rv[0].meta
+    print(f"model {first.get('model')} on {rv.world_size} ranks ({first.get('backend')}, "
+          f"{first.get('device')}, {first.get('dtype')}), weights: {first.get('weights')}")
+    if s.mode is None:
+        print("no decode steps")
+        return
+    ms = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    for r in s.ranks:
+        split = (f", compute {ms(r.compute_ms)} / communication {ms(r.comm_ms)} / idle "
+                 f"{ms(r.idle_ms)} ms per step (NCCL {r.comm_share:.0%}, overlap "
+                 f"{(r.overlap_fraction or 0):.0%}, {r.traced_steps} traced steps)"
+                 if r.comm_share is not None else ", no kernel records")
+        mark = " *slowest*" if s.slowest == r.rank and rv.world_size > 1 else ""
+        print(f"rank {r.rank} {s.mode}: {r.decode_tokens} decode tokens, {r.tokens_per_s:.1f} "
+              f"tokens/s, median {r.step_ms:.2f} ms/step{split}{mark}")
+    if s.skew is not None:
+        print(f"step-end skew across ranks: median {s.skew.end_median_us:.0f} µs, p90 "
+              f"{s.skew.end_p90_us:.0f} µs over {s.skew.steps} steps; clock residual "
+              f"{s.clock.get('residual_ns')} ns")
+    for f in find_ranks(rv, s):
+        print(f"finding: {f.title}")
+    for r, v in enumerate(rv.views):
+        if v.counters.get("dropped"):
+            print(f"warning: rank {r}: {v.counters['dropped']} CUPTI records dropped",
+                  file=sys.stderr)
+
+
 def _exit_if_busy(prof, code: int) -> int:
     """A model load or a torch.compile still running after the session stopped cannot be
     interrupted, and ending the interpreter under it aborts the process ("terminate called
@@ -370,10 +491,10 @@ def _print_summary(view, prof=None) -> None:
 
 
 def _cmd_view(args: argparse.Namespace) -> int:
-    from .export.snapshot import read_snapshot  # noqa: PLC0415
+    from .export.snapshot import read_any_snapshot  # noqa: PLC0415
     from .ui.app import run_app, view_control  # noqa: PLC0415
 
-    view = read_snapshot(args.snapshot)
+    view = read_any_snapshot(args.snapshot)
     return run_app(view_control(view), title=f"tuiprof view {Path(args.snapshot).name}",
                    export_dir=Path("."), auto_snapshot=False)
 
@@ -399,9 +520,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .export.snapshot import read_snapshot  # noqa: PLC0415
+    from .export.snapshot import read_any_snapshot  # noqa: PLC0415
 
-    view = read_snapshot(args.snapshot)
+    view = read_any_snapshot(args.snapshot)  # all ranks of a multi-rank snapshot
     if not (args.nsys or args.sqlite or args.trace):
         raise TuiprofError("nothing to export: give --nsys DIR, --sqlite FILE and/or --trace FILE")
     if args.nsys:

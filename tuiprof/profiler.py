@@ -40,6 +40,7 @@ class ProfilerOptions:
     # after every CUDA sync (once per compiled token). None keeps the interpreter's setting.
     switch_interval_s: float | None = None
     measure_peaks: bool = False  # copy + matmul at start-up, for the roofline
+    device_index: int = 0        # the GPU NVML samples (a tensor-parallel rank's own GPU)
     engine_kwargs: dict = field(default_factory=dict)
 
 
@@ -132,7 +133,7 @@ class Profiler(SessionControl):
 
     def _load_and_run(self) -> None:
         try:
-            self.start_collectors()
+            self.start_collectors(self.options.device_index)
             self.status.state = "loading"
             factory = self._factory
             if factory is None:
@@ -143,6 +144,7 @@ class Profiler(SessionControl):
             if self._stopping:  # stopped while loading (Ctrl-C, SIGTERM, q): never start it
                 self.done.set()
                 return
+            self.store.meta.update(rank_facts())
             self.store.meta.update(self.engine.info)
             self.store.meta["mode"] = self.status.mode
             self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
@@ -316,6 +318,19 @@ class Profiler(SessionControl):
         self.store.set_overhead(pct=round(100.0 * (own + nv) / wall, 2),
                                 cupti_s=round(own, 3), nvml_s=round(nv, 3), wall_s=round(wall, 1),
                                 method="tuiprof threads' CPU time / wall time")
+
+
+def rank_facts() -> dict:
+    """This process's place in a distributed job, from the torchrun environment (empty outside
+    one): whatever runs the steps (tuiprof's engine or a user's program), each rank's store
+    says which rank it is, so the UI process can put the ranks side by side."""
+    from .engine.distributed import RankInfo  # noqa: PLC0415 - no torch at import
+
+    info = RankInfo.from_env()
+    if info is None or info.world_size < 2:
+        return {}
+    return {"rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
+            "device_index": info.local_rank}
 
 
 def _device_facts(device: str) -> dict:

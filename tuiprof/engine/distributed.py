@@ -97,6 +97,10 @@ def tp_group(device: str | None = None, timeout_s: float | None = None) -> TPGro
         dev = f"cuda:{info.local_rank}"
     else:
         dev = "cpu"
+        if "OMP_NUM_THREADS" not in os.environ:
+            # N ranks share the host's cores (torchrun caps each at one thread for the same
+            # reason): without a cap every rank starts a thread per core and they thrash.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.world_size))
     backend = "nccl" if cuda else "gloo"
     timeout = _dt.timedelta(seconds=timeout_s or float(os.environ.get("TUIPROF_TP_TIMEOUT_S",
                                                                       DEFAULT_TIMEOUT_S)))

@@ -200,11 +200,11 @@ def engine_info(loaded: LoadedModel) -> dict:
         emb = embedding_params(defn)
     except Exception:
         emb = None
-    try:
-        import transformers
+    try:  # the installed version, without importing it (seconds) for models that do not use it
+        from importlib.metadata import version
 
-        tf_version = transformers.__version__
-    except ImportError:
+        tf_version = version("transformers")
+    except Exception:
         tf_version = None
     return {
         "model": defn.name,

@@ -35,6 +35,7 @@ class SessionSpec:
     log_path: str | None = None      # the process's stdout/stderr (torch warnings) go here
     orphan_snapshot_dir: str | None = None  # snapshot written here if the UI process vanishes
     hook: str | None = None          # "module:callable" (benchmarks): called with the Profiler
+    env: dict | None = None          # environment set first (a rank's RANK, MASTER_PORT, ...)
 
 
 class SessionServer:
@@ -70,6 +71,8 @@ def status_copy(st: SourceStatus) -> SourceStatus:
 
 def serve(conn: Any, spec: SessionSpec) -> None:
     """Entry point of the session process (``multiprocessing`` spawn target)."""
+    if spec.env:
+        os.environ.update(spec.env)
     _redirect_output(spec.log_path)
     # The UI process owns the terminal and the session's life: Ctrl-C and a closed terminal
     # reach it, and it stops this process through the connection. SIGTERM sent here directly

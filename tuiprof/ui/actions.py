@@ -27,6 +27,11 @@ ACTIONS: tuple[Action, ...] = (
     Action("reset", "r", "reset", "reset", "Reset all statistics"),
     Action("export", "e", "export_snapshot", "export", "Export a JSON snapshot (reopen with `tuiprof view`)"),
     Action("export-nsys", "n", "export_nsys", "nsys", "Export nsys-style summary reports"),
+    Action("next-rank", "g", "next_rank", "rank",
+           "Tensor-parallel sessions: show the next rank (GPU) in every pane"),
+    Action("all-ranks", "a", "all_ranks", "all ranks",
+           "Tensor-parallel sessions: every rank side by side (step time, compute / "
+           "communication / idle, skew, overlap, NVML)"),
     Action("help", "question_mark", "help", "help", "This help screen", shown_key="?"),
     Action("quit", "q", "quit", "quit", "Stop the session (auto-snapshot if enabled) and quit"),
     Action("theme", "t", "toggle_theme", "theme", "Toggle dark / light theme", show=False),
