@@ -153,6 +153,25 @@ def _handle_signals(handler, signals) -> dict:
     return old
 
 
+def _stop_on_signals(out: Path, on_first=None) -> tuple[list[int], dict]:
+    """A headless run's signals: the first SIGINT/SIGTERM/SIGHUP stops it cleanly and keeps the
+    data (``on_first``), a second one quits at once. Returns (signals seen, old handlers)."""
+    stopping: list[int] = []
+
+    def on_signal(signum, frame):
+        stopping.append(signum)
+        if signum == signal.SIGHUP:
+            _detach_terminal()
+        if len(stopping) > 1:
+            raise Interrupted(signum)
+        _say(f"tuiprof: {signal.Signals(signum).name}: stopping, writing {out} "
+             f"(again to quit at once)")
+        if on_first is not None:
+            on_first()
+
+    return stopping, _handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+
+
 def _detach_terminal() -> None:
     """After SIGHUP the terminal is gone: point stdin/stdout/stderr at /dev/null so that the
     rest of the shutdown (snapshot, summary) does not fail on a dead terminal."""
@@ -269,19 +288,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # must stay out of the way: every token is traced.
         prof.options.sample_every = 1
     out = Path(args.json or f"tuiprof-{Path(args.model).name}.json")
-    stopping: list[int] = []
-
-    def on_signal(signum, frame):  # first signal: stop cleanly and keep the data
-        stopping.append(signum)
-        if signum == signal.SIGHUP:
-            _detach_terminal()
-        if len(stopping) > 1:
-            raise Interrupted(signum)
-        _say(f"tuiprof: {signal.Signals(signum).name}: stopping, writing {out} "
-             f"(again to quit at once)")
-        prof.done.set()
-
-    old = _handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    stopping, old = _stop_on_signals(out, prof.done.set)
     try:
         _say_start(store, prof)
         prof.start()
@@ -355,18 +362,7 @@ def _cmd_run_tp(args: argparse.Namespace) -> int:
         return run_app(ctl, title=f"tuiprof {args.model} TP={args.tp}",
                        export_dir=Path(args.export_dir), auto_snapshot=True)
     out = Path(args.json or f"tuiprof-{Path(args.model).name}-tp{args.tp}.json")
-    stopping: list[int] = []
-
-    def on_signal(signum, frame):
-        stopping.append(signum)
-        if signum == signal.SIGHUP:
-            _detach_terminal()
-        if len(stopping) > 1:
-            raise Interrupted(signum)
-        _say(f"tuiprof: {signal.Signals(signum).name}: stopping, writing {out} "
-             f"(again to quit at once)")
-
-    old = _handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    stopping, old = _stop_on_signals(out)
     try:
         _say(f"tuiprof: loading {args.model} on {args.tp} ranks ({args.device}) ...")
         ctl.start()

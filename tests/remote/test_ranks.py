@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sqlite3
-import time
 
 import pytest
 
@@ -22,6 +21,9 @@ from tuiprof.profiler import ProfilerOptions
 from tuiprof.remote.ranks import RankSetControl
 from tuiprof.ui.app import make_app, view_control
 from tuiprof.ui.screens.ranks import RanksScreen
+
+from ._helpers import screen_text as _screen_text
+from ._helpers import until as _until
 
 NEW_TOKENS = 12
 
@@ -96,19 +98,6 @@ def test_a_reopened_tp2_snapshot_has_the_rank_selector(tp2_run):
             assert app.rank == 0
 
     asyncio.run(run())
-
-
-def _screen_text(app) -> str:
-    strips = app.screen._compositor.render_strips()
-    return "\n".join("".join(seg.text for seg in s) for s in strips)
-
-
-async def _until(pred, app, seconds: float = 90.0) -> None:
-    end = time.monotonic() + seconds
-    while not pred():
-        assert time.monotonic() < end, "timed out"
-        app.refresh_view()
-        await asyncio.sleep(0.1)
 
 
 def test_live_ranks_pause_together_and_a_killed_rank_is_one_line_with_data_kept(tmp_path):

@@ -16,8 +16,9 @@ FIELDS = {
 }
 
 
-def read_allocator_stats(device: int = 0) -> dict | None:
-    """The caching allocator's counters for ``device``, or None without CUDA."""
+def read_allocator_stats(device: int | None = None) -> dict | None:
+    """The caching allocator's counters for ``device`` (None: the calling thread's current
+    device, which is the engine's: a tensor-parallel rank's own GPU), or None without CUDA."""
     import torch  # noqa: PLC0415
 
     if not torch.cuda.is_available():

@@ -133,6 +133,10 @@ class Engine:
         """The engine loop, on the calling thread (``start`` runs it on its own thread)."""
         torch.set_grad_enabled(False)  # grad mode is per thread
         try:
+            if self.cuda and self.device.index is not None:
+                # The current device is per thread too: without this, CUDA events, allocator
+                # statistics and graph capture of a rank on cuda:1 would go to cuda:0.
+                torch.cuda.set_device(self.device)
             self._generate()
         except torch.cuda.OutOfMemoryError as exc:
             self._fail(_oom_message(exc, self.device, self.state))

@@ -117,16 +117,19 @@ def _finding_dict(f: Any) -> Any:
     return {"text": str(f)}
 
 
+def _findings(module: str, name: str, arg: Any) -> list:
+    """``tuiprof.<module>.<name>(arg)`` as a list, or ``[]`` when it is missing or fails."""
+    try:
+        import importlib  # noqa: PLC0415 - optional, lands separately
+        fn = getattr(importlib.import_module(module, __package__), name)
+        return list(fn(arg))
+    except Exception:
+        return []
+
+
 def default_findings(view: StoreView) -> list:
     """``tuiprof.analysis.find(view)`` when the analysis package is there, else ``[]``."""
-    try:
-        from ..analysis import find  # noqa: PLC0415 - optional, lands separately
-    except Exception:
-        return []
-    try:
-        return list(find(view))
-    except Exception:
-        return []
+    return _findings("..analysis", "find", view)
 
 
 # ------------------------------------------------------------------ writing
@@ -208,11 +211,7 @@ def world_meta(rv: RanksView) -> dict:
 
 def default_rank_findings(rv: RanksView) -> list:
     """``tuiprof.analysis.ranks.find_ranks(rv)``, or ``[]`` when it fails."""
-    try:
-        from ..analysis.ranks import find_ranks  # noqa: PLC0415
-        return list(find_ranks(rv))
-    except Exception:
-        return []
+    return _findings("..analysis.ranks", "find_ranks", rv)
 
 
 def ranks_snapshot_dict(rv: RanksView, findings: Iterable | None = None,
@@ -284,6 +283,14 @@ def _free_form_problem(obj: Any, limit: int) -> str | None:
     return None
 
 
+def _check_version(ver: Any, where: str) -> None:
+    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
+        raise _bad(where, f"schema_version {str(ver)[:20]!r} is not a positive integer")
+    if ver > SCHEMA_VERSION:
+        raise TuiprofError(f"snapshot schema version {ver} is newer than this tuiprof reads "
+                           f"({SCHEMA_VERSION}); upgrade tuiprof")
+
+
 def validate_snapshot(obj: Any, where: str = "document", all_records: bool = True) -> None:
     """Check a decoded snapshot: format and version first, then the JSON Schema.
 
@@ -294,12 +301,7 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
         raise _bad(where, f"expected a JSON object, got {type(obj).__name__}")
     if obj.get("format") != FORMAT:
         raise _bad(where, f"format is {str(obj.get('format'))[:40]!r}, not {FORMAT!r}")
-    ver = obj.get("schema_version")
-    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
-        raise _bad(where, f"schema_version {str(ver)[:20]!r} is not a positive integer")
-    if ver > SCHEMA_VERSION:
-        raise TuiprofError(f"snapshot schema version {ver} is newer than this tuiprof reads "
-                           f"({SCHEMA_VERSION}); upgrade tuiprof")
+    _check_version(obj.get("schema_version"), where)
     for key in ("meta", "overhead", "findings", "allocs", "nvml", "tokens", "counters",
                 "collectors", "summary", "events", "api", "nvtx"):
         problem = _free_form_problem(obj[key], MAX_DEPTH) if key in obj else None
@@ -425,12 +427,7 @@ def _read_document(p: Path) -> Any:
 
 def _ranks_document(doc: dict, where: str) -> RanksView:
     """Check the multi-rank wrapper and every rank's document; rebuild all views."""
-    ver = doc.get("schema_version")
-    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
-        raise _bad(where, f"schema_version {str(ver)[:20]!r} is not a positive integer")
-    if ver > SCHEMA_VERSION:
-        raise TuiprofError(f"snapshot schema version {ver} is newer than this tuiprof reads "
-                           f"({SCHEMA_VERSION}); upgrade tuiprof")
+    _check_version(doc.get("schema_version"), where)
     ranks, world = doc.get("ranks"), doc.get("world")
     if not isinstance(ranks, list) or not 1 <= len(ranks) <= MAX_RANKS:
         raise _bad(where, f"'ranks' must be a list of 1 to {MAX_RANKS} rank snapshots")
