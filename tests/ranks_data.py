@@ -24,7 +24,7 @@ def rank_store(rank: int, steps: int, compute_us: int, comm_us: int, *, t0: int 
     shifts the rank's clock, ``end_lag_us`` makes it finish each step later."""
     st = SessionStore(ring_tokens=64)
     st.meta.update(rank=rank, world_size=2, device_index=rank, device="NVIDIA H200",
-                   params=600_000_000, tp_shard={"q_heads": list(q_heads)},
+                   params=350_000_000, model_params=600_000_000, tp_shard={"q_heads": list(q_heads)},
                    clock_sync=[{"at": "ready", "clock_ns": t0 + offset_ns, "unix_ns": t0}])
     corr = 0
     for i in range(steps):

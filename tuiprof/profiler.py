@@ -164,7 +164,11 @@ class Profiler(SessionControl):
             self.done.set()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop generation, flush and finalise CUPTI, stop NVML. Safe to call twice."""
+        """Stop generation, flush and finalise CUPTI, stop NVML. Safe to call twice; a second
+        call waits at most half a second for an engine that the first could not join (a
+        tensor-parallel rank whose peer died waits in a collective until it times out)."""
+        if self.done.is_set() and self._stopping:
+            timeout = min(timeout, 0.5)
         self._stopping = True
         if self._loader is not None and self._loader.is_alive():
             self._loader.join(timeout)

@@ -274,7 +274,8 @@ def find_ranks(rv, summary: RanksSummary | None = None) -> list:
     out: list[Finding] = []
     traced = [r for r in s.ranks if r.comm_share is not None]
     step_ms = float(np.median([r.step_ms for r in s.ranks])) if s.ranks else 0.0
-    params = rv[0].meta.get("params")
+    meta = rv[0].meta
+    params = meta.get("model_params") or (meta.get("params") if n == 1 else None)
     if traced and len(traced) == n:
         out += _comm_bound(s, traced, n, step_ms, params)
         out += _straggler(s, traced, step_ms)

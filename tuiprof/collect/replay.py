@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import threading
 import time
 import zlib
@@ -22,6 +23,13 @@ from ..control import SessionControl
 from ..errors import TuiprofError
 from ..store import SessionStore
 from ..store.records import DECODE, PREFILL, record_start
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _shown(value: object) -> str:
+    """A value read from the file, quoted in a one-line message (control characters escaped)."""
+    return _CONTROL.sub(lambda c: f"\\x{ord(c.group()):02x}", str(value)[:60])
 
 RECORDING_FORMAT = "tuiprof-recording"
 RECORDING_VERSION = 1
@@ -82,12 +90,12 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
     for m in obj["marks"]:
         if not (isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
                 and _int(m[1]) and _int(m[2])):
-            raise TuiprofError(f"{where}: malformed mark {str(m)[:60]}")
+            raise TuiprofError(f"{where}: malformed mark {_shown(m)}")
         marks.append(m)
     records = []
     for r in obj["records"]:
         if not _valid_record(r):
-            raise TuiprofError(f"{where}: malformed record {str(r)[:60]}")
+            raise TuiprofError(f"{where}: malformed record {_shown(r)}")
         records.append(tuple(r))
     nvml = obj.get("nvml", [])
     alloc = obj.get("alloc", [])

@@ -180,6 +180,11 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
         info["lockstep"] = lock.stats      # the engine's agreement costs, updated in place
         module = getattr(loaded.adapter, "model", None) or getattr(loaded.adapter, "module", None)
         info["tp_shard"] = getattr(module, "tp_shard", None)
+        try:  # "params" is this rank's shard; the whole model's count, for findings
+            from .registry import param_count
+            info["model_params"] = param_count(loaded.source.model_def)
+        except Exception:
+            pass
     engine = Engine(loaded.adapter, ids, device=loaded.device, max_new_tokens=max_new_tokens,
                     loop=loop, mode=mode, compile_mode=compile_mode, temperature=temperature,
                     top_k=top_k, seed=seed, clock=clock, listener=listener, info=info,

@@ -45,7 +45,7 @@ META_KEYS = frozenset({
     "study", "non_embedding_params", "weight_bytes", "compile_mode", "prompt", "loop",
     "load_s", "vocab_size", "max_new_tokens", "sample_every", "gpu_mem_total_bytes",
     "measured_peaks", "rank", "world_size", "local_rank", "tp", "backend", "clock_sync",
-    "lockstep", "tp_shard",
+    "lockstep", "tp_shard", "model_params",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
 WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference"})

@@ -11,8 +11,8 @@ down the whole group when one fails and reports only exit codes, which would los
 ranks' data and leave no channel to send keys. Here the UI process holds each rank's process
 handle and a pipe to it (a :class:`~tuiprof.remote.client.RemoteControl` per rank), sees a
 death at once, stops the other ranks cleanly (their collectors flush, their data is fetched)
-and keeps everything measured. ``torch.multiprocessing``'s error files give the traceback of
-a rank that fails before it can answer.
+and keeps everything measured. A rank that fails outside its session loop leaves its
+traceback in its log file, which the one-line message names.
 
 Keys go to rank 0 only: the ranks' engines agree on rank 0's commands at the same token
 boundaries (:mod:`tuiprof.engine.lockstep`).
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 import socket
 import threading
 import time
+import traceback
 from typing import Any
 
 from ..control import SessionControl, SourceStatus
@@ -64,7 +64,11 @@ def _rank_main(index: int, conns: list, specs: list) -> None:
     for j, conn in enumerate(conns):
         if j != index:
             conn.close()
-    serve(conns[index], specs[index])
+    try:
+        serve(conns[index], specs[index])
+    except BaseException:
+        traceback.print_exc()  # into the rank's log (serve redirected stderr there first)
+        raise
 
 
 class RankSetControl(SessionControl):
@@ -217,18 +221,7 @@ class RankSetControl(SessionControl):
                 return f"process killed by {signal.Signals(-code).name}"
             except ValueError:
                 return f"process killed by signal {-code}"
-        err = self._error_file(rank)
-        return f"process ended (exit code {code}{': ' + err if err else ''})"
-
-    def _error_file(self, rank: int) -> str:
-        """The last line of the traceback ``torch.multiprocessing`` saved for the rank."""
-        try:
-            with open(self._context.error_files[rank], "rb") as fh:
-                text = pickle.load(fh)  # written by torch.multiprocessing in our own child
-        except Exception:
-            return ""
-        lines = [ln for ln in str(text).splitlines() if ln.strip()]
-        return lines[-1].strip()[:160] if lines else ""
+        return f"process ended (exit code {code}; its traceback is in the log)"
 
     def _fail(self, rank: int, why: str) -> None:
         why = " ".join(why.split())
