@@ -333,8 +333,13 @@ def _check_tp(args: argparse.Namespace) -> None:
         raise TuiprofError("--record writes one rank's recording; drop it with --tp")
     if args.weights:
         raise TuiprofError("--tp builds random weights only for now; drop --weights")
-    from .engine.load import pick_device  # noqa: PLC0415
+    from .engine import resolve_model  # noqa: PLC0415
+    from .engine.load import pick_device, tp_families  # noqa: PLC0415
 
+    source = resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    if args.tp > 1 and source.family not in tp_families():
+        raise TuiprofError(f"--tp: the {source.family} family ({source.name}) has no "
+                           f"tensor-parallel build; supported: {', '.join(tp_families())}")
     device = pick_device(args.device)
     if device.startswith("cuda"):
         import torch  # noqa: PLC0415
@@ -388,12 +393,12 @@ def _cmd_run_tp(args: argparse.Namespace) -> int:
         ctl.close()
         for s_, h in old.items():
             signal.signal(s_, h)
-    if ctl.failure:
-        _say(f"tuiprof: {ctl.failure}")
+    failure = ctl.failure or next((f"rank {r}: {c.status.message}" for r, c in
+                                   enumerate(ctl.ranks) if c.status.state == "error"), None)
+    if failure:
+        _say(f"tuiprof: {failure}")
         return 1
-    if stopping:
-        return 128 + stopping[0]
-    return 1 if ctl.status.state == "error" else 0
+    return 128 + stopping[0] if stopping else 0
 
 
 def _print_ranks_summary(rv) -> None:
@@ -402,10 +407,11 @@ def _print_ranks_summary(rv) -> None:
 
     s = ranks_summary(rv)
     first = rv[0].meta
-    print(f"model {first.get('model')} on {rv.world_size} ranks ({first.get('backend')}, "
-          f"{first.get('device')}, {first.get('dtype')}), weights: {first.get('weights')}")
+    if first.get("model"):
+        print(f"model {first.get('model')} on {rv.world_size} ranks ({first.get('backend')}, "
+              f"{first.get('device')}, {first.get('dtype')}), weights: {first.get('weights')}")
     if s.mode is None:
-        print("no decode steps")
+        print(f"no decode steps on {rv.world_size} ranks")
         return
     ms = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
     for r in s.ranks:

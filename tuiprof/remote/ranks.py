@@ -226,8 +226,8 @@ class RankSetControl(SessionControl):
     def _fail(self, rank: int, why: str) -> None:
         why = " ".join(why.split())
         log = self.ranks[rank].log_path
-        self.failure = (f"rank {rank}: {why}; the other ranks were stopped; the data shown is "
-                        f"kept: press e to save it (log: {log})")
+        self.failure = (f"rank {rank}: {why}; the other ranks were stopped and everything "
+                        f"measured is kept (log: {log})")
         survivors = [c for i, c in enumerate(self.ranks) if i != rank]
 
         def stop(c: RemoteControl) -> None:
