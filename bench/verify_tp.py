@@ -10,16 +10,19 @@ across ranks, the slowest rank, the cross-rank findings, and the TP scaling effi
 the TP=1 session of the same model and mode. The collection overhead per rank comes from
 bench/overhead.py's interleaved windows (``bare`` vs ``auto``) run in every rank at once.
 
-On 2 GPUs (nvidia-h200-x2)::
+On 2 GPUs (nvidia-h200-x2), estimated 6-7.5 minutes (not measured: four sessions of ~15 s
+start-up and ~20 s load each, three compiles of 45-90 s, ~45 s of overhead windows)::
 
     python bench/verify_tp.py                      # qwen3-0.6b TP 1,2 eager+compiled,
                                                    # nanochat-d34 TP 1,2 eager, compiled at TP 2
+    python bench/verify_tp.py --models qwen3-0.6b  # ~4.5 min, then --models nanochat-d34 ~3 min
 On the CPU (gloo, tiny models, the same code path)::
 
     python bench/verify_tp.py --device cpu --tiny
 
-``$OUT`` (when set) receives ``verify_tp.json``, ``tp_scaling.csv`` and one multi-rank snapshot
-per session (``tp2-*.json`` carry their TP=1 reference: ``tuiprof view`` shows the scaling).
+``$OUT`` (when set) receives ``verify_tp.json``, ``tp_scaling.csv``, the multi-rank snapshot of
+each TP>1 session (with its TP=1 reference: ``tuiprof view`` shows the scaling) and three
+screenshots of the live app over the qwen3-0.6b TP=2 session (rank 0, rank 1, all ranks).
 """
 from __future__ import annotations
 
@@ -109,6 +112,36 @@ def overhead(a: argparse.Namespace, session: TPSession, res: ModeResult) -> None
     res.extra["overhead"] = rows
 
 
+# ------------------------------------------------------------------ the live app
+def screenshots(session: TPSession, out: Path, tag: str) -> None:
+    """The live app over this very session of ranks (the UI process is this one): SVG
+    screenshots of rank 0, rank 1 (``g``) and the all-ranks screen (``a``) at 200x50."""
+    import asyncio
+
+    try:
+        from tuiprof.ui.app import make_app
+    except ImportError as exc:  # Textual missing on this machine: the numbers still count
+        say(f"screenshots skipped: {exc}")
+        return
+    app = make_app(session.ctl, title=f"tuiprof {session.model} TP={session.tp}",
+                   export_dir=out, refresh_hz=4.0)
+
+    async def run() -> None:
+        async with app.run_test(size=(200, 50)) as pilot:
+            await asyncio.sleep(6)               # panes filled, the findings worker has run
+            app.save_screenshot(f"{tag}_rank0.svg", str(out))
+            await pilot.press("g")
+            await asyncio.sleep(3)
+            app.save_screenshot(f"{tag}_rank1.svg", str(out))
+            await pilot.press("a")
+            await asyncio.sleep(3)
+            app.save_screenshot(f"{tag}_all_ranks.svg", str(out))
+            await pilot.press("escape")
+
+    asyncio.run(run())
+    say(f"screenshots {tag}_rank0/_rank1/_all_ranks.svg written")
+
+
 # ------------------------------------------------------------------ the table
 HEAD = ["model", "TP", "mode", "rank", "ms/step", "tok/s", "compute ms", "comm ms", "idle ms",
         "NCCL", "overlap", "traced", "skew µs", "slowest", "TP eff", "overhead auto/bare"]
@@ -173,18 +206,21 @@ def main(argv=None) -> int:
                         "nanochat-d34=2; one compile per model per TP)")
     p.add_argument("--overhead-at", default="qwen3-0.6b=2", metavar="MODEL=TP",
                    help="session that also measures collection overhead per rank ('' = none)")
+    p.add_argument("--screenshots-at", default="qwen3-0.6b=2", metavar="MODEL=TP",
+                   help="session whose live app is screenshot into $OUT, in its last mode "
+                        "('' = none)")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--tiny", action="store_true", help="tiny models, short runs (CPU smoke run)")
     p.add_argument("--no-cupti", action="store_true")
-    p.add_argument("--eager-tokens", type=int, default=256)
-    p.add_argument("--compiled-tokens", type=int, default=512)
+    p.add_argument("--eager-tokens", type=int, default=192)
+    p.add_argument("--compiled-tokens", type=int, default=256)
     p.add_argument("--cycle-tokens", type=int, default=1024)
     p.add_argument("--ring-tokens", type=int, default=1024)
     p.add_argument("--raw-tokens", type=int, default=16, help="traced steps per rank analysed")
     p.add_argument("--eager-window", type=int, default=32)
     p.add_argument("--compiled-window", type=int, default=128)
-    p.add_argument("--eager-blocks", type=int, default=2)
+    p.add_argument("--eager-blocks", type=int, default=1)
     p.add_argument("--compiled-blocks", type=int, default=1)
     p.add_argument("--warmup", type=int, default=32)
     p.add_argument("--rounds", type=int, default=0,
@@ -206,6 +242,8 @@ def main(argv=None) -> int:
         want_compiled[rename(m)] = {int(t) for t in ts.split(",") if t}
     om, _, ot = a.overhead_at.partition("=")
     overhead_at = (rename(om), int(ot)) if om else None
+    sm, _, st = a.screenshots_at.partition("=")
+    shots_at = (rename(sm), int(st)) if sm and os.environ.get("OUT") else None
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     runs: list[TPRun] = []
     failed = []
@@ -218,9 +256,14 @@ def main(argv=None) -> int:
                                 cycle_tokens=a.cycle_tokens, ring_tokens=a.ring_tokens,
                                 raw_tokens=a.raw_tokens, timeout=a.timeout,
                                 cupti=not a.no_cupti, hook=hook, say=say)
+            def on_mode(s: TPSession, res: ModeResult, modes=modes, model=model, tp=tp) -> None:
+                if overhead_at == (model, tp):
+                    overhead(a, s, res)
+                if shots_at == (model, tp) and res.mode == modes[-1]:
+                    screenshots(s, out_dir, f"tuiprof_tp{tp}_{res.mode}")
+
             try:
-                runs.append(session.run(modes, (lambda s, res: overhead(a, s, res))
-                                        if hook else None))
+                runs.append(session.run(modes, on_mode))
             except Exception as exc:  # one line, and the other sessions still run
                 msg = " ".join(str(exc).split())[:300]
                 say(f"{model} TP={tp} failed: {msg}")
@@ -230,7 +273,7 @@ def main(argv=None) -> int:
     for f in failed:
         print(f"FAILED {f}")
     if out_dir is not None:
-        write_outputs(runs, out_dir)          # tp_scaling.csv + one snapshot per session
+        write_outputs(runs, out_dir, min_tp=2)  # tp_scaling.csv + a snapshot per TP>1 session
         doc = {"rows": [dict(zip(HEAD, row)) for row in rows], "findings": notes,
                "failed": failed, "scaling": scaling_rows(runs),
                "sessions": [{"model": r.model, "tp": r.tp, "load_s": r.load_s,

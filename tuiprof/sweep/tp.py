@@ -155,8 +155,9 @@ def scaling_rows(runs: list[TPRun]) -> list[dict]:
     return rows
 
 
-def write_outputs(runs: list[TPRun], out: Path) -> list[Path]:
-    """``tp_scaling.csv`` and one multi-rank snapshot per session (with its TP=1 reference)."""
+def write_outputs(runs: list[TPRun], out: Path, min_tp: int = 1) -> list[Path]:
+    """``tp_scaling.csv`` and one multi-rank snapshot per session of at least ``min_tp`` ranks
+    (each with its TP=1 reference)."""
     from ..export.snapshot import write_snapshot  # noqa: PLC0415
 
     out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +170,7 @@ def write_outputs(runs: list[TPRun], out: Path) -> list[Path]:
         w.writerows(rows)
     paths.append(csv_path)
     for r in runs:
-        if r.final is None:
+        if r.final is None or r.tp < min_tp:
             continue
         meta = dict(r.final.meta)
         last = list(r.modes)[-1] if r.modes else None
