@@ -144,7 +144,17 @@ def screenshots(session: TPSession, out: Path, tag: str) -> None:
 
 # ------------------------------------------------------------------ the table
 HEAD = ["model", "TP", "mode", "rank", "ms/step", "tok/s", "compute ms", "comm ms", "idle ms",
-        "NCCL", "overlap", "traced", "skew µs", "slowest", "TP eff", "overhead auto/bare"]
+        "NCCL", "overlap", "traced", "skew µs", "slowest", "TP eff", "alloc MiB",
+        "overhead auto/bare"]
+
+
+def reserved_mib(view) -> float | None:
+    """The rank's caching-allocator reserved MiB at its last sampled token (None on CPU).
+    Read on the engine thread with no device argument, so it is only non-zero on every rank
+    when that thread's current device is the rank's own GPU (a rank on cuda:1 reading cuda:0's
+    allocator would show 0 here)."""
+    allocs = [t.alloc for t in view.tokens if t.alloc]
+    return allocs[-1].get("reserved_bytes", 0) / 2**20 if allocs else None
 
 
 def rows_of(runs: list[TPRun]) -> tuple[list[list], list[str]]:
@@ -165,14 +175,33 @@ def rows_of(runs: list[TPRun]) -> tuple[list[list], list[str]]:
                     _p(k.overlap_fraction), str(k.traced_steps),
                     f"{s.skew.end_median_us:.0f}" if s.skew and run.tp > 1 else "–",
                     "yes" if s.slowest == k.rank and run.tp > 1 else "", eff,
+                    _f(reserved_mib(res.ranks[k.rank]), 0),
                     f"{o['ratio']:.3f} ({o['min']:.3f}–{o['max']:.3f})" if o and o["ratio"] else ""])
             for f in res.findings:
                 notes.append(f"{run.model} TP={run.tp} {mode}: {f.title} — {f.evidence}")
     return rows, notes
 
 
-def _f(v) -> str:
-    return "–" if v is None else f"{v:.3f}"
+def _f(v, digits: int = 3) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def device_check(runs: list[TPRun]) -> list[str]:
+    """Ranks whose allocator statistics are empty on CUDA: their engine thread's current
+    device is not their GPU (torch.cuda.set_device is per thread)."""
+    bad = []
+    for run in runs:
+        for mode, res in run.modes.items():
+            for r in range(res.ranks.world_size):
+                view = res.ranks[r]
+                dev = str(view.meta.get("device", ""))
+                mib = reserved_mib(view)
+                if dev.startswith("cuda") and dev != f"cuda:{r}":
+                    bad.append(f"{run.model} TP={run.tp} {mode} rank {r}: engine on {dev}")
+                elif dev.startswith("cuda") and not mib:
+                    bad.append(f"{run.model} TP={run.tp} {mode} rank {r}: allocator statistics "
+                               f"empty ({mib}): the engine thread is not on cuda:{r}")
+    return bad
 
 
 def _p(v) -> str:
@@ -189,7 +218,9 @@ def print_table(rows: list[list], notes: list[str], runs: list[TPRun]) -> None:
     print("\nms/step: median host time per decode step over all tokens of the mode; compute / "
           "comm / idle: medians per traced step (CUPTI bursts); NCCL: communication share of "
           "the traced steps' wall time; skew: median step-end skew across ranks; TP eff: "
-          "speed-up over TP=1 / TP; overhead: median of block ratios auto/bare (min–max).")
+          "speed-up over TP=1 / TP; alloc MiB: the caching allocator's reserved MiB read on the "
+          "rank's engine thread (non-zero on every CUDA rank: that thread is on the rank's GPU); "
+          "overhead: median of block ratios auto/bare (min–max).")
     for r in runs:
         comp = f", compile {r.compile_s:.0f} s" if r.compile_s is not None else ""
         print(f"{r.model} TP={r.tp}: load {r.load_s:.0f} s{comp}")
@@ -270,6 +301,7 @@ def main(argv=None) -> int:
                 failed.append(f"{model} TP={tp}: {msg}")
     rows, notes = rows_of(runs)
     print_table(rows, notes, runs)
+    failed += device_check(runs)
     for f in failed:
         print(f"FAILED {f}")
     if out_dir is not None:
