@@ -86,3 +86,28 @@ def test_two_gloo_ranks_with_uneven_heads_decode_the_tokens_of_one_device(tmp_pa
         assert shard["q_heads"] == q_heads[r] and shard["mlp"] == mlp[r]
         assert backend == "gloo" and agreed >= 2      # lockstep agreements took place
         assert params < info["params"]                # each rank holds a shard
+
+
+def test_the_engine_thread_makes_the_ranks_gpu_its_current_device(monkeypatch):
+    """The current CUDA device is per thread: a rank on cuda:1 whose engine thread did not set
+    it would read cuda:0's allocator statistics and capture graphs there. torch.cuda.set_device
+    is the test double here (no GPU on this machine); it stops the engine at once."""
+    import threading
+
+    import torch
+
+    from tuiprof.engine.load import load_engine
+
+    engine = load_engine("qwen3-tiny", device="cpu", prompt_len=4, max_new_tokens=2)
+    engine.cuda, engine.device = True, torch.device("cuda", 1)   # as a rank with LOCAL_RANK=1
+    calls = []
+
+    def set_device(device) -> None:
+        calls.append((threading.current_thread().name, torch.device(device)))
+        raise RuntimeError("stopped by the test")
+
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    engine.start()
+    assert engine.join(30)
+    assert calls == [("tuiprof-engine", torch.device("cuda", 1))]
+    assert engine.error == "RuntimeError: stopped by the test"
