@@ -61,6 +61,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="run the model in the UI's process (default: a session process of its "
                         "own, so drawing the UI never takes the GIL from generation)")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor parallelism: N ranks, one process per GPU (NCCL; gloo with "
+                        "--device cpu), started with torch.distributed's launcher")
     g = p.add_argument_group("a program of your own (tuiprof run [options] -- python SCRIPT.py "
                              "[ARGS...]; see docs/programs.md)")
     g.add_argument("--step-range", action="append", metavar="NAME", default=[],
@@ -165,6 +168,25 @@ def _handle_signals(handler, signals) -> dict:
         except (ValueError, AttributeError):  # not the main thread, or no such signal
             pass
     return old
+
+
+def _stop_on_signals(out: Path, on_first=None) -> tuple[list[int], dict]:
+    """A headless run's signals: the first SIGINT/SIGTERM/SIGHUP stops it cleanly and keeps the
+    data (``on_first``), a second one quits at once. Returns (signals seen, old handlers)."""
+    stopping: list[int] = []
+
+    def on_signal(signum, frame):
+        stopping.append(signum)
+        if signum == signal.SIGHUP:
+            _detach_terminal()
+        if len(stopping) > 1:
+            raise Interrupted(signum)
+        _say(f"tuiprof: {signal.Signals(signum).name}: stopping, writing {out} "
+             f"(again to quit at once)")
+        if on_first is not None:
+            on_first()
+
+    return stopping, _handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 
 
 def _detach_terminal() -> None:
@@ -288,6 +310,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .program.command import check_options  # noqa: PLC0415
 
     check_options(args, _run_defaults())
+    if args.tp != 1:
+        return _cmd_run_tp(args)
     if not args.headless and not args.in_process:
         return _cmd_run_ui(args)
     prof, store = _make_profiler(args)
@@ -305,19 +329,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # must stay out of the way: every token is traced.
         prof.options.sample_every = 1
     out = Path(args.json or f"tuiprof-{Path(args.model).name}.json")
-    stopping: list[int] = []
-
-    def on_signal(signum, frame):  # first signal: stop cleanly and keep the data
-        stopping.append(signum)
-        if signum == signal.SIGHUP:
-            _detach_terminal()
-        if len(stopping) > 1:
-            raise Interrupted(signum)
-        _say(f"tuiprof: {signal.Signals(signum).name}: stopping, writing {out} "
-             f"(again to quit at once)")
-        prof.done.set()
-
-    old = _handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    stopping, old = _stop_on_signals(out, prof.done.set)
     try:
         _say_start(store, prof)
         prof.start()
@@ -355,6 +367,117 @@ def _cmd_run_ui(args: argparse.Namespace) -> int:
         raise
     return run_app(ctl, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
                    auto_snapshot=True)
+
+
+def _check_tp(args: argparse.Namespace) -> None:
+    """Fail fast (one line) on a --tp the machine cannot run."""
+    if args.tp < 1:
+        raise TuiprofError(f"--tp {args.tp}: give the number of ranks (2 or more)")
+    if args.in_process:
+        raise TuiprofError("--tp runs one process per rank; drop --in-process")
+    if args.record:
+        raise TuiprofError("--record writes one rank's recording; drop it with --tp")
+    if args.weights:
+        raise TuiprofError("--tp builds random weights only for now; drop --weights")
+    from .engine import resolve_model  # noqa: PLC0415
+    from .engine.load import pick_device, tp_families  # noqa: PLC0415
+
+    source = resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    if args.tp > 1 and source.family not in tp_families():
+        raise TuiprofError(f"--tp: the {source.family} family ({source.name}) has no "
+                           f"tensor-parallel build; supported: {', '.join(tp_families())}")
+    device = pick_device(args.device)
+    if device.startswith("cuda"):
+        import torch  # noqa: PLC0415
+        n = torch.cuda.device_count()
+        if args.tp > n:
+            raise TuiprofError(f"--tp {args.tp} needs {args.tp} GPUs, one per rank; {n} "
+                               f"visible: use --tp {n} or fewer, or --device cpu (gloo)")
+    args.device = device
+
+
+def _cmd_run_tp(args: argparse.Namespace) -> int:
+    """N tensor-parallel ranks, each a session process; the live app or a headless run."""
+    from .remote.ranks import RankSetControl  # noqa: PLC0415
+
+    _check_tp(args)
+    if args.headless:
+        args.no_loop = True
+    opts, store_kwargs = _make_options(args)
+    if args.headless and opts.sample_every == "auto":
+        opts.sample_every = 1   # a bounded measurement: every token traced (as without --tp)
+    ctl = RankSetControl(opts, store_kwargs, args.tp, orphan_snapshot_dir=args.export_dir)
+    if not args.headless:
+        from .ui.app import run_app  # noqa: PLC0415
+        ctl.start()
+        return run_app(ctl, title=f"tuiprof {args.model} TP={args.tp}",
+                       export_dir=Path(args.export_dir), auto_snapshot=True)
+    out = Path(args.json or f"tuiprof-{Path(args.model).name}-tp{args.tp}.json")
+    stopping, old = _stop_on_signals(out)
+    try:
+        _say(f"tuiprof: loading {args.model} on {args.tp} ranks ({args.device}) ...")
+        ctl.start()
+        said = set()
+        while not stopping and ctl.failure is None:
+            states = [c.status.state for c in ctl.ranks]
+            if all(st in ("done", "stopped", "error") for st in states):
+                break
+            for st in ("compiling", "decode"):
+                if st in states and st not in said:
+                    said.add(st)
+                    _say("tuiprof: compiling the decode step on every rank (torch.compile) ..."
+                         if st == "compiling" else
+                         "tuiprof: generating; Ctrl-C stops and writes the snapshot")
+            time.sleep(0.2)
+        ctl.stop()
+        rv = ctl.views(raw=True)
+        from .export.snapshot import write_snapshot  # noqa: PLC0415
+        write_snapshot(rv, out)
+        _say(f"tuiprof: snapshot of {args.tp} ranks written to {out}")
+        _print_ranks_summary(rv)
+    finally:
+        ctl.close()
+        for s_, h in old.items():
+            signal.signal(s_, h)
+    failure = ctl.failure or next((f"rank {r}: {c.status.message}" for r, c in
+                                   enumerate(ctl.ranks) if c.status.state == "error"), None)
+    if failure:
+        _say(f"tuiprof: {failure}")
+        return 1
+    return 128 + stopping[0] if stopping else 0
+
+
+def _print_ranks_summary(rv) -> None:
+    """Per-rank lines (tokens/s, step time, compute/communication/idle) and the skew."""
+    from .analysis.ranks import find_ranks, ranks_summary  # noqa: PLC0415
+
+    s = ranks_summary(rv)
+    first = rv[0].meta
+    if first.get("model"):
+        print(f"model {first.get('model')} on {rv.world_size} ranks ({first.get('backend')}, "
+              f"{first.get('device')}, {first.get('dtype')}), weights: {first.get('weights')}")
+    if s.mode is None:
+        print(f"no decode steps on {rv.world_size} ranks")
+        return
+    ms = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    for r in s.ranks:
+        split = (f", compute {ms(r.compute_ms)} / communication {ms(r.comm_ms)} / idle "
+                 f"{ms(r.idle_ms)} ms per step (NCCL {r.comm_share:.0%}, overlap "
+                 f"{(r.overlap_fraction or 0):.0%}, {r.traced_steps} traced steps)"
+                 if r.comm_share is not None else ", no kernel records")
+        mark = " *slowest*" if s.slowest == r.rank and rv.world_size > 1 else ""
+        print(f"rank {r.rank} {s.mode}: {r.decode_tokens} decode tokens, {r.tokens_per_s:.1f} "
+              f"tokens/s, median {r.step_ms:.2f} ms/step{split}{mark}")
+    if s.skew is not None:
+        print(f"step-end skew across ranks: median {s.skew.end_median_us:.0f} µs, p90 "
+              f"{s.skew.end_p90_us:.0f} µs over {s.skew.steps} steps; clock residual "
+              f"{s.clock.get('residual_ns')} ns")
+    for f in find_ranks(rv, s):
+        print(f"finding: {f.title}")
+    for r, v in enumerate(rv.views):
+        if v.counters.get("dropped"):
+            print(f"warning: rank {r}: {v.counters['dropped']} CUPTI records dropped",
+                  file=sys.stderr)
 
 
 def _exit_if_busy(prof, code: int) -> int:
@@ -458,10 +581,10 @@ def _print_steps(view) -> None:
 
 
 def _cmd_view(args: argparse.Namespace) -> int:
-    from .export.snapshot import read_snapshot  # noqa: PLC0415
+    from .export.snapshot import read_any_snapshot  # noqa: PLC0415
     from .ui.app import run_app, view_control  # noqa: PLC0415
 
-    view = read_snapshot(args.snapshot)
+    view = read_any_snapshot(args.snapshot)
     return run_app(view_control(view), title=f"tuiprof view {Path(args.snapshot).name}",
                    export_dir=Path("."), auto_snapshot=False)
 
@@ -487,9 +610,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .export.snapshot import read_snapshot  # noqa: PLC0415
+    from .export.snapshot import read_any_snapshot  # noqa: PLC0415
 
-    view = read_snapshot(args.snapshot)
+    view = read_any_snapshot(args.snapshot)  # all ranks of a multi-rank snapshot
     if not (args.nsys or args.sqlite or args.trace):
         raise TuiprofError("nothing to export: give --nsys DIR, --sqlite FILE and/or --trace FILE")
     if args.nsys:

@@ -44,6 +44,7 @@ class ProfilerOptions:
     # after every CUDA sync (once per compiled token). None keeps the interpreter's setting.
     switch_interval_s: float | None = None
     measure_peaks: bool = False  # copy + matmul at start-up, for the roofline
+    device_index: int = 0        # the GPU NVML samples (a tensor-parallel rank's own GPU)
     engine_kwargs: dict = field(default_factory=dict)
     started_at: float | None = None  # time.monotonic() at the command's start (start-up phases)
 
@@ -185,7 +186,7 @@ class Profiler(SessionControl):
 
     def _load(self) -> None:
         """Collectors, then the engine (phases reported to ``self.tracker``)."""
-        self.start_collectors(nvml_in_background=True)
+        self.start_collectors(self.options.device_index, nvml_in_background=True)
         self.status.state = "loading"
         factory = self._factory
         if factory is None:
@@ -196,6 +197,7 @@ class Profiler(SessionControl):
         self._nvml_started()
         if self._stopping:
             return
+        self.store.meta.update(rank_facts())
         self.store.meta.update(self.engine.info)
         self.store.meta["mode"] = self.status.mode
         self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
@@ -212,7 +214,11 @@ class Profiler(SessionControl):
             self.store.meta.update(progress.facts)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop generation, flush and finalise CUPTI, stop NVML. Safe to call twice."""
+        """Stop generation, flush and finalise CUPTI, stop NVML. Safe to call twice; a second
+        call waits at most half a second for an engine that the first could not join (a
+        tensor-parallel rank whose peer died waits in a collective until it times out)."""
+        if self.done.is_set() and self._stopping:
+            timeout = min(timeout, 0.5)
         self._stopping = True
         if self._loader is not None and self._loader.is_alive():
             self._loader.join(timeout)
@@ -385,6 +391,19 @@ class Profiler(SessionControl):
         self.store.set_overhead(pct=round(100.0 * (own + nv) / wall, 2),
                                 cupti_s=round(own, 3), nvml_s=round(nv, 3), wall_s=round(wall, 1),
                                 method="tuiprof threads' CPU time / wall time")
+
+
+def rank_facts() -> dict:
+    """This process's place in a distributed job, from the torchrun environment (empty outside
+    one): whatever runs the steps (tuiprof's engine or a user's program), each rank's store
+    says which rank it is, so the UI process can put the ranks side by side."""
+    from .engine.distributed import RankInfo  # noqa: PLC0415 - no torch at import
+
+    info = RankInfo.from_env()
+    if info is None or info.world_size < 2:
+        return {}
+    return {"rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
+            "device_index": info.local_rank}
 
 
 def _device_facts(device: str) -> dict:

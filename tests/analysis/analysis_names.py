@@ -3,8 +3,9 @@ from __future__ import annotations
 
 CUBLAS, CUTLASS, CUDNN, FLASH, ATEN, TRITON, NCCL = (
     "cuBLAS", "CUTLASS", "cuDNN", "FlashAttention", "PyTorch ATen", "Triton/Inductor", "NCCL")
-GEMM, ATTN, ELT, RED, COPY, OTHER = (
-    "GEMM/GEMV", "attention", "elementwise", "reduction/normalisation", "copy/cast", "other")
+GEMM, ATTN, ELT, RED, COPY, OTHER, COMM = (
+    "GEMM/GEMV", "attention", "elementwise", "reduction/normalisation", "copy/cast", "other",
+    "communication")
 
 # Every distinct kernel name of the eager and compiled recordings: (raw, library, category, dtype).
 FIXTURE_NAMES = [

@@ -7,8 +7,8 @@ import pytest
 from tuiprof.analysis import demangle, kernel_info
 from tuiprof.analysis.kernels import triton_ops
 
-from analysis_names import (ATEN, ATTN, COPY, CUBLAS, CUTLASS, ELT, FIXTURE_NAMES, FLASH, GEMM,
-                            NCCL, OTHER, RED, TRITON)
+from analysis_names import (ATEN, ATTN, COMM, COPY, CUBLAS, CUTLASS, ELT, FIXTURE_NAMES, FLASH,
+                            GEMM, NCCL, OTHER, RED, TRITON)
 
 STUDY_NAMES = [
     # cuBLAS GEMV (cublasGemvParamsEx)
@@ -45,8 +45,9 @@ STUDY_NAMES = [
     ("_ZN2at6native19cunn_SoftMaxForwardILi8EN3c108BFloat16EffNS0_22SoftMaxForwardEpilogueEEEvPT2_"
      "PKT0_i", ATEN, RED, "bf16", "void at::native::cunn_SoftMaxForward<8, c10::BFloat16",
      "ATen softmax bf16"),
-    ("_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE", NCCL, OTHER,
-     None, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "NCCL AllReduce"),
+    ("_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE", NCCL, COMM,
+     "bf16", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+     "NCCL AllReduce bf16 ring LL"),
 ]
 
 
@@ -109,3 +110,22 @@ def test_demangle_fallback_and_cache():
     kernel_info(FIXTURE_NAMES[0][0])
     kernel_info(FIXTURE_NAMES[0][0])
     assert kernel_info.cache_info().hits >= before + 1
+
+
+@pytest.mark.parametrize("raw,short", [
+    # NCCL >= 2.19 (H200, torch 2.11): collective, reduction, type, algorithm, protocol
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+     "NCCL AllReduce bf16 ring LL"),
+    ("_Z42ncclDevKernel_AllReduce_Sum_f32_TREE_LL12824ncclDevKernelArgsStorageILm4096EE",
+     "NCCL AllReduce fp32 tree LL128"),
+    ("ncclDevKernel_AllGather_RING_SIMPLE(ncclDevKernelArgsStorage<4096ul>)",
+     "NCCL AllGather ring Simple"),
+    ("ncclDevKernel_ReduceScatter_Max_bf16_COLLNET_DIRECT_SIMPLE(ncclDevKernelArgsStorage<4096ul>)",
+     "NCCL ReduceScatter max bf16 CollNet direct Simple"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "NCCL SendRecv"),
+    # NCCL 2.1x: algorithm and protocol before the reduction and type
+    ("ncclKernel_AllReduce_RING_LL_Sum_bfloat16(ncclWorkElem)", "NCCL AllReduce bf16 ring LL"),
+])
+def test_nccl_names_say_collective_type_algorithm_protocol(raw, short):
+    k = kernel_info(raw)
+    assert (k.short, k.library, k.category) == (short, NCCL, COMM)

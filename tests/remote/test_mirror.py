@@ -147,3 +147,21 @@ def test_every_decode_token_reaches_the_mirror_done_on_a_cpu():
     decode = sorted(r.host_ms for r in rows if r.phase == "decode")
     eager, _ = compare(view)
     assert len(decode) == 11 and eager.ms_token == pytest.approx(decode[5])
+
+
+def test_a_row_sent_while_open_is_sent_again_when_it_finishes():
+    """Without CUPTI records (CPU, or a token outside a traced burst) nothing else marks the
+    row changed: the mirror kept it open (host time 0) for ever."""
+    from tuiprof.remote.mirror import Mirror
+    from tuiprof.store import SessionStore
+
+    store, mirror = SessionStore(), Mirror()
+    seq = store.begin_token("decode", "eager", 100, 0)
+    delta, cursor = store.changes(None)
+    mirror.apply(delta)
+    store.end_token(seq, 200, 1.5, None, 7)
+    store.begin_token("decode", "eager", 300, 1)
+    delta, cursor = store.changes(cursor)
+    mirror.apply(delta)
+    first = mirror.view().tokens[0]
+    assert (first.seq, first.done, first.host_ms, first.token_id) == (0, True, 1.5, 7)

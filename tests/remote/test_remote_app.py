@@ -9,11 +9,12 @@ import asyncio
 import json
 import os
 import signal
-import time
 
 from tuiprof.profiler import ProfilerOptions
 from tuiprof.remote import RemoteControl
 from tuiprof.ui.app import make_app
+
+from ._helpers import until as _until
 
 
 def _control(tmp_path, **kw) -> RemoteControl:
@@ -22,12 +23,6 @@ def _control(tmp_path, **kw) -> RemoteControl:
     return RemoteControl(opts, {"ring_tokens": 8}, **kw)
 
 
-async def _until(pred, app, seconds: float = 60.0) -> None:
-    t_end = time.monotonic() + seconds
-    while not pred():
-        assert time.monotonic() < t_end, "timed out"
-        app.refresh_view()
-        await asyncio.sleep(0.1)
 
 
 def test_keys_reach_the_session_process_and_quit_ends_it(tmp_path):

@@ -29,11 +29,13 @@ ELEMENTWISE = "elementwise"
 REDUCTION = "reduction/normalisation"
 COPY = "copy/cast"
 MEMCPY = "memcpy/memset"  # CUPTI memcpy/memset activities, never a kernel
+COMMUNICATION = "communication"  # collectives between GPUs (NCCL kernels)
 OTHER = "other"
-CATEGORIES = (GEMM, ATTENTION, ELEMENTWISE, REDUCTION, COPY, MEMCPY, OTHER)
+CATEGORIES = (GEMM, ATTENTION, ELEMENTWISE, REDUCTION, COPY, MEMCPY, COMMUNICATION, OTHER)
 
 __all__ = ["KernelInfo", "kernel_info", "LIBRARIES", "CATEGORIES", "GEMM", "ATTENTION",
-           "ELEMENTWISE", "REDUCTION", "COPY", "MEMCPY", "OTHER", "is_gemm_aux", "triton_ops"]
+           "ELEMENTWISE", "REDUCTION", "COPY", "MEMCPY", "COMMUNICATION", "OTHER", "is_gemm_aux",
+           "triton_ops", "is_communication"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,11 @@ def kernel_info(raw: str) -> KernelInfo:
     elif "attention" in low or "fmha" in low:
         cat = ATTENTION
     return KernelInfo(raw, dem, _trim(base.rsplit("::", 1)[-1]), OTHER_LIB, cat, dtype)
+
+
+def is_communication(raw: str) -> bool:
+    """True for a collective's kernel (NCCL): time one GPU spends exchanging with others."""
+    return kernel_info(raw).category == COMMUNICATION
 
 
 def is_gemm_aux(info: KernelInfo) -> bool:
@@ -183,12 +190,50 @@ def _cudnn(raw, dem, low, dtype):
     return _trim(f"cuDNN {base_name(dem).rsplit('::', 1)[-1]}"), CUDNN, OTHER, None
 
 
+_NCCL_REDOPS = {"Sum", "Prod", "Min", "Max", "PreMulSum", "SumPostDiv", "Avg"}
+_NCCL_ALGOS = {"RING": "ring", "TREE": "tree", "NVLS": "NVLS", "NVLSTREE": "NVLS tree",
+               "COLLNET": "CollNet", "COLLNETDIRECT": "CollNet direct",
+               "COLLNETCHAIN": "CollNet chain", "PAT": "PAT"}
+_NCCL_PROTOS = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
+_NCCL_TYPES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "fp16", "half": "fp16",
+               "f32": "fp32", "float": "fp32", "f64": "fp64", "double": "fp64",
+               "f8e4m3": "fp8 e4m3", "f8e5m2": "fp8 e5m2", "i8": "int8", "int8": "int8",
+               "u8": "uint8", "uint8": "uint8", "i32": "int32", "int32": "int32",
+               "u32": "uint32", "uint32": "uint32", "i64": "int64", "int64": "int64",
+               "u64": "uint64", "uint64": "uint64"}
+_NCCL_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp64": "fp64"}
+
+
 def _nccl(raw, dem, low, dtype):
+    """NCCL kernels: ``ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...)`` (NCCL >= 2.19) and
+    ``ncclKernel_AllReduce_RING_LL_Sum_bfloat16(...)`` (older) -> "NCCL AllReduce bf16 ring LL"."""
     if not low.startswith("nccl") and "nccl" not in base_name(dem).lower():
         return None
-    m = re.search(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", dem)
-    op = m.group(1) if m else "kernel"
-    return f"NCCL {op}", NCCL, OTHER, None
+    m = re.search(r"nccl(?:Dev)?Kernel_(\w+)", base_name(dem))
+    if not m:
+        return "NCCL kernel", NCCL, COMMUNICATION, None
+    parts = m.group(1).split("_")
+    op, rest = parts[0], parts[1:]
+    redop = typ = algo = proto = ""
+    i = 0
+    while i < len(rest):
+        tok = rest[i]
+        if tok.upper() in ("COLLNET", "NVLS") and i + 1 < len(rest) and \
+                (tok + rest[i + 1]).upper() in _NCCL_ALGOS:
+            algo = _NCCL_ALGOS[(tok + rest[i + 1]).upper()]
+            i += 2
+            continue
+        if tok in _NCCL_REDOPS:
+            redop = tok
+        elif tok.upper() in _NCCL_ALGOS:
+            algo = _NCCL_ALGOS[tok.upper()]
+        elif tok.upper() in _NCCL_PROTOS:
+            proto = _NCCL_PROTOS[tok.upper()]
+        elif tok in _NCCL_TYPES:
+            typ = _NCCL_TYPES[tok]
+        i += 1
+    words = ["NCCL", op, redop.lower() if redop and redop != "Sum" else "", typ, algo, proto]
+    return " ".join(w for w in words if w), NCCL, COMMUNICATION, _NCCL_DTYPE.get(typ)
 
 
 def _cutlass(raw, dem, low, dtype):

@@ -18,8 +18,9 @@ FIELDS = {
 }
 
 
-def read_allocator_stats(device: int = 0) -> dict | None:
-    """The caching allocator's counters for ``device``, or None without CUDA in use.
+def read_allocator_stats(device: int | None = None) -> dict | None:
+    """The caching allocator's counters for ``device`` (None: the calling thread's current
+    device, which is the engine's: a tensor-parallel rank's own GPU), or None without CUDA in use.
 
     Never imports torch nor initialises CUDA itself: a profiled program may not use either.
     """

@@ -5,6 +5,10 @@ boundaries. The per-token path is hot: one ``.item()`` sync per token, no loggin
 only Python object built per token is the :class:`TokenEvent`. Between launching a step and
 waiting for its token the engine calls ``listener.token_launched()``: on a GPU the device is
 then busy, so a listener's bookkeeping done there costs the loop nothing.
+
+Tensor-parallel ranks run one engine each with a :class:`~tuiprof.engine.lockstep.Lockstep`:
+their commands then take effect only at boundaries where all ranks agree (rank 0's wishes),
+so every rank switches, pauses and stops at the same step.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import torch
 from ..errors import one_line
 from .adapter import DecoderAdapter
 from .events import EngineListener, NullListener, TokenEvent
+from .lockstep import PAUSE_POLL_S, Lockstep
 
 EAGER, COMPILED = "eager", "compiled"
 PREFILL, DECODE = "prefill", "decode"
@@ -36,7 +41,7 @@ class Engine:
                  loop: bool = False, mode: str = EAGER, compile_mode: str | None = None,
                  temperature: float = 0.0, top_k: int = 0, seed: int = 0,
                  clock: Callable[[], int] | None = None, listener: EngineListener | None = None,
-                 info: dict | None = None) -> None:
+                 info: dict | None = None, lockstep: Lockstep | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if prompt_ids.ndim != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
@@ -75,6 +80,7 @@ class Engine:
             self._compiled = {}
         self._step: Callable = adapter.decode
         self._cudagraphs = False
+        self.lockstep = lockstep
 
     # ------------------------------------------------------------- commands
     def start(self) -> None:
@@ -128,6 +134,10 @@ class Engine:
         """The engine loop, on the calling thread (``start`` runs it on its own thread)."""
         torch.set_grad_enabled(False)  # grad mode is per thread
         try:
+            if self.cuda and self.device.index is not None:
+                # The current device is per thread too: without this, CUDA events, allocator
+                # statistics and graph capture of a rank on cuda:1 would go to cuda:0.
+                torch.cuda.set_device(self.device)
             self._generate()
         except torch.cuda.OutOfMemoryError as exc:
             self._fail(_oom_message(exc, self.device, self.state))
@@ -158,8 +168,12 @@ class Engine:
             push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
             mark_step = torch.compiler.cudagraph_mark_step_begin
         gpu_ms = None
+        lock = self.lockstep
         while True:
-            if self._pending and not self._commands(plen, can_switch=False):
+            if lock is not None:
+                if not self._agree(plen, can_switch=False):
+                    break
+            elif self._pending and not self._commands(plen, can_switch=False):
                 break
             self._set_state(PREFILL)
             adapter.reset_cache()
@@ -189,7 +203,11 @@ class Engine:
             self._set_state(DECODE)
             stopped = False
             for step in range(steps):
-                if self._pending and not self._commands(plen + step, can_switch=True):
+                if lock is not None:
+                    if lock.due() and not self._agree(plen + step, can_switch=True):
+                        stopped = True
+                        break
+                elif self._pending and not self._commands(plen + step, can_switch=True):
                     stopped = True
                     break
                 mode, fn, cg = self.mode, self._step, self._cudagraphs
@@ -250,6 +268,34 @@ class Engine:
             return not self._stop  # a stop asked for during a compile ends the run here
         return True
 
+    def _agree(self, next_pos: int, can_switch: bool) -> bool:
+        """Lockstep boundary: apply rank 0's commands on every rank; False when all stop.
+
+        Rank 0 reads its own wishes; the other ranks' local wishes are ignored (keys reach
+        rank 0). While paused, rank 0 repeats the agreement every ``PAUSE_POLL_S`` (sooner on a
+        key) and the other ranks wait in it."""
+        lock = self.lockstep
+        with self._cond:
+            local = (self._want_mode, self._paused, self._stop)
+        want, paused, stop = lock.agree(*local)
+        if paused and not stop:
+            resume_state = self.state
+            self._set_state("paused")
+            while paused and not stop:
+                with self._cond:
+                    if lock.rank == 0 and (self._want_mode, self._paused, self._stop) == local:
+                        self._cond.wait(PAUSE_POLL_S)
+                    local = (self._want_mode, self._paused, self._stop)
+                want, paused, stop = lock.agree(*local)
+            if not stop:
+                self._set_state(resume_state)
+        if stop:
+            return False
+        if want != self.mode and can_switch:
+            self._switch(want, next_pos)
+            lock.set_mode(self.mode)
+        return True
+
     def _switch(self, mode: str, next_pos: int) -> None:
         if mode == EAGER:
             self._step, self._cudagraphs, self.mode = self.adapter.decode, False, EAGER
@@ -264,6 +310,10 @@ class Engine:
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as exc:  # not fatal: generation goes on in eager mode
+                if self.lockstep is not None:
+                    # The other ranks compiled and run the new graph's collectives: this rank
+                    # cannot go on alone in eager mode. The run stops with the reason.
+                    raise RuntimeError(f"compile failed on this rank: {exc}") from None
                 truncate = getattr(self.adapter, "truncate", None)
                 if truncate is not None:
                     truncate(next_pos)

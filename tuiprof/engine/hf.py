@@ -7,7 +7,11 @@ from typing import Any, Mapping
 import torch
 
 from ..startup import advance, phase
+from ..errors import TuiprofError
 from .adapter import LinearInfo
+from .tensor_parallel import (
+    RowParallelLinear, TPContext, fill_from_full, full_param_list, head_split, split_range,
+)
 
 
 def make_static_cache(model: torch.nn.Module, max_len: int) -> object:
@@ -125,7 +129,8 @@ def hf_config(config: Mapping[str, Any]) -> object:
 
 
 def build_random(model_cls: type, config: object, *, dtype: torch.dtype | str,
-                 device: torch.device | str, seed: int, init: bool = True) -> torch.nn.Module:
+                 device: torch.device | str, seed: int, init: bool = True,
+                 tp: TPContext | None = None) -> torch.nn.Module:
     """Seeded random weights, allocated once on ``device`` in ``dtype``.
 
     Built on the meta device and materialised with ``to_empty``: letting each ``nn.Linear``
@@ -133,30 +138,110 @@ def build_random(model_cls: type, config: object, *, dtype: torch.dtype | str,
     Parameters are drawn in order from one generator on ``device`` seeded with ``seed``, so
     the same seed and device give the same weights. ``init=False`` leaves them uninitialised
     (for weights loaded next). Reports phase ``initialising weights`` (bytes) at start-up.
+    ``tp``: this rank's tensor-parallel shard (:func:`shard_config`) of the same weights.
     """
     dt = as_dtype(dtype)
     dev = torch.device(device)
     with torch.device("meta"):
         model = model_cls._from_config(config, dtype=dt)
+    full = slices = None
+    std = float(getattr(config, "initializer_range", 0.02))
+    if tp is not None:
+        model.tie_weights()
+        full = full_param_list(model)
+        local, slices, rowwise, shard = shard_config(model, config, tp)
+        with torch.device("meta"):
+            model = model_cls._from_config(local, dtype=dt)
+        for name in rowwise:
+            parent, _, attr = name.rpartition(".")
+            old = model.get_submodule(name)
+            setattr(model.get_submodule(parent), attr, RowParallelLinear(
+                old.in_features, old.out_features, old.bias is not None, tp, device="meta",
+                dtype=dt))
+        model.tp_shard = shard
     model.to_empty(device=dev)
     model.tie_weights()  # to_empty gives each module its own tensor
     if init:
-        std = float(getattr(config, "initializer_range", 0.02))
         gen = torch.Generator(device=dev).manual_seed(seed)
-        params = list(model.named_parameters())
-        total, done = sum(p.numel() * p.element_size() for _, p in params), 0
-        with torch.no_grad(), phase("initialising weights"):
-            for name, p in params:
-                if p.ndim >= 2:
-                    p.normal_(0.0, std, generator=gen)
-                elif name.endswith("bias"):
-                    p.zero_()
-                else:
-                    p.fill_(1.0)  # RMSNorm gains
-                done += p.numel() * p.element_size()
-                advance(done, total)
+        if tp is not None:
+            with phase("initialising weights"):
+                fill_from_full(model, full, slices, lambda n, t, g: init_param_(n, t, std, g),
+                               gen, dev)
+        else:
+            params = list(model.named_parameters())
+            total, done = sum(p.numel() * p.element_size() for _, p in params), 0
+            with torch.no_grad(), phase("initialising weights"):
+                for name, p in params:
+                    init_param_(name, p, std, gen)
+                    done += p.numel() * p.element_size()
+                    advance(done, total)
     _rebuild_rotary(model, dev)
     return model.eval().requires_grad_(False)
+
+
+def init_param_(name: str, p: torch.Tensor, std: float, gen: torch.Generator) -> None:
+    """The seeded init of one parameter: matrices N(0, std), biases 0, RMSNorm gains 1."""
+    if p.ndim >= 2:
+        p.normal_(0.0, std, generator=gen)
+    elif name.endswith("bias"):
+        p.zero_()
+    else:
+        p.fill_(1.0)
+
+
+# What tuiprof does with the split styles of transformers' ``base_model_tp_plan``.
+_REPLICATED = ("replicated_with_grad_allreduce", "replicate", "replicated")
+_HEADS = {"q_proj": "q", "k_proj": "kv", "v_proj": "kv", "o_proj": "q"}
+
+
+def shard_config(model: torch.nn.Module, config: object, tp: TPContext
+                 ) -> tuple[object, dict, list[str], dict]:
+    """This rank's config (local heads and MLP width) and where its tensors come from.
+
+    *What* to split is transformers' own declaration, the config's ``base_model_tp_plan``
+    ("layers.*.self_attn.q_proj": "colwise", ...); the split itself is tuiprof's (uneven head
+    counts, the functional all-reduce under torch.compile): transformers applies its plan only
+    when loading a checkpoint with ``from_pretrained`` (DTensor, even splits), not to a model
+    built from a config with random weights. Returns (local config, slices, names of the
+    row-parallel modules, shard facts)."""
+    import copy
+    import re
+
+    plan = dict(getattr(config, "base_model_tp_plan", None) or {})
+    if not plan:
+        raise TuiprofError(f"--tp: {type(model).__name__} declares no tensor-parallel plan")
+    prefix = getattr(model, "base_model_prefix", "model")
+    rules = [(re.compile("^" + re.escape(k).replace(r"\*", r"\d+") + "$"), v) for k, v in plan.items()]
+    heads = int(config.num_attention_heads)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    hd = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    hs = head_split(heads, kv, tp.world_size, tp.rank, what=getattr(config, "model_type", "model"))
+    inter = int(config.intermediate_size)
+    mlp = split_range(inter, tp.world_size, tp.rank)
+    slices: dict = {}
+    rowwise: list[str] = []
+    for name, mod in model.named_modules():
+        rel = name[len(prefix) + 1:] if name.startswith(prefix + ".") else name
+        style = next((v for rx, v in rules if rx.match(rel)), None)
+        if style is None or style in _REPLICATED:
+            continue
+        if style not in ("colwise", "rowwise") or not isinstance(mod, torch.nn.Linear):
+            raise TuiprofError(f"--tp: split {style!r} of {rel} is not supported by tuiprof")
+        which = _HEADS.get(name.rsplit(".", 1)[-1])
+        rng = mlp if which is None else tuple(x * hd for x in (hs.q if which == "q" else hs.kv))
+        dim = 0 if style == "colwise" else 1
+        slices[f"{name}.weight"] = (dim, *rng)
+        if style == "colwise" and mod.bias is not None:
+            slices[f"{name}.bias"] = (0, *rng)
+        if style == "rowwise":
+            rowwise.append(name)
+    local = copy.deepcopy(config)
+    local.num_attention_heads, local.num_key_value_heads = hs.n_q, hs.n_kv
+    local.head_dim = hd
+    local.intermediate_size = mlp[1] - mlp[0]
+    shard = {"rank": tp.rank, "world_size": tp.world_size, "q_heads": list(hs.q),
+             "kv_heads": list(hs.kv), "mlp": list(mlp)}
+    return local, slices, rowwise, shard
 
 
 def _rebuild_rotary(model: torch.nn.Module, device: torch.device) -> None:

@@ -29,7 +29,7 @@ class LoadedModel:
     dtype: str
     weights: str                  # "random (seed N)" | "loaded from PATH"
     load_s: float
-    params: int
+    params: int                   # this rank's parameters (all of them without --tp)
     info: dict = field(default_factory=dict)
 
 
@@ -130,9 +130,10 @@ def start_device(device: str | None) -> tuple[str, Callable[[], None]]:
 
 def load_model(model_spec: str, *, device: str | None = None, dtype: str | None = None,
                seed: int = 0, max_len: int | None = None, trust_remote_code: bool = False,
-               weights: str | None = None) -> LoadedModel:
+               weights: str | None = None, tp: object = None) -> LoadedModel:
     """Resolve ``model_spec`` and build its adapter (random weights unless some are found).
 
+    ``tp``: a :class:`~tuiprof.engine.tensor_parallel.TPContext`: build this rank's shard.
     Reports its phases to the start-up tracker, if one listens (:mod:`tuiprof.startup`).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -156,6 +157,13 @@ def load_model(model_spec: str, *, device: str | None = None, dtype: str | None 
     options = {"max_len": max_len, "trust_remote_code": trust_remote_code}
     accepted = inspect.signature(family.build).parameters
     kwargs = {k: v for k, v in options.items() if k in accepted}
+    if tp is not None:
+        if "tp" not in accepted:
+            raise TuiprofError(f"--tp: the {source.family} family ({source.name}) has no "
+                               f"tensor-parallel build; supported: {', '.join(tp_families())}")
+        if weights_path:
+            raise TuiprofError("--tp builds random weights only for now; drop --weights")
+        kwargs["tp"] = tp
     t0 = time.perf_counter()
     with phase("building model"):
         try:
@@ -178,6 +186,14 @@ def _out_of_memory(doing: str, remedy: str) -> TuiprofError:
     free, total = torch.cuda.mem_get_info()
     return TuiprofError(f"CUDA out of memory {doing} ({free / 1024**3:.2f} of "
                         f"{total / 1024**3:.2f} GiB free); try {remedy}")
+
+
+def tp_families() -> list[str]:
+    """Families whose ``build`` takes ``tp`` (tensor-parallel shards)."""
+    from .families import available_families, get_family
+
+    return [f for f in available_families()
+            if "tp" in inspect.signature(get_family(f).build).parameters]
 
 
 def prompt_ids(loaded: LoadedModel, prompt: str | None, prompt_len: int, seed: int):
@@ -215,14 +231,29 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
                 trust_remote_code: bool = False, weights: str | None = None,
                 max_len: int | None = None, temperature: float = 0.0, top_k: int = 0,
                 listener: EngineListener | None = None,
-                clock: Callable[[], int] | None = None):
+                clock: Callable[[], int] | None = None, tp: int = 1):
     """Build the model and return an :class:`~tuiprof.engine.generate.Engine`, not started.
 
     The static cache holds the prompt plus ``max_new_tokens`` unless ``max_len`` is given.
+    ``tp`` > 1: this process is one rank of a tensor-parallel job (its environment says which,
+    see :mod:`tuiprof.engine.distributed`); it builds its shard and runs in lockstep.
     """
     want_len = max_len or (max(prompt_len, 64) + (max_new_tokens or 1024))
+    group = lock = shard = None
+    if tp and tp > 1:
+        from .distributed import record_clock, tp_group
+        from .lockstep import Lockstep
+        from .tensor_parallel import TPContext
+
+        group = tp_group(device)
+        if group.world_size != tp:
+            raise TuiprofError(f"--tp {tp}, but the job has {group.world_size} ranks")
+        device = group.device
+        record_clock(group, clock or time.time_ns, "init")
+        shard = TPContext(group.rank, group.world_size, group.group)
+        lock = Lockstep(group.side, group.rank, group.world_size)
     loaded = load_model(model_spec, device=device, dtype=dtype, seed=seed, max_len=want_len,
-                        trust_remote_code=trust_remote_code, weights=weights)
+                        trust_remote_code=trust_remote_code, weights=weights, tp=shard)
     import torch
 
     from .generate import Engine
@@ -236,9 +267,21 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
     info = engine_info(loaded)
     info.update(prompt=prompt_desc, prompt_tokens=int(ids.shape[1]), max_new_tokens=max_new_tokens,
                 loop=loop, seed=seed)
+    if group is not None:
+        record_clock(group, clock or time.time_ns, "ready")
+        info.update(group.info())
+        info["lockstep"] = lock.stats      # the engine's agreement costs, updated in place
+        module = getattr(loaded.adapter, "model", None) or getattr(loaded.adapter, "module", None)
+        info["tp_shard"] = getattr(module, "tp_shard", None)
+        try:  # "params" is this rank's shard; the whole model's count, for findings
+            from .registry import param_count
+            info["model_params"] = param_count(loaded.source.model_def)
+        except Exception:
+            pass
     engine = Engine(loaded.adapter, ids, device=loaded.device, max_new_tokens=max_new_tokens,
                     loop=loop, mode=mode, compile_mode=compile_mode, temperature=temperature,
-                    top_k=top_k, seed=seed, clock=clock, listener=listener, info=info)
+                    top_k=top_k, seed=seed, clock=clock, listener=listener, info=info,
+                    lockstep=lock)
     engine.info["compile_mode"] = engine.compile_mode
     return engine
 

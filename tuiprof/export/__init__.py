@@ -11,6 +11,7 @@ from typing import Any
 _WHERE = {
     "snapshot_dict": "snapshot", "write_snapshot": "snapshot", "read_snapshot": "snapshot",
     "load_snapshot": "snapshot", "validate_snapshot": "snapshot", "Snapshot": "snapshot",
+    "read_any_snapshot": "snapshot", "ranks_snapshot_dict": "snapshot",
     "write_nsys_reports": "nsys_reports", "build_reports": "nsys_reports",
     "format_reports": "nsys_reports", "write_nsys_sqlite": "nsys_sqlite",
     "check_nsys": "check_nsys", "trace_dict": "trace", "write_trace": "trace",

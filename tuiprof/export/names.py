@@ -35,6 +35,7 @@ def base_name(demangled: str) -> str:
 
 
 _CATEGORIES = (
+    ("communication", re.compile(r"^nccl|ncclDevKernel|ncclKernel", re.I)),
     ("attention", re.compile(r"flash|fmha|sdpa|attention|attn", re.I)),
     ("gemm", re.compile(r"nvjet|gemm|cutlass|cublas|splitkreduce|matmul|gemv|wgmma|_mm_|bmm", re.I)),
     ("norm", re.compile(r"norm|rsqrt", re.I)),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..store import StoreView
+from ..store.ranks import RanksView
 from ..store.records import COPY_KINDS
 from ._atomic import atomic_write_text, ensure_dir
 from .names import demangle
@@ -188,9 +189,10 @@ def gpu_trace(view: StoreView, window: Window) -> Report:
     SQLite export, which nsys 2025.3.1 prints as an empty ``Strm``; so does this CSV.
     """
     rep = Report(TRACE_REPORT, TITLES[TRACE_REPORT], list(TRACE_COLUMNS), list(TRACE_KINDS))
-    dev = device_label(view)
+    own = device_label(view)
     t0 = window.t0
     for op in window.ops:
+        dev = own if op.device is None else window.devices.get(op.device, own)
         dur = op.end - op.start
         if op.kind == "K":
             rep.rows.append([op.start - t0, dur, op.corr, *op.grid, *op.block, op.regs,
@@ -212,9 +214,14 @@ _BUILDERS = {"nvtx_sum": nvtx_sum, "cuda_api_sum": api_sum, "cuda_gpu_kern_sum":
 
 
 def build_reports(view: StoreView, window_only: bool = False,
-                  names: Sequence[str] | None = None) -> list[Report]:
-    """The reports in nsys's default order (plus ``cuda_gpu_trace`` for the window)."""
-    window = window_of(view) if window_only else None
+                  names: Sequence[str] | None = None, window: Window | None = None) -> list[Report]:
+    """The reports in nsys's default order (plus ``cuda_gpu_trace`` for the window).
+
+    ``window``: the window to report on instead of ``view``'s (several ranks)."""
+    if window_only and window is None:
+        window = window_of(view)
+    elif not window_only:
+        window = None
     wanted = list(names) if names else list(SUMMARY_REPORTS) + ([TRACE_REPORT] if window_only else [])
     out = []
     with gc_paused():
@@ -237,17 +244,21 @@ def format_reports(view: StoreView, window_only: bool = False, colmax: int = 100
     return "\n".join(to_column(r, colmax) for r in build_reports(view, window_only))
 
 
-def write_nsys_reports(view: StoreView, directory: str | Path, window_only: bool = False,
-                       prefix: str | None = None, text: bool = True) -> list[Path]:
+def write_nsys_reports(view: StoreView | RanksView, directory: str | Path,
+                       window_only: bool = False, prefix: str | None = None, text: bool = True,
+                       window: Window | None = None) -> list[Path]:
     """Write ``<prefix>_<report>.csv`` for every report with rows (nsys skips empty ones).
 
     ``prefix`` defaults to ``tuiprof`` (whole session) or ``tuiprof_window`` (recorded
     window, which also writes ``cuda_gpu_trace``). With ``text`` the console tables go to
-    ``<prefix>_reports.txt``. Returns the paths written.
+    ``<prefix>_reports.txt``. Returns the paths written. A :class:`RanksView` writes every
+    rank's reports and the combined ones (:func:`write_rank_reports`).
     """
+    if isinstance(view, RanksView):
+        return write_rank_reports(view, directory, text=text)
     d = ensure_dir(directory)
     prefix = prefix or ("tuiprof_window" if window_only else "tuiprof")
-    reports = build_reports(view, window_only)
+    reports = build_reports(view, window_only, window=window)
     paths = []
     for rep in reports:
         if rep.skipped:
@@ -259,6 +270,26 @@ def write_nsys_reports(view: StoreView, directory: str | Path, window_only: bool
     return paths
 
 
-__all__ = ["build_reports", "write_nsys_reports", "format_reports", "kern_sum", "mem_time_sum",
+def write_rank_reports(rv: RanksView, directory: str | Path, text: bool = True) -> list[Path]:
+    """Reports of a multi-rank session: ``rank<r>_*`` and ``rank<r>_window_*`` per rank, and
+    ``all_*`` / ``all_window_*`` over every rank: the summaries merge the ranks' aggregates
+    (as ``nsys stats`` sums the devices of one report) and ``all_window_cuda_gpu_trace`` lists
+    every rank's instances on the aligned timeline with nsys's ``Device`` column."""
+    from ..store.ranks import combined_view  # noqa: PLC0415
+    from .window import ranks_window  # noqa: PLC0415
+
+    paths: list[Path] = []
+    for r, view in enumerate(rv.views):
+        paths += write_nsys_reports(view, directory, prefix=f"rank{r}", text=text)
+        paths += write_nsys_reports(view, directory, window_only=True, prefix=f"rank{r}_window",
+                                    text=text)
+    merged = combined_view(rv)
+    paths += write_nsys_reports(merged, directory, prefix="all", text=text)
+    paths += write_nsys_reports(merged, directory, window_only=True, prefix="all_window",
+                                text=text, window=ranks_window(rv))
+    return paths
+
+
+__all__ = ["build_reports", "write_nsys_reports", "write_rank_reports", "format_reports", "kern_sum", "mem_time_sum",
            "mem_size_sum", "api_sum", "nvtx_sum", "gpu_trace", "SUMMARY_REPORTS", "TRACE_REPORT",
            "COPY_KINDS"]

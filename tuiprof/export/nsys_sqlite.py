@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import TuiprofError
 from ..store import StoreView
+from ..store.ranks import RanksView
 from ..store.records import COPY_KINDS
 from ._atomic import atomic_path
 from .names import base_name
@@ -120,28 +121,66 @@ def _insert(con: sqlite3.Connection, table: str, cols: str, rows: list) -> None:
 def fill_database(con: sqlite3.Connection, view: StoreView, window: Window | None = None) -> None:
     """Create and fill the tables in an open (empty) database."""
     w = window if window is not None else window_of(view)
-    t0 = w.t0
+    fill_parts(con, [(view, w, device_id(view), PID, "tuiprof")], w.t0)
+
+
+def fill_database_ranks(con: sqlite3.Connection, rv: RanksView) -> None:
+    """All ranks of a session in one database: each rank's rows carry its GPU's ``deviceId``
+    and its own process (``globalPid``); ``TARGET_INFO_GPU`` lists every device. Timestamps
+    are on the ranks' aligned timeline, from the first event of any rank."""
+    parts = []
+    for r, (view, off) in enumerate(zip(rv.views, rv.clock.offsets_ns)):
+        w = window_of(view)
+        _shift(w, off)
+        parts.append((view, w, device_id(view), PID + r, f"tuiprof rank {r}"))
+    starts = [w.t0 for _, w, *_ in parts if not w.empty]
+    fill_parts(con, parts, min(starts) if starts else 0)
+
+
+def _shift(w: Window, off: int) -> None:
+    if not off:
+        return
+    for op in w.ops:
+        op.start, op.end = op.start - off, op.end - off
+    for a in w.api:
+        a.start, a.end = a.start - off, a.end - off
+    w.ranges = [(n, s - off, e - off) for n, s, e in w.ranges]
+    w.t0, w.t1 = w.t0 - off, w.t1 - off
+
+
+def fill_parts(con: sqlite3.Connection, parts: list, t0: int) -> None:
+    """Tables for ``parts``: ``(view, window, deviceId, pid, process name)`` each."""
     strings = _Strings()
-    dev = device_id(view)
-    gpid = PID << 24
-    gtid = gpid | PID
-    kernels, memcpys, memsets = [], [], []
-    for n, op in enumerate(w.ops):
-        common = (op.start - t0, op.end - t0, dev, CONTEXT_ID, None, op.stream, op.corr, gpid)
-        if op.kind == "K":
-            kernels.append(common + (
-                strings(op.name), strings(base_name(op.name)), strings(op.raw), op.regs,
-                *op.grid, *op.block, op.smem, 0, 0, 0, n))
-        elif op.kind == "C":
-            memcpys.append(common + (op.bytes, op.copy_kind, MEM_KIND_UNKNOWN_ID,
-                                     MEM_KIND_UNKNOWN_ID, dev, CONTEXT_ID, dev, CONTEXT_ID))
-        else:
-            memsets.append(common + (0, op.bytes, MEM_KIND_UNKNOWN_ID))
-    runtime = [(a.start - t0, a.end - t0, 1 if a.name.startswith("cu") and not
-                a.name.startswith("cuda") else 0, gtid, a.corr, strings(a.name), 0)
-               for a in w.api]
-    nvtx = [(s - t0, e - t0, EVENT_PUSHPOP, f"{name}", gtid, None, 0)
-            for name, s, e in w.ranges]
+    kernels, memcpys, memsets, runtime, nvtx = [], [], [], [], []
+    threads, processes, gpus = [], [], {}
+    t1 = t0
+    n = 0
+    for view, w, dev, pid, pname in parts:
+        gpid = pid << 24
+        gtid = gpid | pid
+        t1 = max(t1, w.t1)
+        for op in w.ops:
+            common = (op.start - t0, op.end - t0, dev, CONTEXT_ID, None, op.stream, op.corr, gpid)
+            if op.kind == "K":
+                kernels.append(common + (
+                    strings(op.name), strings(base_name(op.name)), strings(op.raw), op.regs,
+                    *op.grid, *op.block, op.smem, 0, 0, 0, n))
+            elif op.kind == "C":
+                memcpys.append(common + (op.bytes, op.copy_kind, MEM_KIND_UNKNOWN_ID,
+                                         MEM_KIND_UNKNOWN_ID, dev, CONTEXT_ID, dev, CONTEXT_ID))
+            else:
+                memsets.append(common + (0, op.bytes, MEM_KIND_UNKNOWN_ID))
+            n += 1
+        runtime += [(a.start - t0, a.end - t0, 1 if a.name.startswith("cu") and not
+                     a.name.startswith("cuda") else 0, gtid, a.corr, strings(a.name), 0)
+                    for a in w.api]
+        nvtx += [(s - t0, e - t0, EVENT_PUSHPOP, f"{name}", gtid, None, 0)
+                 for name, s, e in w.ranges]
+        threads.append((strings(pname), 0, gtid))
+        processes.append((gpid, pid, pname))
+        sm = view.meta.get("sm_count")
+        gpus.setdefault(dev, (0, dev, str(view.meta.get("device") or "GPU"),
+                              sm if isinstance(sm, int) else None, dev))
 
     for table in ("StringIds", "ThreadNames", "PROCESSES", "TARGET_INFO_GPU",
                   "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS", "META_DATA_EXPORT",
@@ -171,23 +210,20 @@ def fill_database(con: sqlite3.Connection, view: StoreView, window: Window | Non
     if nvtx and NVTX_DOMAIN:
         pass  # a named domain would need an eventType-75 row; tuiprof uses the default one
     _insert(con, "NVTX_EVENTS", "start,end,eventType,text,globalTid,endGlobalTid,domainId", nvtx)
-    thread = strings("tuiprof")
-    _insert(con, "ThreadNames", "nameId,priority,globalTid", [(thread, 0, gtid)])
-    _insert(con, "PROCESSES", "globalPid,pid,name", [(gpid, PID, "tuiprof")])
-    meta = view.meta
-    sm = meta.get("sm_count")
-    _insert(con, "TARGET_INFO_GPU", "vmId,id,name,smCount,cuDevice",
-            [(0, dev, str(meta.get("device") or "GPU"), sm if isinstance(sm, int) else None, dev)])
+    _insert(con, "ThreadNames", "nameId,priority,globalTid", threads)
+    _insert(con, "PROCESSES", "globalPid,pid,name", processes)
+    _insert(con, "TARGET_INFO_GPU", "vmId,id,name,smCount,cuDevice", list(gpus.values()))
     utc = _dt.datetime.fromtimestamp(t0 / 1e9, _dt.timezone.utc) if t0 > 0 else None
     _insert(con, "TARGET_INFO_SESSION_START_TIME", "utcEpochNs,utcTime,localTime",
             [(t0, utc.isoformat() if utc else None, None)])
     _insert(con, "ANALYSIS_DETAILS", "globalVid,duration,startTime,stopTime",
-            [(0, w.t1 - t0, 0, w.t1 - t0)])
+            [(0, t1 - t0, 0, t1 - t0)])
     _insert(con, "META_DATA_EXPORT", "name,value",
             [("EXPORT_PRODUCT_VERSION", f"tuiprof {__version__}"),
              ("EXPORT_PRODUCER", "tuiprof (not Nsight Systems)"),
-             ("TUIPROF_WINDOW_TOKENS", str(len(w.tokens))),
-             ("TUIPROF_TIME_ORIGIN_CUPTI_NS", str(t0))])
+             ("TUIPROF_WINDOW_TOKENS", str(sum(len(w.tokens) for _, w, *_ in parts))),
+             ("TUIPROF_TIME_ORIGIN_CUPTI_NS", str(t0))]
+            + ([("TUIPROF_RANKS", str(len(parts)))] if len(parts) > 1 else []))
     _insert(con, "ENUM_CUDA_MEMCPY_OPER", "id,name,label", ENUM_CUDA_MEMCPY_OPER)
     _insert(con, "ENUM_CUDA_MEM_KIND", "id,name,label", ENUM_CUDA_MEM_KIND)
     _insert(con, "ENUM_NSYS_EVENT_TYPE", "id,name,label", ENUM_NSYS_EVENT_TYPE)
@@ -195,26 +231,30 @@ def fill_database(con: sqlite3.Connection, view: StoreView, window: Window | Non
     _insert(con, "StringIds", "id,value", [(i, s) for s, i in strings.ids.items()])
 
 
-def write_nsys_sqlite(view: StoreView, path: str | Path) -> Path:
-    """Write the recorded window of ``view`` as an nsys-schema SQLite file (atomically).
+def write_nsys_sqlite(view: StoreView | RanksView, path: str | Path) -> Path:
+    """Write the recorded window of ``view`` (every rank's, for a :class:`RanksView`) as an
+    nsys-schema SQLite file (atomically).
 
     The name must end in ``.sqlite`` for ``nsys stats`` to open it.
     """
     target = Path(path)
     if target.suffix != ".sqlite":
         raise TuiprofError(f"cannot write {target}: nsys stats only opens files ending in .sqlite")
-    window = window_of(view)
+    window = None if isinstance(view, RanksView) else window_of(view)
     with atomic_path(target, suffix=".tmp") as tmp:
         con = sqlite3.connect(tmp)
         try:
             con.execute("PRAGMA journal_mode=OFF")
             con.execute("PRAGMA synchronous=OFF")
             with con:
-                fill_database(con, view, window)
+                if window is None:
+                    fill_database_ranks(con, view)
+                else:
+                    fill_database(con, view, window)
         finally:
             con.close()
     return target
 
 
-__all__ = ["write_nsys_sqlite", "fill_database", "DDL", "ENUM_CUDA_MEMCPY_OPER",
+__all__ = ["write_nsys_sqlite", "fill_database", "fill_database_ranks", "DDL", "ENUM_CUDA_MEMCPY_OPER",
            "ENUM_CUDA_MEM_KIND", "ENUM_NSYS_EVENT_TYPE", "ENUM_NSYS_EVENT_CLASS"]

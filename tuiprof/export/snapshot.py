@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from .. import __version__
 from ..errors import TuiprofError, safe_text
 from ..store import KernelAggregate, RunningStats, StoreView, TokenRow
+from ..store.ranks import RanksView
 from ..store.records import COPY_KINDS, DIRECTION
 from ._atomic import atomic_write_bytes
 from .names import demangle
@@ -27,6 +28,8 @@ from .summary import summary
 
 SCHEMA_VERSION = 1
 FORMAT = "tuiprof-snapshot"
+RANKS_FORMAT = "tuiprof-ranks-snapshot"   # a tensor-parallel session: one snapshot per rank
+MAX_RANKS = 1024
 MAX_BYTES = 512 * 1024**2
 MAX_DEPTH = 32           # nesting allowed inside free-form sections (meta, overhead, findings)
 MAX_STRING = 65536       # characters in one string or key (kernel names are bounded alike)
@@ -42,7 +45,11 @@ META_KEYS = frozenset({
     "load_s", "vocab_size", "max_new_tokens", "sample_every", "gpu_mem_total_bytes",
     "measured_peaks", "startup", "program", "step_source", "step_sources", "window_ms",
     "step_range",
+    "rank", "world_size", "local_rank", "tp", "backend", "clock_sync", "lockstep", "tp_shard",
+    "model_params",
 })
+# What a multi-rank snapshot says about the whole job (its "world" section).
+WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference"})
 HOST_KEY = "host"        # kept only when meta["share_host"] is True
 
 
@@ -111,16 +118,19 @@ def _finding_dict(f: Any) -> Any:
     return {"text": str(f)}
 
 
+def _findings(module: str, name: str, arg: Any) -> list:
+    """``tuiprof.<module>.<name>(arg)`` as a list, or ``[]`` when it is missing or fails."""
+    try:
+        import importlib  # noqa: PLC0415 - optional, lands separately
+        fn = getattr(importlib.import_module(module, __package__), name)
+        return list(fn(arg))
+    except Exception:
+        return []
+
+
 def default_findings(view: StoreView) -> list:
     """``tuiprof.analysis.find(view)`` when the analysis package is there, else ``[]``."""
-    try:
-        from ..analysis import find  # noqa: PLC0415 - optional, lands separately
-    except Exception:
-        return []
-    try:
-        return list(find(view))
-    except Exception:
-        return []
+    return _findings("..analysis", "find", view)
 
 
 # ------------------------------------------------------------------ writing
@@ -191,9 +201,43 @@ def dumps(doc: dict) -> bytes:
                           allow_nan=False).encode("ascii") + b"\n"
 
 
-def write_snapshot(view: StoreView, path: str | Path, findings: Iterable | None = None,
+def world_meta(rv: RanksView) -> dict:
+    """The ``world`` section: the job's facts and the ranks' clock alignment."""
+    meta = {k: v for k, v in rv.meta.items() if k in WORLD_KEYS}
+    meta["world_size"] = rv.world_size
+    meta["clock"] = rv.clock.to_dict()
+    if isinstance(meta.get("failure"), str):  # the rank's log file stays on the machine
+        meta["failure"] = re.sub(r"\s*\(log: [^)]*\)", "", meta["failure"])
+    return _scrub(_jsonable(meta))
+
+
+def default_rank_findings(rv: RanksView) -> list:
+    """``tuiprof.analysis.ranks.find_ranks(rv)``, or ``[]`` when it fails."""
+    return _findings("..analysis.ranks", "find_ranks", rv)
+
+
+def ranks_snapshot_dict(rv: RanksView, findings: Iterable | None = None,
+                        raw_tokens: int | None = None) -> dict:
+    """The document of a multi-rank session: ``ranks`` holds one ordinary snapshot document
+    per rank (rank order); ``findings`` are the cross-rank ones (docs/snapshot.md)."""
+    if findings is None:
+        findings = default_rank_findings(rv)
+    return {
+        "format": RANKS_FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "tuiprof": __version__,
+        "world": world_meta(rv),
+        "findings": [_finding_dict(f) for f in findings],
+        "ranks": [snapshot_dict(v, raw_tokens=raw_tokens) for v in rv.views],
+    }
+
+
+def write_snapshot(view: StoreView | RanksView, path: str | Path, findings: Iterable | None = None,
                    raw_tokens: int | None = None) -> Path:
-    """Write the snapshot of ``view`` to ``path`` atomically; returns the path."""
+    """Write the snapshot of ``view`` (one rank, or all ranks of a :class:`RanksView`) to
+    ``path`` atomically; returns the path."""
+    if isinstance(view, RanksView):
+        return atomic_write_bytes(path, dumps(ranks_snapshot_dict(view, findings, raw_tokens)))
     return atomic_write_bytes(path, dumps(snapshot_dict(view, findings, raw_tokens)))
 
 
@@ -237,6 +281,14 @@ def _free_form_problem(obj: Any, limit: int) -> str | None:
     return None
 
 
+def _check_version(ver: Any, where: str) -> None:
+    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
+        raise _bad(where, f"schema_version {str(ver)[:20]!r} is not a positive integer")
+    if ver > SCHEMA_VERSION:
+        raise TuiprofError(f"snapshot schema version {ver} is newer than this tuiprof reads "
+                           f"({SCHEMA_VERSION}); upgrade tuiprof")
+
+
 def validate_snapshot(obj: Any, where: str = "document", all_records: bool = True) -> None:
     """Check a decoded snapshot: format and version first, then the JSON Schema.
 
@@ -247,12 +299,7 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
         raise _bad(where, f"expected a JSON object, got {type(obj).__name__}")
     if obj.get("format") != FORMAT:
         raise _bad(where, f"format is {str(obj.get('format'))[:40]!r}, not {FORMAT!r}")
-    ver = obj.get("schema_version")
-    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
-        raise _bad(where, f"schema_version {str(ver)[:20]!r} is not a positive integer")
-    if ver > SCHEMA_VERSION:
-        raise TuiprofError(f"snapshot schema version {ver} is newer than this tuiprof reads "
-                           f"({SCHEMA_VERSION}); upgrade tuiprof")
+    _check_version(obj.get("schema_version"), where)
     for key in ("meta", "overhead", "findings", "allocs", "nvml", "tokens", "counters",
                 "collectors", "summary", "events", "api", "nvtx", "output"):
         problem = _free_form_problem(obj[key], MAX_DEPTH) if key in obj else None
@@ -340,17 +387,18 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
 
 @dataclass
 class Snapshot:
-    """A loaded snapshot: the view, the stored findings and summary, the whole document."""
+    """A loaded snapshot: the view, the stored findings and summary, the whole document.
+
+    A multi-rank snapshot also has ``ranks`` (every rank); ``view`` is then rank 0's."""
 
     view: StoreView
     findings: list
     summary: dict
     doc: dict
+    ranks: RanksView | None = None
 
 
-def load_snapshot(path: str | Path) -> Snapshot:
-    """Read, bound-check, validate and rebuild a snapshot file."""
-    p = Path(path)
+def _read_document(p: Path) -> Any:
     where = str(p)
     try:
         size = p.stat().st_size
@@ -367,18 +415,57 @@ def load_snapshot(path: str | Path) -> Snapshot:
     if len(data) > MAX_BYTES:
         raise _bad(where, f"over the {MAX_BYTES // 1024**2} MB limit")
     try:
-        doc = json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise _bad(where, "not UTF-8 text (a gzip file? unpack it first)") from None
     except RecursionError:
         raise _bad(where, "JSON nested too deeply") from None
     except ValueError as exc:
         raise _bad(where, f"invalid JSON ({safe_text(exc, 80)})") from None
+
+
+def _ranks_document(doc: dict, where: str) -> RanksView:
+    """Check the multi-rank wrapper and every rank's document; rebuild all views."""
+    _check_version(doc.get("schema_version"), where)
+    ranks, world = doc.get("ranks"), doc.get("world")
+    if not isinstance(ranks, list) or not 1 <= len(ranks) <= MAX_RANKS:
+        raise _bad(where, f"'ranks' must be a list of 1 to {MAX_RANKS} rank snapshots")
+    if not isinstance(world, dict) or not isinstance(doc.get("findings", []), list):
+        raise _bad(where, "'world' must be an object and 'findings' a list")
+    for key in ("world", "findings"):
+        problem = _free_form_problem(doc.get(key, []), MAX_DEPTH)
+        if problem:
+            raise _bad(where, f"'{key}' {problem}")
+    views = []
+    for r, part in enumerate(ranks):
+        at = f"{where} rank {r}"
+        validate_snapshot(part, at, all_records=False)
+        views.append(view_from_snapshot(part, at))
+    return RanksView(tuple(views), {k: v for k, v in world.items() if k in WORLD_KEYS})
+
+
+def load_snapshot(path: str | Path) -> Snapshot:
+    """Read, bound-check, validate and rebuild a snapshot file (one rank or all ranks)."""
+    p = Path(path)
+    where = str(p)
+    doc = _read_document(p)
+    if isinstance(doc, dict) and doc.get("format") == RANKS_FORMAT:
+        rv = _ranks_document(doc, where)
+        first = doc["ranks"][0]
+        return Snapshot(rv[0], list(doc.get("findings", [])), dict(first.get("summary", {})),
+                        doc, rv)
     validate_snapshot(doc, where, all_records=False)
     view = view_from_snapshot(doc, where)
     return Snapshot(view, list(doc.get("findings", [])), dict(doc.get("summary", {})), doc)
 
 
 def read_snapshot(path: str | Path) -> StoreView:
-    """The :class:`StoreView` stored in a snapshot file (see :func:`load_snapshot`)."""
+    """The :class:`StoreView` stored in a snapshot file (see :func:`load_snapshot`); rank 0's
+    for a multi-rank snapshot (:func:`read_any_snapshot` gives every rank)."""
     return load_snapshot(path).view
+
+
+def read_any_snapshot(path: str | Path) -> StoreView | RanksView:
+    """A single-rank snapshot's :class:`StoreView`, or a multi-rank one's :class:`RanksView`."""
+    snap = load_snapshot(path)
+    return snap.ranks if snap.ranks is not None else snap.view

@@ -6,7 +6,8 @@ process with a ``tokens`` track (prefill/decode phase ranges enclosing one range
 and counter (``"C"``) tracks for the NVML series and the per-token latency. Timestamps are
 microseconds (floats, ns precision) from the window's first event. Events that would overlap
 partially on one track (never seen on a real stream) go to an extra ``overlap`` track, which
-Perfetto requires.
+Perfetto requires. A multi-rank session has one process per rank instead (its streams, its
+tokens track and its counters).
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from pathlib import Path
 
 from .. import __version__
 from ..store import StoreView
+from ..store.ranks import RanksView
 from ._atomic import atomic_write_bytes
 from .nsys_reports import device_id
 from .window import GpuOp, window_of
 
 HOST_PID = 1_000_000       # the tuiprof "process": tokens and counters
 TOKENS_TID = 1
+RANK_TOKENS_TID = 2_000_000_000   # a rank's tokens track (beside its stream tracks)
 UNKNOWN_STREAM_TID = 0     # memcpy/memset records without a stream id
 LANE_STRIDE = 1_000_000    # tid of overlap lane n of stream s: s + n * LANE_STRIDE
 _CAT = {"K": "kernel", "C": "gpu_memcpy", "S": "gpu_memset"}
@@ -61,8 +64,75 @@ def _assign_lanes(ops: list[GpuOp]) -> list[int]:
     return lanes
 
 
-def trace_dict(view: StoreView) -> dict:
+def _gpu_events(w, t0: int, pid: int, label_prefix: str = "") -> tuple[list, list]:
+    """(metadata, events) of the window's GPU ops: one track per stream of process ``pid``."""
+    events: list[dict] = []
+    tracks: set[tuple[int, int]] = set()
+    body: list[dict] = []
+    for op, lane in zip(w.ops, _assign_lanes(w.ops)):
+        tid = op.stream + lane * LANE_STRIDE
+        if (op.stream, lane) not in tracks:
+            tracks.add((op.stream, lane))
+            label = f"stream {op.stream}" if op.stream else "stream ? (not recorded)"
+            events.append(_meta("thread_name", pid, tid,
+                                {"name": label_prefix + label + (f" (overlap {lane})" if lane else "")}))
+            events.append(_meta("thread_sort_index", pid, tid, {"sort_index": tid}))
+        body.append({"name": op.name, "cat": _CAT[op.kind], "ph": "X", "pid": pid, "tid": tid,
+                     "ts": _us(op.start - t0), "dur": _us(op.end - op.start),
+                     "args": _op_args(op)})
+    return events, body
+
+
+def _host_events(view: StoreView, w, t0: int, pid: int, tid: int, off: int = 0) -> list:
+    """Token and phase ranges on track ``tid``, token latency and NVML counters of ``pid``."""
+    body: list[dict] = []
+    # Phase ranges (runs of tokens of one phase and mode) enclosing the token ranges.
+    runs: list[list] = []
+    for t in w.tokens:
+        if not (t.done and t.end_ns >= t.start_ns):
+            continue
+        start, end = t.start_ns - off, t.end_ns - off
+        if runs and runs[-1][0] == (t.phase, t.mode, t.cycle):
+            runs[-1][2] = end
+            runs[-1][3] += 1
+        else:
+            runs.append([(t.phase, t.mode, t.cycle), start, end, 1])
+        body.append({"name": f"{t.phase} {t.step}" if t.step >= 0 else t.phase,
+                     "cat": "token", "ph": "X", "pid": pid, "tid": tid,
+                     "ts": _us(start - t0), "dur": _us(end - start),
+                     "args": {"seq": t.seq, "step": t.step, "mode": t.mode, "kernels": t.kernels,
+                              "host_ms": t.host_ms, "busy_ms": t.busy_ns / 1e6}})
+        body.append({"name": "token latency (ms)", "cat": "counter", "ph": "C",
+                     "pid": pid, "tid": 0, "ts": _us(end - t0),
+                     "args": {"ms": t.host_ms}})
+    for (phase, mode, _cycle), start, end, n in runs:
+        body.append({"name": f"{phase} ({mode})", "cat": "phase", "ph": "X", "pid": pid,
+                     "tid": tid, "ts": _us(start - t0), "dur": _us(end - start),
+                     "args": {"tokens": n}})
+    for smp in view.nvml:
+        ts = smp.get("ts_ns")
+        if not isinstance(ts, int) or ts - off < t0 or ts - off > w.t1:
+            continue
+        for key, value in smp.items():
+            if key == "ts_ns" or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            unit = NVML_UNITS.get(key, "")
+            body.append({"name": f"nvml {key}" + (f" ({unit})" if unit else ""),
+                         "cat": "nvml", "ph": "C", "pid": pid, "tid": 0,
+                         "ts": _us(ts - off - t0), "args": {key: value}})
+    return body
+
+
+def _sorted(body: list) -> list:
+    # Parents before children at equal timestamps: by ts, then longest first.
+    body.sort(key=lambda e: (e["ts"], -e.get("dur", 0.0)))
+    return body
+
+
+def trace_dict(view: StoreView | RanksView) -> dict:
     """The trace document (``{"traceEvents": [...], ...}``) of the recorded window."""
+    if isinstance(view, RanksView):
+        return ranks_trace_dict(view)
     w = window_of(view)
     t0 = w.t0
     dev = device_id(view)
@@ -76,56 +146,10 @@ def trace_dict(view: StoreView) -> dict:
         _meta("thread_name", HOST_PID, TOKENS_TID, {"name": "tokens"}),
         _meta("thread_sort_index", HOST_PID, TOKENS_TID, {"sort_index": 0}),
     ]
-    tracks: set[tuple[int, int]] = set()
-    body: list[dict] = []
-    for op, lane in zip(w.ops, _assign_lanes(w.ops)):
-        tid = op.stream + lane * LANE_STRIDE
-        if (op.stream, lane) not in tracks:
-            tracks.add((op.stream, lane))
-            label = f"stream {op.stream}" if op.stream else "stream ? (not recorded)"
-            events.append(_meta("thread_name", dev, tid,
-                                {"name": label + (f" (overlap {lane})" if lane else "")}))
-            events.append(_meta("thread_sort_index", dev, tid, {"sort_index": tid}))
-        body.append({"name": op.name, "cat": _CAT[op.kind], "ph": "X", "pid": dev, "tid": tid,
-                     "ts": _us(op.start - t0), "dur": _us(op.end - op.start),
-                     "args": _op_args(op)})
-    # Phase ranges (runs of tokens of one phase and mode) enclosing the token ranges.
-    runs: list[list] = []
-    for t in w.tokens:
-        if not (t.done and t.end_ns >= t.start_ns):
-            continue
-        if runs and runs[-1][0] == (t.phase, t.mode, t.cycle):
-            runs[-1][2] = t.end_ns
-            runs[-1][3] += 1
-        else:
-            runs.append([(t.phase, t.mode, t.cycle), t.start_ns, t.end_ns, 1])
-        body.append({"name": f"{t.phase} {t.step}" if t.step >= 0 else t.phase,
-                     "cat": "token", "ph": "X", "pid": HOST_PID, "tid": TOKENS_TID,
-                     "ts": _us(t.start_ns - t0), "dur": _us(t.end_ns - t.start_ns),
-                     "args": {"seq": t.seq, "step": t.step, "mode": t.mode, "kernels": t.kernels,
-                              "host_ms": t.host_ms, "busy_ms": t.busy_ns / 1e6}})
-        body.append({"name": "token latency (ms)", "cat": "counter", "ph": "C",
-                     "pid": HOST_PID, "tid": 0, "ts": _us(t.end_ns - t0),
-                     "args": {"ms": t.host_ms}})
-    for (phase, mode, _cycle), start, end, n in runs:
-        body.append({"name": f"{phase} ({mode})", "cat": "phase", "ph": "X", "pid": HOST_PID,
-                     "tid": TOKENS_TID, "ts": _us(start - t0), "dur": _us(end - start),
-                     "args": {"tokens": n}})
-    for s in view.nvml:
-        ts = s.get("ts_ns")
-        if not isinstance(ts, int) or ts < t0 or ts > w.t1:
-            continue
-        for key, value in s.items():
-            if key == "ts_ns" or not isinstance(value, (int, float)) or isinstance(value, bool):
-                continue
-            unit = NVML_UNITS.get(key, "")
-            body.append({"name": f"nvml {key}" + (f" ({unit})" if unit else ""),
-                         "cat": "nvml", "ph": "C", "pid": HOST_PID, "tid": 0,
-                         "ts": _us(ts - t0), "args": {key: value}})
-    # Parents before children at equal timestamps: by ts, then longest first.
-    body.sort(key=lambda e: (e["ts"], -e.get("dur", 0.0)))
+    meta, body = _gpu_events(w, t0, dev)
+    body += _host_events(view, w, t0, HOST_PID, TOKENS_TID)
     return {
-        "traceEvents": events + body,
+        "traceEvents": events + meta + _sorted(body),
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": t0,
         "otherData": {"producer": f"tuiprof {__version__}", "device": device,
@@ -135,7 +159,47 @@ def trace_dict(view: StoreView) -> dict:
     }
 
 
-def write_trace(view: StoreView, path: str | Path) -> Path:
+def ranks_trace_dict(rv: RanksView) -> dict:
+    """One process per rank (``pid`` = rank): its tokens track, one track per CUDA stream,
+    its token latency and NVML counters; all ranks on the aligned timeline."""
+    offsets = rv.clock.offsets_ns
+    windows = []
+    for view, off in zip(rv.views, offsets):
+        w = window_of(view)
+        for op in w.ops:
+            op.start, op.end = op.start - off, op.end - off
+        w.t0, w.t1 = w.t0 - off, w.t1 - off
+        windows.append(w)
+    nonempty = [w for w in windows if not w.empty]
+    t0 = min((w.t0 for w in nonempty), default=0)
+    events: list[dict] = []
+    body: list[dict] = []
+    for r, (view, w, off) in enumerate(zip(rv.views, windows, offsets)):
+        dev = device_id(view)
+        device = str(view.meta.get("device_name") or view.meta.get("device") or "GPU")
+        where = "CPU" if device.startswith("cpu") else f"GPU {dev}: {device}"
+        events += [_meta("process_name", r, 0, {"name": f"rank {r} ({where})"}),
+                   _meta("process_labels", r, 0, {"labels": f"rank {r}"}),
+                   _meta("process_sort_index", r, 0, {"sort_index": r}),
+                   _meta("thread_name", r, RANK_TOKENS_TID, {"name": "tokens"}),
+                   _meta("thread_sort_index", r, RANK_TOKENS_TID, {"sort_index": -1})]
+        meta, ops = _gpu_events(w, t0, r)
+        events += meta
+        body += ops
+        body += _host_events(view, w, t0, r, RANK_TOKENS_TID, off)
+    return {
+        "traceEvents": events + _sorted(body),
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": t0,
+        "otherData": {"producer": f"tuiprof {__version__}", "ranks": rv.world_size,
+                      "clock": rv.clock.to_dict(),
+                      "time_origin": "first event of any rank's recorded window (aligned "
+                                     "CUPTI ns in baseTimeNanoseconds)",
+                      "tokens": sum(len(w.tokens) for w in windows)},
+    }
+
+
+def write_trace(view: StoreView | RanksView, path: str | Path) -> Path:
     """Write the Chrome trace JSON of the recorded window atomically; returns the path."""
     data = json.dumps(trace_dict(view), separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8")

@@ -45,6 +45,7 @@ class GpuOp:
     graph_id: int = 0
     bytes: int | None = None
     copy_kind: int | None = None
+    device: int | None = None  # the GPU, in a window of several ranks (else the view's)
 
 
 @dataclass(slots=True)
@@ -65,6 +66,7 @@ class Window:
     ops: list[GpuOp] = field(default_factory=list)
     api: list[ApiCall] = field(default_factory=list)
     ranges: list[tuple[str, int, int]] = field(default_factory=list)  # (name, start, end)
+    devices: dict[int, str] = field(default_factory=dict)  # device id -> label (several ranks)
 
     @property
     def empty(self) -> bool:
@@ -132,5 +134,32 @@ def _window_of(view: StoreView) -> Window:
     return Window(t0, t1, tokens, ops, api, ranges)
 
 
-__all__ = ["Window", "GpuOp", "ApiCall", "window_of", "memcpy_name", "strip_api_version",
+def ranks_window(rv) -> Window:
+    """One window of every rank's records on the ranks' aligned timeline; each op carries its
+    device (the rank's ``device_index``), ``devices`` names them (``NAME (id)``, as nsys)."""
+    from .nsys_reports import device_id, device_label  # noqa: PLC0415
+
+    parts = []
+    offsets = rv.clock.offsets_ns
+    with gc_paused():
+        for view, off in zip(rv.views, offsets):
+            w = _window_of(view)
+            dev = device_id(view)
+            for op in w.ops:
+                op.start, op.end, op.device = op.start - off, op.end - off, dev
+            for a in w.api:
+                a.start, a.end = a.start - off, a.end - off
+            w.ranges = [(n, s - off, e - off) for n, s, e in w.ranges]
+            w.t0, w.t1 = w.t0 - off, w.t1 - off
+            parts.append((w, dev, device_label(view)))
+        ops = sorted((op for w, _, _ in parts for op in w.ops), key=lambda o: (o.start, o.end))
+        api = sorted((a for w, _, _ in parts for a in w.api), key=lambda a: (a.start, a.end))
+    nonempty = [w for w, _, _ in parts if not w.empty]
+    t0 = min((w.t0 for w in nonempty), default=0)
+    t1 = max((w.t1 for w in nonempty), default=t0)
+    return Window(t0, t1, [t for w, _, _ in parts for t in w.tokens], ops, api,
+                  [r for w, _, _ in parts for r in w.ranges], {d: lab for _, d, lab in parts})
+
+
+__all__ = ["Window", "GpuOp", "ApiCall", "window_of", "ranks_window", "memcpy_name", "strip_api_version",
            "MEMSET_NAME", "record_start"]

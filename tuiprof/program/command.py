@@ -13,7 +13,7 @@ from .launch import ProgramSpec, SessionStop, parse_program
 # Options of the built-in engine: a program loads and runs its own model.
 ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "mode",
                   "compile_mode", "prompt", "prompt_len", "max_new_tokens", "max_len", "no_loop",
-                  "temperature", "top_k", "seed", "record", "measure_peaks")
+                  "temperature", "top_k", "seed", "record", "measure_peaks", "tp")
 
 
 def check_options(args: argparse.Namespace, defaults: dict) -> None:

@@ -26,6 +26,13 @@ from .mirror import Mirror
 from .session_process import SessionSpec, serve
 
 
+def new_log_path(tag: str = "") -> str:
+    """A fresh file in the temp directory for a session process's own output."""
+    fd, path = tempfile.mkstemp(prefix=f"tuiprof-session-{tag}", suffix=".log")
+    os.close(fd)
+    return path
+
+
 class SessionGone(RuntimeError):
     """The session process ended or stopped answering."""
 
@@ -94,16 +101,24 @@ class RemoteControl(SessionControl):
         if self.program is not None:
             self.log_path = self.program["log_path"]   # the program's output: kept
         else:
-            fd, self.log_path = tempfile.mkstemp(prefix="tuiprof-session-", suffix=".log")
-            os.close(fd)
+            self.log_path = new_log_path()
         ctx = mp.get_context("spawn")  # never fork a process that may hold CUDA or threads
         parent, child = ctx.Pipe()
-        spec = SessionSpec(self.options, self.store_kwargs, self.log_path,
-                           self.orphan_snapshot_dir, self.hook, self.program)
-        self._proc = ctx.Process(target=serve, args=(child, spec), name="tuiprof-session")
-        self._proc.start()
+        proc = ctx.Process(target=serve, args=(child, self.spec()), name="tuiprof-session")
+        proc.start()
         child.close()
-        self._conn = parent
+        self.attach(proc, parent)
+
+    def spec(self, env: dict | None = None) -> SessionSpec:
+        """What the session process is started with (``env``: set there before anything)."""
+        return SessionSpec(self.options, self.store_kwargs, self.log_path,
+                           self.orphan_snapshot_dir, self.hook, self.program, env)
+
+    def attach(self, proc: Any, conn: Any) -> None:
+        """Serve a session process started elsewhere (a rank launcher): its process handle
+        (``is_alive``, ``exitcode``, ``join``, ``kill``) and this end of its connection."""
+        self._proc = proc
+        self._conn = conn
         self._puller = threading.Thread(target=self._pull_loop, name="tuiprof-puller",
                                         daemon=True)
         self._puller.start()

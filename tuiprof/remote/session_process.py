@@ -43,6 +43,7 @@ class SessionSpec:
     hook: str | None = None          # "module:callable" (benchmarks): called with the Profiler
     program: dict | None = None      # a program to run: {"spec", "log_path", "window_ms",
                                      # "step_ranges"} (tuiprof.program.command.run_live)
+    env: dict | None = None          # environment set first (a rank's RANK, MASTER_PORT, ...)
 
 
 class SessionServer:
@@ -87,6 +88,8 @@ def status_copy(st: SourceStatus) -> SourceStatus:
 
 def serve(conn: Any, spec: SessionSpec) -> None:
     """Entry point of the session process (``multiprocessing`` spawn target)."""
+    if spec.env:
+        os.environ.update(spec.env)
     if spec.program is not None:
         _serve_program(conn, spec)
         return

@@ -49,7 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", type=_csv, required=True, help="comma-separated registry names")
     parser.add_argument("--ui", action="store_true",
                         help="show the sweep screen (cells fill in as they finish; Escape closes)")
-    parser.add_argument("--seq-lens", type=_ints, required=True, help="comma-separated sequence lengths")
+    parser.add_argument("--seq-lens", type=_ints, default=None,
+                        help="comma-separated sequence lengths (required unless --tp)")
+    parser.add_argument("--tp", type=_ints, default=None, metavar="N,M",
+                        help="instead of sequence lengths: decode at these tensor-parallel "
+                             "degrees (e.g. 1,2), one session of ranks each, and the scaling")
+    parser.add_argument("--tp-tokens", type=int, default=256,
+                        help="decode tokens per mode in each --tp session (default 256)")
     parser.add_argument("--batch", type=int, default=1, help="batch size of the full-sequence passes (default 1)")
     parser.add_argument("--passes", type=_choices(PASSES), default=["inference"],
                         help=f"comma-separated, of {','.join(PASSES)} (default inference)")
@@ -98,6 +104,14 @@ class ProgressLine:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep described by ``args``; write its files; 0 when no cell failed, 1 otherwise."""
+    if getattr(args, "tp", None):
+        from tuiprof.sweep.tp import run as run_tp  # noqa: PLC0415
+
+        return run_tp(args)
+    if not args.seq_lens:
+        from tuiprof.errors import TuiprofError  # noqa: PLC0415
+
+        raise TuiprofError("tuiprof sweep needs --seq-lens (or --tp for a tensor-parallel sweep)")
     from tuiprof.sweep.runner import run_sweep  # imports torch
 
     kwargs = dict(

@@ -29,6 +29,11 @@ ACTIONS: tuple[Action, ...] = (
     Action("export-nsys", "n", "export_nsys", "nsys", "Export nsys-style summary reports"),
     Action("log", "l", "show_log", "log",
            "The profiled program's output (tuiprof run -- python …); its log file is named there"),
+    Action("next-rank", "g", "next_rank", "rank",
+           "Tensor-parallel sessions: show the next rank (GPU) in every pane"),
+    Action("all-ranks", "a", "all_ranks", "all ranks",
+           "Tensor-parallel sessions: every rank side by side (step time, compute / "
+           "communication / idle, skew, overlap, NVML)"),
     Action("help", "question_mark", "help", "help", "This help screen", shown_key="?"),
     Action("quit", "q", "quit", "quit", "Stop the session (auto-snapshot if enabled) and quit"),
     Action("interrupt", "ctrl+c", "interrupt", "ctrl-c",

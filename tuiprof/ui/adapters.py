@@ -96,6 +96,31 @@ def findings(view: Any) -> tuple[list, str]:
     return found, ""
 
 
+def ranks_summary(ranks: Any) -> Any | None:
+    """``analysis.ranks.ranks_summary`` of a RanksView, or None."""
+    fn = _get("tuiprof.analysis.ranks", "ranks_summary")
+    if fn is None:
+        return None
+    try:
+        return fn(ranks)
+    except Exception:
+        return None
+
+
+def rank_findings(ranks: Any) -> tuple[list, Any]:
+    """Cross-rank findings and the summary they come from (``analysis.ranks``), or
+    ``([], None)`` when the analysis is missing or fails."""
+    summarize = _get("tuiprof.analysis.ranks", "ranks_summary")
+    find = _get("tuiprof.analysis.ranks", "find_ranks")
+    if summarize is None or find is None:
+        return [], None
+    try:
+        summary = summarize(ranks)
+        return list(find(ranks, summary)), summary
+    except Exception:  # a bug in analysis must not take the UI down
+        return [], None
+
+
 def diff_modes(view: Any, a: str = "eager", b: str = "compiled") -> Any | None:
     """``export.diff_modes`` (or ``analysis.diff_modes``) if present; ``None`` otherwise."""
     fn = (_get("tuiprof.export.diff", "diff_modes") or _get("tuiprof.export", "diff_modes")

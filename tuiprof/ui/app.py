@@ -32,6 +32,7 @@ from textual.widgets import Footer, Static
 
 from ..control import SessionControl
 from ..errors import one_line
+from ..store.ranks import RanksView, is_rank_set
 from . import adapters
 from .actions import ACTIONS
 from .derive import view_signature
@@ -39,6 +40,7 @@ from .screens.compare import CompareScreen
 from .screens.detail import KernelDetailScreen
 from .screens.help import HelpScreen
 from .screens.log import LogScreen
+from .screens.ranks import RanksScreen
 from .widgets.allocs import AllocPane
 from .widgets.base import Pane, RefreshContext
 from .widgets.findings import FindingsPane
@@ -121,9 +123,10 @@ class TuiprofApp(App):
                         tooltip=a.help) for a in ACTIONS]
 
     class FindingsReady(Message):
-        def __init__(self, found: list, message: str, token: int) -> None:
+        def __init__(self, found: list, message: str, token: int, summary: Any = None) -> None:
             super().__init__()
             self.found, self.message, self.token = found, message, token
+            self.summary = summary
 
     class ExportDone(Message):
         def __init__(self, what: str, path: str | None, error: str | None) -> None:
@@ -171,6 +174,8 @@ class TuiprofApp(App):
         self.view: Any = None
         self._program_ended = False
         self._keys = {k: a.action for a in ACTIONS for k in a.key.split(",")}
+        self.rank = 0                   # the rank every pane shows (sessions of several ranks)
+        self.rank_analysis: Any = None  # (summary, findings) across ranks (findings worker)
 
     # ------------------------------------------------------------------ lifecycle
     def get_default_screen(self) -> Screen:
@@ -181,6 +186,22 @@ class TuiprofApp(App):
     def main(self) -> MainScreen:
         assert self._main is not None
         return self._main
+
+    @property
+    def ranks(self) -> Any:
+        """The control when it is a session of several ranks (a RankSet), else None."""
+        return self.control if is_rank_set(self.control) else None
+
+    @property
+    def store(self) -> Any:
+        """The store the panes read: the selected rank's in a session of several ranks."""
+        ranks = self.ranks
+        return ranks.rank_store(self.rank) if ranks is not None else self.control.store
+
+    def _export_view(self) -> Any:
+        """What exports write: every rank of a session of several ranks, with raw records."""
+        ranks = self.ranks
+        return ranks.views(raw=True) if ranks is not None else self.store.view(raw=True)
 
     def on_mount(self) -> None:
         if self.handle_signals:
@@ -290,7 +311,7 @@ class TuiprofApp(App):
             return
         t0 = time.perf_counter()
         status = self.control.status
-        view = self.control.store.view(raw=False)
+        view = self.store.view(raw=False)
         self.view = view
         sig = view_signature(view)
         changed = force or sig != self._sig
@@ -306,6 +327,8 @@ class TuiprofApp(App):
             if isinstance(screen, CompareScreen):
                 if changed:
                     screen.show(view)
+            elif isinstance(screen, RanksScreen):
+                screen.show(self.rank_analysis, self.ranks.views(raw=False), self.rank)
             elif screen is main or isinstance(screen, ModalScreen):
                 if screen is main or force:
                     for pane in main.visible_panes():
@@ -322,10 +345,21 @@ class TuiprofApp(App):
         rs["mean_ms"] = rs["total_ms"] / rs["count"]
         rs["max_ms"] = max(rs["max_ms"], dt)
 
+    def _analyse(self) -> tuple[list, str, Any]:
+        """Findings of the selected rank (and across ranks) and the cross-rank summary."""
+        ranks = self.ranks
+        if ranks is None:
+            found, msg = adapters.findings(self.store.view(raw=True,
+                                                           raw_tokens=FINDINGS_RAW_TOKENS))
+            return found, msg, None
+        rv = ranks.views(raw=True, raw_tokens=FINDINGS_RAW_TOKENS)
+        found, msg = adapters.findings(rv[self.rank])
+        cross, summary = adapters.rank_findings(rv)
+        return cross + found, msg, (summary, cross) if summary is not None else None
+
     def _maybe_findings(self, sig: tuple, sync: bool) -> None:
         if sync:
-            found, msg = adapters.findings(self.control.store.view(
-                raw=True, raw_tokens=FINDINGS_RAW_TOKENS))
+            found, msg, self.rank_analysis = self._analyse()
             self._findings_sig = sig
             self._findings_at = time.monotonic()
             self.main.query_one(FindingsPane).set_findings(found, msg)
@@ -344,13 +378,13 @@ class TuiprofApp(App):
     def _run_findings(self, token: int) -> None:
         # The raw view is taken here, off the UI thread: for a session in another process it
         # is a request that waits for its answer.
-        found, msg = adapters.findings(self.control.store.view(
-            raw=True, raw_tokens=FINDINGS_RAW_TOKENS))
-        self.post_message(self.FindingsReady(found, msg, token))
+        found, msg, summary = self._analyse()
+        self.post_message(self.FindingsReady(found, msg, token, summary))
 
     def on_tuiprof_app_findings_ready(self, m: "TuiprofApp.FindingsReady") -> None:
         self._findings_busy = False
         if m.token == self._findings_token:
+            self.rank_analysis = m.summary
             self.main.query_one(FindingsPane).set_findings(m.found, m.message)
 
     def _notice_program_end(self, status: Any) -> None:
@@ -367,9 +401,12 @@ class TuiprofApp(App):
     # ------------------------------------------------------------------ availability
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Keys a session cannot serve are shown disabled (None); ``l`` and Ctrl-C exist only
-        for a profiled program (False: hidden, and Ctrl-C keeps Textual's own meaning)."""
+        for a profiled program, ``g`` and ``a`` only with several ranks (False: hidden, and
+        Ctrl-C keeps Textual's own meaning)."""
         if action in ("show_log", "interrupt"):
             return self.control.has_output()
+        if action in ("next_rank", "all_ranks"):  # only a session of several ranks has them
+            return self.ranks is not None
         if action in self.control.disabled_actions():
             return None
         return True
@@ -405,7 +442,7 @@ class TuiprofApp(App):
             return
         scr = CompareScreen()
         self.push_screen(scr, callback=lambda _=None: self.refresh_view(force=True))
-        self.call_after_refresh(lambda: scr.is_mounted and scr.show(self.control.store.view(raw=False)))
+        self.call_after_refresh(lambda: scr.is_mounted and scr.show(self.store.view(raw=False)))
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
@@ -443,6 +480,35 @@ class TuiprofApp(App):
             self.refresh_view(force=True)
             self._say("display frozen (collection continues)")
 
+    # ------------------------------------------------------------------ ranks
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """The rank keys exist only in a session of several ranks (hidden otherwise)."""
+        if action in ("next_rank", "all_ranks"):
+            return self.ranks is not None
+        return True
+
+    def action_next_rank(self) -> None:
+        ranks = self.ranks
+        if ranks is None:
+            return
+        self.rank = (self.rank + 1) % ranks.world_size
+        self._findings_sig = None
+        self._findings_at = -1e9
+        self._say(f"showing rank {self.rank} of {ranks.world_size} (g: next, a: all ranks)")
+        self.refresh_view(force=True)
+
+    def action_all_ranks(self) -> None:
+        if self.ranks is None:
+            return
+        if isinstance(self.screen, RanksScreen):
+            self.pop_screen()
+            return
+        scr = RanksScreen()
+        self.push_screen(scr, callback=lambda _=None: self.refresh_view(force=True))
+        self._findings_at = -1e9   # a fresh cross-rank analysis for the screen
+        self.call_after_refresh(lambda: scr.is_mounted and scr.show(
+            self.rank_analysis, self.ranks.views(raw=False), self.rank))
+
     # ------------------------------------------------------------------ panes
     def action_show_pane(self, n: int) -> None:
         if self.screen is not self.main:
@@ -456,7 +522,7 @@ class TuiprofApp(App):
                 self.call_after_refresh(self._show_one, p)
 
     def _show_one(self, p: Pane) -> None:
-        view = self.view if self.view is not None else self.control.store.view(raw=False)
+        view = self.view if self.view is not None else self.store.view(raw=False)
         p.show(view, RefreshContext(status=self.control.status, mode=self.control.status.mode,
                                     deterministic=self.deterministic, changed=True))
 
@@ -508,7 +574,8 @@ class TuiprofApp(App):
         meta = self.view.meta if self.view is not None else {}
         model = re.sub(r"[^A-Za-z0-9.]+", "-", str(meta.get("model") or "session")).strip("-")[:40]
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        base = f"{prefix}-{model}-{self.control.status.mode}-{stamp}"
+        tp = f"-tp{self.ranks.world_size}" if self.ranks is not None else ""
+        base = f"{prefix}-{model}{tp}-{self.control.status.mode}-{stamp}"
         path = self.export_dir / f"{base}{suffix}"
         n = 1
         while path.exists():  # two exports in one second must not overwrite each other
@@ -529,7 +596,7 @@ class TuiprofApp(App):
     @work(thread=True, exit_on_error=False, group="export", description="export")
     def _export_worker(self, what: str, path: Path) -> None:
         try:
-            view = self.control.store.view(raw=True)
+            view = self._export_view()
             path.parent.mkdir(parents=True, exist_ok=True)
             if what == "snapshot":
                 res = adapters.write_snapshot(view, path)
@@ -577,7 +644,7 @@ class TuiprofApp(App):
         try:
             path = self._stamp_name("tuiprof", ".json")
             path.parent.mkdir(parents=True, exist_ok=True)
-            res = adapters.write_snapshot(self.control.store.view(raw=True), path)
+            res = adapters.write_snapshot(self._export_view(), path)
             return (str(res) if isinstance(res, (str, Path)) else str(path)), None
         except Exception as exc:
             return None, f"auto snapshot failed: {type(exc).__name__}: {exc}"
@@ -647,7 +714,14 @@ def run_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path
     return int(app.return_code or 0)
 
 
+def is_rank_set_view(view: Any) -> bool:
+    return isinstance(view, RanksView)
+
+
 def view_control(view: Any, source: str = "snapshot") -> SessionControl:
-    """A read-only control over one StoreView (``tuiprof view SNAPSHOT.json``)."""
-    from .static import StaticViewControl
+    """A read-only control over one StoreView, or over every rank of a RanksView
+    (``tuiprof view SNAPSHOT.json``)."""
+    from .static import StaticRanksControl, StaticViewControl
+    if is_rank_set_view(view):
+        return StaticRanksControl(view, source)
     return StaticViewControl(view, source)

@@ -109,6 +109,15 @@ class HeaderNumbers:
     itl_p99: float | None = None
     overhead_pct: float | None = None
     overhead_method: str = ""
+    rank: str = ""               # "rank 1/2 TP" in a session of several ranks
+
+
+def rank_label(meta: dict) -> str:
+    """``rank 1/2`` when the view is one rank of a tensor-parallel session, else ""."""
+    world, rank = meta.get("world_size"), meta.get("rank")
+    if isinstance(world, int) and world > 1 and isinstance(rank, int):
+        return f"rank {rank}/{world}"
+    return ""
 
 
 def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
@@ -144,6 +153,7 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
         tokens=int(view.counters.get("tokens", 0)), tok_s=tok_s, ttft_ms=ttft,
         itl_p50=percentile(host, 50), itl_p99=percentile(host, 99),
         overhead_pct=ov.get("pct"), overhead_method=str(ov.get("method", "")),
+        rank=rank_label(meta),
     )
 
 

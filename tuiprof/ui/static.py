@@ -39,3 +39,23 @@ class StaticViewControl(SessionControl):
 
     def reset(self) -> str:
         return "read-only snapshot: nothing to reset"
+
+
+class StaticRanksControl(StaticViewControl):
+    """A multi-rank snapshot: the same read-only session, one store per rank (a RankSet)."""
+
+    def __init__(self, ranks: Any, source: str = "snapshot") -> None:
+        super().__init__(ranks[0], source)
+        self._ranks = ranks
+        self.world_size = ranks.world_size
+        self._stores = [FrozenStore(v) for v in ranks.views]
+        self.store = self._stores[0]  # type: ignore[assignment]
+
+    def rank_store(self, rank: int) -> FrozenStore:
+        return self._stores[rank]
+
+    def rank_status(self, rank: int) -> SourceStatus:
+        return self.status
+
+    def views(self, raw: bool = False, raw_tokens: int | None = None) -> Any:
+        return self._ranks

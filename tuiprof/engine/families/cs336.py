@@ -31,6 +31,7 @@ from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPL
     SwiGLU,
     build_adapter,
 )
+from tuiprof.engine.tensor_parallel import TPContext
 
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,7 +104,8 @@ def build(
     seed: int,
     weights: str | None = None,
     max_len: int | None = None,
+    tp: TPContext | None = None,
 ) -> ModuleAdapter:
     """Adapter over a seeded (or ``weights``-loaded) CS336 Transformer LM."""
     return build_adapter(TransformerLM, "context_length", "cs336", model_def, device=device, dtype=dtype,
-                         seed=seed, weights=weights, max_len=max_len)
+                         seed=seed, weights=weights, max_len=max_len, tp=tp)

@@ -27,6 +27,9 @@ from torch import nn
 from torch.profiler import record_function
 
 from tuiprof import startup
+from tuiprof.engine.tensor_parallel import (
+    TPContext, fill_from_full, full_param_list, head_split, shard_linear, split_range,
+)
 from tuiprof.errors import TuiprofError
 
 ATTENTION_IMPLS = ("plain", "sdpa")
@@ -287,6 +290,11 @@ class SwiGLU(nn.Module):
         setattr(self, names[1], nn.Linear(hidden, inter, bias=False))
         setattr(self, names[2], nn.Linear(inter, hidden, bias=False))
 
+    @property
+    def tp_split(self) -> tuple[tuple[str, ...], str]:
+        """Column-parallel projections and the row-parallel one (tensor parallelism)."""
+        return (self.names[0], self.names[1]), self.names[2]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         g, u, d = (getattr(self, n) for n in self.names)
         return d(F.silu(g(x)) * u(x))
@@ -416,12 +424,15 @@ def build_module(
     seed: int,
     weights: str | None,
     ignore_prefixes: Iterable[str] = (),
+    tp: TPContext | None = None,
 ) -> CachedDecoderLM:
     """Construct on ``meta``, materialise on ``device`` in ``dtype``, then load or seed weights.
 
     Random weights: see ``init_random``,
     drawn in parameter order from a generator seeded with ``seed`` on ``device`` (the same
     seed and device give the same weights). ``device="meta"`` builds shapes only.
+    ``tp``: build this rank's tensor-parallel shard (:func:`shard_decoder`) holding its slice
+    of the very weights of the single-device build.
     """
     dtype = _dtype(dtype)
     device = torch.device(device)
@@ -431,10 +442,18 @@ def build_module(
     if device.type == "meta":
         module.init_buffers(None)
         return module.eval()
+    full = embeddings = slices = None
+    if tp is not None:
+        full = full_param_list(module)
+        embeddings = _embedding_names(module)
+        slices = shard_decoder(module, tp)
     module = _to_empty(module, device)
     gen = torch.Generator(device=device).manual_seed(seed)
     if weights:
         load_weights(module, weights, name=name, ignore_prefixes=ignore_prefixes)
+    elif tp is not None:
+        fill_from_full(module, full, slices,
+                       lambda n, t, g: init_param_(t, n in embeddings, g), gen, device)
     else:
         init_random(module, gen)
     module.init_buffers(gen)
@@ -474,22 +493,68 @@ def _to_empty(module: nn.Module, device: torch.device) -> nn.Module:
     return module._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
 
 
+def init_param_(p: torch.Tensor, embedding: bool, gen: torch.Generator) -> None:
+    """The seeded init of one parameter: embeddings N(0, 1), other matrices
+    N(0, 1/sqrt(fan_in)), vectors (norm gains) ones."""
+    if embedding:
+        p.normal_(0.0, 1.0, generator=gen)
+    elif p.ndim >= 2:
+        p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]), generator=gen)
+    else:
+        p.fill_(1.0)
+
+
+def _embedding_names(module: nn.Module) -> set[str]:
+    ids = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
+    return {n for n, p in module.named_parameters() if id(p) in ids}
+
+
 def init_random(module: nn.Module, gen: torch.Generator) -> None:
-    """Seeded init in place: embeddings N(0, 1), other matrices N(0, 1/sqrt(fan_in)),
-    vectors (norm gains) ones. Reports phase ``initialising weights`` (bytes) at start-up."""
-    embeddings = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
-    params = list(module.parameters())
-    total, done = sum(p.numel() * p.element_size() for p in params), 0
+    """Seeded init in place, parameter by parameter in order (:func:`init_param_`). Reports
+    phase ``initialising weights`` (bytes) at start-up."""
+    embeddings = _embedding_names(module)
+    params = list(module.named_parameters())
+    total, done = sum(p.numel() * p.element_size() for _, p in params), 0
     with torch.no_grad(), startup.phase("initialising weights"):
-        for p in params:
-            if id(p) in embeddings:
-                p.normal_(0.0, 1.0, generator=gen)
-            elif p.ndim >= 2:
-                p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]), generator=gen)
-            else:
-                p.fill_(1.0)
+        for name, p in params:
+            init_param_(p, name in embeddings, gen)
             done += p.numel() * p.element_size()
             startup.advance(done, total)
+
+
+def shard_decoder(module: nn.Module, tp: TPContext) -> dict:
+    """Turn a (meta) decoder into rank ``tp.rank``'s shard, in place; returns the slices.
+
+    Attention: q/k/v column-parallel by KV group, the out projection row-parallel; MLPs (any
+    module with a ``tp_split``): up projections column-parallel, down row-parallel. The KV
+    cache holds this rank's KV heads only. Everything else is replicated."""
+    slices: dict = {}
+    shard: dict = {"rank": tp.rank, "world_size": tp.world_size}
+    names = {id(m): n for n, m in module.named_modules()}
+    for m in list(module.modules()):
+        prefix = names[id(m)]
+        if isinstance(m, SelfAttention):
+            hs = head_split(m.n_heads, m.n_kv_heads, tp.world_size, tp.rank,
+                            what=type(module).__name__)
+            hd = m.head_dim
+            q, k, v, o = m.names
+            qr, kvr = (hs.q[0] * hd, hs.q[1] * hd), (hs.kv[0] * hd, hs.kv[1] * hd)
+            for attr, rng in ((q, qr), (k, kvr), (v, kvr)):
+                shard_linear(m, attr, "colwise", rng, tp, f"{prefix}.{attr}", slices)
+            shard_linear(m, o, "rowwise", qr, tp, f"{prefix}.{o}", slices)
+            m.n_heads, m.n_kv_heads = hs.n_q, hs.n_kv
+            m.cache = KVCache(hs.n_kv, hd, m.cache.shape[2])
+            shard.update(q_heads=list(hs.q), kv_heads=list(hs.kv))
+        elif getattr(m, "tp_split", None) is not None:
+            cols, row = m.tp_split
+            inter = getattr(m, cols[0]).out_features
+            rng = split_range(inter, tp.world_size, tp.rank)
+            for attr in cols:
+                shard_linear(m, attr, "colwise", rng, tp, f"{prefix}.{attr}", slices)
+            shard_linear(m, row, "rowwise", rng, tp, f"{prefix}.{row}", slices)
+            shard["mlp"] = list(rng)
+    module.tp_shard = shard
+    return slices
 
 
 def load_weights(module: nn.Module, path: str, *, name: str, ignore_prefixes: Iterable[str] = ()) -> None:
@@ -626,13 +691,15 @@ def embedding_params(config: Mapping[str, Any]) -> int:
 
 def build_adapter(model_cls: type, len_key: str, default_name: str, model_def: Mapping[str, Any], *,
                   device: torch.device | str, dtype: torch.dtype | str, seed: int,
-                  weights: str | None, max_len: int | None) -> ModuleAdapter:
+                  weights: str | None, max_len: int | None,
+                  tp: TPContext | None = None) -> ModuleAdapter:
     """The families' common build: config (with ``max_len`` under ``len_key``), seeded or
-    ``weights``-loaded module, adapter."""
+    ``weights``-loaded module (this rank's shard with ``tp``), adapter."""
     config = with_max_len(def_field(model_def, "config"), len_key, max_len)
     name = def_field(model_def, "name", default_name)
     module = build_module(lambda: model_cls(config), name=name, device=device, dtype=dtype, seed=seed,
-                          weights=weights, ignore_prefixes=config.get("weights_ignore_prefixes", ()))
+                          weights=weights, ignore_prefixes=config.get("weights_ignore_prefixes", ()),
+                          tp=tp)
     return ModuleAdapter(module, name)
 
 
@@ -644,8 +711,9 @@ def build(
     seed: int,
     weights: str | None = None,
     max_len: int | None = None,
+    tp: TPContext | None = None,
 ) -> ModuleAdapter:
     """Adapter over one Llama-2-7B-shaped layer; ``weights`` keys: HF Llama layer keys without
     the ``model.layers.N.`` prefix (``input_layernorm.weight``, ``self_attn.q_proj.weight``, ...)."""
     return build_adapter(LlamaLayerLM, "max_len", "llama-layer", model_def, device=device,
-                         dtype=dtype, seed=seed, weights=weights, max_len=max_len)
+                         dtype=dtype, seed=seed, weights=weights, max_len=max_len, tp=tp)

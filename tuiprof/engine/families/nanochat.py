@@ -25,6 +25,7 @@ from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPL
     SelfAttention,
     build_adapter,
 )
+from tuiprof.engine.tensor_parallel import TPContext
 
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -46,6 +47,8 @@ def _norm(x: torch.Tensor) -> torch.Tensor:
 
 class MLP(nn.Module):
     """``c_proj(relu(c_fc(x))²)`` with a 4x hidden width."""
+
+    tp_split = (("c_fc",), "c_proj")   # column-parallel, row-parallel (tensor parallelism)
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -120,7 +123,8 @@ def build(
     seed: int,
     weights: str | None = None,
     max_len: int | None = None,
+    tp: TPContext | None = None,
 ) -> ModuleAdapter:
     """Adapter over a seeded (or ``weights``-loaded) nanochat GPT."""
     return build_adapter(NanochatGPT, "sequence_len", "nanochat", model_def, device=device, dtype=dtype,
-                         seed=seed, weights=weights, max_len=max_len)
+                         seed=seed, weights=weights, max_len=max_len, tp=tp)

@@ -5,6 +5,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ..tensor_parallel import TPContext
 from ..hf import HFDecoderAdapter, build_random, config_dict, resolve_max_len
 from ..weights import load_safetensors, safetensors_files
 
@@ -35,14 +36,16 @@ def preload() -> None:
 
 
 def build(model_def: Any, *, device: torch.device | str, dtype: torch.dtype | str, seed: int,
-          weights: str | None = None, max_len: int | None = None) -> HFDecoderAdapter:
-    """Qwen3 on ``device`` in ``dtype``: seeded random weights, or ``weights`` (safetensors)."""
+          weights: str | None = None, max_len: int | None = None,
+          tp: TPContext | None = None) -> HFDecoderAdapter:
+    """Qwen3 on ``device`` in ``dtype``: seeded random weights, or ``weights`` (safetensors);
+    ``tp``: this rank's tensor-parallel shard of the same random weights."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = config_dict(model_def)
     cfg = Qwen3Config.from_dict({k: v for k, v in config.items() if k != "model_type"})
     model = build_random(Qwen3ForCausalLM, cfg, dtype=dtype, device=device, seed=seed,
-                         init=not weights)
+                         init=not weights, tp=tp)
     if weights:
         load_safetensors(model, safetensors_files(weights), torch.device(device))
     return HFDecoderAdapter(model, resolve_max_len(config, max_len))

@@ -22,6 +22,9 @@ class HeaderPane(Static):
         mode_style = "bold magenta" if h.mode == "compiled" else "bold cyan"
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("tuiprof ", "bold")
+        if h.rank:
+            t.append(f" {h.rank} ", "bold reverse")
+            t.append(" ")
         t.append(h.model, "bold")
         t.append(f" · {h.device} · {h.dtype} · weights {h.weights} · mode ")
         t.append(h.mode, mode_style)

@@ -1,0 +1,140 @@
+"""Ranks: the dimension above the store. A tensor-parallel session has one
+:class:`~tuiprof.store.SessionStore` per rank (each in its own process); readers get them
+together as a :class:`RanksView`, and a :class:`RankSet` (a live session of ranks or a
+reopened multi-rank snapshot) hands out one rank's store at a time.
+
+Clocks: every rank records, right after a barrier of all ranks, its session clock (CUPTI's
+timestamps when CUPTI runs, else ``CLOCK_REALTIME``) and the host's ``CLOCK_REALTIME`` read back
+to back (``meta["clock_sync"]``). On one host CUPTI's timestamps come from the same clock in
+every process, so the per-rank differences (clock - realtime) agree to within the time
+between the two reads; :func:`clock_alignment` measures that residual and only shifts a rank's
+timeline when it is larger than :data:`ALIGN_ABOVE_NS` (clocks of different sources).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .session import StoreView
+
+ALIGN_ABOVE_NS = 50_000   # residuals below this are read noise: timelines are left as they are
+
+
+@dataclass(frozen=True)
+class ClockAlignment:
+    """How the ranks' timelines line up: subtract ``offsets_ns[r]`` from rank r's stamps."""
+
+    offsets_ns: tuple[int, ...]
+    residual_ns: int | None       # max - min of (clock - realtime) over ranks; None: unknown
+    applied: bool                 # False: offsets are all 0 (residual below ALIGN_ABOVE_NS)
+    barrier_spread_ns: int | None = None  # realtime spread of the ranks leaving the barrier
+
+    def to_dict(self) -> dict:
+        return {"offsets_ns": list(self.offsets_ns), "residual_ns": self.residual_ns,
+                "applied": self.applied, "barrier_spread_ns": self.barrier_spread_ns,
+                "method": "per-rank (session clock - CLOCK_REALTIME) after a barrier; shifted "
+                          f"only when the spread exceeds {ALIGN_ABOVE_NS} ns"}
+
+
+def clock_alignment(views: tuple) -> ClockAlignment:
+    """The alignment of ``views`` from each rank's latest ``clock_sync`` pair."""
+    pairs = []
+    for v in views:
+        sync = v.meta.get("clock_sync") or []
+        last = sync[-1] if sync and isinstance(sync[-1], dict) else None
+        ok = last is not None and isinstance(last.get("clock_ns"), int) and isinstance(
+            last.get("unix_ns"), int)
+        pairs.append((last["clock_ns"], last["unix_ns"]) if ok else None)
+    n = len(views)
+    if any(p is None for p in pairs) or not pairs:
+        return ClockAlignment((0,) * n, None, False)
+    diffs = [c - u for c, u in pairs]
+    residual = max(diffs) - min(diffs)
+    spread = max(u for _, u in pairs) - min(u for _, u in pairs)
+    if residual <= ALIGN_ABOVE_NS:
+        return ClockAlignment((0,) * n, residual, False, spread)
+    return ClockAlignment(tuple(d - diffs[0] for d in diffs), residual, True, spread)
+
+
+@dataclass(frozen=True)
+class RanksView:
+    """Every rank's :class:`StoreView` at one moment (index = rank) and the session's facts."""
+
+    views: tuple
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.views)
+
+    def __getitem__(self, rank: int) -> StoreView:
+        return self.views[rank]
+
+    @property
+    def clock(self) -> ClockAlignment:
+        return clock_alignment(self.views)
+
+
+def combined_view(rv: "RanksView") -> StoreView:
+    """All ranks' aggregates merged into one view (kernels, copies, API, NVTX: what ``nsys
+    stats`` sums over the devices of a multi-GPU report); tokens and raw records stay per
+    rank and are left out."""
+    from .session import KernelAggregate  # noqa: PLC0415
+
+    def merge_into(dst: dict, key, stats) -> None:
+        if key in dst:
+            dst[key].merge(stats)
+        else:
+            dst[key] = stats.copy()
+
+    kernels: dict = {}
+    memcpy: dict = {}
+    memset: dict = {}
+    api: dict = {}
+    nvtx: dict = {}
+    for v in rv.views:
+        for key, agg in v.kernels.items():
+            if key in kernels:
+                kernels[key].stats.merge(agg.stats)
+                kernels[key].graph_launches += agg.graph_launches
+            else:
+                kernels[key] = KernelAggregate(agg.name, agg.phase, agg.mode, agg.stats.copy(),
+                                               agg.grid, agg.block, agg.registers,
+                                               agg.shared_mem, agg.graph_launches,
+                                               dict(agg.configs))
+        for table, dst in ((v.memcpy, memcpy), (v.memset, memset)):
+            for key, (a, b) in table.items():
+                if key in dst:
+                    dst[key][0].merge(a)
+                    dst[key][1].merge(b)
+                else:
+                    dst[key] = (a.copy(), b.copy())
+        for key, st in v.api.items():
+            merge_into(api, key, st)
+        for key, st in v.nvtx.items():
+            merge_into(nvtx, key, st)
+    first = rv.views[0]
+    return StoreView(meta=dict(first.meta), tokens=[], kernels=kernels, memcpy=memcpy,
+                     memset=memset, api=api, token_stats={}, allocs=first.allocs, nvml=[],
+                     raw=[], counters={}, collectors={}, events=[], nvtx=nvtx, overhead={})
+
+
+class RankSet(Protocol):
+    """What the UI reads of a session of ranks (a live one, or a snapshot's)."""
+
+    world_size: int
+
+    def rank_store(self, rank: int) -> Any:
+        """Rank ``rank``'s store: ``view(raw, raw_tokens)``, ``meta``, ``reset()``."""
+
+    def views(self, raw: bool = False, raw_tokens: int | None = None) -> RanksView:
+        """All ranks together."""
+
+
+def is_rank_set(obj: Any) -> bool:
+    """True for a session of more than one rank."""
+    return int(getattr(obj, "world_size", 1) or 1) > 1 and callable(getattr(obj, "rank_store", None))
+
+
+__all__ = ["RanksView", "RankSet", "ClockAlignment", "clock_alignment", "is_rank_set",
+           "combined_view", "ALIGN_ABOVE_NS"]
