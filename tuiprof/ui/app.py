@@ -481,12 +481,6 @@ class TuiprofApp(App):
             self._say("display frozen (collection continues)")
 
     # ------------------------------------------------------------------ ranks
-    def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """The rank keys exist only in a session of several ranks (hidden otherwise)."""
-        if action in ("next_rank", "all_ranks"):
-            return self.ranks is not None
-        return True
-
     def action_next_rank(self) -> None:
         ranks = self.ranks
         if ranks is None:
