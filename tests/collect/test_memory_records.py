@@ -85,7 +85,7 @@ def test_store_counts_true_cudamalloc_apart_from_the_rest():
     cls = {k: c["mallocs"] for k, c in v.allocs["classes"].items()}
     assert cls == {"prefill/eager|device cudaMalloc|PyTorch|cudaMalloc": 1,
                    "prefill/eager|pinned host|unknown|API unknown": 5,
-                   "prefill/eager|device pool (stream-ordered)|unknown|API unknown": 1,
+                   "prefill/eager|device pool|unknown|API unknown": 1,
                    "startup|pageable host|unknown|API unknown": 1}
 
 
@@ -97,7 +97,7 @@ def test_old_records_without_detail_still_count():
     v = st.view()
     assert v.tokens[-1].mallocs == 1
     assert set(v.allocs["classes"]) == {
-        "decode/eager|device (no detail: old recording)|unknown|API unknown",
+        "decode/eager|device (no detail)|unknown|API unknown",
         "decode/eager|pinned host|unknown|API unknown"}
 
 

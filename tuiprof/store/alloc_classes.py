@@ -18,9 +18,9 @@ from .records import (A_ASYNC, A_LEN, A_LIB, A_MEMKIND, A_POOL, LIB_OTHER, LIB_U
 
 MAX_CLASSES = 256          # bound on distinct (phase, class) counters in the store
 OVERFLOW = ("other classes", "other", "other")
-NO_DETAIL = "device (no detail: old recording)"
+NO_DETAIL = "device (no detail)"   # an old recording: sync/pool unknown
 DEVICE_MALLOC = "device cudaMalloc"
-DEVICE_POOL = "device pool (stream-ordered)"
+DEVICE_POOL = "device pool"        # stream-ordered (cudaMallocAsync, graph memory nodes)
 API_UNKNOWN = "API unknown"
 
 
