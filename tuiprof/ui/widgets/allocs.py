@@ -86,7 +86,9 @@ class AllocPane(Pane):
         t.add_row(Text("device cudaMalloc", "bold"), Text("alloc / free", "dim"),
                   Text("bytes", "dim"), Text("CUPTI: device memory, synchronous, no pool", "dim"))
         if not m.device:
-            t.add_row("", "", "", Text("none seen", "green"))
+            cupti = view.collectors.get("cupti", {})
+            t.add_row("", "", "", Text("none seen", "green") if cupti.get("ok", True)
+                      else Text("no CUPTI: no memory records", "dim"))
         for phase, c in m.device.items():
             t.add_row(f"  {phase}", f"{fmt.count(c['mallocs'])} / {fmt.count(c['frees'])}",
                       fmt.nbytes(c["malloc_bytes"]), "")
