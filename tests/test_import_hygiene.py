@@ -1,4 +1,5 @@
-"""Engine, collect, store and analysis never import Textual: collectors never touch widgets."""
+"""Engine, program (step sources), collect, store and analysis never import Textual:
+collectors never touch widgets."""
 from __future__ import annotations
 
 import pkgutil
@@ -7,7 +8,8 @@ import sys
 
 import tuiprof
 
-LAYERS = ("tuiprof.engine", "tuiprof.collect", "tuiprof.store", "tuiprof.analysis")
+LAYERS = ("tuiprof.engine", "tuiprof.program", "tuiprof.collect", "tuiprof.store",
+          "tuiprof.analysis")
 
 
 def _modules() -> list[str]:
@@ -36,7 +38,10 @@ def test_lower_layers_never_import_textual():
 
 
 def test_importing_tuiprof_is_light():
+    # tuiprof.step lives in the package itself: a program that marks its steps pays nothing
     out = subprocess.run([sys.executable, "-c", "import sys, tuiprof, tuiprof.cli; "
-                          "print(any(m in sys.modules for m in ('torch', 'textual')))"],
+                          "tuiprof.step; tuiprof.mark_prefill; "
+                          "print(any(m in sys.modules for m in ('torch', 'textual', "
+                          "'transformers', 'numpy')))"],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

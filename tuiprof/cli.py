@@ -47,7 +47,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="trace device activity for 1 token in N on average (bursts of 4 tokens "
                         "every 4N; a prefill is always traced); auto: bursts of 4 in every 128 "
                         "in eager mode, 4 in every 4096 in compiled mode (measured overhead, "
-                        "docs/performance.md; a --headless run traces every token); 1: every token")
+                        "docs/performance.md; a --headless run traces every token); live: auto's "
+                        "bursts even in a --headless run (overhead benchmarks); 1: every token")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N tokens (aggregates keep the rest)")
     p.add_argument("--alloc-every", default="auto",
@@ -60,6 +61,13 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="run the model in the UI's process (default: a session process of its "
                         "own, so drawing the UI never takes the GIL from generation)")
+    g = p.add_argument_group("a program of your own (tuiprof run [options] -- python SCRIPT.py "
+                             "[ARGS...]; see docs/programs.md)")
+    g.add_argument("--step-range", action="append", metavar="NAME", default=[],
+                   help="cut steps at the program's NVTX ranges named NAME (again for more "
+                        "names; a name with 'prefill' in it marks prefill steps)")
+    g.add_argument("--window-ms", type=float, default=100.0,
+                   help="when the program marks no steps: windows of this many ms (default 100)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,12 +119,21 @@ def _interrupt(signum, frame):
     raise Interrupted(signum)
 
 
+def split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """tuiprof's own arguments, and the program's command after the first ``--`` (or None)."""
+    if "--" not in argv:
+        return argv, None
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, program = split_program(list(sys.argv[1:] if argv is None else argv))
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
+    args.program = program
     # SIGTERM and SIGHUP end the command like Ctrl-C (one line, no traceback; exports are
     # atomic, so nothing is left half-written); a live or headless run handles them itself.
     old = _handle_signals(_interrupt, (signal.SIGTERM, signal.SIGHUP))
@@ -171,6 +188,11 @@ def _say(line: str) -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     cmd = args.command
+    if args.program is not None:
+        if cmd != "run":
+            raise TuiprofError(f"'tuiprof {cmd}' takes no program; profile one with "
+                               f"tuiprof run [--headless --json OUT] -- python SCRIPT.py [ARGS...]")
+        return _cmd_run_program(args)
     if cmd == "models":
         return _cmd_models()
     if cmd in ("run", "record"):
@@ -224,6 +246,7 @@ def _make_options(args: argparse.Namespace):
     """(ProfilerOptions, SessionStore keyword arguments) from the command line."""
     from .engine import resolve_model  # noqa: PLC0415  (fail fast on a bad --model, before threads)
     from .profiler import ProfilerOptions  # noqa: PLC0415
+    from .startup import command_start  # noqa: PLC0415
 
     resolve_model(args.model, trust_remote_code=args.trust_remote_code)
     ring = args.ring_tokens
@@ -233,7 +256,7 @@ def _make_options(args: argparse.Namespace):
                            sample_every=args.sample_every, measure_peaks=args.measure_peaks,
                            alloc_every=args.alloc_every if args.alloc_every == "auto"
                            else int(args.alloc_every),
-                           engine_kwargs=_engine_kwargs(args))
+                           engine_kwargs=_engine_kwargs(args), started_at=command_start())
     return opts, {"ring_tokens": ring}
 
 
@@ -246,7 +269,25 @@ def _make_profiler(args: argparse.Namespace):
     return Profiler(store, opts), store
 
 
+def _run_defaults() -> dict:
+    p = argparse.ArgumentParser(add_help=False)
+    _run_args(p)
+    return vars(p.parse_args([]))
+
+
+def _cmd_run_program(args: argparse.Namespace) -> int:
+    from .program.command import check_options, run_headless, run_live  # noqa: PLC0415
+
+    check_options(args, _run_defaults())
+    if args.headless:
+        return run_headless(args, _say, _print_summary, _write_outputs)
+    return run_live(args)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .program.command import check_options  # noqa: PLC0415
+
+    check_options(args, _run_defaults())
     if not args.headless and not args.in_process:
         return _cmd_run_ui(args)
     prof, store = _make_profiler(args)
@@ -280,13 +321,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         _say_start(store, prof)
         prof.start()
-        said = set()
+        said: set = set()
         while not prof.wait(0.5):
-            state = prof.status.state
-            if state in ("compiling", "decode") and state not in said:
-                said.add(state)
-                _say("tuiprof: compiling the decode step (torch.compile) ..." if state == "compiling"
-                     else "tuiprof: generating; Ctrl-C stops and writes the snapshot")
+            _say_progress(prof, said)
+        _say_progress(prof, said)
     finally:
         prof.stop()
         for s, h in old.items():
@@ -300,13 +338,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_run_ui(args: argparse.Namespace) -> int:
-    """The live app, with the model, collectors and store in a session process of their own."""
+    """The live app, with the model, collectors and store in a session process of their own.
+
+    The session process starts first: it imports torch and loads the model while this process
+    imports Textual and draws the first frame.
+    """
     from .remote import RemoteControl  # noqa: PLC0415
-    from .ui.app import run_app  # noqa: PLC0415
 
     opts, store_kwargs = _make_options(args)
     ctl = RemoteControl(opts, store_kwargs, orphan_snapshot_dir=args.export_dir)
     ctl.start()
+    try:
+        from .ui.app import run_app  # noqa: PLC0415
+    except BaseException:
+        ctl.close()
+        raise
     return run_app(ctl, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
                    auto_snapshot=True)
 
@@ -330,6 +376,18 @@ def _say_start(store, prof) -> None:
     _say(f"tuiprof: loading {prof.options.engine_kwargs.get('model_spec')} ...")
 
 
+def _say_progress(prof, said: set) -> None:
+    """Headless progress lines: start-up breakdown at the first token, compiling, generating."""
+    if "startup" not in said and prof.tracker.progress.first_token_s is not None:
+        said.add("startup")
+        _say(f"tuiprof: {prof.tracker.progress.summary()}")
+    state = prof.status.state
+    if state in ("compiling", "decode") and state not in said and not prof.done.is_set():
+        said.add(state)
+        _say("tuiprof: compiling the decode step (torch.compile) ..." if state == "compiling"
+             else "tuiprof: generating; Ctrl-C stops and writes the snapshot")
+
+
 def _write_outputs(view, out: Path, record: str | None) -> None:
     from .export.snapshot import write_snapshot  # noqa: PLC0415
 
@@ -343,12 +401,14 @@ def _write_outputs(view, out: Path, record: str | None) -> None:
 
 def _print_summary(view, prof=None) -> None:
     meta = view.meta
-    if meta.get("weights"):
+    if meta.get("weights") and meta.get("source") != "program":
         print(f"model {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}), "
               f"weights: {meta.get('weights')}")
     for c, st in sorted(view.collectors.items()):
         if not st.get("ok"):
             print(st.get("message"))
+    if meta.get("source") == "program":
+        _print_steps(view)
     dec = [t for t in view.tokens if t.phase == "decode" and t.done]
     for mode in ("eager", "compiled"):
         ts = [t for t in dec if t.mode == mode]
@@ -357,16 +417,44 @@ def _print_summary(view, prof=None) -> None:
         wall = sorted(t.host_ms for t in ts)
         med = wall[len(wall) // 2]
         span_s = (ts[-1].end_ns - ts[0].start_ns) / 1e9 if len(ts) > 1 else wall[0] / 1e3
-        tps = len(ts) / span_s if span_s > 0 else 0.0
+        made = sum(t.batch for t in ts)  # a step of a batch makes one token per sequence
+        tps = made / span_s if span_s > 0 else 0.0
         traced = sorted(t.kernels for t in ts if t.sampled) or [0]
         k = traced[len(traced) // 2]
         ntraced = sum(1 for t in ts if t.sampled)
-        print(f"{mode:>9}: {len(ts)} decode tokens, {tps:.1f} tokens/s, median {med:.2f} ms/token, "
-              f"{k} kernels/token" + (f" ({ntraced} traced tokens)" if ntraced < len(ts) else ""))
+        unit = "token" if made == len(ts) else "step"
+        batches = sorted({t.batch for t in ts})
+        batch = "" if unit == "token" else (
+            f" (batch {batches[0]})" if len(batches) == 1
+            else f" (batch {batches[0]}-{batches[-1]}, {made / len(ts):.1f} on average)")
+        print(f"{mode:>9}: {len(ts)} decode {unit}s{batch}, {tps:.1f} tokens/s, median "
+              f"{med:.2f} ms/{unit}, {k} kernels/{unit}"
+              + (f" ({ntraced} traced {unit}s)" if ntraced < len(ts) else ""))
     if prof is not None and prof.status.state == "error":
         print(f"tuiprof: {prof.status.message}", file=sys.stderr)
     if view.counters.get("dropped"):
         print(f"warning: {view.counters['dropped']} CUPTI records dropped", file=sys.stderr)
+
+
+def _print_steps(view) -> None:
+    """Where a program's steps came from."""
+    meta = view.meta
+    src = meta.get("step_source") or "none"
+    counts = meta.get("step_sources") or {}
+    phases: dict[str, int] = {}
+    for t in view.tokens:
+        if t.done:
+            phases[t.phase] = phases.get(t.phase, 0) + 1
+    split = ", ".join(f"{n} {p}" for p, n in sorted(phases.items()))
+    if src == "windows":
+        print(f"steps: none marked by the program: {counts.get('windows', 0)} windows of "
+              f"{meta.get('window_ms', 100):g} ms (see the no-step-boundaries finding)")
+    elif src == "none":
+        print("steps: none (the program ended before any step)")
+    else:
+        print(f"steps from {src}: {counts.get(src, 0)}" + (f" ({split})" if split else "")
+              + (f"; {counts['ignored_nested']} nested marks ignored"
+                 if counts.get("ignored_nested") else ""))
 
 
 def _cmd_view(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .startup import LoadProgress
 from .store import SessionStore
 
 
@@ -21,6 +22,7 @@ class SourceStatus:
     compiling_since: float | None = None   # time.monotonic() when a compile began
     live: bool = False           # True for a live session (keys that change it are enabled)
     extra: dict = field(default_factory=dict)
+    progress: LoadProgress | None = None   # start-up phases until the first token (live sessions)
 
 
 class SessionControl:
@@ -48,3 +50,17 @@ class SessionControl:
     def reset(self) -> str:
         self.store.reset()
         return "statistics reset"
+
+    def has_output(self) -> bool:
+        """True when the session profiles a program whose output can be shown (key ``l``)."""
+        return "program" in self.store.meta
+
+    def disabled_actions(self) -> dict[str, str]:
+        """Actions (by name) this session cannot do, with the reason to show; the app shows
+        their keys disabled."""
+        return {}
+
+    def interrupt(self) -> str | None:
+        """Ctrl-C for the profiled program; None when there is nothing to interrupt (the
+        app then stops the session)."""
+        return None

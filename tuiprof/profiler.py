@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .collect.allocator import read_allocator_stats
-from .collect.cupti_collector import CuptiCollector, CuptiUnavailable
+from .collect.cupti_collector import CuptiCollector, CuptiUnavailable, MarkerSink
 from .collect.nvml_sampler import NvmlSampler, NvmlUnavailable
 from .control import SessionControl
 from .errors import one_line, safe_text
+from .engine.load import expected_meta
+from .startup import LoadProgress, ProgressTracker, in_thread, phase, tracking
 from .store import SessionStore
 
 
@@ -29,6 +31,7 @@ class ProfilerOptions:
     nvml: bool = True
     nvml_hz: float = 10.0
     sample_every: int | str = "auto"  # CUPTI device records for 1 token in N; "auto": see below
+                                      # ("live": the same, also where "auto" would mean 1)
     alloc_every: int | str = "auto"  # caching-allocator stats every N tokens (0: never); "auto":
                                      # AUTO_ALLOC_EVERY
     buffer_bytes: int = 8 * 1024 * 1024
@@ -42,6 +45,7 @@ class ProfilerOptions:
     switch_interval_s: float | None = None
     measure_peaks: bool = False  # copy + matmul at start-up, for the roofline
     engine_kwargs: dict = field(default_factory=dict)
+    started_at: float | None = None  # time.monotonic() at the command's start (start-up phases)
 
 
 # "auto" sampling, measured on the H100 (docs/performance.md): tracing every token costs compiled
@@ -61,12 +65,21 @@ class Profiler(SessionControl):
     """A live session: engine thread + CUPTI + NVML + allocator stats → store."""
 
     def __init__(self, store: SessionStore, options: ProfilerOptions,
-                 engine_factory: Callable[..., Any] | None = None) -> None:
+                 engine_factory: Callable[..., Any] | None = None,
+                 first_phase: str = "starting") -> None:
         super().__init__(store)
         self.options = options
         self.status.state = "loading"
         self.status.live = True
         self.status.mode = options.engine_kwargs.get("mode", "eager")
+        # Start-up phases until the first token: from the command's start, which is earlier
+        # than now (imports; a session process's spawn, named by ``first_phase``).
+        self.tracker = ProgressTracker(options.started_at, on_change=self._on_progress)
+        self.tracker.add(first_phase, 0.0, self.tracker.progress.elapsed())
+        self._prefill_seen = False
+        self._nvml_start: Any = None
+        if "model_spec" in options.engine_kwargs:  # the header's first frame
+            self.store.meta.update(expected_meta(**options.engine_kwargs))
         self.engine = None
         self.cupti: CuptiCollector | None = None
         self.nvml: NvmlSampler | None = None
@@ -89,16 +102,35 @@ class Profiler(SessionControl):
                                         daemon=True)
         self._loader.start()
 
-    def start_collectors(self, device_index: int = 0) -> None:
-        """Start CUPTI and NVML (each may degrade with a one-line reason)."""
+    def start_collectors(self, device_index: int = 0, nvml_in_background: bool = False,
+                         markers: MarkerSink | None = None) -> None:
+        """Start CUPTI and NVML (each may degrade with a one-line reason).
+
+        ``nvml_in_background``: NVML starts on a thread (a session's start-up overlaps it with
+        the imports); :meth:`_nvml_started` waits for it. ``markers``: NVTX marker records go
+        there (``--step-range``).
+        """
+        self._start_cupti(markers)
+        if nvml_in_background and self.options.nvml:
+            self._nvml_start = in_thread(lambda: self._start_nvml(device_index), "tuiprof-nvml-start")
+        else:
+            self._start_nvml(device_index)
+
+    def _nvml_started(self) -> None:
+        if self._nvml_start is not None:
+            self._nvml_start.join()
+            self._nvml_start = None
+
+    def _start_cupti(self, markers: MarkerSink | None = None) -> None:
         opts = self.options
         if opts.cupti:
             mode = self.status.mode
             self.cupti = CuptiCollector(self.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
                                         sample_every=self._sample_every(mode),
-                                        api_kinds_stay_on=mode == "compiled")
+                                        api_kinds_stay_on=mode == "compiled", markers=markers)
             try:
-                self.cupti.start()
+                with phase("starting CUPTI"):
+                    self.cupti.start()
             except CuptiUnavailable as exc:
                 self.store.set_collector("cupti", False, safe_text(exc, 200))
                 self.cupti = None
@@ -107,22 +139,25 @@ class Profiler(SessionControl):
         if self.cupti is not None and opts.switch_interval_s:
             self._old_switch = sys.getswitchinterval()
             sys.setswitchinterval(opts.switch_interval_s)
-        if opts.nvml:
-            self.nvml = NvmlSampler(self.store, device_index, opts.nvml_hz, clock=self.clock)
+
+    def _start_nvml(self, device_index: int) -> None:
+        if not self.options.nvml:
+            self.store.set_collector("nvml", False, "no NVML: disabled with --no-nvml")
+            return
+        with phase("starting NVML"):
+            nvml = NvmlSampler(self.store, device_index, self.options.nvml_hz, clock=self.clock)
             try:
-                self.nvml.start()
-                info = self.nvml.info
+                nvml.start()
+                info = nvml.info
                 self.store.meta.update({"driver": info.get("driver"),
                                         "gpu_mem_total_bytes": info.get("mem_total_bytes")})
+                self.nvml = nvml
             except NvmlUnavailable as exc:
                 self.store.set_collector("nvml", False, safe_text(exc, 200))
-                self.nvml = None
-        else:
-            self.store.set_collector("nvml", False, "no NVML: disabled with --no-nvml")
 
     def _sample_every(self, mode: str) -> int:
         se = self.options.sample_every
-        n = AUTO_SAMPLE_EVERY.get(mode, 1) if se == "auto" else max(1, int(se))
+        n = AUTO_SAMPLE_EVERY.get(mode, 1) if se in ("auto", "live") else max(1, int(se))
         self.store.meta["sample_every"] = n
         return n
 
@@ -133,25 +168,11 @@ class Profiler(SessionControl):
 
     def _load_and_run(self) -> None:
         try:
-            self.start_collectors()
-            self.status.state = "loading"
-            factory = self._factory
-            if factory is None:
-                from .engine import load_engine as factory  # noqa: PLC0415
-            kwargs = dict(self.options.engine_kwargs)
-            kwargs["clock"] = self.clock
-            self.engine = factory(**kwargs)
+            with tracking(self.tracker):
+                self._load()
             if self._stopping:  # stopped while loading (Ctrl-C, SIGTERM, q): never start it
                 self.done.set()
                 return
-            self.store.meta.update(self.engine.info)
-            self.store.meta["mode"] = self.status.mode
-            self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
-            if self.options.measure_peaks:
-                from .collect.peaks import measure_peaks  # noqa: PLC0415
-                small = not str(self.engine.info.get("device", "cpu")).startswith("cuda")
-                self.store.meta["measured_peaks"] = (measure_peaks("cpu", copy_mib=64, n=512)
-                                                     if small else measure_peaks("cuda"))
             self._t_start = time.perf_counter()
             self._cpu0 = time.process_time()
             self.engine.listener = self
@@ -162,11 +183,42 @@ class Profiler(SessionControl):
             self.store.add_event("error", self.status.message)
             self.done.set()
 
+    def _load(self) -> None:
+        """Collectors, then the engine (phases reported to ``self.tracker``)."""
+        self.start_collectors(nvml_in_background=True)
+        self.status.state = "loading"
+        factory = self._factory
+        if factory is None:
+            from .engine import load_engine as factory  # noqa: PLC0415
+        kwargs = dict(self.options.engine_kwargs)
+        kwargs["clock"] = self.clock
+        self.engine = factory(**kwargs)
+        self._nvml_started()
+        if self._stopping:
+            return
+        self.store.meta.update(self.engine.info)
+        self.store.meta["mode"] = self.status.mode
+        self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
+        if self.options.measure_peaks:
+            from .collect.peaks import measure_peaks  # noqa: PLC0415
+            small = not str(self.engine.info.get("device", "cpu")).startswith("cuda")
+            with phase("measuring peaks"):
+                self.store.meta["measured_peaks"] = (measure_peaks("cpu", copy_mib=64, n=512)
+                                                     if small else measure_peaks("cuda"))
+
+    def _on_progress(self, progress: LoadProgress) -> None:
+        self.status.progress = progress
+        if progress.facts:  # the device and dtype picked: the header shows them at once
+            self.store.meta.update(progress.facts)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop generation, flush and finalise CUPTI, stop NVML. Safe to call twice."""
         self._stopping = True
         if self._loader is not None and self._loader.is_alive():
             self._loader.join(timeout)
+        nvml_start = self._nvml_start
+        if nvml_start is not None:
+            nvml_start.join(timeout)
         eng = self.engine
         if eng is not None:
             try:
@@ -227,7 +279,8 @@ class Profiler(SessionControl):
     # the store's bookkeeping for a token is queued and done in token_launched, while the device
     # computes the next step, so it is off the decode loop's critical path (docs/performance.md).
     # Until an engine has called token_launched, queued work is done at once.
-    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
+                      batch: int = 1, positions: int = 1) -> None:
         if phase == "decode" and mode != self.status.mode:
             self._catch_up()
             self.status.mode = mode
@@ -242,7 +295,8 @@ class Profiler(SessionControl):
         # next_seq() is this token's: the previous token was begun in its token_launched
         sampled = (self.cupti.on_token_start(self.store.next_seq(), always=phase == "prefill")
                    if self.cupti is not None else True)
-        self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled)))
+        self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled, batch,
+                                         positions)))
         if not self._overlap:
             self._catch_up()
 
@@ -286,6 +340,8 @@ class Profiler(SessionControl):
 
     def state_changed(self, state: str, message: str = "") -> None:
         self._catch_up()  # the engine thread, at a boundary: every token so far is stored
+        if self.tracker.progress.first_token_s is None:
+            self._startup_state(state)
         st = self.status
         if state == "compiling":
             st.compiling_since = time.monotonic()
@@ -299,6 +355,18 @@ class Profiler(SessionControl):
         if state in ("done", "stopped", "error"):
             self._update_overhead()
             self.done.set()
+
+    def _startup_state(self, state: str) -> None:
+        """The first prefill is the last start-up phase; the first decode state follows its
+        token. The breakdown then goes into the metadata (snapshots, exports)."""
+        if state == "prefill" and not self._prefill_seen:
+            self._prefill_seen = True
+            self.tracker.begin("prefill")
+        elif state == "decode" and self._prefill_seen:
+            self.tracker.first_token()
+            self.store.meta["startup"] = self.tracker.progress.as_dict()
+        elif state == "error":
+            self.tracker.end("prefill")
 
     # ---------------------------------------------------------------- overhead
     def _update_overhead(self) -> None:

@@ -42,7 +42,7 @@ def test_every_field_classification_needs(tmp_path):
         API.pack(5, 20, 880, 899, 1, 1, 11, 0),                             # the cudaMalloc
     ])
     out = parse_buffer(data, Layout(), NameCache(), {(2, 20): "cudaMalloc"},
-                       LibraryResolver(str(maps)))
+                       libraries=LibraryResolver(str(maps)))
     assert out[0][0] == "R"                      # API records first: the store matches them
     a = [r for r in out if r[0] == "A"]
     lib = {name: i for i, name in enumerate(LIBRARIES)}
@@ -72,10 +72,10 @@ def test_store_counts_true_cudamalloc_apart_from_the_rest():
                     + [memory4(1, 3, 40, 1 << 20, 1300, is_async=1, pool=1),
                        API.pack(5, 20, 1050, 1099, 1, 1, 11, 0)])
     st.add_records(parse_buffer(data, Layout(), NameCache(), {(2, 20): "cudaMalloc"},
-                                LibraryResolver("/nonexistent")))
+                                libraries=LibraryResolver("/nonexistent")))
     st.end_token(seq, 2000, 1.0)
     st.add_records(parse_buffer(memory4(1, 1, 50, 64, 10), Layout(), NameCache(), {},
-                                LibraryResolver("/nonexistent")))   # before any token
+                                libraries=LibraryResolver("/nonexistent")))   # before any token
     v = st.view()
     row = v.tokens[-1]
     assert (row.mallocs, row.malloc_bytes) == (1, 2 << 20)

@@ -339,3 +339,12 @@ def test_examples_do_not_depend_on_imported_modules(seeds, tmp_path, monkeypatch
     monkeypatch.syspath_prepend(str(tmp_path))
     import tuiprof_fuzz_constants  # noqa: F401
     assert draws() == before
+
+
+@pytest.mark.parametrize("key", ["marks", "records"])
+def test_a_malformed_mark_or_record_quoted_in_one_line(seeds, key):
+    """A string where a mark/record should be is quoted escaped (it may hold newlines)."""
+    with pytest.raises(TuiprofError) as exc:
+        validate_recording(dict(seeds["recording"], **{key: ["a\nb\x1b[2J"]}), "fuzz")
+    _check_error(exc.value)
+    assert "\x1b" not in str(exc.value)

@@ -61,7 +61,9 @@ def test_keys_reach_the_session_process_and_quit_ends_it(tmp_path):
     ctl.stop()
     ctl.close()
     assert not ctl.busy and ctl._proc.exitcode == 0
-    snaps = sorted(tmp_path.glob("tuiprof-*.json"))
+    # by time written: two in one second are named -<stamp>.json and -<stamp>-2.json, which
+    # sort the other way round by name
+    snaps = sorted(tmp_path.glob("tuiprof-*.json"), key=lambda p: p.stat().st_mtime_ns)
     assert len(snaps) == 2                      # the `e` export and the automatic one on `q`
     last = json.loads(snaps[-1].read_text())
     assert last["meta"]["model"] == "qwen3-tiny" and len(last["tokens"]) > 5

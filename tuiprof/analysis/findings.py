@@ -69,6 +69,7 @@ def find(view) -> list:
         out += _allocs(view, mode)
     out += _compiled_slower(summaries)
     out += _gpu_unused(view)
+    out += _no_steps(view)
     out += _caveats(view)
     impact = [f for f in out if f.impact_ms_per_token is not None]
     rest = [f for f in out if f.impact_ms_per_token is None]
@@ -357,6 +358,39 @@ def _gpu_unused(view) -> list:
                         f"{len(toks)} decode tokens without a single kernel record",
                         "The model is probably on the CPU: move it and its inputs to the GPU.")]
     return []
+
+
+HOW_TO_MARK = (
+    "Mark the steps in one of three ways: (1) call generate() of a transformers model (or its "
+    "continuous batching, generate_batch): found automatically; (2) wrap each step of your loop "
+    "in `with tuiprof.step(\"decode\", tokens=batch):` (and the prefill in "
+    "`tuiprof.mark_prefill(tokens=batch)`; both do nothing without tuiprof); (3) if the "
+    "program pushes an NVTX range per step, run with --step-range NAME.")
+
+
+def _no_steps(view) -> list:
+    """A program whose steps tuiprof could not find: what its figures are, how to fix it."""
+    meta = view.meta
+    if meta.get("source") != "program" or meta.get("step_source") not in ("windows", "none"):
+        return []
+    wins = [t for t in view.tokens if t.done and t.phase == "window"]
+    wall = sum(t.end_ns - t.start_ns for t in wins)
+    busy = sum(t.busy_ns for t in wins if t.sampled)
+    ranges = meta.get("step_range")
+    nums = {"windows": len(wins), "window_ms": meta.get("window_ms"),
+            "gpu_busy_fraction": busy / wall if wall else None, "step_range": ranges}
+    if ranges:
+        ev = (f"no NVTX range named {', '.join(map(str, ranges))} reached CUPTI; the program's "
+              f"other ranges are not steps")
+    else:
+        ev = (f"the program neither called transformers' generate() nor tuiprof.step(); its "
+              f"{len(wins)} steps are fixed windows of {meta.get('window_ms', 100):g} ms, so "
+              f"per-step figures are per window, not per token")
+    if wall and busy:
+        ev += f"; the GPU was busy {busy / wall:.0%} of those windows"
+    return [Finding("no-step-boundaries", "No step boundaries found: figures are per "
+                    f"{meta.get('window_ms', 100):g} ms window, not per token", "medium", None,
+                    None, nums, ev, HOW_TO_MARK)]
 
 
 def _caveats(view) -> list:

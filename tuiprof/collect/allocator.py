@@ -7,6 +7,8 @@ caching allocator; ``allocation_all_allocated`` counts allocation requests serve
 """
 from __future__ import annotations
 
+import sys
+
 FIELDS = {
     "num_device_alloc": "num_device_alloc",
     "num_device_free": "num_device_free",
@@ -17,10 +19,15 @@ FIELDS = {
 
 
 def read_allocator_stats(device: int = 0) -> dict | None:
-    """The caching allocator's counters for ``device``, or None without CUDA."""
-    import torch  # noqa: PLC0415
+    """The caching allocator's counters for ``device``, or None without CUDA in use.
 
-    if not torch.cuda.is_available():
+    Never imports torch nor initialises CUDA itself: a profiled program may not use either.
+    """
+    torch = sys.modules.get("torch")
+    try:  # the program may be importing torch on another thread right now
+        if torch is None or not torch.cuda.is_initialized():
+            return None
+    except (AttributeError, ImportError):
         return None
     stats = torch.cuda.memory_stats(device)
     return {k: int(stats.get(v, 0)) for k, v in FIELDS.items()}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Callable
+from typing import Callable, Protocol
 
 from ..errors import safe_text
 from ..store import SessionStore
@@ -53,6 +53,20 @@ class CuptiUnavailable(RuntimeError):
     """CUPTI cannot start here; the message is one line for the status bar."""
 
 
+class MarkerSink(Protocol):
+    """Takes NVTX marker records before the store sees a buffer's activity records.
+
+    ``feed(markers, records)`` runs on the consumer thread for every parsed buffer (and with
+    empty lists about twice a second): it may open and close steps from the markers, and
+    returns the records to fold now, holding back any whose step may not be known yet.
+    ``drain()`` gives back everything still held (at stop).
+    """
+
+    def feed(self, markers: list, records: list) -> list: ...
+
+    def drain(self) -> list: ...
+
+
 def import_cupti():
     """Import cupti-python's bindings or raise :class:`CuptiUnavailable` with the reason."""
     try:
@@ -69,9 +83,10 @@ class CuptiCollector:
     def __init__(self, store: SessionStore, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
                  api: bool = True, memory: bool = True, sample_every: int = 1,
                  flush_period_ms: int = 500, raw: bool = True,
-                 api_kinds_stay_on: bool = False) -> None:
+                 api_kinds_stay_on: bool = False, markers: MarkerSink | None = None) -> None:
         self.store = store
         self.raw = raw
+        self.markers = markers  # NVTX marker records go here (CUPTI's MARKER kind is enabled)
         self._layout = Layout()
         self._names = NameCache()
         self._libraries = LibraryResolver()
@@ -125,6 +140,9 @@ class CuptiCollector:
             if self.memory:
                 cupti.activity_enable(K.MEMORY2)
                 self._enabled_kinds.append(K.MEMORY2)
+            if self.markers is not None and self.raw:
+                cupti.activity_enable(K.MARKER)
+                self._enabled_kinds.append(K.MARKER)
             if self.api:
                 self._enable_api_subset()
                 self._api_on = self._api_kinds_on = True
@@ -282,6 +300,8 @@ class CuptiCollector:
             if self._consumer is not None:
                 self._consumer.join(5)
             self._drain()
+            if self.markers is not None:
+                self._fold(self.markers.drain())
             try:
                 cupti.finalize()
             except Exception:
@@ -363,6 +383,8 @@ class CuptiCollector:
             self._wake.wait(0.5)
             self._wake.clear()
             self._drain()
+            if self.markers is not None:  # held records whose time has come
+                self._fold(self.markers.feed([], []))
             self._poll_dropped()
 
     def _drain(self) -> None:
@@ -373,14 +395,23 @@ class CuptiCollector:
             except IndexError:
                 break
             t0 = time.thread_time()  # CPU time, not the wait for the GIL
+            markers = [] if self.markers is not None else None
             if isinstance(batch, bytes):
                 try:
                     batch = parse_buffer(batch, self._layout, self._names, _ApiNames(self),
-                                         self._libraries)
+                                         markers, self._libraries)
                 except LayoutError as exc:
                     self.store.set_collector("cupti", False, f"CUPTI records unreadable: {safe_text(exc, 120)}")
                     continue
+            if markers is not None:  # steps from the markers first, then their records
+                batch = self.markers.feed(markers, batch)
             self.store.add_records(batch)
+            self.fold_s += time.thread_time() - t0
+
+    def _fold(self, records: list) -> None:
+        if records:
+            t0 = time.thread_time()
+            self.store.add_records(records)
             self.fold_s += time.thread_time() - t0
 
     def _poll_dropped(self) -> None:

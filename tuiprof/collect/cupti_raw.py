@@ -25,7 +25,14 @@ from ..store.records import LIB_UNKNOWN
 # CUpti_ActivityKind values
 KIND_MEMCPY, KIND_MEMSET, KIND_KERNEL, KIND_DRIVER, KIND_RUNTIME = 1, 2, 10, 4, 5
 KIND_CONCURRENT_KERNEL = 10
+KIND_MARKER = 12
 KIND_MEMORY2 = 49
+
+# CUpti_ActivityMarker2 (cupti_activity.h, CUDA 12.x/13.x): kind u32 @0, flags u32 @4,
+# timestamp u64 @8, id u32 @16, objectKind u32 @20, objectId (pt: processId u32 @24,
+# threadId u32 @28), pad u32 @36, name char* @40 (NULL for an end marker), domain char* @48
+# (NULL: the default domain); 56 bytes.
+MARKER_FLAG_INSTANTANEOUS, MARKER_FLAG_START, MARKER_FLAG_END = 1, 2, 4
 
 # candidate record sizes per kind (CUPTI 12.x/13.x struct versions)
 SIZE_CANDIDATES = {
@@ -35,6 +42,7 @@ SIZE_CANDIDATES = {
     KIND_MEMORY2: (128,),
     KIND_RUNTIME: (40,),
     KIND_DRIVER: (40,),
+    KIND_MARKER: (56,),
 }
 
 
@@ -175,11 +183,14 @@ class LibraryResolver:
 
 def parse_buffer(data: bytes, layout: Layout, names: NameCache,
                  api_names: dict[tuple[int, int], str] | None = None,
+                 markers: list | None = None,
                  libraries: LibraryResolver | None = None) -> list[tuple]:
     """Parse one completed buffer into record tuples (:mod:`tuiprof.store.records`).
 
     Kernels come first, sorted by start time; the few other records follow, API records
     before memory records (the store names a memory record's API by its correlation id).
+    NVTX marker records go to ``markers`` (when given) as ``("M", flags, timestamp, id, name,
+    domain, thread_id)``, in buffer order; they are not activity records of the store.
     """
     n = len(data)
     if n == 0:
@@ -237,6 +248,9 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
                            w64[(o + 16) >> 3].tolist(), w32[q + 3].tolist(),
                            w32[q + 18].tolist(), w32[q + 20].tolist(), w32[q + 15].tolist(),
                            libs))
+        elif kind == KIND_MARKER:
+            if markers is not None:
+                markers.extend(_markers(data, o, q, w32, w64))
         elif kind in (KIND_RUNTIME, KIND_DRIVER):
             dom = 2 if kind == KIND_RUNTIME else 1
             table = api_names or {}
@@ -245,6 +259,22 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
                 cb, w64[(o + 8) >> 3].tolist(), w64[(o + 16) >> 3].tolist(),
                 w32[q + 8].tolist()))
     return out
+
+
+def _markers(data: bytes, o: np.ndarray, q: np.ndarray, w32: np.ndarray,
+             w64: np.ndarray) -> list[tuple]:
+    # Marker names are not shared like kernel names: read each one (a few per step), never
+    # through a pointer cache that a reused address would fool.
+    out = []
+    for flags, ts, mid, tid, name, dom in zip(
+            w32[q + 1].tolist(), w64[(o + 8) >> 3].tolist(), w32[q + 4].tolist(),
+            w32[q + 7].tolist(), w64[(o + 40) >> 3].tolist(), w64[(o + 48) >> 3].tolist()):
+        out.append(("M", flags, ts, mid, _c_string(name), _c_string(dom), tid))
+    return out
+
+
+def _c_string(ptr: int) -> str | None:
+    return ctypes.string_at(ptr).decode("utf-8", "replace") if ptr else None
 
 
 # ---------------------------------------------------------------- C callbacks

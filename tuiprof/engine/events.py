@@ -29,9 +29,12 @@ class EngineListener(Protocol):
     Per token: ``token_started`` before the step's work is launched, ``token_launched`` once it
     is queued and before the engine waits for the token (on a GPU the device is busy then: work
     done here is off the loop's critical path), ``token_finished`` once the token is on the host.
+    ``batch``: sequences the step advances; ``positions``: input positions over all of them.
+    A step source that cannot tell when the work is queued never calls ``token_launched``.
     """
 
-    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None: ...
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
+                      batch: int = 1, positions: int = 1) -> None: ...
 
     def token_launched(self) -> None: ...
 
@@ -43,7 +46,8 @@ class EngineListener(Protocol):
 class NullListener:
     """A listener that ignores everything."""
 
-    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
+                      batch: int = 1, positions: int = 1) -> None:
         pass
 
     def token_launched(self) -> None:
@@ -64,7 +68,8 @@ class CollectingListener(NullListener):
         self.states: list[tuple[str, str]] = []
         self.started = 0
 
-    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int) -> None:
+    def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
+                      batch: int = 1, positions: int = 1) -> None:
         self.started += 1
 
     def token_finished(self, ev: TokenEvent) -> None:

@@ -6,11 +6,17 @@ from typing import Any, Mapping
 
 import torch
 
+from ..startup import advance, phase
 from .adapter import LinearInfo
 
 
 def make_static_cache(model: torch.nn.Module, max_len: int) -> object:
     """A ``StaticCache`` for batch 1, allocated now (not on the first forward) when supported."""
+    with phase("allocating KV cache"):
+        return _static_cache(model, max_len)
+
+
+def _static_cache(model: torch.nn.Module, max_len: int) -> object:
     from transformers import StaticCache
 
     config = model.config
@@ -119,11 +125,14 @@ def hf_config(config: Mapping[str, Any]) -> object:
 
 
 def build_random(model_cls: type, config: object, *, dtype: torch.dtype | str,
-                 device: torch.device | str, seed: int) -> torch.nn.Module:
+                 device: torch.device | str, seed: int, init: bool = True) -> torch.nn.Module:
     """Seeded random weights, allocated once on ``device`` in ``dtype``.
 
     Built on the meta device and materialised with ``to_empty``: letting each ``nn.Linear``
     initialise itself and then HF re-initialise it costs minutes for 0.6B params on a CPU.
+    Parameters are drawn in order from one generator on ``device`` seeded with ``seed``, so
+    the same seed and device give the same weights. ``init=False`` leaves them uninitialised
+    (for weights loaded next). Reports phase ``initialising weights`` (bytes) at start-up.
     """
     dt = as_dtype(dtype)
     dev = torch.device(device)
@@ -131,16 +140,21 @@ def build_random(model_cls: type, config: object, *, dtype: torch.dtype | str,
         model = model_cls._from_config(config, dtype=dt)
     model.to_empty(device=dev)
     model.tie_weights()  # to_empty gives each module its own tensor
-    std = float(getattr(config, "initializer_range", 0.02))
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim >= 2:
-                p.normal_(0.0, std, generator=gen)
-            elif name.endswith("bias"):
-                p.zero_()
-            else:
-                p.fill_(1.0)  # RMSNorm gains
+    if init:
+        std = float(getattr(config, "initializer_range", 0.02))
+        gen = torch.Generator(device=dev).manual_seed(seed)
+        params = list(model.named_parameters())
+        total, done = sum(p.numel() * p.element_size() for _, p in params), 0
+        with torch.no_grad(), phase("initialising weights"):
+            for name, p in params:
+                if p.ndim >= 2:
+                    p.normal_(0.0, std, generator=gen)
+                elif name.endswith("bias"):
+                    p.zero_()
+                else:
+                    p.fill_(1.0)  # RMSNorm gains
+                done += p.numel() * p.element_size()
+                advance(done, total)
     _rebuild_rotary(model, dev)
     return model.eval().requires_grad_(False)
 

@@ -1,13 +1,16 @@
 """Building an engine from ``--model``: what the CLI, benchmarks and tests call."""
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 from ..errors import TuiprofError
+from ..startup import in_thread, note, phase
 from .events import EngineListener
 from .registry import DTYPE_BYTES
 from .source import ModelSource, resolve_model
@@ -57,40 +60,124 @@ def pick_dtype(dtype: str | None, device: str, source: ModelSource) -> str:
     return "float32"
 
 
+def nvidia_gpu_present() -> bool:
+    """An NVIDIA GPU this process may use, judged without importing torch (device nodes)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
+        return False
+    return os.path.exists("/dev/nvidiactl") or any(Path("/proc/driver/nvidia/gpus").glob("*"))
+
+
+def expected_meta(model_spec: str, *, device: str | None = None, dtype: str | None = None,
+                  seed: int = 0, weights: str | None = None, trust_remote_code: bool = False,
+                  source: ModelSource | None = None, **_: Any) -> dict:
+    """What a header can show before torch is imported: model, device (as asked for, else
+    ``cuda`` when an NVIDIA GPU is present), dtype and weights. The session replaces
+    ``device`` and ``dtype`` with what it picked as soon as it knows (``load_model``).
+    Empty when ``model_spec`` does not resolve (loading it then says why)."""
+    try:
+        source = source or resolve_model(model_spec, trust_remote_code=trust_remote_code)
+    except TuiprofError:
+        return {}
+    dev = device or ("cuda" if nvidia_gpu_present() else "cpu")
+    try:
+        dt = pick_dtype(dtype, dev, source)
+    except TuiprofError:
+        dt = dtype or "?"
+    path = weights or source.weights
+    return {"model": source.name, "family": source.family, "device": dev, "dtype": dt,
+            "weights": f"loaded from {path}" if path else f"random (seed {seed})"}
+
+
+def start_device(device: str | None) -> tuple[str, Callable[[], None]]:
+    """Pick the device; on CUDA, initialise torch's CUDA state here and create the context and
+    the cuBLAS handle on a thread, overlapping the model code's imports.
+
+    Returns the device and a function that waits for that thread (re-raising its error, which
+    the first CUDA operation would have raised otherwise).
+    """
+    import torch
+
+    if device == "cpu":
+        return device, lambda: None
+    with phase("CUDA init"):
+        dev = pick_device(device)
+        if not dev.startswith("cuda"):
+            return dev, lambda: None
+        torch.cuda.init()
+    failed: list[BaseException] = []
+
+    def context() -> None:
+        with phase("CUDA context"):
+            try:
+                torch.cuda.synchronize(dev)  # creates the primary context (GIL released)
+            except BaseException as exc:  # re-raised on the loading thread by wait()
+                failed.append(exc)
+                return
+            try:  # a warm-up only: the handle goes back to torch's pool when this thread ends,
+                torch.cuda.current_blas_handle()  # and the prefill's first matmul takes it
+            except Exception:
+                pass
+
+    thread = in_thread(context, "tuiprof-cuda-init")
+
+    def wait() -> None:
+        thread.join()
+        if failed:
+            raise failed[0]
+
+    return dev, wait
+
+
 def load_model(model_spec: str, *, device: str | None = None, dtype: str | None = None,
                seed: int = 0, max_len: int | None = None, trust_remote_code: bool = False,
                weights: str | None = None) -> LoadedModel:
-    """Resolve ``model_spec`` and build its adapter (random weights unless some are found)."""
+    """Resolve ``model_spec`` and build its adapter (random weights unless some are found).
+
+    Reports its phases to the start-up tracker, if one listens (:mod:`tuiprof.startup`).
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
-
-    from .families import get_family
-
     source = resolve_model(model_spec, trust_remote_code=trust_remote_code)
-    dev = pick_device(device)
+    with phase("importing torch"):
+        import torch
+
+        from .families import get_family
+    dev, device_ready = start_device(device)
     dt = pick_dtype(dtype, dev, source)
+    note("device", dev)
+    note("dtype", dt)
     weights_path = weights or source.weights
-    family = get_family(source.family)
+    with phase("importing model code"):
+        family = get_family(source.family)
+        preload = getattr(family, "preload", None)
+        if preload is not None:
+            preload()
+    device_ready()
     options = {"max_len": max_len, "trust_remote_code": trust_remote_code}
     accepted = inspect.signature(family.build).parameters
     kwargs = {k: v for k, v in options.items() if k in accepted}
     t0 = time.perf_counter()
-    try:
-        adapter = family.build(source.model_def, device=dev, dtype=dt, seed=seed,
-                               weights=weights_path, **kwargs)
-    except torch.cuda.OutOfMemoryError:
-        free, total = torch.cuda.mem_get_info()
-        raise TuiprofError(f"CUDA out of memory building {source.name} in {dt} "
-                           f"({free / 1024**3:.2f} of {total / 1024**3:.2f} GiB free); try a "
-                           f"smaller model") from None
-    if dev.startswith("cuda"):
-        torch.cuda.synchronize()
+    with phase("building model"):
+        try:
+            adapter = family.build(source.model_def, device=dev, dtype=dt, seed=seed,
+                                   weights=weights_path, **kwargs)
+        except torch.cuda.OutOfMemoryError:
+            raise _out_of_memory(f"building {source.name} in {dt}", "a smaller model") from None
+        if dev.startswith("cuda"):
+            torch.cuda.synchronize()
     load_s = time.perf_counter() - t0
     module = getattr(adapter, "model", None) or getattr(adapter, "module", None)
     params = sum(p.numel() for p in module.parameters()) if module is not None else 0
     desc = f"loaded from {weights_path}" if weights_path else f"random (seed {seed})"
     return LoadedModel(adapter, source, dev, dt, desc, load_s, params)
+
+
+def _out_of_memory(doing: str, remedy: str) -> TuiprofError:
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return TuiprofError(f"CUDA out of memory {doing} ({free / 1024**3:.2f} of "
+                        f"{total / 1024**3:.2f} GiB free); try {remedy}")
 
 
 def prompt_ids(loaded: LoadedModel, prompt: str | None, prompt_len: int, seed: int):
@@ -133,11 +220,18 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
 
     The static cache holds the prompt plus ``max_new_tokens`` unless ``max_len`` is given.
     """
-    from .generate import Engine
-
     want_len = max_len or (max(prompt_len, 64) + (max_new_tokens or 1024))
     loaded = load_model(model_spec, device=device, dtype=dtype, seed=seed, max_len=want_len,
                         trust_remote_code=trust_remote_code, weights=weights)
+    import torch
+
+    from .generate import Engine
+
+    try:  # a cache built lazily is allocated now (phase "allocating KV cache"), not in the prefill
+        loaded.adapter.reset_cache()
+    except torch.cuda.OutOfMemoryError:
+        raise _out_of_memory(f"allocating a KV cache of {loaded.adapter.max_len} positions",
+                             "a shorter --max-len or --max-new-tokens") from None
     ids, prompt_desc = prompt_ids(loaded, prompt, prompt_len, seed)
     info = engine_info(loaded)
     info.update(prompt=prompt_desc, prompt_tokens=int(ids.shape[1]), max_new_tokens=max_new_tokens,
@@ -161,11 +255,9 @@ def engine_info(loaded: LoadedModel) -> dict:
         emb = embedding_params(defn)
     except Exception:
         emb = None
-    try:
-        import transformers
-
-        tf_version = transformers.__version__
-    except ImportError:
+    try:  # the installed version, without importing transformers (seconds) for a torch-only model
+        tf_version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
         tf_version = None
     return {
         "model": defn.name,
@@ -182,7 +274,7 @@ def engine_info(loaded: LoadedModel) -> dict:
         "max_len": loaded.adapter.max_len,
         "vocab_size": loaded.adapter.vocab_size,
         "load_s": round(loaded.load_s, 3),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion would import torch where unpickled (UI)
         "cuda": torch.version.cuda,
         "transformers": tf_version,
     }

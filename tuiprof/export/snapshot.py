@@ -40,7 +40,8 @@ META_KEYS = frozenset({
     "seed", "compile_s", "started_utc", "share_host", "device_name", "family", "origin",
     "study", "non_embedding_params", "weight_bytes", "compile_mode", "prompt", "loop",
     "load_s", "vocab_size", "max_new_tokens", "sample_every", "gpu_mem_total_bytes",
-    "measured_peaks",
+    "measured_peaks", "startup", "program", "step_source", "step_sources", "window_ms",
+    "step_range",
 })
 HOST_KEY = "host"        # kept only when meta["share_host"] is True
 
@@ -172,6 +173,7 @@ def snapshot_dict(view: StoreView, findings: Iterable | None = None,
         "events": [_jsonable(list(e)) for e in view.events],
         "overhead": _jsonable(view.overhead),
         "findings": [_finding_dict(f) for f in findings],
+        "output": [str(line) for line in view.output],
     }
 
 
@@ -252,7 +254,7 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
         raise TuiprofError(f"snapshot schema version {ver} is newer than this tuiprof reads "
                            f"({SCHEMA_VERSION}); upgrade tuiprof")
     for key in ("meta", "overhead", "findings", "allocs", "nvml", "tokens", "counters",
-                "collectors", "summary", "events", "api", "nvtx"):
+                "collectors", "summary", "events", "api", "nvtx", "output"):
         problem = _free_form_problem(obj[key], MAX_DEPTH) if key in obj else None
         if problem:
             raise _bad(where, f"'{key}' {problem}")
@@ -328,6 +330,7 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
             events=[tuple(e) for e in doc["events"]],
             nvtx={n: _stats(s, where) for n, s in doc["nvtx"].items()},
             overhead=dict(doc["overhead"]),
+            output=[str(line) for line in doc.get("output", ())],
         )
     except TuiprofError:
         raise

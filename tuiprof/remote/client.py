@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ..control import SessionControl, SourceStatus
+from ..engine.load import expected_meta
 from ..profiler import ProfilerOptions
+from ..startup import ProgressTracker
 from .mirror import Mirror
 from .session_process import SessionSpec, serve
 
@@ -50,15 +52,22 @@ class RemoteControl(SessionControl):
 
     def __init__(self, options: ProfilerOptions, store_kwargs: dict | None = None, *,
                  orphan_snapshot_dir: str | Path | None = None, hook: str | None = None,
-                 reply_timeout: float = 60.0) -> None:
+                 reply_timeout: float = 60.0, program: dict | None = None) -> None:
         self.options = options
+        self.program = program   # run this program instead of the engine (SessionSpec.program)
         self.store_kwargs = dict(store_kwargs or {})
         self.store = RemoteStore(self)  # type: ignore[assignment]
         self.mirror = Mirror(self.store_kwargs.get("series_len", 2048),
                              self.store_kwargs.get("nvml_len", 6000))
+        # Until the session process answers: what the command line says, and the first phase.
+        if "model_spec" in options.engine_kwargs:
+            self.mirror.meta = expected_meta(**options.engine_kwargs)
+        tracker = ProgressTracker(options.started_at)
+        tracker.begin("starting session process")
         self.status = SourceStatus(state="loading", live=True,
                                    mode=options.engine_kwargs.get("mode", "eager"),
-                                   message="starting the session process")
+                                   progress=tracker.progress)
+        self._interrupted = False
         self.orphan_snapshot_dir = str(orphan_snapshot_dir) if orphan_snapshot_dir else None
         self.hook = hook
         self.reply_timeout = reply_timeout
@@ -82,12 +91,15 @@ class RemoteControl(SessionControl):
 
     def start(self) -> None:
         """Spawn the session process (it loads the model and starts generating)."""
-        fd, self.log_path = tempfile.mkstemp(prefix="tuiprof-session-", suffix=".log")
-        os.close(fd)
+        if self.program is not None:
+            self.log_path = self.program["log_path"]   # the program's output: kept
+        else:
+            fd, self.log_path = tempfile.mkstemp(prefix="tuiprof-session-", suffix=".log")
+            os.close(fd)
         ctx = mp.get_context("spawn")  # never fork a process that may hold CUDA or threads
         parent, child = ctx.Pipe()
         spec = SessionSpec(self.options, self.store_kwargs, self.log_path,
-                           self.orphan_snapshot_dir, self.hook)
+                           self.orphan_snapshot_dir, self.hook, self.program)
         self._proc = ctx.Process(target=serve, args=(child, spec), name="tuiprof-session")
         self._proc.start()
         child.close()
@@ -128,7 +140,7 @@ class RemoteControl(SessionControl):
             self._conn.close()
         except OSError:
             pass
-        if self.log_path and self.status.state != "error":
+        if self.log_path and self.status.state != "error" and self.program is None:
             try:
                 if os.path.getsize(self.log_path) == 0:
                     os.unlink(self.log_path)
@@ -247,3 +259,23 @@ class RemoteControl(SessionControl):
 
     def reset(self) -> str:
         return self._key("reset", "statistics reset")
+
+    # ------------------------------------------------------------------ a program
+    def has_output(self) -> bool:
+        return self.program is not None
+
+    def disabled_actions(self) -> dict[str, str]:
+        if self.program is None:
+            return {}
+        from ..program.session import ENGINE_ONLY  # noqa: PLC0415
+        return dict(ENGINE_ONLY)
+
+    def interrupt(self) -> str | None:
+        """Forward Ctrl-C to the program while it runs; None: nothing to interrupt."""
+        if self.program is None or self._interrupted or self._gone:
+            return None
+        if not self.status.extra.get("can_interrupt", True):
+            return None
+        self._interrupted = True
+        return self._key("interrupt", "Ctrl-C sent to the program (Ctrl-C again stops the "
+                                      "session)")

@@ -21,9 +21,11 @@ def _empty_records() -> dict:
 class Mirror:
     """Token rows, NVML samples and aggregates of a remote store, bounded like the store."""
 
-    def __init__(self, series_len: int = 2048, nvml_len: int = 6000) -> None:
+    def __init__(self, series_len: int = 2048, nvml_len: int = 6000,
+                 output_len: int = 1000) -> None:
         self.series_len = series_len
         self.nvml_len = nvml_len
+        self._output: deque = deque(maxlen=output_len)
         self.generation = -1
         self.meta: dict = {}
         self._tokens: deque = deque(maxlen=series_len)
@@ -42,10 +44,12 @@ class Mirror:
             self._nvml = deque(maxlen=self.nvml_len)
             self._records = _empty_records()
             self._raw = []
+            self._output.clear()
             self.generation = delta["generation"]
         self.meta = delta["meta"]
         self._merge_tokens(delta["tokens"])
         self._nvml.extend(delta["nvml"])
+        self._output.extend(delta.get("output", ()))
         for key in ("counters", "collectors", "token_stats", "nvtx", "overhead"):
             self._parts[key] = delta[key]
         if delta["events"] is not None:
@@ -74,4 +78,4 @@ class Mirror:
             token_stats=p["token_stats"], allocs=r["allocs"], nvml=list(self._nvml),
             raw=list(self._raw) if raw else [], counters=p["counters"],
             collectors=p["collectors"], events=p["events"], nvtx=p["nvtx"],
-            overhead=p["overhead"])
+            overhead=p["overhead"], output=list(self._output))

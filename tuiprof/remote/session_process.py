@@ -9,6 +9,11 @@ thread.
 Requests arrive on a :mod:`multiprocessing` connection as tuples ``(op, *args)`` and are
 answered with ``("ok", value)`` or ``("err", one line)``. Both ends are tuiprof's own code in
 a pair of processes; nothing read from a file goes through pickle.
+
+With a program (``tuiprof run -- python prog.py``) the program runs on this process's main
+thread, so that Ctrl-C (KeyboardInterrupt) and its own signal handlers behave as it expects,
+and the requests are served from a thread. Its stdin is /dev/null (the terminal belongs to
+the UI); its stdout and stderr go to its log file and the store's output ring.
 """
 from __future__ import annotations
 
@@ -36,21 +41,32 @@ class SessionSpec:
     log_path: str | None = None      # the process's stdout/stderr (torch warnings) go here
     orphan_snapshot_dir: str | None = None  # snapshot written here if the UI process vanishes
     hook: str | None = None          # "module:callable" (benchmarks): called with the Profiler
+    program: dict | None = None      # a program to run: {"spec", "log_path", "window_ms",
+                                     # "step_ranges"} (tuiprof.program.command.run_live)
 
 
 class SessionServer:
-    """Answers the UI process's requests over one Profiler."""
+    """Answers the UI process's requests over one Profiler (and the program it profiles)."""
 
-    def __init__(self, prof: Profiler, hook: Any = None) -> None:
+    def __init__(self, prof: Profiler, hook: Any = None, program: Any = None) -> None:
         self.prof = prof
         self.hook = hook
+        self.program = program   # a tuiprof.program.session.ProgramSession
 
     def handle(self, op: str, *args: Any) -> Any:
-        prof = self.prof
+        prof, program = self.prof, self.program
         if op == "pull":
             cursor, raw_tokens, light = args
             delta, cursor = prof.store.changes(cursor, raw_tokens, light)
-            return status_copy(prof.status), delta, cursor
+            status = status_copy(prof.status)
+            if program is not None:
+                status.extra.update(program.status_extra())
+            return status, delta, cursor
+        if op == "interrupt":
+            return program.interrupt() if program is not None else None
+        if program is not None and op in ("toggle_mode", "toggle_pause"):
+            from ..program.session import ENGINE_ONLY  # noqa: PLC0415
+            return ENGINE_ONLY[op] if op in ENGINE_ONLY else program.toggle_pause()
         if op in ("toggle_mode", "toggle_pause", "reset"):
             msg = getattr(prof, op)()
             prof.status.message = msg
@@ -71,6 +87,9 @@ def status_copy(st: SourceStatus) -> SourceStatus:
 
 def serve(conn: Any, spec: SessionSpec) -> None:
     """Entry point of the session process (``multiprocessing`` spawn target)."""
+    if spec.program is not None:
+        _serve_program(conn, spec)
+        return
     _redirect_output(spec.log_path)
     # The UI process owns the terminal and the session's life: Ctrl-C and a closed terminal
     # reach it, and it stops this process through the connection. SIGTERM sent here directly
@@ -79,13 +98,19 @@ def serve(conn: Any, spec: SessionSpec) -> None:
         signal.signal(sig, signal.SIG_IGN)
     term = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: term.set())
-    prof = Profiler(SessionStore(**spec.store), spec.options)
+    prof = Profiler(SessionStore(**spec.store), spec.options, first_phase="starting session process")
     hook = _load_hook(spec.hook, prof)
     server = SessionServer(prof, hook)
     prof.start()
-    orphaned = False
+    orphaned = _serve_requests(conn, server, term)
+    _end(prof, spec, orphaned, conn)
+
+
+def _serve_requests(conn: Any, server: SessionServer, term: threading.Event | None = None) -> bool:
+    """Answer requests until ``close``; True when the UI process vanished (orphaned)."""
+    prof = server.prof
     while True:
-        if term.is_set():
+        if term is not None and term.is_set():
             term.clear()
             threading.Thread(target=prof.stop, daemon=True).start()
         try:
@@ -93,19 +118,20 @@ def serve(conn: Any, spec: SessionSpec) -> None:
                 continue
             req = conn.recv()
         except (EOFError, OSError):
-            orphaned = True  # the UI process is gone without saying goodbye
-            break
+            return True  # the UI process is gone without saying goodbye
         op, args = req[0], req[1:]
         if op == "close":
             _send(conn, ("ok", None))
-            break
+            return False
         try:
             reply = ("ok", server.handle(op, *args))
         except Exception as exc:
             reply = ("err", one_line(exc))
         if not _send(conn, reply):
-            orphaned = True
-            break
+            return True
+
+
+def _end(prof: Profiler, spec: SessionSpec, orphaned: bool, conn: Any) -> None:
     prof.stop()
     if orphaned and spec.orphan_snapshot_dir:
         _orphan_snapshot(prof, spec.orphan_snapshot_dir)
@@ -113,8 +139,9 @@ def serve(conn: Any, spec: SessionSpec) -> None:
         conn.close()
     finally:
         _release_named_semaphores()
-        # A torch.compile still running cannot be joined; ending the interpreter under it
-        # aborts. Everything is flushed by now, so leave at once.
+        # A torch.compile still running cannot be joined, and a program may still run on the
+        # main thread; ending the interpreter under either aborts. Everything is flushed by
+        # now, so leave at once.
         os._exit(0)
 
 
@@ -132,6 +159,42 @@ def _release_named_semaphores() -> None:
         util._run_finalizers(0)  # noqa: SLF001 - what util._exit_function runs first
     except Exception:
         pass
+
+
+def _serve_program(conn: Any, spec: SessionSpec) -> None:
+    """Run the program on this (main) thread; serve the UI from another until it closes."""
+    from ..program.launch import ProgramResult  # noqa: PLC0415
+    from ..program.session import ProgramSession  # noqa: PLC0415
+
+    _redirect_output(None)  # until the capture starts, nothing may reach the UI's terminal
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)   # the UI process handles a closed terminal
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the UI's Ctrl-C, forwarded
+    prog = spec.program
+    prof = Profiler(SessionStore(**spec.store), spec.options)
+    session = ProgramSession(prof, prog["spec"], prog["log_path"], window_ms=prog["window_ms"],
+                             step_ranges=prog["step_ranges"], tee=False)
+    server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
+    try:
+        session.start()
+        started = True
+    except Exception as exc:  # the UI shows why; the process still answers it
+        prof.status.state = "error"
+        prof.status.message = f"could not start the program: {one_line(exc)}"
+        started = False
+
+    def serve_ui() -> None:
+        _end(prof, spec, _serve_requests(conn, server), conn)
+
+    threading.Thread(target=serve_ui, name="tuiprof-serve", daemon=True).start()
+    if started:
+        try:
+            result = session.run()
+        except KeyboardInterrupt:  # a forwarded Ctrl-C that came just as the program ended
+            result = ProgramResult(128 + signal.SIGINT, "interrupted")
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        session.finish(result, keep_capture=True)
+    while True:  # the serving thread ends the process (q, or the UI process gone)
+        time.sleep(3600)
 
 
 def _send(conn: Any, msg: tuple) -> bool:

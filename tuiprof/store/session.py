@@ -12,6 +12,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections import OrderedDict, deque
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -42,6 +43,7 @@ class TokenRow:
     gpu_ms: float | None = None
     cycle: int = 0
     batch: int = 1          # sequences this step advanced (a decode step makes ``batch`` tokens)
+    positions: int = 1      # input positions of the step over all sequences (a prefill: the prompts')
     kernels: int = 0
     kernel_ns: int = 0
     busy_ns: int = 0
@@ -109,18 +111,22 @@ class StoreView:
     events: list            # (seq, ts_ns, kind, text): mode switches, resets, errors
     nvtx: dict              # range name -> RunningStats of ns (prefill/decode/step ranges)
     overhead: dict          # live overhead estimate
+    output: list = field(default_factory=list)  # recent lines a profiled program printed
 
 
 class SessionStore:
     """Bounded, thread-safe store; see the module docstring."""
 
     def __init__(self, ring_tokens: int = 64, series_len: int = 2048, nvml_len: int = 6000,
-                 meta: dict | None = None) -> None:
+                 meta: dict | None = None, output_len: int = 1000) -> None:
         self.ring_tokens = ring_tokens
         self.series_len = series_len
         self._lock = threading.Lock()
         self.meta: dict = dict(meta or {})
         self._nvml: deque = deque(maxlen=nvml_len)
+        # A profiled program's output, sanitised lines; not statistics, so ``reset`` keeps it.
+        self._output: deque = deque(maxlen=output_len)
+        self._output_count = 0   # lines ever added (a mirror's cursor)
         self._events: deque = deque(maxlen=1000)
         self._collectors: dict[str, dict] = {}
         self.overhead: dict = {}
@@ -170,13 +176,13 @@ class SessionStore:
         return self._seq
 
     def begin_token(self, phase: str, mode: str, start_ns: int, step: int, cycle: int = 0,
-                    sampled: bool = True, batch: int = 1) -> int:
+                    sampled: bool = True, batch: int = 1, positions: int = 1) -> int:
         """Open a token window at ``start_ns`` (CUPTI clock); returns its sequence number."""
         with self._lock:
             seq = self._seq
             self._seq += 1
             row = TokenRow(seq=seq, step=step, phase=phase, mode=mode, start_ns=start_ns,
-                           cycle=cycle, sampled=sampled, batch=batch)
+                           cycle=cycle, sampled=sampled, batch=batch, positions=positions)
             self._open = row
             if len(self._win_rows) == self._win_rows.maxlen:
                 self._fold_evicted(self._win_rows[0])
@@ -435,6 +441,25 @@ class SessionStore:
         with self._lock:
             self.overhead.update(values)
 
+    @property
+    def output_len(self) -> int:
+        """Lines of program output the ring keeps."""
+        return self._output.maxlen or 0
+
+    def add_output(self, lines: Iterable[str], skipped: int = 0) -> None:
+        """Append lines a profiled program printed (already sanitised); the oldest drop out.
+        ``skipped``: older lines of the same burst that were not even passed (counted only)."""
+        lines = list(lines)
+        with self._lock:
+            self._output.extend(lines)
+            self._output_count += len(lines) + skipped
+
+    def _counters_copy(self) -> dict:
+        c = dict(self._counters)
+        if self._output_count:
+            c["output_lines"] = self._output_count
+        return c
+
     # ---------------------------------------------------------------- readers
     def changes(self, since: ViewCursor | None = None, raw_tokens: int | None = 0,
                 light: bool = True) -> tuple[dict, ViewCursor]:
@@ -469,10 +494,11 @@ class SessionStore:
             nvml.reverse()
             records = self._counters["records"]
             ev = (len(self._events), self._events[-1] if self._events else None)
+            new_out = min(len(self._output), self._output_count - max(0, since.output))
             delta = {
                 "full": full, "generation": self._generation, "series_len": self.series_len,
                 "meta": dict(self.meta), "tokens": rows, "nvml": nvml,
-                "counters": dict(self._counters),
+                "counters": self._counters_copy(),
                 "collectors": {k: dict(v) for k, v in self._collectors.items()},
                 "token_stats": {k: {n: cp(s) for n, s in v.items()}
                                 for k, v in self._token_stats.items()},
@@ -481,6 +507,7 @@ class SessionStore:
                 "events": list(self._events) if (full or ev != since.events) else None,
                 "records": None,
                 "raw": None,
+                "output": list(islice(self._output, len(self._output) - new_out, None)),
             }
             if full or records != since.records or not light:
                 delta["records"] = {
@@ -495,7 +522,7 @@ class SessionStore:
             last_ts = nvml[-1]["ts_ns"] if nvml else since.nvml_ts
             top = self._tokens[-1].seq if self._tokens else since.token_seq
             return delta, ViewCursor(self._generation, max(top, since.token_seq), last_ts,
-                                     records, ev)
+                                     records, ev, self._output_count)
 
     def view(self, raw: bool = True, raw_tokens: int | None = None) -> StoreView:
         """A consistent copy for readers; cheap enough for a few calls a second.
@@ -514,11 +541,12 @@ class SessionStore:
                 allocs=_copy_allocs(self._allocs),
                 nvml=list(self._nvml),
                 raw=_raw_tail(self._raw, raw_tokens) if raw else [],
-                counters=dict(self._counters),
+                counters=self._counters_copy(),
                 collectors={k: dict(v) for k, v in self._collectors.items()},
                 events=list(self._events),
                 nvtx={k: v.copy() for k, v in self._nvtx.items()},
                 overhead=dict(self.overhead),
+                output=list(self._output),
             )
 
 
@@ -531,6 +559,7 @@ class ViewCursor:
     nvml_ts: int = -1            # newest NVML sample sent
     records: int = -1            # records counter when the record aggregates were last sent
     events: tuple = ()           # (count, last event) when events were last sent
+    output: int = 0              # program output lines sent
 
 
 def _alloc_counter() -> dict:

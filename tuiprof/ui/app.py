@@ -38,6 +38,7 @@ from .derive import view_signature
 from .screens.compare import CompareScreen
 from .screens.detail import KernelDetailScreen
 from .screens.help import HelpScreen
+from .screens.log import LogScreen
 from .widgets.allocs import AllocPane
 from .widgets.base import Pane, RefreshContext
 from .widgets.findings import FindingsPane
@@ -83,6 +84,7 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self.apply_layout()
+        self.app.show_header()  # the first frame says what is loading, and how far it is
 
     def on_resize(self) -> None:
         self.apply_layout()
@@ -167,6 +169,8 @@ class TuiprofApp(App):
         self._quitting = False
         self._main: MainScreen | None = None
         self.view: Any = None
+        self._program_ended = False
+        self._keys = {k: a.action for a in ACTIONS for k in a.key.split(",")}
 
     # ------------------------------------------------------------------ lifecycle
     def get_default_screen(self) -> Screen:
@@ -189,7 +193,12 @@ class TuiprofApp(App):
                 self.control.status.message = f"could not start: {one_line(exc)}"
         if self.refresh_hz > 0:
             self._timer = self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
-        self.call_after_refresh(self.refresh_now)
+        # Findings are computed synchronously only for deterministic tests: for a session
+        # process still starting, that would hold the screen until it answers.
+        if self.deterministic:
+            self.call_after_refresh(self.refresh_now)
+        else:
+            self.call_after_refresh(self.refresh_view, True)
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT quit like ``q``: the session stops, CUPTI is flushed and finalised
@@ -264,6 +273,13 @@ class TuiprofApp(App):
         self.refresh_view(force=True)
 
     # ------------------------------------------------------------------ refresh
+    def show_header(self) -> None:
+        """The header alone (model, device, start-up progress), before the first full refresh."""
+        status = self.control.status
+        self.main.query_one(HeaderPane).show(
+            self.control.store.view(raw=False),
+            RefreshContext(status=status, mode=status.mode, deterministic=self.deterministic))
+
     def refresh_now(self) -> None:
         """One full refresh, findings computed synchronously (deterministic; for tests)."""
         self.refresh_view(force=True, sync_findings=True)
@@ -285,6 +301,8 @@ class TuiprofApp(App):
         main = self.main
         with self.batch_update():
             main.query_one(HeaderPane).show(view, ctx)
+            if isinstance(screen, LogScreen):
+                screen.show(view, status)
             if isinstance(screen, CompareScreen):
                 if changed:
                     screen.show(view)
@@ -295,6 +313,7 @@ class TuiprofApp(App):
             main.query_one(StatusLine).show(view, ctx, refresh_stats=self.refresh_stats,
                                             frozen=self._frozen)
         self._maybe_findings(sig, sync_findings)
+        self._notice_program_end(status)
         dt = (time.perf_counter() - t0) * 1000.0
         rs = self.refresh_stats
         rs["count"] += 1
@@ -334,6 +353,33 @@ class TuiprofApp(App):
         if m.token == self._findings_token:
             self.main.query_one(FindingsPane).set_findings(m.found, m.message)
 
+    def _notice_program_end(self, status: Any) -> None:
+        """Once, when the profiled program ends: how, and its traceback's last lines."""
+        prog = (status.extra or {}).get("program")
+        if self._program_ended or not prog or prog.get("running", True):
+            return
+        self._program_ended = True
+        tail = prog.get("traceback") or []
+        text = "\n".join([status.message or "the program ended", *tail[-3:]])
+        self.notify(text, severity="error" if prog.get("exit_status") else "information",
+                    timeout=10)
+
+    # ------------------------------------------------------------------ availability
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Keys a session cannot serve are shown disabled (None); ``l`` and Ctrl-C exist only
+        for a profiled program (False: hidden, and Ctrl-C keeps Textual's own meaning)."""
+        if action in ("show_log", "interrupt"):
+            return self.control.has_output()
+        if action in self.control.disabled_actions():
+            return None
+        return True
+
+    def on_key(self, event: Any) -> None:
+        """A disabled key says why it is disabled."""
+        reason = self.control.disabled_actions().get(self._keys.get(event.key, ""))
+        if reason:
+            self._say(reason, "warning")
+
     # ------------------------------------------------------------------ session actions
     def _say(self, msg: str, severity: str = "information") -> None:
         self.last_message = msg
@@ -365,7 +411,24 @@ class TuiprofApp(App):
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
             return
-        self.push_screen(HelpScreen(lambda: self.refresh_stats))
+        self.push_screen(HelpScreen(lambda: self.refresh_stats, self.control.disabled_actions()))
+
+    def action_show_log(self) -> None:
+        if isinstance(self.screen, LogScreen):
+            self.pop_screen()
+            return
+        scr = LogScreen()
+        self.push_screen(scr)
+        self.call_after_refresh(lambda: scr.is_mounted and scr.show(
+            self.control.store.view(raw=False), self.control.status))
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C: first to the program, then (or once it has ended) stop the session."""
+        msg = self.control.interrupt()
+        if msg is None:
+            self.action_quit()
+            return
+        self._say(msg, "warning")
 
     def action_toggle_theme(self) -> None:
         self.theme = LIGHT if self.theme == DARK else DARK
@@ -536,7 +599,7 @@ class TuiprofApp(App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for a in ACTIONS:
-            if a.id in ("help", "quit"):
+            if a.id in ("help", "quit") or not self.check_action(a.action, ()):
                 continue
             yield SystemCommand(a.help.split(" (")[0],
                                 f"key: {a.shown_key or a.key}", self._palette_callback(a.action))

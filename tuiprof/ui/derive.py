@@ -125,8 +125,9 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
     decode = done_rows(view, DECODE, mode)[-window:]
     host = [r.host_ms for r in decode if r.host_ms > 0]
     tok_s = None
-    if host:
-        tok_s = 1000.0 / (sum(host) / len(host))
+    if host:  # a step of a batch makes one token per sequence: count them all
+        made = sum(max(1, getattr(r, "batch", 1)) for r in decode if r.host_ms > 0)
+        tok_s = 1000.0 * made / sum(host)
     else:
         ts = view.token_stats.get((DECODE, mode))
         if ts and ts["host_ms"].count:
@@ -231,6 +232,14 @@ def kernel_modes(view: Any, phase: str) -> dict[str, int]:
         if phase == ALL or ph == phase:
             out[mode] = out.get(mode, 0) + agg.stats.total
     return out
+
+
+def resolve_kernel_phase(view: Any, phase: str) -> str:
+    """``phase``, or ``all`` when the session has no decode kernels but has others (a program
+    without marked steps: its kernels are in ``window`` or ``other``)."""
+    if phase == DECODE and not kernel_modes(view, DECODE) and kernel_modes(view, ALL):
+        return ALL
+    return phase
 
 
 def resolve_kernel_mode(view: Any, mode: str, phase: str) -> str:

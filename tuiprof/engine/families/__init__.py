@@ -9,7 +9,9 @@ A family module provides:
   without ``weights`` the weights are random from ``seed`` and created on ``device`` in
   ``dtype``; ``weights`` is a ``*.safetensors`` file or a directory of them, loaded strictly
   with safetensors (never pickle). Options a family may accept (the loader passes only those
-  its ``build`` names): ``max_len`` (static cache length), ``trust_remote_code``.
+  its ``build`` names): ``max_len`` (static cache length), ``trust_remote_code``;
+* optionally ``preload() -> None``: import the heavy modules ``build`` needs (transformers),
+  so that start-up times them as a phase of their own while the CUDA context is created.
 
 The ``hf`` family handles any Hugging Face causal LM whose ``model_type`` has no family here.
 """

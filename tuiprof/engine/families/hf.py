@@ -19,6 +19,11 @@ def param_count(config: Mapping[str, Any]) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def preload() -> None:
+    """Import transformers' auto classes (seconds), timed and overlapped at start-up."""
+    from transformers import AutoModelForCausalLM  # noqa: F401
+
+
 def build(model_def: Any, *, device: torch.device | str, dtype: torch.dtype | str, seed: int,
           weights: str | None = None, max_len: int | None = None,
           trust_remote_code: bool = False) -> HFDecoderAdapter:

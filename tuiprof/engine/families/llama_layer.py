@@ -17,14 +17,16 @@ work is one layer's decode step against a static KV cache.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.profiler import record_function
 
+from tuiprof import startup
 from tuiprof.errors import TuiprofError
 
 ATTENTION_IMPLS = ("plain", "sdpa")
@@ -191,8 +193,21 @@ class KVCache(nn.Module):
 
 
 def _mark_static(t: torch.Tensor) -> None:
+    """``torch._dynamo.mark_static_address(t)``, without importing ``torch._dynamo``.
+
+    Importing it costs 1.5 s before an eager session's first token (CPU here). The mark is an
+    attribute that torch.compile reads when it runs (after importing dynamo itself), so
+    while dynamo is not loaded the attribute is set directly, as ``mark_static_address``
+    does; ``tests/engine/test_startup.py`` checks that the two still agree.
+    """
+    import sys
+
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:
+        t._dynamo_static_input_type = "unguarded"  # type: ignore[attr-defined]
+        return
     try:
-        torch._dynamo.mark_static_address(t)
+        dynamo.mark_static_address(t)
     except Exception:  # pragma: no cover - older/odd torch builds
         pass
 
@@ -322,8 +337,9 @@ class CachedDecoderLM(nn.Module):
 
     def reset_cache(self) -> None:
         p = next(self.parameters())
-        for c in self.caches():
-            c.reset(dtype=p.dtype, device=p.device)
+        with startup.phase("allocating KV cache"):  # reported at start-up only (tracker)
+            for c in self.caches():
+                c.reset(dtype=p.dtype, device=p.device)
 
     def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Fill the cache with ``input_ids [1, T]``; float32 logits of the last position ``[1, V]``."""
@@ -409,13 +425,13 @@ def build_module(
     """
     dtype = _dtype(dtype)
     device = torch.device(device)
-    with torch.device("meta"):
+    with torch.device("meta"), _init_skipped():
         module = factory()
     module = module.to(dtype=dtype)
     if device.type == "meta":
         module.init_buffers(None)
         return module.eval()
-    module = module.to_empty(device=device)
+    module = _to_empty(module, device)
     gen = torch.Generator(device=device).manual_seed(seed)
     if weights:
         load_weights(module, weights, name=name, ignore_prefixes=ignore_prefixes)
@@ -425,18 +441,55 @@ def build_module(
     return module.eval()
 
 
+_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
+                   "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+                   "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+@contextmanager
+def _init_skipped() -> Iterator[None]:
+    """``torch.nn.init`` does nothing while modules are built on the meta device.
+
+    A meta tensor has no values to initialise, and the meta kernels of random fills
+    (``nn.Embedding``'s ``normal_``) import ``torch._dynamo``: 1.5 s of an eager session's
+    start-up on a CPU. Weights are drawn after ``to_empty`` (``init_random``), as before.
+    """
+    saved = {name: getattr(nn.init, name) for name in _INIT_FUNCTIONS if hasattr(nn.init, name)}
+
+    def skip(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return tensor
+
+    for name in saved:
+        setattr(nn.init, name, skip)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
+
+
+def _to_empty(module: nn.Module, device: torch.device) -> nn.Module:
+    """``module.to_empty(device=device)`` with ``torch.empty`` instead of ``torch.empty_like``,
+    whose reference implementation for meta tensors imports sympy (0.9 s on a CPU)."""
+    return module._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
+
+
 def init_random(module: nn.Module, gen: torch.Generator) -> None:
     """Seeded init in place: embeddings N(0, 1), other matrices N(0, 1/sqrt(fan_in)),
-    vectors (norm gains) ones."""
+    vectors (norm gains) ones. Reports phase ``initialising weights`` (bytes) at start-up."""
     embeddings = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
-    with torch.no_grad():
-        for _, p in module.named_parameters():
+    params = list(module.parameters())
+    total, done = sum(p.numel() * p.element_size() for p in params), 0
+    with torch.no_grad(), startup.phase("initialising weights"):
+        for p in params:
             if id(p) in embeddings:
                 p.normal_(0.0, 1.0, generator=gen)
             elif p.ndim >= 2:
                 p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]), generator=gen)
             else:
                 p.fill_(1.0)
+            done += p.numel() * p.element_size()
+            startup.advance(done, total)
 
 
 def load_weights(module: nn.Module, path: str, *, name: str, ignore_prefixes: Iterable[str] = ()) -> None:
@@ -449,19 +502,15 @@ def load_weights(module: nn.Module, path: str, *, name: str, ignore_prefixes: It
     """
     from pathlib import Path
 
-    from safetensors.torch import load_file
+    from tuiprof.engine.weights import read_safetensors
 
     p = Path(path).expanduser()
     files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
     if not files:
         raise WeightsMismatchError(f"no *.safetensors files in {path} for {name}")
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        try:
-            state.update(load_file(str(f), device="cpu"))
-        except Exception as exc:  # missing file, bad header
-            first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-            raise WeightsMismatchError(f"cannot read weights {f} for {name}: {first}") from None
+    state: dict[str, torch.Tensor] = {
+        key: t for _, key, t in read_safetensors(
+            files, "cpu", lambda f, why: WeightsMismatchError(f"cannot read weights {f} for {name}: {why}"))}
     prefixes = tuple(ignore_prefixes)
     if prefixes:
         state = {k: v for k, v in state.items() if not k.startswith(prefixes)}

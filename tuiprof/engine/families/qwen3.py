@@ -29,6 +29,11 @@ def embedding_params(config: Mapping[str, Any]) -> int:
     return e if config.get("tie_word_embeddings", False) else 2 * e
 
 
+def preload() -> None:
+    """Import transformers' Qwen3 classes (seconds), timed and overlapped at start-up."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: F401
+
+
 def build(model_def: Any, *, device: torch.device | str, dtype: torch.dtype | str, seed: int,
           weights: str | None = None, max_len: int | None = None) -> HFDecoderAdapter:
     """Qwen3 on ``device`` in ``dtype``: seeded random weights, or ``weights`` (safetensors)."""
@@ -36,7 +41,8 @@ def build(model_def: Any, *, device: torch.device | str, dtype: torch.dtype | st
 
     config = config_dict(model_def)
     cfg = Qwen3Config.from_dict({k: v for k, v in config.items() if k != "model_type"})
-    model = build_random(Qwen3ForCausalLM, cfg, dtype=dtype, device=device, seed=seed)
+    model = build_random(Qwen3ForCausalLM, cfg, dtype=dtype, device=device, seed=seed,
+                         init=not weights)
     if weights:
         load_safetensors(model, safetensors_files(weights), torch.device(device))
     return HFDecoderAdapter(model, resolve_max_len(config, max_len))

@@ -22,9 +22,10 @@ class HelpScreen(ModalScreen):
                                   background: $surface; padding: 0 1; }
     """
 
-    def __init__(self, stats: Callable[[], dict]) -> None:
+    def __init__(self, stats: Callable[[], dict], disabled: dict[str, str] | None = None) -> None:
         super().__init__()
         self._stats = stats
+        self._disabled = dict(disabled or {})
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -39,7 +40,8 @@ class HelpScreen(ModalScreen):
         t.add_column(width=10, style="bold cyan", no_wrap=True)
         t.add_column()
         for a in ACTIONS:
-            t.add_row(key_label(a), a.help)
+            why = self._disabled.get(a.action)
+            t.add_row(key_label(a), Text(f"{a.help} — disabled: {why}", "dim") if why else a.help)
         t.add_row("ctrl+p", "Command palette (every action above, plus themes)")
         s = self._stats()
         body = Table.grid()

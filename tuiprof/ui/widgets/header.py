@@ -1,4 +1,5 @@
-"""Header: model, device, dtype, mode, weights, tokens, tokens/s, TTFT, ITL, overhead."""
+"""Header: model, device, dtype, mode, weights, tokens, tokens/s, TTFT, ITL, overhead; until the
+first token, the start-up progress line instead of the token figures."""
 from __future__ import annotations
 
 from typing import Any
@@ -27,6 +28,13 @@ class HeaderPane(Static):
         if ctx.status.state == "compiling":
             t.append(" (compiling…)", "bold yellow")
         t.append("\n")
+        progress = ctx.status.progress
+        if h.tokens == 0 and progress is not None and ctx.status.state in ("loading", "prefill"):
+            # Until the first token: what the start-up is doing, since when, how far.
+            t.append("loading", "bold yellow")
+            t.append(" · " + progress.line(ctx.now, clock=not ctx.deterministic), "yellow")
+            self.update(t)
+            return
         t.append(f"tokens {h.tokens:,}", "bold")
         t.append(" · ")
         t.append(f"{h.tok_s:.1f} tok/s" if h.tok_s else "– tok/s", "bold green")

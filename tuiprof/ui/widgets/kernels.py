@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from .. import format as fmt
-from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, kernel_rows,
+from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, kernel_rows, resolve_kernel_phase,
                       resolve_kernel_mode, select_kernels)
 from .base import Pane, RefreshContext
 
@@ -219,18 +219,21 @@ class KernelsPane(Pane):
     def show(self, view: Any, ctx: RefreshContext) -> None:
         self._view, self._ctx = view, ctx
         want = ctx.mode if self.mode_choice == "auto" else self.mode_choice
-        mode = resolve_kernel_mode(view, want, self.phase)
+        phase = resolve_kernel_phase(view, self.phase)
+        mode = resolve_kernel_mode(view, want, phase)
         self.resolved_mode = mode
-        sig = (ctx.changed, mode, self.phase, self.sort, self.descending, self.filter_text)
+        sig = (ctx.changed, mode, phase, self.sort, self.descending, self.filter_text)
         if sig == self._last_sig and not ctx.changed:
             return
         self._last_sig = sig
-        rows = kernel_rows(view, mode, self.phase)
+        rows = kernel_rows(view, mode, phase)
         total_ns = sum(r.stats.total for r in rows)
         sel = select_kernels(rows, self.sort, self.descending, self.filter_text, self.top_n)
         self.rows = {r.key: r for r in sel}
         cap = Text(no_wrap=True, overflow="ellipsis")
-        cap.append(f"{mode} · {self.phase}", "bold")
+        cap.append(f"{mode} · {phase}", "bold")
+        if phase != self.phase:
+            cap.append(f" (no {self.phase} steps: every phase)", "dim")
         if mode != want:
             cap.append(f" (no {want} kernels in this phase)", "dim")
         cap.append(f" · {len(rows)} kernels · {fmt.ns(total_ns)} GPU · sort {self.sort} "

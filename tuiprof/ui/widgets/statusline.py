@@ -28,7 +28,20 @@ class StatusLine(Static):
                 t.append(f" compiling {max(0.0, ctx.now - st.compiling_since):.1f}s", "yellow")
             else:
                 t.append(" compiling…", "yellow")
-        if st.message:
+        prog = (st.extra or {}).get("program")
+        if prog:  # a profiled program: how it runs or ended, and where its output is
+            t.append(" ")
+            if prog.get("running", True):
+                t.append(f"▶ {prog.get('name')}", "bold green")
+            else:
+                code = prog.get("exit_status")
+                t.append(f"■ {prog.get('name')} exit {code}", "bold" if code == 0 else "bold red")
+                if prog.get("error"):
+                    t.append(f" {prog['error']}", "red")
+            t.append(f" · log {prog.get('log')} (l)", "cyan")
+            if st.message and not st.message.startswith(("the program", str(prog.get("name")))):
+                t.append(f" · {st.message}")
+        elif st.message:
             t.append(f" {st.message}", "red" if st.state == "error" else "")
         dropped = int(view.counters.get("dropped", 0) or 0)
         t.append(" │ ")

@@ -1,0 +1,49 @@
+"""Running a program in tuiprof's interpreter with ``python``'s own semantics."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from tuiprof.errors import TuiprofError
+from tuiprof.program.launch import parse_program, run_program
+
+
+@pytest.mark.parametrize("launcher", ["python", "python3", "python3.12", "/usr/bin/python3.11",
+                                      sys.executable])
+def test_any_python_is_a_launcher(tmp_path, launcher):
+    script = tmp_path / "x.py"
+    script.write_text("")
+    spec = parse_program([launcher, "-u", str(script), "--n", "3"])
+    assert (spec.kind, spec.args, spec.name) == ("path", ("--n", "3"), "x.py")
+
+
+def test_not_a_python_program_is_said_plainly():
+    with pytest.raises(TuiprofError, match="runs Python programs only.*'torchrun'"):
+        parse_program(["torchrun", "x.py"])
+
+
+def test_the_program_sees_its_own_argv_path_and_main(tmp_path, capsys):
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import sys\n"
+        "print(sys.argv, sys.path[0], __name__)\n"
+        "sys.exit(None if sys.argv[1] == 'ok' else int(sys.argv[1]))\n")
+    argv, path0 = sys.argv[:], sys.path[0]
+    res = run_program(parse_program(["python", str(script), "ok"]))
+    out = capsys.readouterr().out
+    assert out.strip() == f"{[str(script), 'ok']} {tmp_path} __main__"
+    assert (res.status, res.how) == (0, "exited")
+    assert run_program(parse_program(["python", str(script), "300"])).status == 300 & 0xFF
+    assert sys.argv == argv and sys.path[0] == path0   # tuiprof's own, back as they were
+
+
+def test_exit_with_a_message_and_a_raise(tmp_path, capsys):
+    res = run_program(parse_program(["python", "-c", "import sys; sys.exit('no GPU here')"]))
+    assert (res.status, capsys.readouterr().err) == (1, "no GPU here\n")
+    res = run_program(parse_program(["python", "-c", "def f():\n  1/0\nf()"]))
+    assert (res.status, res.how, res.error) == (1, "raised", "ZeroDivisionError: division by zero")
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and "launch.py" not in err and os.sep + "runpy" not in err
+    assert res.traceback[-1] == "ZeroDivisionError: division by zero"

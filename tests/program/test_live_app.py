@@ -1,0 +1,76 @@
+"""The live app on a program: it runs on the session process's main thread, its output is
+in the log view, Ctrl-C reaches it as KeyboardInterrupt, its exit status is on the status
+line, and the engine-only key ``c`` is shown disabled and says why."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from textual.widgets import Log
+
+from tuiprof.program.launch import parse_program
+from tuiprof.profiler import ProfilerOptions
+from tuiprof.remote import RemoteControl
+from tuiprof.ui.app import make_app
+from tuiprof.ui.screens.log import LogScreen
+from tuiprof.ui.widgets.statusline import StatusLine
+
+from .conftest import PROGRAMS
+
+
+async def _until(pred, app, seconds: float = 60.0) -> None:
+    t_end = time.monotonic() + seconds
+    while not pred():
+        assert time.monotonic() < t_end, "timed out"
+        app.refresh_view()
+        await asyncio.sleep(0.1)
+
+
+def test_program_in_the_live_app(tmp_path):
+    spec = parse_program(["python", str(PROGRAMS / "serve_forever.py")])
+    log = tmp_path / "serve.log"
+    ctl = RemoteControl(ProfilerOptions(cupti=False, nvml=False), {"ring_tokens": 8},
+                        program={"spec": spec, "log_path": str(log), "window_ms": 50.0,
+                                 "step_ranges": ()})
+    ctl.start()
+    app = make_app(ctl, export_dir=tmp_path, auto_snapshot=True, refresh_hz=4.0)
+
+    def status_text() -> str:
+        return str(app.main.query_one(StatusLine).render())
+
+    async def main():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _until(lambda: app.view is not None and "serving" in app.view.output, app)
+            assert "▶ serve_forever.py" in status_text() and "serve.log" in status_text()
+            # c: tuiprof's own engine only; shown disabled, and says why when pressed
+            assert app.check_action("toggle_mode", ()) is None
+            await pilot.press("c")
+            assert "the program's code decides" in app.last_message
+            # l: the program's output
+            await pilot.press("l")
+            await _until(lambda: isinstance(app.screen, LogScreen)
+                         and app.screen.query_one(Log).line_count >= 1, app, 10)
+            assert "serving" in app.screen.query_one(Log).lines
+            await pilot.press("escape")
+            # Ctrl-C goes to the program first: it shuts down, and says so
+            await pilot.press("ctrl+c")
+            await _until(lambda: (ctl.status.extra.get("program") or {}).get("running") is False,
+                         app, 20)
+            assert ctl.status.extra["program"]["exit_status"] == 130
+            assert "exit 130" in status_text()
+            await _until(lambda: "shutting down" in app.view.output, app, 10)
+            await pilot.press("q")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+    asyncio.run(main())
+    ctl.stop()
+    ctl.close()
+    assert not ctl.busy
+    snap = json.loads(next(tmp_path.glob("tuiprof-*.json")).read_text())
+    prog = snap["meta"]["program"]
+    assert prog["exit_status"] == 130 and prog["ended"] == "interrupted"
+    assert snap["meta"]["step_source"] == "windows"
+    assert snap["output"][:2] == ["serving", "shutting down"]
+    assert "KeyboardInterrupt" in log.read_text()      # the traceback python prints, kept

@@ -1,0 +1,132 @@
+"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]``: headless and live."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+import signal
+from pathlib import Path
+
+from ..errors import TuiprofError
+from .launch import ProgramSpec, SessionStop, parse_program
+
+# Options of the built-in engine: a program loads and runs its own model.
+ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "mode",
+                  "compile_mode", "prompt", "prompt_len", "max_new_tokens", "max_len", "no_loop",
+                  "temperature", "top_k", "seed", "record", "measure_peaks")
+
+
+def check_options(args: argparse.Namespace, defaults: dict) -> None:
+    """Refuse engine options with a program, and program options without one."""
+    if args.program is None:
+        given = [o for o in ("step_range", "window_ms") if getattr(args, o) != defaults[o]]
+        if given:
+            raise TuiprofError(f"--{given[0].replace('_', '-')} applies to a program of your own: "
+                               f"tuiprof run --{given[0].replace('_', '-')} ... -- python SCRIPT.py")
+        return
+    given = [o for o in ENGINE_OPTIONS if getattr(args, o, None) != defaults.get(o)]
+    if given:
+        flags = ", ".join("--" + o.replace("_", "-") for o in given)
+        raise TuiprofError(f"{flags}: options of tuiprof's own engine; a program loads and runs "
+                           f"its own model (drop them, or pass them to the program after its "
+                           f"script name)")
+    if args.in_process:
+        raise TuiprofError("--in-process: a program runs on the session process's main thread "
+                           "(its signals behave as usual there); drop --in-process")
+    if args.window_ms <= 0:
+        raise TuiprofError("--window-ms must be positive")
+
+
+def stem(spec: ProgramSpec) -> str:
+    """A file-name stem for the program's snapshot and log."""
+    base = Path(spec.target).stem if spec.kind == "path" else spec.target.split(".")[-1]
+    if spec.kind == "code":
+        base = "code"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-")[:40] or "program"
+
+
+def program_options(args: argparse.Namespace, headless: bool):
+    from ..profiler import ProfilerOptions  # noqa: PLC0415
+
+    se = args.sample_every
+    if se == "auto" and (headless or args.step_range):
+        # Headless: every step traced, as for the engine. NVTX steps are known only after the
+        # fact, so a burst cannot be switched on at a step's start: trace everything.
+        se = 1
+    return ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
+                           sample_every=se, alloc_every=args.alloc_every
+                           if args.alloc_every == "auto" else int(args.alloc_every))
+
+
+def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) -> int:
+    """Run the program here, write the snapshot whatever happened, return its exit status."""
+    from ..profiler import Profiler  # noqa: PLC0415
+    from ..store import SessionStore  # noqa: PLC0415
+    from .session import ProgramSession  # noqa: PLC0415
+
+    spec = parse_program(args.program)
+    out = Path(args.json or f"tuiprof-{stem(spec)}.json")
+    log = out.with_suffix(".log")
+    prof = Profiler(SessionStore(ring_tokens=args.ring_tokens), program_options(args, True))
+    session = ProgramSession(prof, spec, log, window_ms=args.window_ms,
+                             step_ranges=tuple(args.step_range), tee=True)
+    if spec.note:
+        say(f"tuiprof: {spec.note}")
+    say(f"tuiprof: running {spec.name} (its output is also kept in {log}); Ctrl-C goes to "
+        f"the program, a second one stops it")
+    seen: list[int] = []
+
+    def on_signal(signum, frame):  # in the program's thread, between its bytecodes
+        seen.append(signum)
+        if signum == signal.SIGINT and seen.count(signal.SIGINT) == 1:
+            raise KeyboardInterrupt
+        raise SessionStop(signum)
+
+    try:
+        session.start()
+    except OSError as exc:
+        prof.stop()
+        raise TuiprofError(f"cannot capture the program's output in {log}: "
+                           f"{exc.strerror or exc}") from None
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                continue
+            old[sig] = signal.signal(sig, on_signal)
+        except (ValueError, OSError):
+            pass
+    try:
+        result = session.run()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    session.finish(result)
+    view = prof.store.view()
+    write_outputs(view, out, None)
+    print_summary(view, None)
+    say(f"tuiprof: {result.line()}")
+    return result.status
+
+
+def run_live(args: argparse.Namespace) -> int:
+    """The live app; the program runs in the session process."""
+    from ..remote import RemoteControl  # noqa: PLC0415
+    from ..ui.app import run_app  # noqa: PLC0415
+
+    spec = parse_program(args.program)
+    export = Path(args.export_dir)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    log = export / f"tuiprof-{stem(spec)}-{stamp}.log"
+    try:
+        export.mkdir(parents=True, exist_ok=True)
+        log.touch()
+    except OSError as exc:
+        raise TuiprofError(f"cannot write the program's log in {export}: "
+                           f"{exc.strerror or exc}") from None
+    program = {"spec": spec, "log_path": str(log), "window_ms": args.window_ms,
+               "step_ranges": tuple(args.step_range)}
+    ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
+                        orphan_snapshot_dir=args.export_dir, program=program)
+    ctl.start()
+    return run_app(ctl, title=f"tuiprof {spec.name}", export_dir=export, auto_snapshot=True)

@@ -1,0 +1,279 @@
+"""Steps of Hugging Face transformers' own generation loops, found without changing the program.
+
+Where the boundary is (the same in transformers 5.17 and 5.23, and in 4.5x):
+
+* ``generate()``: every forward call of the loop (prefill, each decode step, beam search,
+  assisted decoding) is preceded by exactly one call of the model's
+  ``prepare_inputs_for_generation``, in plain Python outside the forward. That call is wrapped
+  (on the model *instance*, for the duration of one ``generate()``), so it also works when the
+  forward is ``torch.compile``d or replays CUDA graphs (``cache_implementation="static"``):
+  a hook inside the compiled region would be traced by dynamo and never run per step. A step
+  lasts from one such call to the next (the forward, logits processing, sampling and the
+  stopping check that syncs), and the last one ends when ``generate()`` returns. The returned
+  model inputs give the batch (sequences) and the input positions.
+* continuous batching (``generate_batch``, ``ContinuousBatchingManager``):
+  ``ContinuousBatchingManager._generation_step`` runs one forward over the scheduled requests;
+  the step lasts for that call and its batch is the number of requests scheduled in it, which
+  varies from step to step.
+
+Prefill: the forward calls at the start of a ``generate()`` while every call so far fed more
+than one position per sequence (a chunked prefill is several such calls); in continuous
+batching, a step that feeds more positions than it has requests. Mode: ``compiled`` for decode
+steps of ``generate()`` when transformers compiles the forward itself (a static cache on a GPU,
+``_valid_auto_compile_criteria``), for every step when the model's ``forward`` was wrapped by
+``torch.compile``, and for continuous-batching steps that run CUDA graphs or a compiled forward.
+
+The patches go in when transformers' modules are imported (a post-import hook, so the program
+imports transformers itself, in its own order and with its own environment) and come out with
+:meth:`TransformersSteps.uninstall`.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import sys
+import threading
+from typing import Any, Callable
+
+from .steps import DECODE, PREFILL, StepRecorder
+
+GENERATION = "transformers.generation.utils"
+BATCHING = "transformers.generation.continuous_batching.continuous_api"
+SOURCE = "transformers"
+
+
+class TransformersSteps:
+    """Installs and removes the patches; reports steps to ``recorder``."""
+
+    def __init__(self, recorder: StepRecorder, describe: Callable[[Any], None] | None = None) -> None:
+        self.recorder = recorder
+        self.describe = describe or (lambda model: None)  # called once per model seen
+        self._restore: list[tuple[Any, str, Any]] = []
+        self._finder: _PostImport | None = None
+        self._local = threading.local()
+        self._seen: set[int] = set()
+
+    # ----------------------------------------------------------------- install
+    def install(self) -> None:
+        """Patch now what is imported, and the rest when the program imports it."""
+        hooks = {GENERATION: self._patch_generate, BATCHING: self._patch_batching}
+        for name, patch in hooks.items():
+            mod = sys.modules.get(name)
+            if mod is not None:
+                patch(mod)
+        self._finder = _PostImport({n: p for n, p in hooks.items() if n not in sys.modules})
+        sys.meta_path.insert(0, self._finder)
+
+    def uninstall(self) -> None:
+        """Restore every patched attribute and drop the import hook."""
+        if self._finder is not None:
+            try:
+                sys.meta_path.remove(self._finder)
+            except ValueError:
+                pass
+            self._finder = None
+        for owner, name, orig in reversed(self._restore):
+            setattr(owner, name, orig)
+        self._restore.clear()
+
+    def _replace(self, owner: Any, name: str, new: Any) -> None:
+        self._restore.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, new)
+
+    def _patch_generate(self, mod: Any) -> None:
+        cls = getattr(mod, "GenerationMixin", None)
+        if cls is None or "generate" not in cls.__dict__:
+            return
+        orig = cls.__dict__["generate"]
+        steps = self
+
+        @functools.wraps(orig)
+        def generate(model, *args, **kwargs):
+            if getattr(steps._local, "depth", 0):  # a generate() inside one (assistant model)
+                return orig(model, *args, **kwargs)
+            with _GenerateScope(steps, model):
+                return orig(model, *args, **kwargs)
+
+        self._replace(cls, "generate", generate)
+
+    def _patch_batching(self, mod: Any) -> None:
+        cls = getattr(mod, "ContinuousBatchingManager", None)
+        if cls is None or "_generation_step" not in cls.__dict__:
+            return
+        orig = cls.__dict__["_generation_step"]
+        rec = self.recorder
+        steps = self
+
+        @functools.wraps(orig)
+        def _generation_step(manager, *args, **kwargs):
+            proc = getattr(manager, "batch_processor", None)
+            batch, positions, phase, mode = _batching_step(proc)
+            model = getattr(manager, "model", None)
+            if model is not None:
+                steps._describe_once(model)
+            t = rec.clock()
+            step = rec.begin(SOURCE, phase, batch=batch, positions=positions, mode=mode,
+                             start_ns=t)
+            try:
+                return orig(manager, *args, **kwargs)
+            finally:
+                if step is not None:
+                    rec.end(SOURCE, step=step)
+
+        self._replace(cls, "_generation_step", _generation_step)
+
+    def _describe_once(self, model: Any) -> None:
+        if id(model) not in self._seen:
+            self._seen.add(id(model))
+            try:
+                self.describe(model)
+            except Exception:  # describing a model must never break the program
+                pass
+
+
+class _GenerateScope:
+    """One ``generate()``: wraps the instance's per-step hook and closes the last step."""
+
+    def __init__(self, steps: TransformersSteps, model: Any) -> None:
+        self.steps = steps
+        self.model = model
+        self.multi = True            # every forward so far fed > 1 position per sequence
+        self.auto_compile = False    # transformers chose its compiled forward for decode
+        self.compiled_forward = _is_compiled(getattr(model, "forward", None))
+        self._saved: dict[str, Any] = {}
+
+    def __enter__(self) -> "_GenerateScope":
+        steps, model = self.steps, self.model
+        steps._local.depth = 1
+        steps._describe_once(model)
+        steps.recorder.enter_scope(SOURCE)
+        prepare = getattr(model, "prepare_inputs_for_generation", None)
+        if callable(prepare):
+            self._set("prepare_inputs_for_generation", self._wrap_prepare(prepare))
+        criteria = getattr(model, "_valid_auto_compile_criteria", None)
+        if callable(criteria):
+            self._set("_valid_auto_compile_criteria", self._wrap_criteria(criteria))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, old in self._saved.items():
+            if old is _MISSING:
+                self.model.__dict__.pop(name, None)
+            else:
+                self.model.__dict__[name] = old
+        self.steps.recorder.exit_scope(SOURCE)
+        self.steps._local.depth = 0
+
+    def _set(self, name: str, fn: Any) -> None:
+        self._saved[name] = self.model.__dict__.get(name, _MISSING)
+        self.model.__dict__[name] = fn   # an instance attribute shadows the class's method
+
+    def _wrap_prepare(self, prepare: Callable) -> Callable:
+        rec = self.recorder = self.steps.recorder
+
+        @functools.wraps(prepare)  # generate() inspects its signature: keep it
+        def prepare_inputs_for_generation(*args, **kwargs):
+            t = rec.clock()
+            inputs = prepare(*args, **kwargs)
+            batch, per_seq = _input_shape(inputs)
+            self.multi = self.multi and per_seq > 1
+            phase = PREFILL if self.multi else DECODE
+            compiled = self.compiled_forward or (phase == DECODE and self.auto_compile)
+            rec.begin(SOURCE, phase, batch=batch, positions=batch * per_seq,
+                      mode="compiled" if compiled else "eager", start_ns=t)
+            return inputs
+
+        return prepare_inputs_for_generation
+
+    def _wrap_criteria(self, criteria: Callable) -> Callable:
+        @functools.wraps(criteria)
+        def _valid_auto_compile_criteria(*args, **kwargs):
+            ok = criteria(*args, **kwargs)
+            self.auto_compile = bool(ok)
+            return ok
+
+        return _valid_auto_compile_criteria
+
+
+_MISSING = object()
+
+
+def _input_shape(inputs: Any) -> tuple[int, int]:
+    """(sequences, positions per sequence) of the model inputs of one forward."""
+    get = inputs.get if isinstance(inputs, dict) else (lambda k: None)
+    for key in ("input_ids", "decoder_input_ids", "inputs_embeds", "decoder_inputs_embeds"):
+        t = get(key)
+        shape = getattr(t, "shape", None)
+        if shape is not None and len(shape) >= 2:
+            return int(shape[0]), int(shape[1])
+    return 1, 1
+
+
+def _is_compiled(fn: Any) -> bool:
+    """A function wrapped by ``torch.compile`` (or a module compiled with ``.compile()``)."""
+    if fn is None:
+        return False
+    if hasattr(fn, "_torchdynamo_orig_callable"):
+        return True
+    owner = getattr(fn, "__self__", None)
+    return getattr(owner, "_compiled_call_impl", None) is not None
+
+
+def _batching_step(proc: Any) -> tuple[int, int, str, str]:
+    """(batch, positions, phase, mode) of the continuous-batching step about to run."""
+    io = getattr(proc, "inputs_and_outputs", None)
+    pairs = getattr(io, "io_pairs", None)  # asynchronous batching: the pair in use
+    if pairs is not None:
+        io = getattr(pairs[getattr(io, "current_pair", 0)], "host_io", io)
+    reqs = list(getattr(io, "requests_in_batch", None) or ())
+    batch = len(reqs) or int(getattr(io, "num_request_in_batch", 0) or 0)
+    positions = sum(int(getattr(r, "query_length", 1) or 1) for r in reqs) or batch
+    phase = PREFILL if positions > batch else DECODE
+    runner = getattr(proc, "model_runner", None)
+    if phase == DECODE:
+        compiled = getattr(runner, "use_cuda_graph_decode", False) or getattr(
+            runner, "_compiled_decode", None) is not None
+    else:
+        compiled = getattr(runner, "use_cuda_graph_varlen", False) or getattr(
+            runner, "_compiled_varlen", None) is not None
+    return batch, positions, phase, "compiled" if compiled else "eager"
+
+
+class _PostImport(importlib.abc.MetaPathFinder):
+    """Calls ``hooks[name](module)`` right after the module ``name`` has been executed."""
+
+    def __init__(self, hooks: dict[str, Callable[[Any], None]]) -> None:
+        self.hooks = dict(hooks)
+        self._busy: set[str] = set()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        hook = self.hooks.get(name)
+        if hook is None or name in self._busy:
+            return None
+        self._busy.add(name)
+        try:
+            spec = importlib.util.find_spec(name)  # the real finders (we step aside)
+        finally:
+            self._busy.discard(name)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _HookedLoader(spec.loader, hook)
+        self.hooks.pop(name, None)
+        return spec
+
+
+class _HookedLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, hook: Callable[[Any], None]) -> None:
+        self._loader = loader
+        self._hook = hook
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        self._hook(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, is_package, ...
+        return getattr(self._loader, name)

@@ -1,0 +1,163 @@
+"""What the profiled program prints: kept whole in a log file, recent lines in the store.
+
+The program's file descriptors 1 and 2 (so C libraries' output too) point at two pipes; one
+thread reads both, appends every byte to the log file, optionally copies them to the
+terminal (``tee``: a headless run), and hands complete, sanitised lines to
+``store.add_output`` (a bounded ring the live app's log view reads). Nothing is lost: the
+log file has everything; the ring keeps the newest lines.
+"""
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import sys
+import threading
+from pathlib import Path
+
+from ..store import SessionStore
+
+MAX_LINE = 400            # characters kept of one line in the ring
+MAX_PARTIAL = 1 << 16     # bytes of an unfinished line before it is cut
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def clean_line(text: str, home: str | None = None, limit: int = MAX_LINE) -> str:
+    """One printed line made safe for a screen and a shared snapshot: terminal escapes and
+    control characters removed, a carriage-return redraw reduced to its last state, the home
+    directory written ``~``, at most ``limit`` characters."""
+    text = _ANSI.sub("", text)
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p]
+        text = parts[-1] if parts else ""
+    text = _CONTROL.sub("", text.replace("\t", "    "))
+    home = os.path.expanduser("~") if home is None else home
+    if home and home not in ("/", "~"):
+        text = text.replace(home, "~")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+class OutputCapture:
+    """Redirects fds 1 and 2 of this process into the log file and the store's ring."""
+
+    def __init__(self, store: SessionStore, log_path: str | Path, tee: bool = False) -> None:
+        self.store = store
+        self.log_path = str(log_path)
+        self.tee = tee
+        self.lines = 0
+        self.bytes = 0
+        self._saved: dict[int, int] = {}     # fd -> a copy of what it was
+        self._reads: dict[int, int] = {}     # pipe read end -> fd it serves
+        self._partial: dict[int, bytes] = {}
+        self._log = -1
+        self._thread: threading.Thread | None = None
+        self._home = os.path.expanduser("~")
+
+    def start(self) -> None:
+        """Open the log file and swap fds 1 and 2 for pipes; raises OSError."""
+        self._flush_python()
+        self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for fd in (1, 2):
+            r, w = os.pipe()
+            self._saved[fd] = os.dup(fd)
+            os.dup2(w, fd)
+            os.close(w)
+            self._reads[r] = fd
+            self._partial[r] = b""
+        for stream in (sys.stdout, sys.stderr):  # a program's lines appear as it prints them
+            try:
+                stream.reconfigure(line_buffering=True)
+            except (AttributeError, ValueError, OSError):
+                pass
+        self._thread = threading.Thread(target=self._read, name="tuiprof-output", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Give fds 1 and 2 back and collect the rest of the output (at most ``timeout``
+        seconds: a child process of the program may still hold a pipe open)."""
+        if not self._saved:
+            return
+        self._flush_python()
+        for fd, saved in self._saved.items():
+            os.dup2(saved, fd)   # the pipes' last write ends close: the reader sees the end
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for saved in self._saved.values():
+            os.close(saved)
+        self._saved.clear()
+        if self._log >= 0 and not (self._thread and self._thread.is_alive()):
+            os.close(self._log)
+            self._log = -1
+
+    def flush(self) -> None:
+        """Push what Python buffered to the pipes (the program ended; the capture goes on)."""
+        self._flush_python()
+
+    def original(self, fd: int) -> int:
+        """The fd that ``fd`` pointed at before the capture (tuiprof's own messages)."""
+        return self._saved.get(fd, fd)
+
+    @staticmethod
+    def _flush_python() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+
+    # ------------------------------------------------------------------ reader
+    def _read(self) -> None:
+        sel = selectors.DefaultSelector()
+        for r in self._reads:
+            sel.register(r, selectors.EVENT_READ)
+        open_ends = set(self._reads)
+        while open_ends:
+            for key, _ in sel.select():
+                r = key.fd
+                try:
+                    chunk = os.read(r, 1 << 16)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    sel.unregister(r)
+                    open_ends.discard(r)
+                    self._lines(r, b"", final=True)
+                    os.close(r)
+                    continue
+                self._write(r, chunk)
+                self._lines(r, chunk)
+        sel.close()
+        if self._log >= 0 and not self._saved:
+            os.close(self._log)
+            self._log = -1
+
+    def _write(self, r: int, chunk: bytes) -> None:
+        self.bytes += len(chunk)
+        try:
+            os.write(self._log, chunk)
+        except OSError:
+            pass
+        if self.tee:
+            try:
+                os.write(self._saved.get(self._reads[r], self._reads[r]), chunk)
+            except OSError:  # the terminal is gone: the log file still has it
+                pass
+
+    def _lines(self, r: int, chunk: bytes, final: bool = False) -> None:
+        data = self._partial[r] + chunk
+        parts = data.split(b"\n")
+        rest = parts.pop()
+        if final and rest:
+            parts.append(rest)
+            rest = b""
+        if len(rest) > MAX_PARTIAL:  # a line without end (a progress bar): show what it has
+            parts.append(rest)
+            rest = b""
+        self._partial[r] = rest
+        if not parts:
+            return
+        self.lines += len(parts)
+        keep = parts[-(self.store.output_len or len(parts)):]
+        self.store.add_output([clean_line(p.decode("utf-8", "replace"), self._home)
+                               for p in keep], skipped=len(parts) - len(keep))

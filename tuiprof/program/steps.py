@@ -1,0 +1,218 @@
+"""One place where a program's steps are opened and closed, whichever source marks them.
+
+Sources, by precedence (the order of ``SOURCES``):
+
+1. ``transformers``: the forward calls of ``generate()`` and of continuous batching;
+2. ``api``: :func:`tuiprof.step` / :func:`tuiprof.mark_prefill` in the program's own loop;
+3. ``nvtx``: NVTX ranges named with ``--step-range`` (CUPTI marker records);
+4. ``windows``: fixed time windows while no other source has marked a step.
+
+One step is open at a time. A source never interrupts a step of a higher-precedence source,
+and while a ``generate()`` runs (a *scope*), marks of lower-precedence sources are ignored and
+counted in ``nested``: a ``tuiprof.step`` around or inside ``generate()`` never counts a token
+twice. A higher-precedence step that begins ends the open lower-precedence one at that instant.
+
+Each step reaches the listener as ``token_started`` … ``token_finished``, exactly like a token
+of the built-in engine, so the store, the collectors' sampling and every pane treat it alike.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..engine.events import EngineListener, TokenEvent
+
+SOURCES = ("transformers", "api", "nvtx", "windows")
+PREFILL, DECODE, WINDOW = "prefill", "decode", "window"
+HOST_SOURCES = ("transformers", "api")   # marked on the program's own threads: can pause there
+
+
+@dataclass(slots=True)
+class _Open:
+    source: str
+    phase: str
+    mode: str
+    start_ns: int
+    step: int
+    cycle: int
+
+
+class StepRecorder:
+    """Serialises step boundaries from every source into listener calls (thread-safe)."""
+
+    def __init__(self, listener: EngineListener, clock: Callable[[], int] = time.perf_counter_ns,
+                 sources: tuple[str, ...] = SOURCES) -> None:
+        self.listener = listener
+        self.clock = clock
+        self.enabled = frozenset(sources)
+        self.counts = {s: 0 for s in SOURCES}   # steps recorded per source
+        self.nested = 0                         # marks ignored (a higher source held the step)
+        self._lock = threading.RLock()
+        self._open: _Open | None = None
+        self._scopes = {s: 0 for s in SOURCES}
+        self._cycle = -1
+        self._step = -1
+        self._fresh = False   # a cycle just began (a scope): its prefill starts no new one
+        self._tokens = 0
+        self._state = ""
+        self._resume = threading.Event()
+        self._resume.set()
+
+    # ------------------------------------------------------------------ sources
+    @property
+    def marked(self) -> bool:
+        """True once a source other than the windows has recorded a step."""
+        return any(n for s, n in self.counts.items() if s != "windows")
+
+    @property
+    def source(self) -> str | None:
+        """The highest-precedence source that recorded steps (the snapshot's step source)."""
+        return next((s for s in SOURCES if self.counts[s]), None)
+
+    def enter_scope(self, source: str) -> None:
+        """A region where ``source`` marks every step (``generate()``); starts a new cycle."""
+        with self._lock:
+            self._scopes[source] += 1
+            self._new_cycle()
+
+    def exit_scope(self, source: str) -> None:
+        """Leave a scope: its last step ends now."""
+        with self._lock:
+            self._scopes[source] = max(0, self._scopes[source] - 1)
+            if not self._scopes[source]:
+                self.end(source)
+
+    def _held_above(self, rank: int) -> bool:
+        if any(self._scopes[s] for s in SOURCES[:rank]):
+            return True
+        op = self._open
+        return op is not None and SOURCES.index(op.source) < rank
+
+    # ----------------------------------------------------------------- steps
+    def begin(self, source: str, phase: str, *, batch: int = 1, positions: int = 1,
+              mode: str = "eager", start_ns: int | None = None) -> _Open | None:
+        """Open a step at ``start_ns`` (default: now), ending the open one there. Returns the
+        step, or None when a higher-precedence source holds it or ``source`` is not enabled."""
+        if source not in self.enabled:
+            return None
+        if not self._resume.is_set() and source in HOST_SOURCES:
+            self._wait_resumed(source)
+        with self._lock:
+            rank = SOURCES.index(source)
+            if self._held_above(rank):
+                self.nested += 1
+                return None
+            t = self.clock() if start_ns is None else start_ns
+            if self._open is not None:
+                self._finish(t)
+            if phase == PREFILL:
+                if not self._fresh:
+                    self._new_cycle()
+            else:
+                self._step += 1
+            self._fresh = False
+            step = -1 if phase == PREFILL else self._step
+            self._open = _Open(source, phase, mode, t, step, max(0, self._cycle))
+            self.counts[source] += 1
+            self.listener.token_started(phase, mode, step, max(0, self._cycle), t,
+                                        batch=max(0, int(batch)),
+                                        positions=max(0, int(positions)))
+            if phase != self._state:
+                self._state = phase
+                self.listener.state_changed(phase)
+            return self._open
+
+    def end(self, source: str, end_ns: int | None = None, step: _Open | None = None) -> None:
+        """End the open step if ``source`` opened it (and it is ``step``, when given)."""
+        with self._lock:
+            op = self._open
+            if op is not None and op.source == source and (step is None or op is step):
+                self._finish(self.clock() if end_ns is None else end_ns)
+
+    def close(self) -> None:
+        """End whatever step is open (the program ended)."""
+        with self._lock:
+            if self._open is not None:
+                self._finish(self.clock())
+
+    def _finish(self, t: int) -> None:
+        op = self._open
+        self._open = None
+        t = max(t, op.start_ns)
+        self.listener.token_finished(TokenEvent(
+            self._tokens, op.step, op.phase, op.mode, None, op.start_ns, t,
+            (t - op.start_ns) / 1e6, None, op.cycle))
+        self._tokens += 1
+
+    def _new_cycle(self) -> None:
+        self._cycle += 1
+        self._step = -1
+        self._fresh = True
+
+    # ------------------------------------------------------------------ pause
+    @property
+    def paused(self) -> bool:
+        return not self._resume.is_set()
+
+    def pause(self) -> None:
+        """Hold the program at its next step boundary (transformers and api sources)."""
+        self._resume.clear()
+
+    def resume(self) -> None:
+        self._resume.set()
+
+    def _wait_resumed(self, source: str) -> None:
+        with self._lock:
+            if self._open is not None and self._open.source == source:
+                self._finish(self.clock())
+            self._state = "paused"
+            self.listener.state_changed("paused")
+        # short waits: a signal (Ctrl-C) still reaches a program paused on its main thread
+        while not self._resume.wait(0.1):
+            pass
+
+    # ----------------------------------------------------------- tuiprof.step
+    def api_step(self, name: str, tokens: int = 1, now: bool = False) -> "_ApiStep":
+        """The object ``tuiprof.step`` returns under a session (see :mod:`tuiprof.marks`)."""
+        s = _ApiStep(self, PREFILL if name == PREFILL else DECODE, tokens)
+        if now:
+            s.__enter__()
+        return s
+
+
+class _ApiStep:
+    """``with tuiprof.step(...)``: a step from ``__enter__`` to ``__exit__``."""
+
+    __slots__ = ("rec", "phase", "tokens", "began", "step")
+
+    def __init__(self, rec: StepRecorder, phase: str, tokens: int) -> None:
+        self.rec, self.phase, self.tokens = rec, phase, tokens
+        self.began, self.step = False, None
+
+    def __enter__(self) -> None:
+        if not self.began:
+            self.began = True
+            self.step = self.rec.begin("api", self.phase, batch=self.tokens,
+                                       positions=self.tokens, mode=compiled_or_eager())
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.step is not None:
+            self.rec.end("api", step=self.step)
+            self.step = None
+        return None
+
+
+def compiled_or_eager() -> str:
+    """``compiled`` once torch.compile has produced a graph in this process, else ``eager``
+    (the best a step source that does not see the model can say)."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is None:
+        return "eager"
+    try:
+        return "compiled" if dynamo.counters["stats"]["unique_graphs"] else "eager"
+    except Exception:
+        return "eager"
