@@ -53,7 +53,7 @@ def test_compiled_findings(compiled_view):
 
 # ------------------------------------------------------------------------ synthetic sessions
 def _session(n_tokens=6, mode="eager", meta=None, kernels=None, busy_us=100, wall_us=1000,
-             mallocs=0, sampled=lambda i: True, alloc=None, step0=0):
+             mallocs=0, sampled=lambda i: True, alloc=None, step0=0, memkind=3):
     s = SessionStore(meta=meta or {"device": "NVIDIA H100 80GB HBM3", "sm_count": 132,
                                    "model": "toy", "mode": mode})
     t = 1_000_000
@@ -68,7 +68,7 @@ def _session(n_tokens=6, mode="eager", meta=None, kernels=None, busy_us=100, wal
                 st = k0 + j * (per + 1000)
                 recs.append(("K", name, st, st + per, *grid, 384, 1, 1, 168, 164308, 7, j, 0))
             for j in range(mallocs):
-                recs.append(("A", 1, 1, 1 << 20, k0 + j, 0xABC + j))
+                recs.append(("A", 1, memkind, 1 << 20, k0 + j, 0xABC + j, j, 0, 0, 7, 1))
         s.add_records(recs)
         s.end_token(seq, t + wall_us * 1000, wall_us / 1000)
         if alloc is not None:
@@ -104,6 +104,8 @@ def test_device_allocs_cupti_and_allocator():
     fs = find(_session(mallocs=3).view())
     a = [f for f in fs if f.id == "device-allocs"]
     assert a and a[0].numbers["cupti_mallocs_per_token"] == 3
+    # pinned host buffers are CUPTI memory records too, but no device cudaMalloc
+    assert "device-allocs" not in _ids(find(_session(mallocs=3, memkind=2).view()))
     fs = find(_session(alloc=lambda i: 100 + 2 * i).view())
     a = [f for f in fs if f.id == "device-allocs"]
     assert a and a[0].numbers["allocator_device_allocs_per_token"] == 2

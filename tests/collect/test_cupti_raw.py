@@ -56,7 +56,7 @@ def test_parse_mixed_buffer(kver, cver, name_buffers):
                      1, 168, 1056, 7, 11, 0)
     assert ("C", 2, 8, 3000, 3100, 7, 12) in out
     assert ("S", 4, 1500, 1600, 7, 13) in out
-    assert ("A", 1, 3, 2 << 20, 900, 0xDEAD000) in out
+    assert ("A", 1, 3, 2 << 20, 900, 0xDEAD000, 0, 0, 0, 0, 0) in out
     assert ("R", "cudaLaunchKernel", 950, 990, 10) in out
     assert len(out) == len(recs)
 

@@ -24,7 +24,8 @@ from typing import Callable, Protocol
 
 from ..errors import safe_text
 from ..store import SessionStore
-from .cupti_raw import Layout, LayoutError, NameCache, RawBuffers, find_libcupti, parse_buffer
+from .cupti_raw import (Layout, LayoutError, LibraryResolver, NameCache, RawBuffers,
+                        find_libcupti, parse_buffer)
 
 DEFAULT_BUFFER_BYTES = 8 * 1024 * 1024
 BURST = 4  # consecutive tokens traced per sampling period
@@ -36,10 +37,15 @@ RUNTIME_APIS = (
     "cudaMalloc_v3020", "cudaFree_v3020", "cudaMallocAsync_v11020", "cudaFreeAsync_v11020",
     "cudaDeviceSynchronize_v3020", "cudaStreamSynchronize_v3020", "cudaEventSynchronize_v3020",
     "cudaMemcpyAsync_v3020",
+    # what else makes CUPTI memory records (their correlation ids name the call)
+    "cudaHostAlloc_v3020", "cudaMallocHost_v3020", "cudaFreeHost_v3020",
+    "cudaMallocFromPoolAsync_v11020",
 )
 DRIVER_APIS = (
     "cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch", "cuMemAlloc_v2", "cuMemFree_v2",
     "cuMemAllocAsync", "cuMemFreeAsync", "cuStreamSynchronize", "cuCtxSynchronize",
+    "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemCreate", "cuMemRelease",
+    "cuMemAllocFromPoolAsync",
 )
 
 
@@ -83,6 +89,7 @@ class CuptiCollector:
         self.markers = markers  # NVTX marker records go here (CUPTI's MARKER kind is enabled)
         self._layout = Layout()
         self._names = NameCache()
+        self._libraries = LibraryResolver()
         self._rawbufs: RawBuffers | None = None
         self.buffer_bytes = buffer_bytes
         self.api = api
@@ -343,7 +350,7 @@ class CuptiCollector:
                 append(("S", a.bytes, a.start, a.end, a.stream_id, a.correlation_id))
             elif kind == MEMORY2:
                 append(("A", int(a.memory_operation_type), int(a.memory_kind), a.bytes,
-                        a.timestamp, a.address))
+                        a.timestamp, a.address))  # no detail: see alloc_classes
             elif kind == RUNTIME or kind == DRIVER:
                 dom = 2 if kind == RUNTIME else 1
                 name = names.get((dom, a.cbid))
@@ -392,7 +399,7 @@ class CuptiCollector:
             if isinstance(batch, bytes):
                 try:
                     batch = parse_buffer(batch, self._layout, self._names, _ApiNames(self),
-                                         markers)
+                                         markers, self._libraries)
                 except LayoutError as exc:
                     self.store.set_collector("cupti", False, f"CUPTI records unreadable: {safe_text(exc, 120)}")
                     continue

@@ -19,6 +19,9 @@ from itertools import repeat
 
 import numpy as np
 
+from ..store.alloc_classes import library_code
+from ..store.records import LIB_UNKNOWN
+
 # CUpti_ActivityKind values
 KIND_MEMCPY, KIND_MEMSET, KIND_KERNEL, KIND_DRIVER, KIND_RUNTIME = 1, 2, 10, 4, 5
 KIND_CONCURRENT_KERNEL = 10
@@ -118,14 +121,76 @@ class NameCache:
         return np.array(strs, dtype=object)[inv].tolist()
 
 
+class LibraryResolver:
+    """Which library a memory record came from, as a ``LIBRARIES`` index.
+
+    CUPTI's ``source`` (a C string CUPTI keeps alive: the shared object that asked for the
+    memory) names it directly and is read once per pointer; without it the record's PC is
+    looked up in ``/proc/self/maps``, read again only when a PC falls outside every mapping
+    known so far (libraries loaded later). Runs on the consumer thread, never in a callback.
+    """
+
+    def __init__(self, maps_path: str = "/proc/self/maps") -> None:
+        self._maps_path = maps_path
+        self._by_source: dict[int, int] = {}
+        self._by_pc: dict[int, int] = {}
+        self._ranges: list[tuple[int, int, str]] = []
+        self._maps_read = 0
+
+    def source(self, ptr: int) -> int:
+        code = self._by_source.get(ptr)
+        if code is None:
+            path = ctypes.string_at(ptr).decode("utf-8", "replace") if ptr else ""
+            code = self._by_source[ptr] = library_code(path)
+        return code
+
+    def pc(self, pc: int) -> int:
+        code = self._by_pc.get(pc)
+        if code is None:
+            path = self._find(pc)
+            if path is None and self._maps_read < 16:
+                self._read_maps()
+                path = self._find(pc)
+            code = library_code(path)
+            if len(self._by_pc) < 65536:
+                self._by_pc[pc] = code
+        return code
+
+    def lookup(self, sources: list[int], pcs: list[int]) -> list[int]:
+        return [self.source(s) if s else (self.pc(p) if p else LIB_UNKNOWN)
+                for s, p in zip(sources, pcs)]
+
+    def _find(self, pc: int) -> str | None:
+        for lo, hi, path in self._ranges:
+            if lo <= pc < hi:
+                return path
+        return None
+
+    def _read_maps(self) -> None:
+        self._maps_read += 1
+        ranges = []
+        try:
+            with open(self._maps_path) as fh:
+                for line in fh:
+                    parts = line.split(maxsplit=5)
+                    if len(parts) == 6 and parts[5].startswith("/"):
+                        lo, hi = parts[0].split("-")
+                        ranges.append((int(lo, 16), int(hi, 16), parts[5].strip()))
+        except OSError:
+            return
+        self._ranges = ranges
+
+
 def parse_buffer(data: bytes, layout: Layout, names: NameCache,
                  api_names: dict[tuple[int, int], str] | None = None,
-                 markers: list | None = None) -> list[tuple]:
+                 markers: list | None = None,
+                 libraries: LibraryResolver | None = None) -> list[tuple]:
     """Parse one completed buffer into record tuples (:mod:`tuiprof.store.records`).
 
-    Kernels come first, sorted by start time; the few other records follow. NVTX marker
-    records go to ``markers`` (when given) as ``("M", flags, timestamp, id, name, domain,
-    thread_id)``, in buffer order; they are not activity records of the store.
+    Kernels come first, sorted by start time; the few other records follow, API records
+    before memory records (the store names a memory record's API by its correlation id).
+    NVTX marker records go to ``markers`` (when given) as ``("M", flags, timestamp, id, name,
+    domain, thread_id)``, in buffer order; they are not activity records of the store.
     """
     n = len(data)
     if n == 0:
@@ -158,7 +223,8 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
             w32[q + 39].tolist(),                                                # graph id 156
         ]
         out.extend(zip(repeat("K"), *cols))
-    for kind, offs in offsets.items():
+    libraries = libraries if libraries is not None else LibraryResolver()
+    for kind, offs in sorted(offsets.items(), key=lambda kv: kv[0] == KIND_MEMORY2):
         if kind == KIND_CONCURRENT_KERNEL:
             continue
         o = np.asarray(offs, dtype=np.int64)
@@ -173,9 +239,15 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
                            w64[(o + 24) >> 3].tolist(), w32[q + 10].tolist(),
                            w32[q + 11].tolist()))
         elif kind == KIND_MEMORY2:
+            # CUpti_ActivityMemory4 (cupti_activity.h, CUDA 13.0, 128 bytes): op @4, kind @8,
+            # correlation @12, address @16, bytes @24, timestamp @32, PC @40, stream @60,
+            # isAsync @72, memoryPoolConfig.memoryPoolType @80, source @120
+            libs = libraries.lookup(w64[(o + 120) >> 3].tolist(), w64[(o + 40) >> 3].tolist())
             out.extend(zip(repeat("A"), i32[q + 1].tolist(), i32[q + 2].tolist(),
                            w64[(o + 24) >> 3].tolist(), w64[(o + 32) >> 3].tolist(),
-                           w64[(o + 16) >> 3].tolist()))
+                           w64[(o + 16) >> 3].tolist(), w32[q + 3].tolist(),
+                           w32[q + 18].tolist(), w32[q + 20].tolist(), w32[q + 15].tolist(),
+                           libs))
         elif kind == KIND_MARKER:
             if markers is not None:
                 markers.extend(_markers(data, o, q, w32, w64))

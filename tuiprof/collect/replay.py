@@ -150,6 +150,9 @@ def _valid_record(r: object) -> bool:
     if r[0] in ("C", "S"):
         if not (n <= len(r) <= n + 2):
             return False
+    elif r[0] == "A":
+        if len(r) not in (n, n + 5):   # old recordings: 6 fields; with the detail: 11
+            return False
     elif len(r) != n:
         return False
     if r[0] in ("K", "R"):

@@ -329,7 +329,7 @@ def _stats(d: dict, where: str) -> RunningStats:
     return s
 
 
-_REC_LEN = {"K": (15, 15), "C": (5, 7), "S": (4, 6), "A": (6, 6), "R": (5, 5)}
+_REC_LEN = {"K": (15, 15), "C": (5, 7), "S": (4, 6), "A": (6, 11), "R": (5, 5)}
 
 
 def _record(r: list, where: str) -> tuple:

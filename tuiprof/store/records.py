@@ -9,7 +9,10 @@ Kernel  ``("K", name, start_ns, end_ns, grid_x, grid_y, grid_z, block_x, block_y
            registers_per_thread, shared_mem_bytes, stream_id, correlation_id, graph_id)``
 Memcpy  ``("C", copy_kind, bytes, start_ns, end_ns[, stream_id, correlation_id])``
 Memset  ``("S", bytes, start_ns, end_ns[, stream_id, correlation_id])``
-Alloc   ``("A", memory_operation_type, memory_kind, bytes, timestamp_ns, address)``
+Alloc   ``("A", memory_operation_type, memory_kind, bytes, timestamp_ns, address[,
+           correlation_id, is_async, pool_type, stream_id, library])`` (CUPTI MEMORY2; the
+        bracketed fields came later: recordings and snapshots without them still load, see
+        :mod:`tuiprof.store.alloc_classes`; ``library`` is an index into ``LIBRARIES``)
 API     ``("R", api_name, start_ns, end_ns, correlation_id)`` (runtime/driver calls that are
         enabled one by one; never every API call)
 
@@ -35,6 +38,17 @@ C_KIND, C_BYTES, C_START, C_END, C_STREAM, C_CORR = 1, 2, 3, 4, 5, 6
 S_BYTES, S_START, S_END, S_STREAM, S_CORR = 1, 2, 3, 4, 5
 # Alloc tuple indices.
 A_OP, A_MEMKIND, A_BYTES, A_TS, A_ADDR = 1, 2, 3, 4, 5
+A_CORR, A_ASYNC, A_POOL, A_STREAM, A_LIB = 6, 7, 8, 9, 10
+A_LEN_OLD, A_LEN = 6, 11
+
+# The library a memory record came from (its ``source`` or the shared object holding its PC).
+LIBRARIES = ("unknown", "PyTorch", "cuBLAS", "cuDNN", "NCCL", "CUPTI", "CUDA runtime",
+             "CUDA driver", "other")
+LIB_UNKNOWN, LIB_OTHER = 0, len(LIBRARIES) - 1
+# Substrings of a shared object's file name, first match wins (cublasLt before cudart etc.).
+LIBRARY_FILES = (("libc10_cuda", 1), ("libtorch", 1), ("libc10", 1), ("libcublas", 2),
+                 ("libcudnn", 3), ("libnccl", 4), ("libcupti", 5), ("libcudart", 6),
+                 ("libcuda.so", 7), ("libcuda-", 7))
 # API tuple indices.
 R_NAME, R_START, R_END, R_CORR = 1, 2, 3, 4
 
@@ -57,6 +71,11 @@ DIRECTION = {1: "h2d", 2: "d2h", 8: "d2d", 10: "p2p"}
 # CUpti_ActivityMemoryOperationType
 MEMOP_ALLOCATION = 1
 MEMOP_RELEASE = 2
+# CUpti_ActivityMemoryKind / CUpti_ActivityMemoryPoolType (cupti_activity.h, CUDA 13.0)
+MEMKIND_NAMES = {0: "unknown kind", 1: "pageable host", 2: "pinned host", 3: "device",
+                 4: "array", 5: "managed", 6: "device static", 7: "managed static"}
+MEMKIND_DEVICE = 3
+POOL_INVALID, POOL_LOCAL, POOL_IMPORTED = 0, 1, 2
 
 PREFILL = "prefill"
 DECODE = "decode"

@@ -11,17 +11,20 @@ import copy
 import threading
 import time
 from bisect import bisect_right
-from collections import deque
+from collections import OrderedDict, deque
 from itertools import islice
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .records import (
-    ALLOC, API, DIRECTION, KERNEL, MEMCPY, MEMOP_ALLOCATION, MEMSET, PREFILL,
+    A_CORR, ALLOC, API, DIRECTION, KERNEL, MEMCPY, MEMOP_ALLOCATION, MEMSET, PREFILL,
 )
+from .alloc_classes import (MAX_CLASSES, OVERFLOW, class_key, has_detail, is_device_malloc,
+                            memory_class)
 from .stats import RunningStats
 
 OTHER = "other"  # phase of records outside any token (start-up, compilation, idle)
+_API_CORR_LEN = 4096
 _TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2}
 
 
@@ -51,7 +54,7 @@ class TokenRow:
     memcpy_bytes: dict = field(default_factory=dict)
     memset_count: int = 0
     memset_bytes: int = 0
-    mallocs: int = 0
+    mallocs: int = 0              # true device cudaMalloc/cudaFree only (alloc_classes)
     frees: int = 0
     malloc_bytes: int = 0
     free_bytes: int = 0
@@ -145,7 +148,10 @@ class SessionStore:
         self._nvtx: dict[str, RunningStats] = {}
         self._token_stats: dict[tuple, dict] = {}
         self._allocs = {"startup": _alloc_counter(), "tokens": _alloc_counter(),
-                        "by_phase": {}}
+                        "by_phase": {}, "device_by_phase": {}, "classes": {}}
+        # correlation id -> API name of recent runtime/driver records, to name the call that
+        # made a memory record (bounded; CUPTI emits an API record before its memory record)
+        self._api_corr: OrderedDict[int, str] = OrderedDict()
         self._counters = {"records": 0, "kernels": 0, "dropped": 0, "late": 0,
                           "unattributed": 0, "unsampled": 0, "tokens": 0}
         self._seq = 0
@@ -369,19 +375,7 @@ class SessionStore:
                 row.memset_count += 1
                 row.memset_bytes += rec[1]
         elif kind == ALLOC:
-            bucket = self._allocs["startup"] if row is None else self._allocs["tokens"]
-            is_alloc = rec[1] == MEMOP_ALLOCATION
-            _count_alloc(bucket, is_alloc, rec[3])
-            if row is not None:
-                bp = self._allocs["by_phase"].setdefault(f"{row.phase}/{row.mode}",
-                                                         _alloc_counter())
-                _count_alloc(bp, is_alloc, rec[3])
-                if is_alloc:
-                    row.mallocs += 1
-                    row.malloc_bytes += rec[3]
-                else:
-                    row.frees += 1
-                    row.free_bytes += rec[3]
+            self._add_alloc(rec, row)
         elif kind == API:
             s = self._api.get(rec[1])
             if s is None:
@@ -389,6 +383,40 @@ class SessionStore:
             s.add(rec[3] - rec[2])
             if row is not None:
                 row.api_calls += 1
+            corr = self._api_corr
+            corr[rec[4]] = rec[1]
+            if len(corr) > _API_CORR_LEN:
+                corr.popitem(last=False)
+
+    def _add_alloc(self, rec: tuple, row: TokenRow | None) -> None:
+        """Count one memory record: everything, true device cudaMalloc/cudaFree, and its class."""
+        allocs = self._allocs
+        is_alloc = rec[1] == MEMOP_ALLOCATION
+        nbytes = rec[3]
+        pkey = "startup" if row is None else f"{row.phase}/{row.mode}"
+        _count_alloc(allocs["startup"] if row is None else allocs["tokens"], is_alloc, nbytes)
+        if row is not None:
+            _count_alloc(allocs["by_phase"].setdefault(pkey, _alloc_counter()), is_alloc, nbytes)
+        device = is_device_malloc(rec)
+        if device:
+            _count_alloc(allocs["device_by_phase"].setdefault(pkey, _alloc_counter()),
+                         is_alloc, nbytes)
+        api = self._api_corr.get(rec[A_CORR]) if has_detail(rec) else None
+        classes = allocs["classes"]
+        key = class_key(pkey, memory_class(rec, api))
+        bucket = classes.get(key)
+        if bucket is None:
+            if len(classes) >= MAX_CLASSES:
+                key = class_key(pkey, OVERFLOW)
+            bucket = classes.setdefault(key, _alloc_counter())
+        _count_alloc(bucket, is_alloc, nbytes)
+        if row is not None and device:
+            if is_alloc:
+                row.mallocs += 1
+                row.malloc_bytes += nbytes
+            else:
+                row.frees += 1
+                row.free_bytes += nbytes
 
     def add_nvml_sample(self, sample: dict) -> None:
         """Append one NVML sample (dict with ``ts_ns`` on the CUPTI clock)."""
@@ -568,5 +596,7 @@ def _copy_row(row: TokenRow) -> TokenRow:
 
 
 def _copy_allocs(a: dict) -> dict:
-    return {"startup": dict(a["startup"]), "tokens": dict(a["tokens"]),
-            "by_phase": {k: dict(v) for k, v in a["by_phase"].items()}}
+    out = {"startup": dict(a["startup"]), "tokens": dict(a["tokens"])}
+    for name in ("by_phase", "device_by_phase", "classes"):
+        out[name] = {k: dict(v) for k, v in a.get(name, {}).items()}
+    return out
