@@ -72,5 +72,5 @@ def test_program_in_the_live_app(tmp_path):
     prog = snap["meta"]["program"]
     assert prog["exit_status"] == 130 and prog["ended"] == "interrupted"
     assert snap["meta"]["step_source"] == "windows"
-    assert snap["output"][:2] == ["serving", "shutting down"]
+    assert snap["output"][:2] == ["serving", "shutting down"], snap["output"]
     assert "KeyboardInterrupt" in log.read_text()      # the traceback python prints, kept

@@ -20,6 +20,8 @@ class Action:
 ACTIONS: tuple[Action, ...] = (
     Action("toggle-mode", "c", "toggle_mode", "eager↔compiled",
            "Switch the live session between eager and torch.compile (compiles on a background thread)"),
+    Action("log", "l", "show_log", "log",
+           "The profiled program's output (tuiprof run -- python …); its log file is named there"),
     Action("compare", "v", "compare", "compare",
            "Side-by-side eager vs compiled: tokens/s, ms/token, kernels per token, top kernels"),
     Action("pause", "space", "pause", "pause", "Pause / resume the source (generation or replay)",
@@ -27,8 +29,6 @@ ACTIONS: tuple[Action, ...] = (
     Action("reset", "r", "reset", "reset", "Reset all statistics"),
     Action("export", "e", "export_snapshot", "export", "Export a JSON snapshot (reopen with `tuiprof view`)"),
     Action("export-nsys", "n", "export_nsys", "nsys", "Export nsys-style summary reports"),
-    Action("log", "l", "show_log", "log",
-           "The profiled program's output (tuiprof run -- python …); its log file is named there"),
     Action("help", "question_mark", "help", "help", "This help screen", shown_key="?"),
     Action("quit", "q", "quit", "quit", "Stop the session (auto-snapshot if enabled) and quit"),
     Action("interrupt", "ctrl+c", "interrupt", "ctrl-c",
