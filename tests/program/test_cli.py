@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tuiprof.ui.static import StaticViewControl
+
 from .conftest import PROGRAMS, tuiprof_run
 
 
@@ -64,6 +66,9 @@ def test_sys_exit_status_is_tuiprofs(tmp_path):
     assert len(_steps(doc, "decode")) == 2
     assert doc["output"] == ["working 0", "working 1", "giving up"]
     assert proc.stderr.rstrip().endswith("tuiprof: the program exited with status 3")
+    # reopened with `tuiprof view`: how it ended is on the status line, its output behind `l`
+    ctl = StaticViewControl.from_path(tmp_path / "snap.json")
+    assert ctl.status.extra["program"]["exit_status"] == 3 and ctl.has_output()
 
 
 def test_a_chatty_program_loses_nothing(tmp_path):
