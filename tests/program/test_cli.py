@@ -103,6 +103,7 @@ def test_python_dash_m(tmp_path):
     (["bash", "x.sh"], "tuiprof runs Python programs only"),
     (["python", "missing.py"], "no such Python script: missing.py"),
     (["python", "-X", "dev", "x.py"], "python option -X is not supported"),
+    (["python", "-c", "print(1)"], "python -c is not supported under tuiprof run"),
 ])
 def test_what_cannot_run_is_one_line(tmp_path, cmd, says):
     proc, doc = tuiprof_run(tmp_path, *cmd[1:]) if cmd[0] == "python" else (None, None)

@@ -58,7 +58,7 @@ def test_program_in_the_live_app(tmp_path):
             await _until(lambda: (ctl.status.extra.get("program") or {}).get("running") is False,
                          app, 20)
             assert ctl.status.extra["program"]["exit_status"] == 130
-            assert "exit 130" in status_text()
+            await _until(lambda: "exit 130" in status_text(), app, 5)  # at the next refresh
             await _until(lambda: "shutting down" in app.view.output, app, 10)
             await pilot.press("q")
             await app.workers.wait_for_complete()
