@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tuiprof.ui.static import StaticViewControl
+
 from .conftest import PROGRAMS, tuiprof_run
 
 
@@ -64,6 +66,9 @@ def test_sys_exit_status_is_tuiprofs(tmp_path):
     assert len(_steps(doc, "decode")) == 2
     assert doc["output"] == ["working 0", "working 1", "giving up"]
     assert proc.stderr.rstrip().endswith("tuiprof: the program exited with status 3")
+    # reopened with `tuiprof view`: how it ended is on the status line, its output behind `l`
+    ctl = StaticViewControl.from_path(tmp_path / "snap.json")
+    assert ctl.status.extra["program"]["exit_status"] == 3 and ctl.has_output()
 
 
 def test_a_chatty_program_loses_nothing(tmp_path):
@@ -98,6 +103,7 @@ def test_python_dash_m(tmp_path):
     (["bash", "x.sh"], "tuiprof runs Python programs only"),
     (["python", "missing.py"], "no such Python script: missing.py"),
     (["python", "-X", "dev", "x.py"], "python option -X is not supported"),
+    (["python", "-c", "print(1)"], "python -c is not supported under tuiprof run"),
 ])
 def test_what_cannot_run_is_one_line(tmp_path, cmd, says):
     proc, doc = tuiprof_run(tmp_path, *cmd[1:]) if cmd[0] == "python" else (None, None)

@@ -39,10 +39,16 @@ def test_the_program_sees_its_own_argv_path_and_main(tmp_path, capsys):
     assert sys.argv == argv and sys.path[0] == path0   # tuiprof's own, back as they were
 
 
+def _script(tmp_path, code: str) -> str:
+    path = tmp_path / "prog.py"
+    path.write_text(code)
+    return str(path)
+
+
 def test_exit_with_a_message_and_a_raise(tmp_path, capsys):
-    res = run_program(parse_program(["python", "-c", "import sys; sys.exit('no GPU here')"]))
+    res = run_program(parse_program(["python", _script(tmp_path, "import sys\nsys.exit('no GPU here')\n")]))
     assert (res.status, capsys.readouterr().err) == (1, "no GPU here\n")
-    res = run_program(parse_program(["python", "-c", "def f():\n  1/0\nf()"]))
+    res = run_program(parse_program(["python", _script(tmp_path, "def f():\n  1/0\nf()\n")]))
     assert (res.status, res.how, res.error) == (1, "raised", "ZeroDivisionError: division by zero")
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and "launch.py" not in err and os.sep + "runpy" not in err

@@ -58,7 +58,7 @@ def test_program_in_the_live_app(tmp_path):
             await _until(lambda: (ctl.status.extra.get("program") or {}).get("running") is False,
                          app, 20)
             assert ctl.status.extra["program"]["exit_status"] == 130
-            assert "exit 130" in status_text()
+            await _until(lambda: "exit 130" in status_text(), app, 5)  # at the next refresh
             await _until(lambda: "shutting down" in app.view.output, app, 10)
             await pilot.press("q")
             await app.workers.wait_for_complete()
@@ -72,5 +72,5 @@ def test_program_in_the_live_app(tmp_path):
     prog = snap["meta"]["program"]
     assert prog["exit_status"] == 130 and prog["ended"] == "interrupted"
     assert snap["meta"]["step_source"] == "windows"
-    assert snap["output"][:2] == ["serving", "shutting down"]
+    assert snap["output"][:2] == ["serving", "shutting down"], snap["output"]
     assert "KeyboardInterrupt" in log.read_text()      # the traceback python prints, kept

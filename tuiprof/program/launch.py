@@ -29,7 +29,7 @@ TRACEBACK_LINES = 8
 
 @dataclass(frozen=True)
 class ProgramSpec:
-    """What to run: ``kind`` is ``path``, ``module`` or ``code``."""
+    """What to run: ``kind`` is ``path`` or ``module``."""
 
     kind: str
     target: str
@@ -39,15 +39,15 @@ class ProgramSpec:
 
     @property
     def name(self) -> str:
-        """A short display name: the script's file name, ``-m module`` or ``-c``."""
+        """A short display name: the script's file name or ``-m module``."""
         if self.kind == "path":
             return Path(self.target).name
-        return f"-m {self.target}" if self.kind == "module" else "-c"
+        return f"-m {self.target}"
 
     @property
     def argv(self) -> list[str]:
         """The command as given (for the snapshot's meta; paths are scrubbed there)."""
-        flag = {"module": ["-m"], "code": ["-c"]}.get(self.kind, [])
+        flag = ["-m"] if self.kind == "module" else []
         return [Path(self.launcher).name, *flag, self.target, *self.args]
 
 
@@ -90,17 +90,19 @@ def parse_program(argv: list[str]) -> ProgramSpec:
         rest.pop(0)
     if not rest:
         raise TuiprofError("no script after the interpreter: tuiprof run -- python SCRIPT.py "
-                           "[ARGS...] (or -m MODULE, -c CODE)")
+                           "[ARGS...] (or -m MODULE)")
     first = rest.pop(0)
     note = _launcher_note(launcher)
-    if first in ("-m", "-c"):
+    if first == "-c":  # the one code path that would exec() a string: a file is as easy
+        raise TuiprofError("python -c is not supported under tuiprof run: put the code in a "
+                           "file and give its path (or -m MODULE)")
+    if first == "-m":
         if not rest:
-            raise TuiprofError(f"python {first} needs an argument")
-        kind = "module" if first == "-m" else "code"
-        return ProgramSpec(kind, rest[0], tuple(rest[1:]), launcher, note)
+            raise TuiprofError("python -m needs a module name")
+        return ProgramSpec("module", rest[0], tuple(rest[1:]), launcher, note)
     if first.startswith("-") and first != "-":
         raise TuiprofError(f"python option {_shown(first)} is not supported under tuiprof run; "
-                           f"give the script (or -m MODULE, -c CODE) right after the interpreter")
+                           f"give the script (or -m MODULE) right after the interpreter")
     path = Path(first)
     if not path.is_file():
         raise TuiprofError(f"no such Python script: {_shown(first)}")
@@ -144,15 +146,10 @@ def run_program(spec: ProgramSpec) -> ProgramResult:
             sys.argv = [spec.target, *spec.args]
             _set_path0(os.path.dirname(script))
             runpy.run_path(script, run_name="__main__")
-        elif spec.kind == "module":
+        else:
             sys.argv = [spec.target, *spec.args]  # runpy puts the module's file in argv[0]
             _set_path0(os.getcwd())
             runpy.run_module(spec.target, run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = ["-c", *spec.args]
-            _set_path0("")
-            code = compile(spec.target, "<string>", "exec")
-            exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102
         return ProgramResult(0, "exited")
     except SystemExit as exc:
         return ProgramResult(_exit_status(exc.code), "exited")

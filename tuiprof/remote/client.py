@@ -85,6 +85,9 @@ class RemoteControl(SessionControl):
         self._cursor: Any = None
         self._rpc = threading.Lock()       # one request in flight on the connection
         self._mirror_lock = threading.Lock()
+        # One pull at a time, from reading the cursor to applying its delta: two pulls from one
+        # cursor would both append the program's new output lines to the mirror.
+        self._pull_lock = threading.Lock()
         self._want = threading.Event()
         self._keys: queue.Queue = queue.Queue()
         self._closed = threading.Event()
@@ -224,12 +227,13 @@ class RemoteControl(SessionControl):
     def _pull(self, raw_tokens: int | None) -> None:
         # Full statistics (median histograms) only for an export, which asks for all raw records.
         light = raw_tokens is not None
-        status, delta, cursor = self.call("pull", self._cursor, raw_tokens, light)
-        with self._mirror_lock:
-            self.mirror.apply(delta)
-            self._cursor = cursor
-            self.status = status
-            self.pulls += 1
+        with self._pull_lock:
+            status, delta, cursor = self.call("pull", self._cursor, raw_tokens, light)
+            with self._mirror_lock:
+                self.mirror.apply(delta)
+                self._cursor = cursor
+                self.status = status
+                self.pulls += 1
 
     def _pull_loop(self) -> None:
         while not self._closed.is_set() and not self._gone:

@@ -30,6 +30,8 @@ class StaticViewControl(SessionControl):
         mode = view.meta.get("mode") or "eager"
         self.status = SourceStatus(state="read-only", mode=str(mode),
                                    message=f"snapshot {source}", live=False)
+        if isinstance(view.meta.get("program"), dict):  # a program's run: how it ended
+            self.status.extra["program"] = dict(view.meta["program"])
 
     @classmethod
     def from_path(cls, path: str | Path) -> "StaticViewControl":
