@@ -9,7 +9,7 @@ STATES = ("loading", "prefill", "decode", "compiling", "paused", "stopped", "don
 
 @dataclass(slots=True)
 class TokenEvent:
-    """One generated token (the prefill's or a decode step's)."""
+    """One step: the prefill's or a decode step's, over every sequence of the batch."""
 
     index: int        # tokens generated in this engine's life, 0 = the prefill's token
     step: int         # -1 for prefill, else decode step within the current cycle
@@ -21,6 +21,9 @@ class TokenEvent:
     host_ms: float    # perf_counter wall time of the step
     gpu_ms: float | None   # CUDA-event time of the step's GPU work (None on CPU)
     cycle: int
+    batch: int = 1         # sequences the step advanced (a decode step makes ``batch`` tokens)
+    compiling: bool = False  # run while a compile ran in the background (timed apart)
+    token_ids: list | None = None  # every sequence's token when batch > 1 (``token_id``: the first)
 
 
 class EngineListener(Protocol):
@@ -38,6 +41,9 @@ class EngineListener(Protocol):
     def token_finished(self, ev: TokenEvent) -> None: ...
 
     def state_changed(self, state: str, message: str = "") -> None: ...
+
+    # Optional: ``configuration_changed(batch, compiling)`` is called (when defined) before the
+    # first step of a new batch and when a background compile starts or ends.
 
 
 class NullListener:
