@@ -399,16 +399,15 @@ class Engine:
             self._pending = waiting or (want != (self.mode, self.batch))
             if not can_switch:
                 return True
+        live = self._live
         if job is not None and job.done.is_set():
             self._job = None
             self._finish_job(job)
             with self._cond:
                 want = (self._want_mode, self._want_batch)
                 self._pending = want != (self.mode, self.batch)
-        if waiting or want == (self.mode, self.batch):
-            return "go"
-        live = self._live
-        self._switch(*want)
+        if not waiting and want != (self.mode, self.batch):
+            self._switch(*want)
         if self._stop:
             return "stop"
         return "restart" if self._live is not live else "go"

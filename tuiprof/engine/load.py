@@ -208,6 +208,7 @@ def engine_info(loaded: LoadedModel) -> dict:
         tf_version = None
     return {
         "model": defn.name,
+        "model_def": {"name": defn.name, "family": defn.family, "config": dict(defn.config)},
         "family": defn.family,
         "origin": loaded.source.origin,
         "study": defn.study,
