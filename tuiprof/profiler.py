@@ -282,6 +282,7 @@ class Profiler(SessionControl):
             self.status.batch = batch
             self.store.meta["batch"] = batch
             self.store.add_event("batch", f"batch: {batch}")
+            self.status.message = f"now decoding {batch} sequence{'s' if batch > 1 else ''} per step"
             if self.cupti is not None:  # trace the new configuration's kernels soon
                 self.cupti.restart_sampling(self.store.next_seq())
         if compiling != self._compiling:

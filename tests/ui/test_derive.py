@@ -26,7 +26,7 @@ def test_percentile():
 def test_header_numbers_match_the_recordings(store):
     h = header_numbers(store.view(), "eager")
     assert h.device == "H100 80GB HBM3" and h.weights == "random" and h.dtype == "bf16"
-    assert h.tokens == 130
+    assert h.steps == 130 and h.batch == 1
     assert h.itl_p50 == pytest.approx(49.6, abs=1.0)       # README: median step 49.6 ms
     hc = header_numbers(store.view(), "compiled")
     assert hc.itl_p50 == pytest.approx(3.45, abs=0.2)      # README: 3.45 ms

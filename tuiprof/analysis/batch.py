@@ -90,7 +90,9 @@ def config_summaries(view: Any, cfg: ModelConfig | None = None,
     out = []
     for key in view.config_keys:
         sub = view.select(key)
-        for mode, ms in mode_summaries(sub, "decode").items():
+        by_mode = mode_summaries(sub, "decode")
+        for mode in sorted(by_mode, key=lambda m: (m != "eager", m != "compiled", m)):
+            ms = by_mode[mode]
             ts = sub.token_stats.get(("decode", mode), {})
             seqs_st = ts.get("seqs")
             if seqs_st is not None and seqs_st.count:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ..store import ConfigData, StoreView, compose_view
+from ..store import ConfigData, SessionStore, StoreView, compose_view
 
 
 class Mirror:
@@ -24,8 +24,9 @@ class Mirror:
         self._tokens: deque = deque(maxlen=series_len)
         self._nvml: deque = deque(maxlen=nvml_len)
         self._parts: dict[Any, ConfigData] = {}
-        self._session: dict[str, Any] = {"counters": {}, "collectors": {}, "overhead": {},
-                                          "events": []}
+        empty = SessionStore(series_len=1).view(raw=False)   # zero counters before a pull
+        self._session: dict[str, Any] = {k: getattr(empty, k) for k in (
+            "counters", "collectors", "overhead", "events")}
         self._raw: list = []
 
     def apply(self, delta: dict) -> None:
