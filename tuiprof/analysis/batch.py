@@ -29,8 +29,9 @@ from .gpus import GpuSpec, gpu_spec
 from .model import ModelConfig, decode_step_bytes, decode_step_flops, linear_layers, model_config
 from .tokens import mode_summaries, steady_tokens
 
-__all__ = ["ConfigSummary", "config_summaries", "classify_step", "predicted_knee",
-           "measured_knee", "Knee", "LAUNCH_BUSY", "KNEE_GAIN"]
+__all__ = ["ConfigSummary", "config_summaries", "summarize_config", "classify_step",
+           "predicted_knee", "measured_knee", "roofline_tokens_per_s", "Knee", "LAUNCH_BUSY",
+           "KNEE_GAIN"]
 
 LAUNCH_BUSY = 0.5      # GPU busy less than half of the step: launch-bound
 KNEE_GAIN = 1.25       # a doubling that adds less than 25 % tokens/s: scaling has stopped
@@ -80,12 +81,35 @@ def classify_step(busy: float | None, mbu: float | None, mfu: float | None,
                             f"below the ridge {ridge:.0f}{busy_note}")
 
 
+def summarize_config(batch: Any, mode: str, *, seqs: float, steps: int, ms_median: float,
+                     ms_mean: float, context: int, cfg: ModelConfig | None, spec: GpuSpec,
+                     kernels_step: float | None = None, busy: float | None = None,
+                     compiling_steps: int = 0,
+                     compiling_ms: float | None = None) -> ConfigSummary:
+    """A :class:`ConfigSummary` from measured step times (ms) and the model description."""
+    ridge = spec.bf16_flops / spec.bandwidth_Bps
+    bsz = max(1, round(seqs))
+    nbytes = flops = mbu = mfu = ai = None
+    step_s = ms_median / 1e3 if ms_median else 0.0
+    if cfg is not None:
+        nbytes = decode_step_bytes(cfg, int(context), bsz)["total"]
+        flops = decode_step_flops(cfg, int(context), bsz)["total"]
+        ai = flops / nbytes
+        if step_s > 0:
+            mbu = nbytes / step_s / spec.bandwidth_Bps
+            mfu = flops / step_s / spec.bf16_flops
+    klass, why = classify_step(busy, mbu, mfu, ai, ridge)
+    return ConfigSummary(batch, mode, seqs, steps, ms_median,
+                         seqs * 1000.0 / ms_mean if ms_mean else 0.0, kernels_step, busy,
+                         int(context), nbytes, flops, mbu, mfu, ai, ridge, klass, why,
+                         compiling_steps, compiling_ms)
+
+
 def config_summaries(view: Any, cfg: ModelConfig | None = None,
                      spec: GpuSpec | None = None) -> list[ConfigSummary]:
     """Every configuration of the session with decode steps, batches in increasing order."""
     cfg = cfg or model_config(view.meta)
     spec = spec or gpu_spec(view.meta)
-    ridge = spec.bf16_flops / spec.bandwidth_Bps
     prompt = int(view.meta.get("prompt_tokens") or 0)
     out = []
     for key in view.config_keys:
@@ -94,13 +118,6 @@ def config_summaries(view: Any, cfg: ModelConfig | None = None,
         for mode in sorted(by_mode, key=lambda m: (m != "eager", m != "compiled", m)):
             ms = by_mode[mode]
             ts = sub.token_stats.get(("decode", mode), {})
-            seqs_st = ts.get("seqs")
-            if seqs_st is not None and seqs_st.count:
-                seqs = seqs_st.total / seqs_st.count
-            else:
-                rows = [t for t in sub.tokens if t.phase == "decode" and t.mode == mode]
-                seqs = (sum(t.batch for t in rows) / len(rows)) if rows else float(
-                    key if isinstance(key, int) else 1)
             comp = ts.get("compiling_ms")
             if not ms.tokens and not (comp is not None and comp.count):
                 continue
@@ -108,25 +125,22 @@ def config_summaries(view: Any, cfg: ModelConfig | None = None,
                 t for t in sub.tokens if t.done and t.phase == "decode" and t.mode == mode]
             ctx = _median([prompt + max(0, t.step) + 1 for t in steady]) if steady else prompt + 1
             traced = ms.kernels_per_token > 0
-            bsz = max(1, round(seqs))
-            nbytes = flops = mbu = mfu = ai = None
-            step_s = ms.ms_median / 1e3 if ms.ms_median else 0.0
-            if cfg is not None:
-                nbytes = decode_step_bytes(cfg, int(ctx), bsz)["total"]
-                flops = decode_step_flops(cfg, int(ctx), bsz)["total"]
-                ai = flops / nbytes
-                if step_s > 0:
-                    mbu = nbytes / step_s / spec.bandwidth_Bps
-                    mfu = flops / step_s / spec.bf16_flops
-            busy = ms.busy_fraction if traced else None
-            klass, why = classify_step(busy, mbu, mfu, ai, ridge)
-            out.append(ConfigSummary(
-                key, mode, seqs, ms.tokens, ms.ms_median,
-                seqs * 1000.0 / ms.ms_mean if ms.ms_mean else 0.0,
-                ms.kernels_per_token if traced else None, busy, int(ctx), nbytes, flops, mbu,
-                mfu, ai, ridge, klass, why, comp.count if comp is not None else 0,
-                comp.median if comp is not None and comp.count else None))
+            out.append(summarize_config(
+                key, mode, seqs=ms.batch, steps=ms.tokens, ms_median=ms.ms_median,
+                ms_mean=ms.ms_mean, context=int(ctx), cfg=cfg, spec=spec,
+                kernels_step=ms.kernels_per_token if traced else None,
+                busy=ms.busy_fraction if traced else None,
+                compiling_steps=comp.count if comp is not None else 0,
+                compiling_ms=comp.median if comp is not None and comp.count else None))
     return out
+
+
+def roofline_tokens_per_s(cfg: ModelConfig, spec: GpuSpec, batch: int, context: int) -> float:
+    """The most tokens/s the roofline allows at ``batch``: ``batch`` / the slower of bytes at
+    peak bandwidth and FLOPs at peak FLOP/s."""
+    t = max(decode_step_bytes(cfg, context, batch)["total"] / spec.bandwidth_Bps,
+            decode_step_flops(cfg, context, batch)["total"] / spec.bf16_flops)
+    return batch / t
 
 
 def predicted_knee(cfg: ModelConfig, spec: GpuSpec) -> float | None:

@@ -23,6 +23,8 @@ class DecoderAdapter(Protocol):
     * ``truncate(length: int, cache) -> None``: the next decode writes at position ``length``;
       needed when the cache tracks its own write position (compile warm-up calls rewind with it);
     * ``cache_bytes(batch) -> int``: size of a cache for ``batch`` sequences (for "what fits");
+    * ``cache_tensors(cache) -> list[Tensor]``: the tensors whose first dimension is the batch
+      (a compile marks it dynamic);
     * ``compiled_steps: dict``: where compiled decode steps are kept, so they outlive an engine.
     """
 

@@ -45,8 +45,9 @@ def extend_prompt(prompt: torch.Tensor, batch: int, vocab_size: int, seed: int) 
 class CompiledStep:
     """``torch.compile`` of the adapter's decode step, shared by every engine on the adapter.
 
-    The batch dimension becomes dynamic at the second batch size (dynamo's automatic dynamic
-    shapes): one more compile, then any batch reuses it. ``batches`` are those already run."""
+    A first compile at a batch >= 2 marks the batch dimension dynamic: every batch >= 2 then
+    reuses that graph (CUDA graph trees still record one graph per batch size). Batch 1 gets a
+    static graph of its own (dynamo specialises size 1). ``batches``: those already run."""
 
     fn: Callable
     batches: set = field(default_factory=set)
@@ -209,6 +210,22 @@ class Engine:
             self._want_batch = n
             self._pending = True
         return f"switching to batch {n} at the next token"
+
+    def decode_once(self) -> None:
+        """One more decode step of the configuration in effect, outside the loop and without
+        listener calls: for a profiler wrapped around it, after :meth:`run` returned, on the
+        thread that ran it (CUDA graphs replay on their own thread)."""
+        live = self._live
+        if live is None or live.fn is None:
+            raise RuntimeError("the engine has not decoded yet")
+        if live.position >= self.adapter.max_len:
+            raise RuntimeError("the static cache is full")
+        if live.cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        nxt = self._select(live.fn(live.tok, live.pos, live.cache))
+        live.tok.copy_(nxt.view(-1, 1))
+        live.pos.add_(1)
+        live.position += 1
 
     # ---------------------------------------------------------------- thread
     def run(self) -> None:
@@ -514,6 +531,8 @@ class Engine:
             step = self._compiled_step()
             tok = torch.zeros((job.batch, 1), dtype=torch.long, device=self.device)
             pos = torch.tensor([self.prompt_ids.shape[1]], device=self.device)
+            if job.batch > 1:  # one graph for every batch >= 2 (batch 1 keeps its own)
+                self._mark_batch_dynamic(tok, job.cache)
             with _no_cudagraphs(self.cuda):
                 step.fn(tok, pos, job.cache)
             if self.cuda:
@@ -526,6 +545,14 @@ class Engine:
             job.done.set()
             with self._cond:
                 self._pending = True
+
+    def _mark_batch_dynamic(self, tok: torch.Tensor, cache: Any) -> None:
+        """Compile the batch dimension as dynamic from the start: a later batch (>= 2) then
+        needs no compile of its own, only its CUDA graphs. ``maybe_``: no error where the
+        model code specialises it."""
+        tensors = getattr(self.adapter, "cache_tensors", None)
+        for t in [tok, *(tensors(cache) if tensors is not None else ())]:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
 
     def _finish_job(self, job: _CompileJob) -> None:
         """At a boundary after a compile ended: switch to what it was for, or say why not."""

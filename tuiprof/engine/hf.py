@@ -71,6 +71,12 @@ class HFDecoderAdapter:
         elem = next(self.model.parameters()).element_size()
         return 2 * int(text.num_hidden_layers) * batch * heads * self.max_len * head_dim * elem
 
+    def cache_tensors(self, cache: object) -> list[torch.Tensor]:
+        """The tensors of ``cache`` whose first dimension is the batch."""
+        return [t for layer in getattr(cache, "layers", ()) for t in
+                (getattr(layer, "keys", None), getattr(layer, "values", None))
+                if isinstance(t, torch.Tensor)]
+
     def _own(self, batch: int) -> object:
         if batch != self._cache_batch:
             self.cache = self.new_cache(batch)

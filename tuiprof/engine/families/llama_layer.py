@@ -370,6 +370,10 @@ class ModuleAdapter:
     def new_cache(self, batch: int) -> list[KVCache]:
         return self.module.new_cache(batch)
 
+    def cache_tensors(self, cache: list) -> list[torch.Tensor]:
+        """The tensors of ``cache`` whose first dimension is the batch."""
+        return [t for kv in cache for t in (kv.k, kv.v)]
+
     def cache_bytes(self, batch: int) -> int:
         """Bytes of a cache for ``batch`` sequences (nothing allocated)."""
         p = next(self.module.parameters())
