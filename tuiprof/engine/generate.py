@@ -705,13 +705,29 @@ class _no_cudagraphs:
 
 
 def _own_cudagraph_trees() -> None:
-    """CUDA graph trees keep their managers in a thread-local set up by the thread that first
-    imports the module; import it here so that the engine thread is that thread (the compile
-    worker only compiles)."""
+    """Let this thread record and replay CUDA graph trees.
+
+    Their managers live in a thread-local that inductor sets up only for the thread that first
+    imports ``cudagraph_trees`` (and for autograd's threads); any other thread fails an
+    assertion when it first records. The engine thread is the one that records (the compile
+    worker only compiles), so it gets that thread-local here when another thread (an earlier
+    engine, a sweep on the main thread) imported the module first."""
     try:
-        import torch._inductor.cudagraph_trees  # noqa: F401
+        from torch._inductor import cudagraph_trees as trees
     except Exception:  # pragma: no cover - a torch without inductor
+        return
+    local = getattr(trees, "local", None)
+    if local is None or hasattr(local, "tree_manager_containers"):
+        return
+    try:
+        if torch._C._is_key_in_tls("tree_manager_containers"):
+            return
+    except Exception:
         pass
+    import collections
+
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = collections.defaultdict(threading.Lock)
 
 
 def _param_device(adapter: DecoderAdapter) -> torch.device:

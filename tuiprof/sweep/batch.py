@@ -192,8 +192,11 @@ def run_batch_sweep(models: Sequence[str], batches: Sequence[int], modes: Sequen
                     compile_mode: str | None = None, memory_limit_gib: float | None = None,
                     profile: bool = True, skip: Callable[[BatchCell], str | None] | None = None,
                     progress: Callable[[str], None] | None = None,
-                    spec: GpuSpec | None = None) -> BatchSweep:
-    """Run every (model, mode, batch) cell; ``skip(cell)`` may return why a cell is left out."""
+                    spec: GpuSpec | None = None,
+                    after_model: Callable[[str, Any], None] | None = None) -> BatchSweep:
+    """Run every (model, mode, batch) cell; ``skip(cell)`` may return why a cell is left out;
+    ``after_model(name, loaded)`` runs once a model's cells are done, before it is released
+    (more measurements on the model already loaded and compiled)."""
     from tuiprof.engine.load import load_model, pick_device, prompt_ids
     from tuiprof.sweep.runner import _limit_memory, _release
 
@@ -246,6 +249,8 @@ def run_batch_sweep(models: Sequence[str], batches: Sequence[int], modes: Sequen
                 sweep.cells.append(res)
                 say(_progress_line(res))
                 _release(collect=res.status != "ok")
+        if after_model is not None:
+            after_model(model, loaded)
         loaded = None
         _release()
     sweep.cells.sort(key=lambda r: (list(models).index(r.cell.model), list(modes).index(r.cell.mode),
