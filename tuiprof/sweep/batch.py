@@ -13,8 +13,6 @@ is dynamic) and one for batch 1.
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import statistics
@@ -33,7 +31,7 @@ from tuiprof.analysis.model import ModelConfig, model_config
 from tuiprof.engine.events import CollectingListener
 from tuiprof.engine.generate import COMPILED, Engine
 from tuiprof.engine.memory import is_oom
-from tuiprof.sweep.results import MODES
+from tuiprof.sweep.results import MODES, rows_csv
 
 
 @dataclass
@@ -156,13 +154,7 @@ class BatchSweep:
         return _plain(plt.build()) + "\n"
 
     def csv(self) -> str:
-        rows = [r.row() for r in self.cells]
-        buf = io.StringIO()
-        if rows:
-            w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
-        return buf.getvalue()
+        return rows_csv([r.row() for r in self.cells])
 
     def to_dict(self) -> dict:
         return {"device": self.device, "peaks": {"source": self.spec.source,
