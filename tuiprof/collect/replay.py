@@ -82,12 +82,12 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
     for m in obj["marks"]:
         if not (isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
                 and _int(m[1]) and _int(m[2])):
-            raise TuiprofError(f"{where}: malformed mark {str(m)[:60]}")
+            raise TuiprofError(f"{where}: malformed mark {repr(m)[:60]}")
         marks.append(m)
     records = []
     for r in obj["records"]:
         if not _valid_record(r):
-            raise TuiprofError(f"{where}: malformed record {str(r)[:60]}")
+            raise TuiprofError(f"{where}: malformed record {repr(r)[:60]}")
         records.append(tuple(r))
     nvml = obj.get("nvml", [])
     alloc = obj.get("alloc", [])
@@ -101,11 +101,11 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
     for row in nvml:  # first columns: the NVML timestamp, the allocator's step (integers)
         if not (isinstance(row, list) and len(row) == len(ncols) and all(_num(v) for v in row)
                 and _int(row[0])):
-            raise TuiprofError(f"{where}: malformed NVML row {str(row)[:60]}")
+            raise TuiprofError(f"{where}: malformed NVML row {repr(row)[:60]}")
     for row in alloc:
         if not (isinstance(row, list) and len(row) == len(acols) and all(_num(v) for v in row)
                 and _int(row[0])):
-            raise TuiprofError(f"{where}: malformed allocator row {str(row)[:60]}")
+            raise TuiprofError(f"{where}: malformed allocator row {repr(row)[:60]}")
     return Recording(meta=meta, marks=marks, records=records, nvml=nvml, alloc=alloc, path=where)
 
 
