@@ -34,6 +34,7 @@ the totals. Per window the bench also keeps the median token interval (the stead
 minus median (bursts and stalls) and the median CUDA-event time of a step. On the H100::
 
     python bench/overhead.py --blocks 12 --json $OUT/overhead.json
+    python bench/overhead.py --batch 32 --blocks 4 --json $OUT/overhead-b32.json   # batched
 
 ``bench/ui_overhead.py`` runs the same :class:`Windows` in a session process with the app open.
 """
@@ -262,14 +263,17 @@ def period(mode: str) -> int:
     return BURST * AUTO_SAMPLE_EVERY[mode]
 
 
-def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict) -> None:
+def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict,
+              factory=None) -> None:
     """One engine, every mode of ``--modes`` in turn, ``--blocks`` blocks of ``configs``.
-    ``cupti=False``: no CUPTI subscriber at all in this process (the torch.profiler phase)."""
+    ``cupti=False``: no CUPTI subscriber at all in this process (the torch.profiler phase).
+    ``factory``: builds the engine (``Profiler``'s ``engine_factory``; e.g. over a model that
+    is already loaded and compiled), instead of loading ``--model``."""
     store = SessionStore(ring_tokens=16)
     opts = ProfilerOptions(cupti=cupti, engine_kwargs=dict(
         model_spec=a.model, device=a.device, mode="eager", loop=True,
-        max_new_tokens=a.cycle_tokens, prompt_len=16))
-    prof = Profiler(store, opts)
+        max_new_tokens=a.cycle_tokens, prompt_len=16, batch=a.batch, max_batch=a.batch))
+    prof = Profiler(store, opts, engine_factory=factory)
     win = Windows(prof)
     prof.start()
     t_run = time.monotonic()
@@ -301,8 +305,9 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict)
             rounds = max(2, period(mode) // n)  # auto windows of one block: one period
             rounds += rounds % 2                # even: a block ends where it began (bare)
             win.run_plan([("bare", a.warmup)])  # clocks, allocator, caches in this mode
-            say(f"warmed up; {a.blocks} blocks of {rounds} rounds of {configs} × {n} tokens")
-            for b in range(a.blocks):
+            blocks = getattr(a, "mode_blocks", {}).get(mode, a.blocks)
+            say(f"warmed up; {blocks} blocks of {rounds} rounds of {configs} × {n} tokens")
+            for b in range(blocks):
                 res = win.run_plan(block_plan(configs, rounds, n))
                 for i, w in enumerate(res):
                     w.update(block=b, round=i // len(configs), phase=tag)
@@ -320,7 +325,7 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict)
         "counters": v.counters, "api": {k: st.count for k, st in v.api.items()},
         "collectors": v.collectors}
     out["meta"] = {k: store.meta.get(k) for k in ("model", "device_name", "dtype", "torch",
-                                                  "driver", "sample_every")}
+                                                  "driver", "sample_every", "batch")}
 
 
 def _totals(windows: list[dict]) -> dict[str, float]:
@@ -392,6 +397,7 @@ def main(argv=None) -> int:
                    help="decode tokens per compiled window")
     p.add_argument("--warmup", type=int, default=64, help="decode tokens before a mode's blocks")
     p.add_argument("--cycle-tokens", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
     p.add_argument("--full", action="store_true", help="also every token traced")
     p.add_argument("--parts", action="store_true",
                    help="also auto-now and attached (what auto is made of)")
@@ -412,8 +418,8 @@ def main(argv=None) -> int:
         run_phase(a, ["bare", "torch.profiler"], False, out)
     rows = out["table"] = table(out["windows"])
     meta = out["meta"]
-    print(f"\n{meta.get('model')} on {meta.get('device_name')}, {meta.get('dtype')}, torch "
-          f"{meta.get('torch')}, driver {meta.get('driver')}")
+    print(f"\n{meta.get('model')} on {meta.get('device_name')}, {meta.get('dtype')}, batch "
+          f"{meta.get('batch')}, torch {meta.get('torch')}, driver {meta.get('driver')}")
     print_table(rows)
     print(f"\nsessions at the end: {json.dumps(out['session'], default=str)}")
     if a.json:

@@ -30,6 +30,12 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile-mode", help="torch.compile mode (default: reduce-overhead on CUDA)")
     p.add_argument("--prompt", help="prompt text (needs a tokenizer beside the weights)")
     p.add_argument("--prompt-len", type=int, default=16, help="prompt length in tokens when no text")
+    p.add_argument("--batch", type=int, default=1,
+                   help="sequences decoded together, each with its own prompt (default 1; b/B "
+                        "double or halve it in the app)")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="largest batch b may ask for (default 256, or fewer when their KV "
+                        "caches would not fit the GPU)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--max-len", type=int, default=None, help="static KV-cache length")
     p.add_argument("--no-loop", action="store_true",
@@ -258,7 +264,8 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
               prompt=args.prompt, prompt_len=args.prompt_len,
               max_new_tokens=args.max_new_tokens, loop=not args.no_loop, mode=args.mode,
               compile_mode=args.compile_mode, trust_remote_code=args.trust_remote_code,
-              weights=args.weights, temperature=args.temperature, top_k=args.top_k)
+              weights=args.weights, temperature=args.temperature, top_k=args.top_k,
+              batch=args.batch, max_batch=args.max_batch)
     if args.max_len:
         kw["max_len"] = args.max_len
     return kw
@@ -271,6 +278,8 @@ def _make_options(args: argparse.Namespace):
     from .startup import command_start  # noqa: PLC0415
 
     resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    if args.batch < 1 or (args.max_batch is not None and args.max_batch < 1):
+        raise TuiprofError("--batch and --max-batch must be at least 1")
     ring = args.ring_tokens
     if args.record:
         ring = max(ring, args.max_new_tokens + 1)
@@ -532,27 +541,24 @@ def _print_summary(view, prof=None) -> None:
             print(st.get("message"))
     if meta.get("source") == "program":
         _print_steps(view)
-    dec = [t for t in view.tokens if t.phase == "decode" and t.done]
-    for mode in ("eager", "compiled"):
-        ts = [t for t in dec if t.mode == mode]
-        if not ts:
-            continue
-        wall = sorted(t.host_ms for t in ts)
-        med = wall[len(wall) // 2]
-        span_s = (ts[-1].end_ns - ts[0].start_ns) / 1e9 if len(ts) > 1 else wall[0] / 1e3
-        made = sum(t.batch for t in ts)  # a step of a batch makes one token per sequence
-        tps = made / span_s if span_s > 0 else 0.0
-        traced = sorted(t.kernels for t in ts if t.sampled) or [0]
-        k = traced[len(traced) // 2]
-        ntraced = sum(1 for t in ts if t.sampled)
-        unit = "token" if made == len(ts) else "step"
-        batches = sorted({t.batch for t in ts})
-        batch = "" if unit == "token" else (
-            f" (batch {batches[0]})" if len(batches) == 1
-            else f" (batch {batches[0]}-{batches[-1]}, {made / len(ts):.1f} on average)")
-        print(f"{mode:>9}: {len(ts)} decode {unit}s{batch}, {tps:.1f} tokens/s, median "
-              f"{med:.2f} ms/{unit}, {k} kernels/{unit}"
-              + (f" ({ntraced} traced {unit}s)" if ntraced < len(ts) else ""))
+    for key in view.config_keys:
+        sub = view.select(key)
+        dec = [t for t in sub.tokens if t.phase == "decode" and t.done and not t.compiling]
+        for mode in ("eager", "compiled"):
+            ts = [t for t in dec if t.mode == mode]
+            if not ts:
+                continue
+            wall = sorted(t.host_ms for t in ts)
+            med = wall[len(wall) // 2]
+            steps_s = len(ts) / (sum(wall) / 1e3)
+            seqs = sum(t.batch for t in ts) / len(ts)
+            traced = sorted(t.kernels for t in ts if t.sampled) or [0]
+            k = traced[len(traced) // 2]
+            ntraced = sum(1 for t in ts if t.sampled)
+            per = f" ({seqs:g} seq × {steps_s:.1f} steps/s)" if seqs != 1 else ""
+            print(f"{mode:>9} batch {key}: {len(ts)} decode steps, {seqs * steps_s:.1f} tokens/s"
+                  f"{per}, median {med:.2f} ms/step, {k} kernels/step"
+                  + (f" ({ntraced} traced steps)" if ntraced < len(ts) else ""))
     if prof is not None and prof.status.state == "error":
         print(f"tuiprof: {prof.status.message}", file=sys.stderr)
     if view.counters.get("dropped"):

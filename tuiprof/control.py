@@ -21,6 +21,10 @@ class SourceStatus:
     message: str = ""            # last one-line message (errors included)
     compiling_since: float | None = None   # time.monotonic() when a compile began
     live: bool = False           # True for a live session (keys that change it are enabled)
+    batch: int = 1               # sequences decoded together now
+    want_batch: int = 1          # the batch asked for (differs while a switch is under way)
+    max_batch: int = 1           # the largest batch b may ask for
+    compiling_for: str = ""      # what a compile in the background is for ("compiled b8")
     extra: dict = field(default_factory=dict)
     progress: LoadProgress | None = None   # start-up phases until the first token (live sessions)
 
@@ -47,6 +51,10 @@ class SessionControl:
     def toggle_pause(self) -> str:
         return "read-only session: nothing to pause"
 
+    def change_batch(self, up: bool) -> str:
+        """``b`` doubles the batch, ``B`` halves it (within 1 … ``status.max_batch``)."""
+        return "read-only session: changing the batch needs a live run"
+
     def reset(self) -> str:
         self.store.reset()
         return "statistics reset"
@@ -64,3 +72,17 @@ class SessionControl:
         """Ctrl-C for the profiled program; None when there is nothing to interrupt (the
         app then stops the session)."""
         return None
+
+
+def batch_target(status: SourceStatus, up: bool) -> int | None:
+    """The batch ``b`` (double) or ``B`` (halve) asks for, None at the limit."""
+    cur = status.want_batch or status.batch or 1
+    want = min(cur * 2, status.max_batch) if up else max(1, cur // 2)
+    return None if want == cur else want
+
+
+def batch_limit_message(status: SourceStatus, up: bool) -> str:
+    if up:
+        return (f"batch {status.want_batch} is the largest allowed (--max-batch "
+                f"{status.max_batch})")
+    return "batch 1 is the smallest"

@@ -57,6 +57,7 @@ class ProfilerOptions:
 # 1,024; a CUDA graph's kernels do not change between bursts). A prefill is always traced, and
 # a mode switch starts a period 8 tokens later, so the new mode's kernels are traced at once.
 AUTO_SAMPLE_EVERY = {"eager": 32, "compiled": 1024}
+PROGRAM_CONFIG = "program"  # the configuration key of a profiled program's steps (any batch)
 # torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
 # reading them every Nth token loses no allocation, only per-token resolution.
 AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
@@ -95,6 +96,8 @@ class Profiler(SessionControl):
         self.done = threading.Event()
         self._stopping = False
         self._old_switch: float | None = None
+        self._batch = int(options.engine_kwargs.get("batch", 1) or 1)
+        self._compiling = False       # steps now run beside a background compile
 
     # ------------------------------------------------------------- life cycle
     def start(self) -> None:
@@ -200,6 +203,11 @@ class Profiler(SessionControl):
         self.store.meta.update(rank_facts())
         self.store.meta.update(self.engine.info)
         self.store.meta["mode"] = self.status.mode
+        self._batch = getattr(self.engine, "batch", self._batch)
+        self.store.meta["batch"] = self._batch
+        st = self.status
+        st.batch = st.want_batch = self._batch
+        st.max_batch = int(getattr(self.engine, "max_batch", self._batch))
         self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
         if self.options.measure_peaks:
             from .collect.peaks import measure_peaks  # noqa: PLC0415
@@ -251,11 +259,12 @@ class Profiler(SessionControl):
 
     @property
     def busy(self) -> bool:
-        """True while the loader or the engine thread still runs after :meth:`stop`: a model
-        load or a ``torch.compile`` cannot be interrupted, only waited for (or abandoned)."""
+        """True while the loader, the engine thread or a compile worker still runs after
+        :meth:`stop`: a model load or a ``torch.compile`` cannot be interrupted, only waited
+        for (or abandoned)."""
         eng = self.engine
         return bool((self._loader is not None and self._loader.is_alive())
-                    or (eng is not None and getattr(eng, "alive", False)))
+                    or (eng is not None and getattr(eng, "busy", getattr(eng, "alive", False))))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until generation finishes (done, stopped or error)."""
@@ -269,6 +278,20 @@ class Profiler(SessionControl):
         target = "compiled" if self.status.mode == "eager" else "eager"
         eng.request_mode(target)
         return f"switching to {target} at the next token"
+
+    def change_batch(self, up: bool) -> str:
+        from .control import batch_limit_message, batch_target  # noqa: PLC0415
+
+        eng = self.engine
+        if eng is None:
+            return "model still loading"
+        st = self.status
+        st.want_batch = eng.want_batch
+        want = batch_target(st, up)
+        if want is None:
+            return batch_limit_message(st, up)
+        st.want_batch = want
+        return eng.request_batch(want)
 
     def toggle_pause(self) -> str:
         eng = self.engine
@@ -286,7 +309,7 @@ class Profiler(SessionControl):
     # computes the next step, so it is off the decode loop's critical path (docs/performance.md).
     # Until an engine has called token_launched, queued work is done at once.
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
-                      batch: int = 1, positions: int = 1) -> None:
+                      batch: int | None = None, positions: int = 1) -> None:
         if phase == "decode" and mode != self.status.mode:
             self._catch_up()
             self.status.mode = mode
@@ -299,12 +322,40 @@ class Profiler(SessionControl):
                 self.cupti.restart_sampling(self.store.next_seq())
                 self.cupti.announce()
         # next_seq() is this token's: the previous token was begun in its token_launched
-        sampled = (self.cupti.on_token_start(self.store.next_seq(), always=phase == "prefill")
-                   if self.cupti is not None else True)
+        if self.cupti is None:
+            sampled = not self._compiling
+        elif self._compiling:
+            sampled = self.cupti.quiet_token()
+        else:
+            sampled = self.cupti.on_token_start(self.store.next_seq(), always=phase == "prefill")
+        if batch is None:  # the engine: its configured batch is the step's configuration
+            batch, config = self._batch, self._batch
+        else:  # a program: its batch may change step by step, so one configuration for all
+            config = PROGRAM_CONFIG
         self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled, batch,
-                                         positions)))
+                                         config, self._compiling, positions)))
         if not self._overlap:
             self._catch_up()
+
+    def configuration_changed(self, batch: int, compiling: bool) -> None:
+        """The engine's next steps run at ``batch``, beside a compile or not (engine thread,
+        at a boundary)."""
+        self._catch_up()
+        if batch != self._batch:
+            self._batch = batch
+            self.status.batch = batch
+            self.store.meta["batch"] = batch
+            self.store.add_event("batch", f"batch: {batch}")
+            self.status.message = f"now decoding {batch} sequence{'s' if batch > 1 else ''} per step"
+            if self.cupti is not None:  # trace the new configuration's kernels soon
+                self.cupti.restart_sampling(self.store.next_seq())
+        if compiling != self._compiling:
+            self._compiling = compiling
+            if not compiling and self.cupti is not None:
+                self.cupti.restart_sampling(self.store.next_seq())
+        eng = self.engine
+        if eng is not None:
+            self.status.want_batch = eng.want_batch
 
     def token_launched(self) -> None:
         self._overlap = self.options.overlap
@@ -350,13 +401,17 @@ class Profiler(SessionControl):
             self._startup_state(state)
         st = self.status
         if state == "compiling":
-            st.compiling_since = time.monotonic()
-        elif st.state == "compiling":
+            if st.compiling_since is None:
+                st.compiling_since = time.monotonic()
+        elif state != "paused":
             st.compiling_since = None
+        eng = self.engine
+        if eng is not None:
+            st.want_batch = getattr(eng, "want_batch", st.want_batch)
         st.state = state
         if message:
             st.message = message
-            if state == "error" or message.startswith("compile failed"):
+            if state == "error" or message.startswith(("compile failed", "out of memory")):
                 self.store.add_event("error", message)
         if state in ("done", "stopped", "error"):
             self._update_overhead()

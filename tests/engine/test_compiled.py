@@ -1,6 +1,8 @@
 """Compiled mode (CPU inductor, mode="default"): same tokens as eager, switches mid-run.
 
-One compile for the whole session: the compiled step is kept on the shared adapter.
+One compile for the whole session: the compiled step is kept on the shared adapter. These
+tests compile on the engine thread (``background_compile=False``, as benchmarks do) so that
+switches land on exact tokens; tests/engine/test_batch.py covers the background compile.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ def eager_tokens(tiny, prompt) -> list[int]:
 
 
 def test_compiled_matches_eager(tiny, prompt, eager_tokens):
-    listener = run_engine(tiny.adapter, prompt, max_new_tokens=STEPS, mode="compiled")
+    listener = run_engine(tiny.adapter, prompt, max_new_tokens=STEPS, mode="compiled",
+                          background_compile=False)
     assert listener.token_ids == eager_tokens
     modes = [e.mode for e in listener.events]
     assert modes == ["eager"] + ["compiled"] * (STEPS - 1)  # prefill always runs eager
@@ -38,7 +41,8 @@ def test_mode_switch_mid_run_keeps_the_token_stream(tiny, prompt, eager_tokens):
     actions = {4: lambda: engine.request_mode("compiled"), 10: lambda: engine.request_mode("eager"),
                15: lambda: engine.request_mode("compiled")}
     listener = ActionListener(actions)
-    engine = Engine(tiny.adapter, prompt, device="cpu", max_new_tokens=STEPS, listener=listener)
+    engine = Engine(tiny.adapter, prompt, device="cpu", max_new_tokens=STEPS, listener=listener,
+                    background_compile=False)
     engine.run()
     assert engine.error is None
     assert listener.token_ids == eager_tokens
@@ -50,7 +54,7 @@ def test_mode_switch_mid_run_keeps_the_token_stream(tiny, prompt, eager_tokens):
 def test_compiled_loop_restarts_cleanly(tiny, prompt, eager_tokens):
     listener = CollectingListener()
     engine = Engine(tiny.adapter, prompt, device="cpu", max_new_tokens=8, loop=True,
-                    mode="compiled", listener=listener)
+                    mode="compiled", listener=listener, background_compile=False)
     engine.start()
     while len(listener.events) < 20 and engine.alive:
         pass

@@ -131,13 +131,16 @@ class _Broken:
     def __init__(self) -> None:
         self.calls = 0
 
-    def reset_cache(self) -> None:
+    def new_cache(self, batch):
+        return None
+
+    def reset_cache(self, cache=None) -> None:
         pass
 
-    def prefill(self, input_ids):
+    def prefill(self, input_ids, cache=None):
         return torch.nn.functional.one_hot(torch.tensor([3]), 16).float()
 
-    def decode(self, token, pos):
+    def decode(self, token, pos, cache=None):
         self.calls += 1
         if self.calls == 3:
             raise RuntimeError("kernel exploded\nsecond line")

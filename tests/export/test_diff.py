@@ -30,9 +30,9 @@ def result(eager_view, compiled_view):
 
 def test_headline_numbers(result, eager_raw, compiled_raw):
     m = {c.label: c for c in result.metrics}
-    k = m["kernels/token (median)"]
+    k = m["kernels/step (median)"]
     assert (k.a, k.b) == (_kernels_per_step(eager_raw), _kernels_per_step(compiled_raw)) == (1850, 539)
-    ms = m["ms/token (median)"]
+    ms = m["ms/step (median)"]
     assert ms.a == pytest.approx(_decode_ms(eager_raw), abs=1e-6)
     assert ms.b == pytest.approx(_decode_ms(compiled_raw), abs=1e-6)
     assert round(ms.a, 1) == 49.6 and round(ms.b, 2) == 3.45
@@ -55,19 +55,19 @@ def test_categories_and_kernels(result):
 
 def test_renderers(result):
     text = render_text(result)
-    assert "ms/token (median)" in text and "1,850" in text and "539" in text and "-93.0%" in text
+    assert "ms/step (median)" in text and "1,850" in text and "539" in text and "-93.0%" in text
     md = render_text(result, markdown=True)
-    assert "| ms/token (median) | 49.6 | 3.45 |" in md
+    assert "| ms/step (median) | 49.6 | 3.45 |" in md
     con = Console(record=True, width=160)
     con.print(render_rich(result))
     out = con.export_text()
-    assert "kernels/token" in out and "Top kernels" in out
+    assert "kernels/step" in out and "Top kernels" in out
 
 
 def test_diff_modes_within_one_session(both_modes_view):
     res = diff_modes(both_modes_view, "eager", "compiled")
     m = {c.label: c for c in res.metrics}
-    assert (m["kernels/token (median)"].a, m["kernels/token (median)"].b) == (1850, 539)
+    assert (m["kernels/step (median)"].a, m["kernels/step (median)"].b) == (1850, 539)
     assert res.a.mode == "eager" and res.b.mode == "compiled"
-    assert m["traced decode tokens"].a == 64 and m["traced decode tokens"].b == 64
-    assert m["decode tokens (all)"].a == 64 and m["decode tokens (all)"].b == 64
+    assert m["traced decode steps"].a == 64 and m["traced decode steps"].b == 64
+    assert m["decode steps (all)"].a == 64 and m["decode steps (all)"].b == 64

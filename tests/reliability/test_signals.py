@@ -157,7 +157,7 @@ def test_signal_during_decode_keeps_the_tokens(runs, sig):
     r = runs[f"{signal.Signals(sig).name[3:].lower()}-decode"]
     tokens = _check_headless(r, sig)
     assert tokens[0].phase == "prefill" and sum(t.phase == "decode" for t in tokens) >= 1
-    assert "decode tokens" in r["stdout"]  # the summary was printed too
+    assert "decode steps" in r["stdout"]  # the summary was printed too
 
 
 def test_signal_during_compile_exits_with_the_data(runs):
@@ -165,7 +165,8 @@ def test_signal_during_compile_exits_with_the_data(runs):
     process ends without waiting for the compile (before the fix it aborted in C++ at exit)."""
     r = runs["int-compiling"]
     tokens = _check_headless(r, signal.SIGINT)
-    assert [t.phase for t in tokens] == ["prefill"]  # compiled mode compiles at the first step
+    assert tokens[0].phase == "prefill"   # compiled mode compiles beside eager decode steps,
+    assert all(t.compiling for t in tokens[1:])   # each marked as decoded beside the compile
     assert "terminate called" not in r["stderr"]
 
 

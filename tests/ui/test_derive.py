@@ -26,7 +26,7 @@ def test_percentile():
 def test_header_numbers_match_the_recordings(store):
     h = header_numbers(store.view(), "eager")
     assert h.device == "H100 80GB HBM3" and h.weights == "random" and h.dtype == "bf16"
-    assert h.tokens == 130
+    assert h.steps == 130 and h.batch == 1
     assert h.itl_p50 == pytest.approx(49.6, abs=1.0)       # README: median step 49.6 ms
     hc = header_numbers(store.view(), "compiled")
     assert hc.itl_p50 == pytest.approx(3.45, abs=0.2)      # README: 3.45 ms
@@ -89,3 +89,23 @@ def test_launches_per_token_count_traced_tokens_only(recordings):
     assert after == before
     nvjet = [v for k, v in after.items() if "nvjet" in k and "64x8" in k and "splitK" not in k]
     assert nvjet and all(v >= 5 for v in nvjet), nvjet
+
+
+def test_compile_cost_is_the_median_beside_the_compile_against_the_clean_one():
+    """Steps decoded while a compile ran are timed apart; what the compile cost them is their
+    median against the clean median (the status line and latency pane show it)."""
+    from tuiprof.store import SessionStore
+    from tuiprof.ui.derive import compile_cost, compile_cost_text
+
+    store = SessionStore()
+    t = 0
+    for step, (ms, busy) in enumerate([(8.0, False)] * 5 + [(12.0, True)] * 3):
+        seq = store.begin_token("decode", "eager", t, step, compiling=busy)
+        t += int(ms * 1e6)
+        store.end_token(seq, t, ms)
+    view = store.view()
+    assert compile_cost(view, "eager") == (12.0, 8.0, 3)
+    assert compile_cost(view, "compiled") is None
+    assert compile_cost_text((12.0, 8.0, 3)) == "beside the compile: 12.00 ms/step vs 8.00 clean (3 steps, +50%)"
+    head = header_numbers(view, "eager")     # the compile runs now: the header says so and
+    assert head.beside_compile and head.tok_s == pytest.approx(1000 / 12)   # shows those steps

@@ -59,7 +59,7 @@ def test_mount_starts_control_and_shows_data(control, tmp_path):
     async def body(pilot):
         text = screen_text(app)
         assert "qwen3-0.6b" in text and "H100 80GB HBM3" in text
-        assert "tokens 130" in text
+        assert "steps 130" in text and "batch 1" in text
         assert "nvjet" in text            # top kernel of compiled decode
         assert "kernel busy/tok" in text and "GPU util (NVML)" in text
         assert "overhead (hidden)" in text     # deterministic mode hides timings
@@ -81,7 +81,7 @@ def test_session_keys_call_the_control(control, tmp_path):
         await pilot.pause()
         assert control.calls.count("reset") == 1
         assert app.view.counters["tokens"] == 0
-        assert "tokens 0" in screen_text(app)
+        assert "steps 0" in screen_text(app)
     drive(app, body)
 
 
@@ -93,7 +93,7 @@ def test_compare_help_theme_freeze(control, tmp_path):
         await pilot.pause()
         assert isinstance(app.screen, CompareScreen)
         text = screen_text(app)
-        assert "tokens/s" in text and "kernels/token" in text
+        assert "tokens/s" in text and "kernels/step" in text
         assert "1,850" in text and "539" in text          # kernels per decode step, eager vs compiled
         await pilot.press("v")
         await pilot.pause()
@@ -240,7 +240,7 @@ def test_palette_lists_actions(control, tmp_path):
     async def body(pilot):
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert any("eager and torch.compile" in t for t in titles)
-        assert any("Side-by-side" in t for t in titles)
+        assert any("Two configurations" in t for t in titles)
     drive(app, body)
 
 

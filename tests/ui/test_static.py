@@ -51,3 +51,41 @@ def test_app_over_a_reopened_snapshot(store, tmp_path):
             await app.workers.wait_for_complete()
             await pilot.pause()
     asyncio.run(main())
+
+
+def test_view_reopens_a_multi_configuration_snapshot(tmp_path):
+    """A session measured at batch 1 and batch 4 (eager) reopens with both configurations:
+    the kernels pane can pick either (``k``) and the compare screen lists both."""
+    from tuiprof.store import SessionStore
+    from tuiprof.ui.screens.compare import CompareScreen
+    from tuiprof.ui.widgets.kernels import KernelsPane
+
+    store = SessionStore(meta={"model": "qwen3-tiny", "device": "cpu", "batch": 1})
+    t = 0
+    for batch, ms in ((1, 10.0), (4, 12.0)):
+        for step in range(6):
+            seq = store.begin_token("decode", "eager", t, step, batch=batch, config=batch)
+            t += int(ms * 1e6)
+            store.end_token(seq, t, ms)
+    ctl = StaticViewControl.from_path(_roundtrip(store.view(), tmp_path))
+    view = ctl.store.view()
+    assert view.meta["batch"] == 1 and view.config_keys == [1, 4]
+    for key, ms in ((1, 10.0), (4, 12.0)):
+        ts = view.select(key).token_stats[("decode", "eager")]
+        assert ts["host_ms"].count == 6 and ts["host_ms"].median == ms and ts["seqs"].mean == key
+    app = make_app(ctl, title="view", export_dir=tmp_path, refresh_hz=0, deterministic=True)
+
+    async def main():
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            k = app.main.query_one(KernelsPane)
+            await pilot.press("k")
+            assert k.resolved_batch == 1
+            await pilot.press("k")
+            assert k.resolved_batch == 4
+            await pilot.press("v")
+            await pilot.pause()
+            assert isinstance(app.screen, CompareScreen)
+            text = screen_text(app)
+            assert "b1 eager" in text and "b4 eager" in text
+    asyncio.run(main())

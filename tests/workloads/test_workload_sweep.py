@@ -239,3 +239,51 @@ def test_add_arguments_does_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=workload_helpers.ROOT, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_batch_sweep_cells_knee_oom_and_files(tmp_path):
+    """--batches on the live engine: one decode cell per batch; a batch whose KV cache does not
+    fit (a real allocation failure under an OS memory limit) is an OOM cell, the sweep goes on."""
+    import re
+    import resource
+
+    from tuiprof.sweep import run_batch_sweep
+
+    with open("/proc/self/status") as fh:
+        vm_data = int(re.search(r"VmData:\s+(\d+) kB", fh.read())[1]) * 1024
+    huge = 1 << 15   # qwen3-tiny keeps 10 KiB of K/V per sequence here: 320 MiB
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (vm_data + 256 * 2**20, hard))
+    try:
+        sweep = run_batch_sweep(["qwen3-tiny"], [1, 4, huge], device="cpu", prompt_len=8,
+                                warmup=1, iters=3)
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    one, four, big = sweep.cells
+    assert [c.status for c in sweep.cells] == ["ok", "ok", "oom"], big.error
+    assert big.error.startswith("out of memory") and "\n" not in big.error
+    for r, b in ((one, 1), (four, 4)):
+        s = r.summary
+        assert len(r.times_ms) == 3 and s.batch == b and s.steps == 3
+        assert s.tok_s == pytest.approx(b * 1000 / s.ms_step)     # every sequence counted
+        assert s.mbu > 0 and s.mfu > 0 and s.klass in ("memory-bound", "compute-bound")
+        assert abs(sum(r.categories.values()) - 1) < 1e-6        # shares of the profiled step
+        assert s.context == 8 + 1 + 2                             # prompt + median step + 1
+    assert four.summary.bytes_step > one.summary.bytes_step       # 4 sequences' KV cache
+    (knee,) = sweep.knees()
+    assert knee["model"] == "qwen3-tiny" and knee["predicted"] is None   # 64-wide GEMMs
+    paths = sweep.write(tmp_path)
+    rows = list(csv.DictReader(paths["csv"].open()))
+    assert [r["status"] for r in rows] == ["ok", "ok", "oom"] and rows[1]["mbu"]
+    assert json.loads(paths["json"].read_text())["knees"][0]["model"] == "qwen3-tiny"
+    md = paths["md"].read_text()
+    assert "| qwen3-tiny | eager | 4 |" in md and "tokens/s" in md and "\x1b[" not in md
+
+
+def test_batch_sweep_cli(tmp_path, capsys):
+    assert main(["--models", "qwen3-tiny", "--batches", "1,2", "--device", "cpu", "--warmup", "1",
+                 "--iters", "2", "--no-profile", "--prompt-len", "4", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    assert "| qwen3-tiny | eager | 2 |" in out.out and "knee predicted" in out.out
+    assert "qwen3-tiny eager batch 2:" in out.err and (tmp_path / "batch.md").is_file()
+    assert main(["--models", "qwen3-tiny", "--batches", "1", "--seq-lens", "8"]) == 2

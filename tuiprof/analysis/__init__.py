@@ -3,6 +3,7 @@
 No UI, no torch: what the UI and the exports call to name kernels, split time, model launches
 and the roofline, and rank findings. Rules and formulas: ``docs/analysis.md``.
 """
+from .batch import (ConfigSummary, Knee, config_summaries, measured_knee, predicted_knee)
 from .breakdown import (KernelRow, LaunchBound, Share, attention_split, category_shares,
                         gpu_time_ns, launch_bound, library_shares, phase_split, shares,
                         top_kernels)
@@ -25,4 +26,5 @@ __all__ = [
     "Occupancy", "LaunchInfo", "SmallGrid", "occupancy", "launch_info", "small_grid_launches",
     "ModelConfig", "model_config", "ModelRoofline", "model_roofline", "GemmLaunch", "GemmMatch",
     "match_gemms", "Finding", "find", "read_ncu_csv", "parse_ncu_csv",
+    "ConfigSummary", "Knee", "config_summaries", "measured_knee", "predicted_knee",
 ]

@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .batch import KNEE_GAIN, config_summaries, measured_knee, predicted_knee
 from .breakdown import FUSABLE, category_shares, launch_bound
 from .gpus import gpu_spec
 from .kernels import GEMM
 from .launch import small_grid_launches
+from .model import model_config
 from .roofline import match_gemms, model_roofline
 from .tokens import mode_summaries, steady_tokens, token_timing
 
@@ -68,6 +70,7 @@ def find(view) -> list:
         out += _below_roof(view, mode)
         out += _allocs(view, mode)
     out += _compiled_slower(summaries)
+    out += _batch(view)
     out += _gpu_unused(view)
     out += _no_steps(view)
     out += _caveats(view)
@@ -338,6 +341,80 @@ def _compiled_slower(summaries: dict) -> list:
                     "Stay in eager for this workload, or look for recompilations and graph "
                     "breaks (TORCH_LOGS=recompiles,graph_breaks), dynamic shapes that defeat "
                     "CUDA graphs, and compile time still counted in the window.")]
+
+
+RAISE_BATCH_MBU = 0.5        # below half the bandwidth at a batch short of the knee
+
+
+def _batch(view) -> list:
+    """The batch knee (predicted from the matmul shapes, measured from tokens/s over the
+    configurations of the session), and whether the batch in use leaves the GPU idle."""
+    cfg = model_config(view.meta)
+    if cfg is None:
+        return []
+    spec = gpu_spec(view.meta)
+    ridge = spec.bf16_flops / spec.bandwidth_Bps
+    sums = config_summaries(view, cfg, spec)
+    knee = predicted_knee(cfg, spec)
+    out = []
+    where = f"{spec.name} ({spec.source} peaks: {spec.bandwidth_Bps / 1e12:.2f} TB/s, " \
+            f"{spec.bf16_flops / 1e12:.0f} TFLOP/s bf16, ridge {ridge:.0f} FLOP/B)"
+    knees = {m: measured_knee(sums, m) for m in sorted({s.mode for s in sums})}
+    pred = (f"the matmuls' arithmetic intensity reaches the ridge at batch ≈{knee:.0f} "
+            f"(predicted from their shapes)" if knee else
+            "the matmuls' arithmetic intensity never reaches the ridge (predicted from their shapes)")
+    meas = []
+    for mode, k in knees.items():
+        if k is None:
+            continue
+        if k.batch is not None:
+            meas.append(f"{mode}: tokens/s grows {k.gain - 1:+.0%} per doubling past batch {k.batch}")
+        else:
+            meas.append(f"{mode}: still scaling at batch {k.largest} "
+                        f"({k.gains[-1][2] - 1:+.0%} per doubling)")
+    nums = {"predicted_knee": knee, "ridge_flop_per_byte": ridge, "peaks_source": spec.source,
+            "gpu": spec.name, "measured": {m: (None if k is None else {
+                "knee_batch": k.batch, "gain_per_doubling": k.gain, "largest": k.largest,
+                "gains": [list(g) for g in k.gains]}) for m, k in knees.items()}}
+    title = f"Batch knee ≈{knee:.0f} (predicted)" if knee else "No batch knee in reach (predicted)"
+    found = [(m, k) for m, k in knees.items() if k is not None and k.batch is not None]
+    if found:
+        title += "; measured: " + ", ".join(f"{m} past batch {k.batch}" for m, k in found)
+    out.append(Finding("batch-knee", title, "info", None, None, nums,
+                       f"On {where}, {pred}. Measured: " + ("; ".join(meas) if meas else
+                       "one batch size so far (press b / B, or tuiprof sweep --batches)") + ".",
+                       "Below the knee a decode step is memory-bound: the weights are read once "
+                       "per step whatever the batch, so more sequences per step come nearly "
+                       "free. Past it the step is compute-bound and tokens/s stops growing."))
+    for mode, k in found:
+        past = [s for s in sums if s.mode == mode and isinstance(s.batch, int) and s.batch > k.batch]
+        klass = past[-1].klass if past else "?"
+        out.append(Finding(
+            "batch-scaling-stopped", f"Past batch {k.batch} tokens/s grows {k.gain - 1:.0%} per "
+            f"doubling ({mode}): {klass}", "low", None, None,
+            {"mode": mode, "batch": k.batch, "gain_per_doubling": k.gain, "class": klass,
+             "knee_gain": KNEE_GAIN},
+            "tokens/s by batch: " + ", ".join(f"{s.batch}: {s.tok_s:,.0f}" for s in sums
+                                             if s.mode == mode and isinstance(s.batch, int)),
+            "A larger batch now adds latency per step without adding throughput; serve at or "
+            "just past this batch, or make the step itself cheaper."))
+    cur = [s for s in sums if s.batch == view.batch and s.steps]
+    if cur:
+        s = max(cur, key=lambda c: c.steps)
+        short = isinstance(s.batch, int) and (knee is None or s.batch < knee / 2)
+        if s.mbu is not None and s.mbu < RAISE_BATCH_MBU and short and s.klass != "compute-bound":
+            adv = ("Decode more sequences per step (--batch N, or b in the app): tokens/s grows "
+                   "nearly with the batch until the knee, while the step time grows slowly.")
+            if s.klass == "launch-bound":
+                adv += " The GPU also waits for launches: compiled mode (c) removes most of that."
+            out.append(Finding(
+                "raise-batch", f"At batch {s.batch} you use {s.mbu:.0%} of the bandwidth you "
+                f"could: raise the batch ({s.mode})", "medium", None, s.mbu,
+                {"batch": s.batch, "mode": s.mode, "mbu": s.mbu, "mfu": s.mfu, "tok_s": s.tok_s,
+                 "ms_step": s.ms_step, "class": s.klass, "predicted_knee": knee},
+                f"{s.tok_s:,.0f} tokens/s at {s.ms_step:.2f} ms/step; MBU {s.mbu:.1%}, MFU "
+                f"{s.mfu:.1%}; {s.klass} ({s.why}); {pred}", adv))
+    return out
 
 
 def _gpu_unused(view) -> list:

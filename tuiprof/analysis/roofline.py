@@ -21,7 +21,7 @@ import numpy as np
 from .gpus import GpuSpec, gpu_spec
 from .kernels import ATTENTION, GEMM, REDUCTION, KernelInfo, is_gemm_aux, kernel_info
 from .launch import launch_info
-from .model import (Linear, ModelConfig, decode_token_bytes, decode_token_flops, linear_layers,
+from .model import (Linear, ModelConfig, decode_step_bytes, decode_step_flops, linear_layers,
                     model_config)
 from .tokens import steady_tokens, token_timing
 
@@ -33,7 +33,8 @@ UNDER_UTILISED_FRACTION = 0.5
 
 @dataclass(frozen=True, slots=True)
 class ModelRoofline:
-    """One decode token at batch 1 against the GPU's peaks (medians over steady tokens)."""
+    """One decode step against the GPU's peaks (medians over steady steps; ``batch`` sequences
+    per step: bytes and FLOPs are the whole step's)."""
 
     model: str
     gpu: str
@@ -55,6 +56,7 @@ class ModelRoofline:
     busy_achieved_Bps: float      # bytes / busy (bandwidth while the GPU works)
     busy_achieved_frac: float
     intensity: float              # FLOPs / bytes
+    batch: int = 1                # sequences per step
 
 
 def model_roofline(view, mode: str | None = None, phase: str = "decode",
@@ -70,8 +72,9 @@ def model_roofline(view, mode: str | None = None, phase: str = "decode",
     spec = spec or gpu_spec(view.meta)
     prompt = int(view.meta.get("prompt_tokens") or 0)
     ctx = int(np.median([prompt + max(0, t.step) + 1 for t in toks]))
-    b = decode_token_bytes(cfg, ctx)
-    f = decode_token_flops(cfg, ctx)
+    batch = max(1, round(sum(t.batch for t in toks) / len(toks)))
+    b = decode_step_bytes(cfg, ctx, batch)
+    f = decode_step_flops(cfg, ctx, batch)
     tt = [token_timing(t) for t in toks]
     wall = float(np.median([x.wall_ms for x in tt]))
     sampled = [x for x, t in zip(tt, toks) if t.sampled and x.kernels]
@@ -84,7 +87,7 @@ def model_roofline(view, mode: str | None = None, phase: str = "decode",
     return ModelRoofline(cfg.name, spec.name, spec.source, spec.bandwidth_Bps, spec.bf16_flops,
                          ctx, b, f, fbw, fc, floor, wall, busy, wall / floor if floor else 0.0,
                          busy / floor if floor else 0.0, ach, ach / spec.bandwidth_Bps, bach,
-                         bach / spec.bandwidth_Bps, f["total"] / b["total"])
+                         bach / spec.bandwidth_Bps, f["total"] / b["total"], batch)
 
 
 def classify(intensity: float, achieved_flops: float, spec: GpuSpec) -> tuple[str, str, float]:
@@ -185,14 +188,16 @@ def match_gemms(view, mode: str | None = None, phase: str = "decode", seq: int |
         return GemmMatch(False, f"{len(picked)} GEMM launches in token {token.seq}, the model has "
                          f"{len(expected)} matmuls: shapes not attached", token.seq,
                          len(expected), len(picked), [], skipped)
-    m = 1 if phase == "decode" else max(1, int(view.meta.get("prompt_tokens") or 1))
+    m = token.batch if phase == "decode" else \
+        token.batch * max(1, int(view.meta.get("prompt_tokens") or 1))
     ctx = int(view.meta.get("prompt_tokens") or 0) + max(0, token.step) + 1
     d = cfg.dtype_bytes
     out = []
     for (r, info, aux), lin in zip(picked, expected):
         if lin.name.startswith("attn_"):
             kvh, h, hd = cfg.num_key_value_heads, cfg.num_attention_heads, cfg.head_dim
-            nbytes = (kvh * hd * ctx + h * (hd + ctx) * m) * d
+            seqs = token.batch  # each sequence reads its own K/V; m queries over them all
+            nbytes = (seqs * kvh * hd * ctx + h * (hd + ctx) * m) * d
             flops = 2 * h * hd * ctx * m
         else:
             nbytes, flops = lin.bytes(m, d), lin.flops(m)

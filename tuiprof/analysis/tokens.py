@@ -48,9 +48,11 @@ def token_timing(row) -> TokenTiming:
 
 def tokens_of(view, phase: str | None = None, mode: str | None = None,
               sampled_only: bool = True) -> list:
-    """Finished tokens in the window, filtered by phase/mode (and sampling)."""
+    """Finished tokens in the window, filtered by phase/mode (and sampling). Steps decoded
+    beside a compile are left out: the compile slowed them (their timing is kept apart)."""
     return [t for t in view.tokens if t.done and (phase is None or t.phase == phase)
-            and (mode is None or t.mode == mode) and (t.sampled or not sampled_only)]
+            and (mode is None or t.mode == mode) and (t.sampled or not sampled_only)
+            and not getattr(t, "compiling", False)]
 
 
 def steady_tokens(view, phase: str = "decode", mode: str | None = None, skip: int = 2) -> list:
@@ -73,8 +75,8 @@ def steady_tokens(view, phase: str = "decode", mode: str | None = None, skip: in
 class ModeSummary:
     phase: str
     mode: str
-    tokens: int                  # whole session
-    tokens_per_s: float          # 1000 / mean ms per token (whole session)
+    tokens: int                  # whole session (steps)
+    tokens_per_s: float          # every sequence counted: batch x 1000 / mean ms per step
     ms_mean: float
     ms_median: float             # whole session (RunningStats median)
     ms_p90: float                # window only (view.tokens)
@@ -84,6 +86,7 @@ class ModeSummary:
     busy_fraction: float         # sum busy / sum wall, same tokens
     window_tokens: int
     unsampled_tokens: int        # in the window, without kernel data
+    batch: float = 1.0           # sequences per step (mean)
 
 
 def mode_summaries(view, phase: str = "decode") -> dict[str, ModeSummary]:
@@ -107,10 +110,14 @@ def mode_summaries(view, phase: str = "decode") -> dict[str, ModeSummary]:
         busy_ns = (ev_b.total if ev_b else 0) + sum(t.busy_ns for t in sampled)
         ev_wall_ms = (host.total - sum(t.host_ms for t in win)) if host is not None and ev_k and ev_k.count else 0.0
         wall_ms = ev_wall_ms + sum(t.host_ms for t in sampled)
+        seqs = ts.get("seqs")
+        batch = (seqs.total / seqs.count if seqs is not None and seqs.count
+                 else (sum(t.batch for t in win) / len(win) if win else 1.0))
         out[mode] = ModeSummary(
-            phase, mode, n_all, 1000.0 / mean if mean > 0 else 0.0, mean, median,
+            phase, mode, n_all, batch * 1000.0 / mean if mean > 0 else 0.0, mean, median,
             float(np.percentile(wall, 90)) if len(wall) else 0.0,
             float(np.percentile(wall, 99)) if len(wall) else 0.0,
             kernels / n_k if n_k else 0.0, busy_ns / 1e6 / n_k if n_k else 0.0,
-            busy_ns / 1e6 / wall_ms if wall_ms > 0 else 0.0, len(win), len(win) - len(sampled))
+            busy_ns / 1e6 / wall_ms if wall_ms > 0 else 0.0, len(win), len(win) - len(sampled),
+            batch)
     return out

@@ -267,6 +267,18 @@ class CuptiCollector:
         self._set_api_records(on)
         return 1 <= phase <= BURST
 
+    def quiet_token(self) -> bool:
+        """A token left untraced whatever the sampling (one decoded beside a compile, whose
+        own kernels would land in its window); returns False (not sampled)."""
+        if self._device_on:  # a burst in progress: hand its records over before going quiet
+            try:
+                self._cupti.activity_flush_all(0)
+            except Exception:
+                pass
+        self._set_device_kinds(False)
+        self._set_api_records(False)
+        return False
+
     def restart_sampling(self, seq: int) -> None:
         """A mode switch at token ``seq``: the next burst's warm-up comes ``SWITCH_LEAD``
         tokens later instead of up to a period later. The lead tokens are untraced, so a change

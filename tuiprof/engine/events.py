@@ -9,7 +9,7 @@ STATES = ("loading", "prefill", "decode", "compiling", "paused", "stopped", "don
 
 @dataclass(slots=True)
 class TokenEvent:
-    """One generated token (the prefill's or a decode step's)."""
+    """One step: the prefill's or a decode step's, over every sequence of the batch."""
 
     index: int        # tokens generated in this engine's life, 0 = the prefill's token
     step: int         # -1 for prefill, else decode step within the current cycle
@@ -21,6 +21,9 @@ class TokenEvent:
     host_ms: float    # perf_counter wall time of the step
     gpu_ms: float | None   # CUDA-event time of the step's GPU work (None on CPU)
     cycle: int
+    batch: int = 1         # sequences the step advanced (a decode step makes ``batch`` tokens)
+    compiling: bool = False  # run while a compile ran in the background (timed apart)
+    token_ids: list | None = None  # every sequence's token when batch > 1 (``token_id``: the first)
 
 
 class EngineListener(Protocol):
@@ -29,12 +32,13 @@ class EngineListener(Protocol):
     Per token: ``token_started`` before the step's work is launched, ``token_launched`` once it
     is queued and before the engine waits for the token (on a GPU the device is busy then: work
     done here is off the loop's critical path), ``token_finished`` once the token is on the host.
-    ``batch``: sequences the step advances; ``positions``: input positions over all of them.
+    ``batch``: sequences the step advances (None: the engine's configured batch, which is also
+    the step's configuration); ``positions``: input positions over all of them.
     A step source that cannot tell when the work is queued never calls ``token_launched``.
     """
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
-                      batch: int = 1, positions: int = 1) -> None: ...
+                      batch: int | None = None, positions: int = 1) -> None: ...
 
     def token_launched(self) -> None: ...
 
@@ -42,12 +46,15 @@ class EngineListener(Protocol):
 
     def state_changed(self, state: str, message: str = "") -> None: ...
 
+    # Optional: ``configuration_changed(batch, compiling)`` is called (when defined) before the
+    # first step of a new batch and when a background compile starts or ends.
+
 
 class NullListener:
     """A listener that ignores everything."""
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
-                      batch: int = 1, positions: int = 1) -> None:
+                      batch: int | None = None, positions: int = 1) -> None:
         pass
 
     def token_launched(self) -> None:
@@ -69,7 +76,7 @@ class CollectingListener(NullListener):
         self.started = 0
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
-                      batch: int = 1, positions: int = 1) -> None:
+                      batch: int | None = None, positions: int = 1) -> None:
         self.started += 1
 
     def token_finished(self, ev: TokenEvent) -> None:

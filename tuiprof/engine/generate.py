@@ -1,21 +1,27 @@
-"""The generation engine: prefill + token-by-token decode on its own thread.
+"""The generation engine: prefill + batched decode, token by token, on its own thread.
 
-Commands (pause, resume, stop, mode switch) are thread-safe and take effect at token
-boundaries. The per-token path is hot: one ``.item()`` sync per token, no logging, and the
-only Python object built per token is the :class:`TokenEvent`. Between launching a step and
-waiting for its token the engine calls ``listener.token_launched()``: on a GPU the device is
-then busy, so a listener's bookkeeping done there costs the loop nothing.
+A *configuration* is a mode (eager or compiled) and a batch (sequences decoded together, each
+with its own prompt, sharing one position). Commands (pause, resume, stop, mode and batch
+switches) are thread-safe and take effect at token boundaries. A compile runs on a worker
+thread while the current configuration keeps decoding; the tokens decoded meanwhile are marked
+(``compiling``) and the switch happens at the first boundary after the compile finished.
+
+The per-token path is hot: one ``.item()`` sync per step, no logging, and the only Python
+object built per step is the :class:`TokenEvent`. Between launching a step and waiting for its
+tokens the engine calls ``listener.token_launched()``: on a GPU the device is then busy, so a
+listener's bookkeeping done there costs the loop nothing.
 
 Tensor-parallel ranks run one engine each with a :class:`~tuiprof.engine.lockstep.Lockstep`:
 their commands then take effect only at boundaries where all ranks agree (rank 0's wishes),
-so every rank switches, pauses and stops at the same step.
+so every rank switches, pauses and stops at the same step, and compiles in the foreground
+(all ranks together), at the batch they started with.
 """
 from __future__ import annotations
 
-import re
 import threading
 import time
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
@@ -23,17 +29,72 @@ from ..errors import one_line
 from .adapter import DecoderAdapter
 from .events import EngineListener, NullListener, TokenEvent
 from .lockstep import PAUSE_POLL_S, Lockstep
+from .memory import is_oom, memory_figures, oom_message
 
 EAGER, COMPILED = "eager", "compiled"
 PREFILL, DECODE = "prefill", "decode"
 MODES = (EAGER, COMPILED)
+DEFAULT_MAX_BATCH = 256
+
+
+def extend_prompt(prompt: torch.Tensor, batch: int, vocab_size: int, seed: int) -> torch.Tensor:
+    """``[batch, T]`` prompts: the rows of ``prompt`` first, then random ids, a generator seeded
+    from (``seed``, row) per row, so that row ``i`` is the same at every batch size."""
+    rows, t = prompt.shape
+    if batch <= rows:
+        return prompt[:batch]
+    extra = [torch.randint(0, vocab_size, (1, t), generator=torch.Generator().manual_seed(
+        seed * 1_000_003 + i)) for i in range(rows, batch)]
+    return torch.cat([prompt, torch.cat(extra).to(prompt.device)])
+
+
+@dataclass
+class CompiledStep:
+    """``torch.compile`` of the adapter's decode step, shared by every engine on the adapter.
+
+    A first compile at a batch >= 2 marks the batch dimension dynamic: every batch >= 2 then
+    reuses that graph (CUDA graph trees still record one graph per batch size). Batch 1 gets a
+    static graph of its own (dynamo specialises size 1). ``batches``: those already run."""
+
+    fn: Callable
+    batches: set = field(default_factory=set)
+
+
+@dataclass
+class _Live:
+    """The decode state of one batch configuration: its cache, inputs and step function."""
+
+    batch: int
+    cache: Any
+    prompt: torch.Tensor            # [batch, T]
+    tok: torch.Tensor               # [batch, 1], the next input
+    pos: torch.Tensor               # [1], its position
+    mode: str = EAGER
+    fn: Callable | None = None      # fn(tok, pos, cache) -> logits [batch, V]
+    cudagraphs: bool = False
+    position: int = 0               # host copy of ``pos``
+
+
+@dataclass
+class _CompileJob:
+    """A compile for ``batch`` on a worker thread (its first call on a cache of that batch)."""
+
+    batch: int
+    cache: Any
+    thread: threading.Thread | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    t0: float = field(default_factory=time.perf_counter)
+    seconds: float = 0.0
 
 
 class Engine:
-    """Runs ``adapter`` on a background thread and reports every token to ``listener``.
+    """Runs ``adapter`` on a background thread and reports every step to ``listener``.
 
-    ``max_new_tokens`` counts generated tokens including the prefill's; a cycle also ends when
-    the static cache is full. With ``loop`` the engine then starts again from the prompt.
+    ``prompt_ids`` is ``[B, T]``: B is the starting batch. ``max_new_tokens`` counts steps
+    including the prefill's; a cycle also ends when the static cache is full. With ``loop`` the
+    engine then starts again from the prompt. ``background_compile=False`` compiles on the
+    engine thread instead (generation waits: benchmarks and sweeps want that).
     """
 
     def __init__(self, adapter: DecoderAdapter, prompt_ids: torch.Tensor, *,
@@ -41,11 +102,12 @@ class Engine:
                  loop: bool = False, mode: str = EAGER, compile_mode: str | None = None,
                  temperature: float = 0.0, top_k: int = 0, seed: int = 0,
                  clock: Callable[[], int] | None = None, listener: EngineListener | None = None,
-                 info: dict | None = None, lockstep: Lockstep | None = None) -> None:
+                 info: dict | None = None, lockstep: Lockstep | None = None,
+                 max_batch: int = DEFAULT_MAX_BATCH, background_compile: bool = True) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        if prompt_ids.ndim != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
-            raise ValueError("prompt_ids must have shape [1, T] with T >= 1")
+        if prompt_ids.ndim != 2 or prompt_ids.shape[0] < 1 or prompt_ids.shape[1] < 1:
+            raise ValueError("prompt_ids must have shape [B, T] with B, T >= 1")
         if prompt_ids.shape[1] >= adapter.max_len:
             raise ValueError(f"prompt of {prompt_ids.shape[1]} tokens leaves no room in a cache "
                              f"of {adapter.max_len}")
@@ -62,25 +124,35 @@ class Engine:
         self.clock = clock or time.perf_counter_ns
         self.listener: EngineListener = listener or NullListener()
         self.info: dict = dict(info or {})
+        self.max_batch = max(int(max_batch), int(prompt_ids.shape[0]))
+        self.background_compile = background_compile
         self.state = "loading"
         self.message = ""
         self.mode = EAGER               # mode in effect; a compiled request switches at a boundary
-        self.tokens = 0                 # tokens generated in this engine's life
+        self.batch = int(prompt_ids.shape[0])   # batch in effect
+        self.tokens = 0                 # steps run in this engine's life
         self.cycle = 0
         self.compile_s: float | None = None
         self.error: str | None = None
+        self.notes: list[str] = []      # one-line reports of switches that did not happen
         self._want_mode = mode
+        self._want_batch = self.batch
         self._paused = False
         self._stop = False
         self._pending = mode != EAGER   # a command waits for the next token boundary
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._compiled = getattr(adapter, "compiled_steps", None)
-        if not isinstance(self._compiled, dict):
-            self._compiled = {}
-        self._step: Callable = adapter.decode
-        self._cudagraphs = False
+        self._live: _Live | None = None
+        self._fallback: _Live | None = None   # the last configuration that fitted, on trial
+        self._job: _CompileJob | None = None
+        self._compiling = False
+        self._told = (self.batch, False)
+        steps = getattr(adapter, "compiled_steps", None)
+        self._compiled: dict = steps if isinstance(steps, dict) else {}
+        self._select = self._selector()
         self.lockstep = lockstep
+        if lockstep is not None:  # ranks switch at an agreed step: no compile beside decoding
+            self.background_compile = False
 
     # ------------------------------------------------------------- commands
     def start(self) -> None:
@@ -100,6 +172,17 @@ class Engine:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def busy(self) -> bool:
+        """The engine thread or a compile worker still runs (a compile cannot be interrupted)."""
+        job = self._job
+        return self.alive or bool(job is not None and job.thread is not None
+                                  and job.thread.is_alive())
+
+    @property
+    def want_batch(self) -> int:
+        return self._want_batch
 
     def pause(self) -> str:
         with self._cond:
@@ -129,20 +212,48 @@ class Engine:
             self._pending = True
         return f"switching to {mode} at the next token"
 
+    def request_batch(self, batch: int) -> str:
+        """Decode ``batch`` sequences from the next token boundary on (1 … ``max_batch``): the
+        cache is rebuilt and each sequence prefilled; compiled mode compiles/captures first."""
+        n = max(1, min(int(batch), self.max_batch))
+        with self._cond:
+            self._want_batch = n
+            self._pending = True
+        return f"switching to batch {n} at the next token"
+
+    def decode_once(self) -> None:
+        """One more decode step of the configuration in effect, outside the loop and without
+        listener calls: for a profiler wrapped around it, after :meth:`run` returned, on the
+        thread that ran it (CUDA graphs replay on their own thread)."""
+        live = self._live
+        if live is None or live.fn is None:
+            raise RuntimeError("the engine has not decoded yet")
+        if live.position >= self.adapter.max_len:
+            raise RuntimeError("the static cache is full")
+        if live.cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        nxt = self._select(live.fn(live.tok, live.pos, live.cache))
+        live.tok.copy_(nxt.view(-1, 1))
+        live.pos.add_(1)
+        live.position += 1
+
     # ---------------------------------------------------------------- thread
     def run(self) -> None:
         """The engine loop, on the calling thread (``start`` runs it on its own thread)."""
         torch.set_grad_enabled(False)  # grad mode is per thread
+        if self.cuda:
+            _own_cudagraph_trees()
         try:
             if self.cuda and self.device.index is not None:
                 # The current device is per thread too: without this, CUDA events, allocator
                 # statistics and graph capture of a rank on cuda:1 would go to cuda:0.
                 torch.cuda.set_device(self.device)
             self._generate()
-        except torch.cuda.OutOfMemoryError as exc:
-            self._fail(_oom_message(exc, self.device, self.state))
         except Exception as exc:  # the thread must end cleanly and say why
-            self._fail(f"{type(exc).__name__}: {one_line(exc)}")
+            if is_oom(exc):
+                self._fail(oom_message(exc, self.device, self.state))
+            else:
+                self._fail(f"{type(exc).__name__}: {one_line(exc)}")
 
     def _fail(self, message: str) -> None:
         self.error = message
@@ -152,124 +263,198 @@ class Engine:
         self.state, self.message = state, message
         self.listener.state_changed(state, message)
 
+    def _tell_config(self) -> None:
+        """Tell the listener the batch and compile flag of the steps that follow (on change)."""
+        now = (self.batch, self._compiling)
+        if now != self._told:
+            self._told = now
+            told = getattr(self.listener, "configuration_changed", None)
+            if told is not None:
+                told(self.batch, self._compiling)
+
+    def _steps(self, live: _Live) -> int:
+        room = self.adapter.max_len - live.prompt.shape[1]
+        return room if self.max_new_tokens is None else min(room, self.max_new_tokens - 1)
+
     def _generate(self) -> None:
-        adapter, listener, clock, perf = self.adapter, self.listener, self.clock, time.perf_counter
-        cuda, dev = self.cuda, self.device
-        prompt = self.prompt_ids
-        plen = prompt.shape[1]
-        room = adapter.max_len - plen
-        steps = room if self.max_new_tokens is None else min(room, self.max_new_tokens - 1)
-        tok = self._tok = torch.zeros((1, 1), dtype=torch.long, device=dev)
-        pos = self._pos = torch.zeros(1, dtype=torch.long, device=dev)
-        select = self._selector()
-        if cuda:
-            ev0 = torch.cuda.Event(enable_timing=True)
-            ev1 = torch.cuda.Event(enable_timing=True)
-            push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
-            mark_step = torch.compiler.cudagraph_mark_step_begin
-        gpu_ms = None
-        lock = self.lockstep
+        self._live = self._new_live(self.batch, EAGER)
         while True:
-            if lock is not None:
-                if not self._agree(plen, can_switch=False):
+            if self.lockstep is not None:
+                if not self._agree(can_switch=False):
                     break
-            elif self._pending and not self._commands(plen, can_switch=False):
+            elif self._pending and not self._commands(can_switch=False):
                 break
-            self._set_state(PREFILL)
-            adapter.reset_cache()
-            start_ns = clock()
-            listener.token_started(PREFILL, EAGER, -1, self.cycle, start_ns)
-            t0 = perf()
-            if cuda:
-                push("step")
-                push(PREFILL)
-                ev0.record()
-            nxt = select(adapter.prefill(prompt))
-            tok.copy_(nxt.view(1, 1))
-            pos.fill_(plen)
-            if cuda:
-                ev1.record()
-            listener.token_launched()
-            token_id = nxt.item()
-            t1 = perf()
-            end_ns = clock()
-            if cuda:
-                pop()
-                pop()
-                gpu_ms = ev0.elapsed_time(ev1)
-            listener.token_finished(TokenEvent(self.tokens, -1, PREFILL, EAGER, token_id, start_ns,
-                                               end_ns, (t1 - t0) * 1e3, gpu_ms, self.cycle))
-            self.tokens += 1
-            self._set_state(DECODE)
-            stopped = False
-            for step in range(steps):
-                if lock is not None:
-                    if lock.due() and not self._agree(plen + step, can_switch=True):
-                        stopped = True
-                        break
-                elif self._pending and not self._commands(plen + step, can_switch=True):
-                    stopped = True
-                    break
-                mode, fn, cg = self.mode, self._step, self._cudagraphs
-                start_ns = clock()
-                listener.token_started(DECODE, mode, step, self.cycle, start_ns)
-                t0 = perf()
-                if cuda:
-                    push("step")
-                    push(DECODE)
-                    ev0.record()
-                    if cg:
-                        mark_step()
-                nxt = select(fn(tok, pos))
-                tok.copy_(nxt.view(1, 1))
-                pos.add_(1)
-                if cuda:
-                    ev1.record()
-                listener.token_launched()  # the device is busy: listeners' bookkeeping goes here
-                token_id = nxt.item()  # the one sync per token; ev1 is complete after it
-                t1 = perf()
-                end_ns = clock()
-                if cuda:
-                    pop()
-                    pop()
-                    gpu_ms = ev0.elapsed_time(ev1)
-                listener.token_finished(TokenEvent(self.tokens, step, DECODE, mode, token_id,
-                                                   start_ns, end_ns, (t1 - t0) * 1e3, gpu_ms,
-                                                   self.cycle))
-                self.tokens += 1
-            if stopped:
+            live = self._live
+            try:
+                self._prefill(live)
+            except Exception as exc:
+                if self._fallback is None or not is_oom(exc):
+                    raise
+                self._fall_back(exc)  # a new batch that does not fit: prefill the old again
+                self.cycle += 1
+                continue
+            result = self._decode(live, self._steps(live))
+            if result == "stop":
                 break
+            if result == "restart":      # a new batch: its own prefill, a new cycle
+                self.cycle += 1
+                continue
             if not self.loop:
                 self._set_state("done", f"{self.tokens} tokens")
                 return
             self.cycle += 1
         self._set_state("stopped", f"{self.tokens} tokens")
 
-    def _commands(self, next_pos: int, can_switch: bool) -> bool:
-        """Apply pending commands at a token boundary; False when the engine must stop.
+    def _prefill(self, live: _Live) -> None:
+        adapter, listener, clock, perf = self.adapter, self.listener, self.clock, time.perf_counter
+        self._set_state(PREFILL)
+        self._tell_config()
+        plen = live.prompt.shape[1]
+        start_ns = clock()
+        listener.token_started(PREFILL, EAGER, -1, self.cycle, start_ns)
+        t0 = perf()
+        if self.cuda:
+            ev0, ev1 = _events()
+            torch.cuda.nvtx.range_push("step")
+            torch.cuda.nvtx.range_push(PREFILL)
+            ev0.record()
+        nxt = self._select(adapter.prefill(live.prompt, live.cache))
+        live.tok.copy_(nxt.view(-1, 1))
+        live.pos.fill_(plen)
+        live.position = plen
+        if self.cuda:
+            ev1.record()
+        listener.token_launched()
+        if live.batch == 1:
+            token_id, token_ids = nxt.item(), None
+        else:
+            token_ids = nxt.tolist()
+            token_id = token_ids[0]
+        t1 = perf()
+        end_ns = clock()
+        gpu_ms = None
+        if self.cuda:
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.nvtx.range_pop()
+            gpu_ms = ev0.elapsed_time(ev1)
+        listener.token_finished(TokenEvent(self.tokens, -1, PREFILL, EAGER, token_id, start_ns,
+                                           end_ns, (t1 - t0) * 1e3, gpu_ms, self.cycle,
+                                           live.batch, self._compiling, token_ids))
+        self.tokens += 1
+        if live.mode == COMPILED and live.fn is None:  # a compiled batch: capture after prefill
+            self._use_compiled(live)
+        self._set_state("compiling" if self._compiling else DECODE)
 
-        Modes switch only between decode steps (the step inputs and the cache are then live).
+    def _decode(self, live: _Live, steps: int) -> str:
+        """Decode up to ``steps`` steps of ``live``; "done", "stop" or "restart" (new batch)."""
+        listener, clock, perf, cuda, select = (self.listener, self.clock, time.perf_counter,
+                                               self.cuda, self._select)
+        if cuda:
+            ev0, ev1 = _events()
+            push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+            mark_step = torch.compiler.cudagraph_mark_step_begin
+        gpu_ms = None
+        step = 0
+        while step < steps:
+            lock = self.lockstep
+            if lock is not None:
+                if lock.due():
+                    action = self._agree(can_switch=True)
+                    if action != "go":
+                        return action
+                    live = self._live
+            elif self._pending:
+                action = self._commands(can_switch=True)
+                if action != "go":
+                    return action
+                live = self._live
+                self._tell_config()
+            tok, pos, cache, fn = live.tok, live.pos, live.cache, live.fn
+            mode, cg, batch, compiling = live.mode, live.cudagraphs, live.batch, self._compiling
+            start_ns = clock()
+            listener.token_started(DECODE, mode, step, self.cycle, start_ns)
+            t0 = perf()
+            try:
+                if cuda:
+                    push("step")
+                    push(DECODE)
+                    ev0.record()
+                    if cg:
+                        mark_step()
+                nxt = select(fn(tok, pos, cache))
+                tok.copy_(nxt.view(-1, 1))
+                pos.add_(1)
+                if cuda:
+                    ev1.record()
+                listener.token_launched()  # the device is busy: listeners' bookkeeping goes here
+                # the one sync per step; ev1 is complete after it
+                if batch == 1:
+                    token_id, token_ids = nxt.item(), None
+                else:
+                    token_ids = nxt.tolist()
+                    token_id = token_ids[0]
+            except Exception as exc:
+                if self._fallback is None or not is_oom(exc):
+                    raise
+                self._fall_back(exc)  # the new batch did not fit: back to the last that did
+                return "restart"
+            t1 = perf()
+            end_ns = clock()
+            if cuda:
+                pop()
+                pop()
+                gpu_ms = ev0.elapsed_time(ev1)
+            live.position += 1
+            listener.token_finished(TokenEvent(self.tokens, step, DECODE, mode, token_id,
+                                               start_ns, end_ns, (t1 - t0) * 1e3, gpu_ms,
+                                               self.cycle, batch, compiling, token_ids))
+            self.tokens += 1
+            step += 1
+            if self._fallback is not None:
+                self._fallback = None  # the new configuration has decoded a step: it fits
+        return "done"
+
+    # ------------------------------------------------------------ switching
+    def _commands(self, can_switch: bool) -> str | bool:
+        """Apply pending commands at a token boundary.
+
+        Between decode steps (``can_switch``) answers "go", "stop" or "restart" (a new batch
+        needs its prefill); before a prefill answers whether to go on. Switches happen only
+        between decode steps, where the step inputs and the cache are live.
         """
         with self._cond:
             if self._stop:
-                return False
+                return "stop" if can_switch else False
             if self._paused:
                 resume_state = self.state
                 self._set_state("paused")
                 while self._paused and not self._stop:
                     self._cond.wait()
                 if self._stop:
-                    return False
+                    return "stop" if can_switch else False
                 self._set_state(resume_state)
-            want = self._want_mode
-            self._pending = want != self.mode and not can_switch
-        if want != self.mode and can_switch:
-            self._switch(want, next_pos)
-            return not self._stop  # a stop asked for during a compile ends the run here
-        return True
+            want = (self._want_mode, self._want_batch)
+            job = self._job
+            waiting = job is not None and not job.done.is_set()
+            self._pending = waiting or (want != (self.mode, self.batch))
+            if not can_switch:
+                return True
+        live = self._live
+        if job is not None and job.done.is_set():
+            self._job = None
+            self._finish_job(job)
+            with self._cond:
+                want = (self._want_mode, self._want_batch)
+                self._pending = want != (self.mode, self.batch)
+        if not waiting and want != (self.mode, self.batch):
+            self._switch(*want)
+        if self._stop:
+            return "stop"
+        return "restart" if self._live is not live else "go"
 
-    def _agree(self, next_pos: int, can_switch: bool) -> bool:
-        """Lockstep boundary: apply rank 0's commands on every rank; False when all stop.
+    def _agree(self, can_switch: bool) -> str | bool:
+        """Lockstep boundary: apply rank 0's commands on every rank (as :meth:`_commands`
+        answers: "go"/"stop" between decode steps, whether to go on before a prefill).
 
         Rank 0 reads its own wishes; the other ranks' local wishes are ignored (keys reach
         rank 0). While paused, rank 0 repeats the agreement every ``PAUSE_POLL_S`` (sooner on a
@@ -290,69 +475,246 @@ class Engine:
             if not stop:
                 self._set_state(resume_state)
         if stop:
-            return False
-        if want != self.mode and can_switch:
-            self._switch(want, next_pos)
+            return "stop" if can_switch else False
+        if not can_switch:
+            return True
+        if want != self.mode:
+            with self._cond:
+                self._want_mode = want  # the agreed mode, whatever this rank's keys said
+            self._switch(want, self.batch)
             lock.set_mode(self.mode)
-        return True
+        return "go"
 
-    def _switch(self, mode: str, next_pos: int) -> None:
-        if mode == EAGER:
-            self._step, self._cudagraphs, self.mode = self.adapter.decode, False, EAGER
-            return
-        fn = self._compiled.get(self.compile_mode)
-        if fn is None:
-            resume_state = self.state
-            self._set_state("compiling", f"torch.compile(mode={self.compile_mode!r})")
-            t0 = time.perf_counter()
+    def _switch(self, mode: str, batch: int) -> None:
+        """Begin or make the switch to (``mode``, ``batch``) on the engine thread."""
+        live = self._live
+        step = None
+        if mode == COMPILED:
             try:
-                fn = self._compile(next_pos)
-            except torch.cuda.OutOfMemoryError:
-                raise
-            except Exception as exc:  # not fatal: generation goes on in eager mode
-                if self.lockstep is not None:
-                    # The other ranks compiled and run the new graph's collectives: this rank
-                    # cannot go on alone in eager mode. The run stops with the reason.
-                    raise RuntimeError(f"compile failed on this rank: {exc}") from None
-                truncate = getattr(self.adapter, "truncate", None)
-                if truncate is not None:
-                    truncate(next_pos)
-                with self._cond:
-                    self._want_mode = EAGER
-                self._set_state(resume_state, f"compile failed ({type(exc).__name__}: "
-                                              f"{one_line(exc, 160)}); "
-                                              f"continuing in eager mode")
+                step = self._compiled_step()
+            except Exception as exc:  # torch.compile itself refused
+                self._compile_failed(exc)
                 return
-            self.compile_s = time.perf_counter() - t0
-            self._compiled[self.compile_mode] = fn
-            self._set_state(resume_state, f"compiled in {self.compile_s:.1f} s")
-        self._step = fn
-        self._cudagraphs = self.cuda and "reduce-overhead" in self.compile_mode
+        if batch == live.batch:
+            if mode == EAGER:
+                live.fn, live.cudagraphs, live.mode = self.adapter.decode, False, EAGER
+                self.mode = EAGER
+            elif batch in step.batches:
+                self._compiled_now(live)
+            else:
+                self._start_compile(batch, None)
+            return
+        try:
+            cache = self.adapter.new_cache(batch)
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            self._refuse_batch(batch, exc)
+            return
+        if step is not None and batch not in step.batches:
+            self._start_compile(batch, cache)
+            return
+        self._begin_batch(batch, mode, cache)
+
+    def _begin_batch(self, batch: int, mode: str, cache: Any) -> None:
+        """Make ``batch`` the live configuration; its prefill starts the next cycle. The old one
+        is kept until the new one has decoded a step, to fall back to if it runs out."""
+        old = self._live
+        prompt = extend_prompt(self.prompt_ids, batch, self.adapter.vocab_size, self.seed)
+        new = _Live(batch, cache, prompt, torch.zeros((batch, 1), dtype=torch.long, device=self.device),
+                    torch.zeros(1, dtype=torch.long, device=self.device), mode,
+                    self.adapter.decode if mode == EAGER else None)
+        self._fallback = old
+        self._live = new
+        self.batch, self.mode = batch, mode
+
+    def _fall_back(self, exc: BaseException) -> None:
+        """The configuration on trial ran out of memory: back to the one that fitted (its next
+        cycle starts with a prefill)."""
+        failed, old = self._live.batch, self._fallback
+        self._fallback = None
+        self._live = old
+        self.batch, self.mode = old.batch, old.mode
+        self._refuse_batch(failed, exc)
+
+    def _refuse_batch(self, batch: int, exc: BaseException) -> None:
+        """A batch that does not fit: one line, and the request goes back to what runs."""
+        live = self._live
+        with self._cond:
+            self._want_mode, self._want_batch = live.mode, live.batch
+        _release_memory(self.cuda)
+        note = (f"out of memory at batch {batch} ({memory_figures(exc, self.device)}); "
+                f"back to batch {live.batch}, the last that fitted")
+        self._note(note)
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        del self.notes[:-16]
+        self._set_state(self.state if self.state != "paused" else DECODE, text)
+
+    # ------------------------------------------------------------- compiling
+    def _compiled_step(self) -> CompiledStep:
+        step = self._compiled.get(self.compile_mode)
+        if not isinstance(step, CompiledStep):
+            fn = torch.compile(self.adapter.decode, mode=self.compile_mode, dynamic=None)
+            step = self._compiled[self.compile_mode] = CompiledStep(fn)
+        return step
+
+    def _start_compile(self, batch: int, cache: Any) -> None:
+        """Compile for ``batch``: on a worker (decoding goes on, its steps marked) or here."""
+        scratch = cache if cache is not None else self.adapter.new_cache(batch)
+        job = _CompileJob(batch, scratch)
+        what = f"torch.compile(mode={self.compile_mode!r}) for batch {batch}"
+        if not self.background_compile:
+            self._set_state("compiling", what)
+            self._run_job(job)
+            self._finish_job(job)
+            return
+        self._job = job
+        self._compiling = True
+        self._tell_config()
+        job.thread = threading.Thread(target=self._run_job, args=(job,), daemon=True,
+                                      name="tuiprof-compile")
+        job.thread.start()
+        self._set_state("compiling", f"{what} in the background; decoding goes on in "
+                                     f"{self.mode} at batch {self.batch}")
+
+    def _run_job(self, job: _CompileJob) -> None:
+        """The compile itself: the first call of the compiled step, on a scratch cache of the
+        job's batch (never the live one). CUDA graphs are left to the engine thread."""
+        torch.set_grad_enabled(False)
+        try:
+            step = self._compiled_step()
+            tok = torch.zeros((job.batch, 1), dtype=torch.long, device=self.device)
+            pos = torch.tensor([self.prompt_ids.shape[1]], device=self.device)
+            if job.batch > 1:  # one graph for every batch >= 2 (batch 1 keeps its own)
+                self._mark_batch_dynamic(tok, job.cache)
+            with _no_cudagraphs(self.cuda):
+                step.fn(tok, pos, job.cache)
+            if self.cuda:
+                torch.cuda.synchronize(self.device)
+            step.batches.add(job.batch)
+        except BaseException as exc:  # reported at the next boundary, on the engine thread
+            job.error = exc
+        finally:
+            job.seconds = time.perf_counter() - job.t0
+            job.done.set()
+            with self._cond:
+                self._pending = True
+
+    def _mark_batch_dynamic(self, tok: torch.Tensor, cache: Any) -> None:
+        """Compile the batch dimension as dynamic from the start: a later batch (>= 2) then
+        needs no compile of its own, only its CUDA graphs. ``maybe_``: no error where the
+        model code specialises it."""
+        tensors = getattr(self.adapter, "cache_tensors", None)
+        for t in [tok, *(tensors(cache) if tensors is not None else ())]:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+
+    def _finish_job(self, job: _CompileJob) -> None:
+        """At a boundary after a compile ended: switch to what it was for, or say why not."""
+        self._compiling = False
+        self._tell_config()
+        live = self._live
+        if job.error is not None:
+            self._compile_failed(job.error, job.batch)
+            return
+        self.compile_s = job.seconds
+        want_mode, want_batch = self._want_mode, self._want_batch
+        if (want_mode, want_batch) != (COMPILED, job.batch):
+            self._set_state(DECODE, f"compiled for batch {job.batch} in {job.seconds:.1f} s")
+            return  # asked for something else meanwhile: the next boundary handles it
+        if job.batch != live.batch:  # captured after the new batch's prefill
+            self._begin_batch(job.batch, COMPILED, job.cache)
+            self._set_state(DECODE, f"compiled in {job.seconds:.1f} s")
+            return
+        try:
+            self._compiled_now(live)
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            self._refuse_batch(job.batch, exc)
+            return
+        if live.mode == COMPILED:
+            self._set_state(DECODE, f"compiled in {job.seconds:.1f} s")
+
+    def _compile_failed(self, exc: BaseException, batch: int | None = None) -> None:
+        """A compile that failed is not fatal: one line, and the live configuration goes on."""
+        live = self._live
+        _release_memory(self.cuda)
+        with self._cond:
+            self._want_mode, self._want_batch = live.mode, live.batch
+        if is_oom(exc):
+            text = (f"out of memory while compiling for batch {batch or live.batch} "
+                    f"({memory_figures(exc, self.device)}); staying in {live.mode} at batch "
+                    f"{live.batch}")
+        else:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [""]
+            first = (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])[:160]
+            text = f"compile failed ({type(exc).__name__}: {first}); continuing in {live.mode} mode"
+        if self.lockstep is not None:
+            # The other ranks compiled and run the new graph's collectives: this rank cannot
+            # go on alone in its old mode. The run stops with the reason.
+            raise RuntimeError(f"compile failed on this rank: {text}") from None
+        self._note(text)
+
+    def _compiled_now(self, live: _Live) -> None:
+        live.mode = COMPILED
+        self._use_compiled(live)
         self.mode = COMPILED
 
-    def _compile(self, next_pos: int) -> Callable:
-        """Compile the decode step and warm it up without disturbing the sequence.
+    def _use_compiled(self, live: _Live) -> None:
+        """Run the compiled step here before using it, without disturbing the sequence.
 
         Warm-up calls decode the real next (token, position): they write the very K/V the real
         step writes next, and ``truncate`` rewinds caches that count their own write position.
+        CUDA graph trees warm up once, record on the second call and replay from the third; they
+        are per thread, so this runs on the engine thread.
         """
+        step = self._compiled_step()
         cudagraphs = self.cuda and "reduce-overhead" in self.compile_mode
-        fn = torch.compile(self.adapter.decode, mode=self.compile_mode, dynamic=False)
-        tok, pos = self._tok, self._pos  # the real next input; decode never mutates them
         truncate = getattr(self.adapter, "truncate", None)
-        # cudagraph trees warm up once, record on the second call, replay from the third
-        for _ in range(3 if cudagraphs else 1):
-            if cudagraphs:
-                torch.compiler.cudagraph_mark_step_begin()
-            fn(tok, pos)
+        fresh = live.batch not in step.batches
+        t0 = time.perf_counter()
+        if fresh:
+            self._set_state("compiling", f"torch.compile(mode={self.compile_mode!r})")
+        try:
+            for _ in range(3 if cudagraphs else 1):
+                if cudagraphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                step.fn(live.tok, live.pos, live.cache)
+                if truncate is not None:
+                    truncate(live.position, live.cache)
+            if self.cuda:
+                torch.cuda.synchronize(self.device)
+        except Exception as exc:
+            live.mode, live.fn, live.cudagraphs = EAGER, self.adapter.decode, False
+            self.mode = EAGER
             if truncate is not None:
-                truncate(next_pos)
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-        return fn
+                truncate(live.position, live.cache)
+            if is_oom(exc):
+                raise
+            with self._cond:
+                self._want_mode = EAGER
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [""]
+            first = (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])[:160]
+            self._note(f"compile failed ({type(exc).__name__}: {first}); continuing in eager mode")
+            return
+        step.batches.add(live.batch)
+        if fresh:
+            self.compile_s = time.perf_counter() - t0
+            self._set_state(DECODE, f"compiled in {self.compile_s:.1f} s")
+        live.fn, live.cudagraphs, live.mode = step.fn, cudagraphs, COMPILED
+
+    # ------------------------------------------------------------- helpers
+    def _new_live(self, batch: int, mode: str) -> _Live:
+        prompt = extend_prompt(self.prompt_ids, batch, self.adapter.vocab_size, self.seed)
+        return _Live(batch, self.adapter.new_cache(batch), prompt,
+                     torch.zeros((batch, 1), dtype=torch.long, device=self.device),
+                     torch.zeros(1, dtype=torch.long, device=self.device), mode,
+                     self.adapter.decode)
 
     def _selector(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """logits [1, V] -> next token [1] (greedy, or seeded temperature / top-k sampling)."""
+        """logits [B, V] -> next tokens [B] (greedy, or seeded temperature / top-k sampling)."""
         if self.temperature <= 0:
             return lambda logits: logits.argmax(-1)
         gen = torch.Generator(device=self.device).manual_seed(self.seed)
@@ -363,10 +725,69 @@ class Engine:
             if k > 0:
                 vals, idx = torch.topk(scaled, k, dim=-1)
                 choice = torch.multinomial(torch.softmax(vals, -1), 1, generator=gen)
-                return idx.gather(-1, choice).view(1)
-            return torch.multinomial(torch.softmax(scaled, -1), 1, generator=gen).view(1)
+                return idx.gather(-1, choice).view(-1)
+            return torch.multinomial(torch.softmax(scaled, -1), 1, generator=gen).view(-1)
 
         return sample
+
+
+def _events() -> tuple:
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def _release_memory(cuda: bool) -> None:
+    import gc
+
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+
+
+class _no_cudagraphs:
+    """Run compiled code without recording CUDA graphs (the compile worker's first call): CUDA
+    graph trees bind to the thread that records them, and the engine thread records its own.
+    ``cudagraph_capture_sizes=()`` is inductor's switch for "record no shape"."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self._patch = None
+
+    def __enter__(self) -> None:
+        if self.cuda:
+            import torch._inductor.config as inductor_config
+
+            self._patch = inductor_config.patch({"triton.cudagraph_capture_sizes": ()})
+            self._patch.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._patch is not None:
+            self._patch.__exit__(*exc)
+
+
+def _own_cudagraph_trees() -> None:
+    """Let this thread record and replay CUDA graph trees.
+
+    Their managers live in a thread-local that inductor sets up only for the thread that first
+    imports ``cudagraph_trees`` (and for autograd's threads); any other thread fails an
+    assertion when it first records. The engine thread is the one that records (the compile
+    worker only compiles), so it gets that thread-local here when another thread (an earlier
+    engine, a sweep on the main thread) imported the module first."""
+    try:
+        from torch._inductor import cudagraph_trees as trees
+    except Exception:  # pragma: no cover - a torch without inductor
+        return
+    local = getattr(trees, "local", None)
+    if local is None or hasattr(local, "tree_manager_containers"):
+        return
+    try:
+        if torch._C._is_key_in_tls("tree_manager_containers"):
+            return
+    except Exception:
+        pass
+    import collections
+
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = collections.defaultdict(threading.Lock)
 
 
 def _param_device(adapter: DecoderAdapter) -> torch.device:
@@ -379,30 +800,8 @@ def _param_device(adapter: DecoderAdapter) -> torch.device:
     return torch.device("cpu")
 
 
-_SIZE = r"([\d.]+ (?:[KMGT]iB|bytes))"
 
 
 def _oom_message(exc: BaseException, device: torch.device, phase: str = "") -> str:
-    """One line: where it happened, the memory figures, what to do.
-
-    Figures come from the device when it still answers, else from PyTorch's own message
-    ("Tried to allocate X. GPU 0 has a total capacity of T of which F is free").
-    """
-    gib = 1024 ** 3
-    text = " ".join(str(exc).split())
-    try:
-        free, total = torch.cuda.mem_get_info(device)
-        alloc = torch.cuda.memory_allocated(device)
-        reserved = torch.cuda.memory_reserved(device)
-        figures = (f"{alloc / gib:.2f} GiB allocated, {reserved / gib:.2f} GiB reserved, "
-                   f"{free / gib:.2f} of {total / gib:.2f} GiB free")
-    except Exception:
-        cap = re.search(rf"total capacity of {_SIZE} of which {_SIZE} is free", text)
-        figures = f"{cap[2]} of {cap[1]} free" if cap else "memory figures unavailable"
-    asked = re.search(rf"Tried to allocate {_SIZE}", text)
-    if asked:
-        figures = f"tried to allocate {asked[1]}; {figures}"
-    where = {"compiling": " while compiling", "prefill": " in prefill",
-             "decode": " in decode"}.get(phase, "")
-    return (f"CUDA out of memory{where} ({figures}); the data so far is kept: try a smaller "
-            f"model, a shorter cache (--max-len) or bf16")
+    """Kept for callers of the old name; see :func:`tuiprof.engine.memory.oom_message`."""
+    return oom_message(exc, device, phase)

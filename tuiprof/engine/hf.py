@@ -14,13 +14,14 @@ from .tensor_parallel import (
 )
 
 
-def make_static_cache(model: torch.nn.Module, max_len: int) -> object:
-    """A ``StaticCache`` for batch 1, allocated now (not on the first forward) when supported."""
+def make_static_cache(model: torch.nn.Module, max_len: int, batch: int = 1) -> object:
+    """A ``StaticCache`` for ``batch`` sequences, allocated now (not on the first forward) when
+    supported."""
     with phase("allocating KV cache"):
-        return _static_cache(model, max_len)
+        return _static_cache(model, max_len, batch)
 
 
-def _static_cache(model: torch.nn.Module, max_len: int) -> object:
+def _static_cache(model: torch.nn.Module, max_len: int, batch: int) -> object:
     from transformers import StaticCache
 
     config = model.config
@@ -28,23 +29,32 @@ def _static_cache(model: torch.nn.Module, max_len: int) -> object:
     try:
         cache = StaticCache(config=config, max_cache_len=max_len)
     except TypeError:  # transformers 4.x wanted batch size, device and dtype up front
-        cache = StaticCache(config=config, max_batch_size=1, max_cache_len=max_len,
+        cache = StaticCache(config=config, max_batch_size=batch, max_cache_len=max_len,
                             device=param.device, dtype=param.dtype)
     early = getattr(cache, "early_initialization", None)
     if early is not None:
-        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        heads, head_dim = _kv_geometry(config)
         try:
-            early(batch_size=1, num_heads=heads, head_dim=head_dim, dtype=param.dtype,
+            early(batch_size=batch, num_heads=heads, head_dim=head_dim, dtype=param.dtype,
                   device=param.device)
         except (TypeError, ValueError, AttributeError):
             pass  # lazily allocated by the first prefill instead
     return cache
 
 
+def _kv_geometry(config: Any) -> tuple[int, int]:
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    return int(heads), int(head_dim)
+
+
 class HFDecoderAdapter:
-    """A ``*ForCausalLM`` with a ``StaticCache``; positions go in as ``position_ids``."""
+    """A ``*ForCausalLM`` with ``StaticCache``s; positions go in as ``position_ids``.
+
+    The engine passes a cache per batch configuration (``new_cache``); ``prefill``/``decode``
+    without one use the adapter's own cache, allocated for the batch of the ids.
+    """
 
     def __init__(self, model: torch.nn.Module, max_len: int) -> None:
         self.model = model
@@ -53,37 +63,73 @@ class HFDecoderAdapter:
         self.vocab_size = int(out.out_features if out is not None else model.config.vocab_size)
         self.device = next(model.parameters()).device
         self.cache = make_static_cache(model, max_len)
+        self._cache_batch = 1
         self.compiled_steps: dict = {}
         # transformers < 5 also wanted cache_position; 5.x derives the write slot from the cache.
         params = inspect.signature(model.forward).parameters
         self._pass_cache_position = "cache_position" in params
 
-    def reset_cache(self) -> None:
-        self.cache.reset()
-        self.truncate(0)
+    def new_cache(self, batch: int) -> object:
+        """An empty static cache for ``batch`` sequences."""
+        return make_static_cache(self.model, self.max_len, batch)
 
-    def truncate(self, length: int) -> None:
+    def cache_bytes(self, batch: int) -> int:
+        """Bytes of a cache for ``batch`` sequences (nothing allocated)."""
+        text = self.model.config
+        text = text.get_text_config(decoder=True) if hasattr(text, "get_text_config") else text
+        heads, head_dim = _kv_geometry(self.model.config)
+        elem = next(self.model.parameters()).element_size()
+        return 2 * int(text.num_hidden_layers) * batch * heads * self.max_len * head_dim * elem
+
+    def cache_tensors(self, cache: object) -> list[torch.Tensor]:
+        """The tensors of ``cache`` whose first dimension is the batch."""
+        return [t for layer in getattr(cache, "layers", ()) for t in
+                (getattr(layer, "keys", None), getattr(layer, "values", None))
+                if isinstance(t, torch.Tensor)]
+
+    def _own(self, batch: int) -> object:
+        if batch != self._cache_batch:
+            self.cache = self.new_cache(batch)
+            self._cache_batch = batch
+        return self.cache
+
+    def reset_cache(self, cache: object | None = None) -> None:
+        cache = self.cache if cache is None else cache
+        cache.reset()
+        self.truncate(0, cache)
+
+    def release_cache(self) -> None:
+        """Give the adapter's own cache back (a batch-1 one is made again when needed)."""
+        self.cache = make_static_cache(self.model, self.max_len)
+        self._cache_batch = 1
+
+    def truncate(self, length: int, cache: object | None = None) -> None:
         """Make the next write land at ``length`` (StaticLayer keeps its own counter)."""
-        for layer in getattr(self.cache, "layers", ()):
+        cache = self.cache if cache is None else cache
+        for layer in getattr(cache, "layers", ()):
             counter = getattr(layer, "cumulative_length", None)
             if isinstance(counter, torch.Tensor):
                 counter.fill_(length)
             elif counter is not None:
                 layer.cumulative_length = length
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: object) -> torch.Tensor:
         kwargs = {"cache_position": positions[0]} if self._pass_cache_position else {}
-        out = self.model(input_ids=ids, position_ids=positions, past_key_values=self.cache,
+        out = self.model(input_ids=ids, position_ids=positions, past_key_values=cache,
                          use_cache=True, logits_to_keep=1, **kwargs)
         return out.logits[:, -1, :]
 
-    def prefill(self, input_ids: torch.LongTensor) -> torch.Tensor:
-        self.truncate(0)
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-        return self._forward(input_ids, positions)
+    def prefill(self, input_ids: torch.LongTensor, cache: object | None = None) -> torch.Tensor:
+        cache = self._own(input_ids.shape[0]) if cache is None else cache
+        self.truncate(0, cache)
+        b, t = input_ids.shape
+        positions = torch.arange(t, device=input_ids.device).unsqueeze(0).expand(b, t)
+        return self._forward(input_ids, positions, cache)
 
-    def decode(self, token: torch.LongTensor, pos: torch.LongTensor) -> torch.Tensor:
-        return self._forward(token, pos.view(1, 1))
+    def decode(self, token: torch.LongTensor, pos: torch.LongTensor,
+               cache: object | None = None) -> torch.Tensor:
+        cache = self._own(token.shape[0]) if cache is None else cache
+        return self._forward(token, pos.view(1, 1).expand(token.shape[0], 1), cache)
 
     def forward(self, input_ids: torch.LongTensor) -> torch.Tensor:
         """Full causal forward without any cache: ``[B, T]`` -> logits ``[B, T, V]``."""

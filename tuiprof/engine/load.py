@@ -196,12 +196,24 @@ def tp_families() -> list[str]:
             if "tp" in inspect.signature(get_family(f).build).parameters]
 
 
-def prompt_ids(loaded: LoadedModel, prompt: str | None, prompt_len: int, seed: int):
-    """``[1, T]`` prompt ids on the model's device and where they came from.
+def prompt_ids(loaded: LoadedModel, prompt: str | None, prompt_len: int, seed: int,
+               batch: int = 1):
+    """``[batch, T]`` prompt ids on the model's device and where they came from.
 
-    With a tokenizer beside the weights the text prompt is tokenized; otherwise ``prompt_len``
-    deterministic ids are drawn from ``seed``.
+    With a tokenizer beside the weights the text prompt is tokenized (the first sequence);
+    otherwise ``prompt_len`` deterministic ids are drawn from ``seed``. Further sequences get
+    random ids of the same length, different per sequence (``generate.extend_prompt``).
     """
+    from .generate import extend_prompt
+
+    first, desc = _first_prompt(loaded, prompt, prompt_len, seed)
+    if batch <= 1:
+        return first, desc
+    ids = extend_prompt(first, batch, loaded.adapter.vocab_size, seed)
+    return ids, f"{batch} sequences of {ids.shape[1]} tokens (first: {desc})"
+
+
+def _first_prompt(loaded: LoadedModel, prompt: str | None, prompt_len: int, seed: int):
     import torch
 
     adapter = loaded.adapter
@@ -231,12 +243,16 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
                 trust_remote_code: bool = False, weights: str | None = None,
                 max_len: int | None = None, temperature: float = 0.0, top_k: int = 0,
                 listener: EngineListener | None = None,
-                clock: Callable[[], int] | None = None, tp: int = 1):
+                clock: Callable[[], int] | None = None, tp: int = 1, batch: int = 1,
+                max_batch: int | None = None, background_compile: bool = True):
     """Build the model and return an :class:`~tuiprof.engine.generate.Engine`, not started.
 
     The static cache holds the prompt plus ``max_new_tokens`` unless ``max_len`` is given.
+    ``batch`` sequences are decoded together; ``b``/``B`` in the app move it within 1 …
+    ``max_batch`` (default: 256, or fewer when that many caches would not fit the GPU).
     ``tp`` > 1: this process is one rank of a tensor-parallel job (its environment says which,
-    see :mod:`tuiprof.engine.distributed`); it builds its shard and runs in lockstep.
+    see :mod:`tuiprof.engine.distributed`); it builds its shard and runs in lockstep, at the
+    batch it started with (the ranks do not agree on batch changes yet).
     """
     want_len = max_len or (max(prompt_len, 64) + (max_new_tokens or 1024))
     group = lock = shard = None
@@ -258,16 +274,16 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
 
     from .generate import Engine
 
-    try:  # a cache built lazily is allocated now (phase "allocating KV cache"), not in the prefill
-        loaded.adapter.reset_cache()
-    except torch.cuda.OutOfMemoryError:
-        raise _out_of_memory(f"allocating a KV cache of {loaded.adapter.max_len} positions",
-                             "a shorter --max-len or --max-new-tokens") from None
-    ids, prompt_desc = prompt_ids(loaded, prompt, prompt_len, seed)
+    if batch < 1:
+        raise TuiprofError(f"--batch must be at least 1, not {batch}")
+    ids, prompt_desc = prompt_ids(loaded, prompt, prompt_len, seed, batch)
     info = engine_info(loaded)
+    limit = max_batch or fitting_batch(loaded)
     info.update(prompt=prompt_desc, prompt_tokens=int(ids.shape[1]), max_new_tokens=max_new_tokens,
-                loop=loop, seed=seed)
+                loop=loop, seed=seed, batch=batch, max_batch=max(limit, batch))
     if group is not None:
+        limit = batch
+        info["max_batch"] = batch
         record_clock(group, clock or time.time_ns, "ready")
         info.update(group.info())
         info["lockstep"] = lock.stats      # the engine's agreement costs, updated in place
@@ -281,9 +297,30 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
     engine = Engine(loaded.adapter, ids, device=loaded.device, max_new_tokens=max_new_tokens,
                     loop=loop, mode=mode, compile_mode=compile_mode, temperature=temperature,
                     top_k=top_k, seed=seed, clock=clock, listener=listener, info=info,
-                    lockstep=lock)
+                    lockstep=lock, max_batch=max(limit, batch),
+                    background_compile=background_compile)
     engine.info["compile_mode"] = engine.compile_mode
     return engine
+
+
+def fitting_batch(loaded: LoadedModel, cap: int | None = None, share: float = 0.5) -> int:
+    """The largest power of two up to ``cap`` (default 256) whose KV cache takes at most
+    ``share`` of the GPU memory free now (activations, the logits and a second cache during a
+    switch need the rest). ``cap`` on a CPU or when the adapter cannot say its cache size."""
+    from .generate import DEFAULT_MAX_BATCH
+
+    cap = cap or DEFAULT_MAX_BATCH
+    per_seq = getattr(loaded.adapter, "cache_bytes", None)
+    if not loaded.device.startswith("cuda") or per_seq is None:
+        return cap
+    import torch
+
+    free, _total = torch.cuda.mem_get_info(torch.device(loaded.device))
+    one = max(1, per_seq(1))
+    n = 1
+    while n * 2 <= cap and n * 2 * one <= share * free:
+        n *= 2
+    return n
 
 
 def engine_info(loaded: LoadedModel) -> dict:
@@ -304,6 +341,7 @@ def engine_info(loaded: LoadedModel) -> dict:
         tf_version = None
     return {
         "model": defn.name,
+        "model_def": {"name": defn.name, "family": defn.family, "config": dict(defn.config)},
         "family": defn.family,
         "origin": loaded.source.origin,
         "study": defn.study,

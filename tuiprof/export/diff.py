@@ -1,9 +1,9 @@
 """Compare two sessions (or two modes of one session) side by side.
 
-``diff(a_view, b_view)`` compares each session's decode tokens of its main mode;
+``diff(a_view, b_view)`` compares each session's decode steps of its main mode;
 ``diff_modes(view, "eager", "compiled")`` compares two modes within one session. Both give a
 :class:`DiffResult` that :func:`render_rich` (a rich renderable) and :func:`render_text`
-(plain text or markdown) print: tokens/s, ms/token, kernels per token, GPU busy fraction,
+(plain text or markdown) print: tokens/s (every sequence), ms/step, kernels per step, GPU busy fraction,
 kernel-time shares per category and the top kernels with their absolute and % change.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ class Side:
     categories: dict[str, float] = field(default_factory=dict)   # category -> share %
     kernels: dict[str, tuple] = field(default_factory=dict)      # raw -> (short, cat, µs/token, launches/token)
     decode_tokens: int = 0           # every decode token of the mode, traced or not
+    batch: float | None = None                                   # sequences per step
 
 
 @dataclass
@@ -88,7 +89,7 @@ def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
     return Side(label or str(view.meta.get("recording") or mode), mode, n, ms["tokens_per_s"],
                 ms["ms_per_token_median"], ms["kernels_per_token_median"],
                 ms["gpu_busy_fraction"], ms["kernel_ms_per_token_median"], cats, kernels,
-                ms["decode_tokens"] or 0)
+                ms["decode_tokens"] or 0, ms.get("batch"))
 
 
 def _analysis_shares(view: StoreView, mode: str) -> dict[str, float] | None:
@@ -105,12 +106,13 @@ def compare(a: Side, b: Side, top: int = 10) -> DiffResult:
     """Line up two sides."""
     metrics = [
         Change("tokens/s", a.tokens_per_s, b.tokens_per_s, "tok/s"),
-        Change("ms/token (median)", a.ms_per_token, b.ms_per_token, "ms"),
-        Change("kernels/token (median)", a.kernels_per_token, b.kernels_per_token, ""),
-        Change("kernel time/token (median)", a.kernel_ms_per_token, b.kernel_ms_per_token, "ms"),
+        Change("ms/step (median)", a.ms_per_token, b.ms_per_token, "ms"),
+        Change("kernels/step (median)", a.kernels_per_token, b.kernels_per_token, ""),
+        Change("kernel time/step (median)", a.kernel_ms_per_token, b.kernel_ms_per_token, "ms"),
         Change("GPU busy fraction", _pct(a.busy_fraction), _pct(b.busy_fraction), "%"),
-        Change("decode tokens (all)", a.decode_tokens, b.decode_tokens, ""),
-        Change("traced decode tokens", a.tokens, b.tokens, ""),
+        Change("decode steps (all)", a.decode_tokens, b.decode_tokens, ""),
+        Change("traced decode steps", a.tokens, b.tokens, ""),
+        Change("sequences/step", a.batch, b.batch, ""),
     ]
     cat_names = list(a.categories) + [c for c in b.categories if c not in a.categories]
     cats = [Change(c, a.categories.get(c, 0.0), b.categories.get(c, 0.0), "%") for c in cat_names]

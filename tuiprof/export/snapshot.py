@@ -19,14 +19,15 @@ from typing import Any, Iterable
 
 from .. import __version__
 from ..errors import TuiprofError, safe_text
-from ..store import KernelAggregate, RunningStats, StoreView, TokenRow
+from ..store import (ConfigData, KernelAggregate, RunningStats, StoreView, TokenRow, compose_view,
+                     config_order)
 from ..store.ranks import RanksView
 from ..store.records import COPY_KINDS, DIRECTION
 from ._atomic import atomic_write_bytes
 from .names import demangle
 from .summary import summary
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2       # 2: batch configurations ("batch", "configurations", token "config")
 FORMAT = "tuiprof-snapshot"
 RANKS_FORMAT = "tuiprof-ranks-snapshot"   # a tensor-parallel session: one snapshot per rank
 MAX_RANKS = 1024
@@ -47,6 +48,7 @@ META_KEYS = frozenset({
     "step_range",
     "rank", "world_size", "local_rank", "tp", "backend", "clock_sync", "lockstep", "tp_shard",
     "model_params",
+    "max_batch",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
 WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference"})
@@ -134,18 +136,12 @@ def default_findings(view: StoreView) -> list:
 
 
 # ------------------------------------------------------------------ writing
-def snapshot_dict(view: StoreView, findings: Iterable | None = None,
-                  raw_tokens: int | None = None) -> dict:
-    """The snapshot document of ``view``; ``findings`` default to the analysis's.
-
-    ``raw_tokens`` keeps the raw records of only the last N tokens (default: all in view).
-    """
-    if findings is None:
-        findings = default_findings(view)
-    raw = list(view.raw) if raw_tokens is None else list(view.raw)[-raw_tokens:] if raw_tokens > 0 else []
+def _part_sections(part: ConfigData) -> dict:
+    """The aggregate sections of one configuration (kernels, memcpy, memset, token_stats, api,
+    nvtx, allocs), sorted so that the bytes are canonical."""
     kernels = []
-    for key in sorted(view.kernels, key=lambda k: (k[2], k[1], k[0])):
-        a = view.kernels[key]
+    for key in sorted(part.kernels, key=lambda k: (k[2], k[1], k[0])):
+        a = part.kernels[key]
         kernels.append({
             "name": a.name, "demangled": demangle(a.name), "phase": a.phase, "mode": a.mode,
             "stats": stats_dict(a.stats), "grid": list(a.grid), "block": list(a.block),
@@ -156,26 +152,43 @@ def snapshot_dict(view: StoreView, findings: Iterable | None = None,
     memcpy = [{"copy_kind": k[0], "kind_name": COPY_KINDS.get(k[0], "Unknown"),
                "direction": DIRECTION.get(k[0], "other"), "phase": k[1], "mode": k[2],
                "ns": stats_dict(p[0]), "bytes": stats_dict(p[1])}
-              for k, p in sorted(view.memcpy.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0]))]
+              for k, p in sorted(part.memcpy.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0]))]
     memset = [{"phase": k[0], "mode": k[1], "ns": stats_dict(p[0]), "bytes": stats_dict(p[1])}
-              for k, p in sorted(view.memset.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+              for k, p in sorted(part.memset.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
     token_stats = [{"phase": k[0], "mode": k[1],
                     "stats": {n: stats_dict(s) for n, s in v.items()}}
-                   for k, v in sorted(view.token_stats.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+                   for k, v in sorted(part.token_stats.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+    return {"kernels": kernels, "memcpy": memcpy, "memset": memset, "token_stats": token_stats,
+            "api": {n: stats_dict(s) for n, s in part.api.items()},
+            "nvtx": {n: stats_dict(s) for n, s in part.nvtx.items()},
+            "allocs": _jsonable(part.allocs)}
+
+
+def snapshot_dict(view: StoreView, findings: Iterable | None = None,
+                  raw_tokens: int | None = None) -> dict:
+    """The snapshot document of ``view``; ``findings`` default to the analysis's.
+
+    The top-level sections are the view's batch configuration (``batch``); every other
+    configuration of the session is in ``configurations``, and ``tokens`` holds the token
+    rows of all of them. ``raw_tokens`` keeps the raw records of only the last N tokens
+    (default: all in view).
+    """
+    if findings is None:
+        findings = default_findings(view)
+    raw = list(view.raw) if raw_tokens is None else list(view.raw)[-raw_tokens:] if raw_tokens > 0 else []
+    others = [{"batch": k, **_part_sections(part)}
+              for k, part in sorted(view.configs.items(), key=lambda kv: config_order(kv[0]))
+              if k != view.batch]
     return {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
         "tuiprof": __version__,
         "meta": clean_meta(view.meta),
         "summary": summary(view),
-        "tokens": [_jsonable(t.to_dict()) for t in view.tokens],
-        "token_stats": token_stats,
-        "kernels": kernels,
-        "memcpy": memcpy,
-        "memset": memset,
-        "api": {n: stats_dict(s) for n, s in view.api.items()},
-        "nvtx": {n: stats_dict(s) for n, s in view.nvtx.items()},
-        "allocs": _jsonable(view.allocs),
+        "batch": _jsonable(view.batch),
+        "tokens": [_jsonable(t.to_dict()) for t in (view.timeline or view.tokens)],
+        **_part_sections(view.part()),
+        "configurations": others,
         "nvml": [_jsonable(s) for s in view.nvml],
         "raw": [{"seq": seq, "records": [list(r) for r in recs]} for seq, recs in raw],
         "counters": _jsonable(view.counters),
@@ -301,7 +314,8 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
         raise _bad(where, f"format is {str(obj.get('format'))[:40]!r}, not {FORMAT!r}")
     _check_version(obj.get("schema_version"), where)
     for key in ("meta", "overhead", "findings", "allocs", "nvml", "tokens", "counters",
-                "collectors", "summary", "events", "api", "nvtx", "output"):
+                "collectors", "summary", "events", "api", "nvtx", "output",
+                "configurations"):
         problem = _free_form_problem(obj[key], MAX_DEPTH) if key in obj else None
         if problem:
             raise _bad(where, f"'{key}' {problem}")
@@ -347,38 +361,50 @@ def _record(r: list, where: str) -> tuple:
 _TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow) if f.name != "busy_cursor")
 
 
+def _read_part(doc: dict, where: str) -> ConfigData:
+    """One configuration's aggregates from its sections (top level or ``configurations``)."""
+    kernels = {}
+    for k in doc["kernels"]:
+        agg = KernelAggregate(k["name"], k["phase"], k["mode"], _stats(k["stats"], where),
+                              tuple(k["grid"]), tuple(k["block"]), k["registers"],
+                              k["shared_mem"], k["graph_launches"],
+                              {tuple(c[:6]): c[6] for c in k["configs"]})
+        kernels[(agg.name, agg.phase, agg.mode)] = agg
+    memcpy = {(m["copy_kind"], m["phase"], m["mode"]): (_stats(m["ns"], where),
+                                                        _stats(m["bytes"], where))
+              for m in doc["memcpy"]}
+    memset = {(m["phase"], m["mode"]): (_stats(m["ns"], where), _stats(m["bytes"], where))
+              for m in doc["memset"]}
+    token_stats = {(t["phase"], t["mode"]): {n: _stats(s, where) for n, s in t["stats"].items()}
+                   for t in doc["token_stats"]}
+    return ConfigData(kernels=kernels, memcpy=memcpy, memset=memset,
+                      api={n: _stats(s, where) for n, s in doc["api"].items()},
+                      nvtx={n: _stats(s, where) for n, s in doc["nvtx"].items()},
+                      token_stats=token_stats, allocs=doc["allocs"])
+
+
 def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
-    """Rebuild the :class:`StoreView` of a validated snapshot document."""
+    """Rebuild the :class:`StoreView` of a validated snapshot document (version 1 documents
+    hold one configuration: batch 1)."""
     try:
+        key = doc.get("batch", 1)
         tokens = []
         for t in doc["tokens"]:
             row = TokenRow(**{k: t[k] for k in _TOKEN_FIELDS if k in t})
+            if "config" not in t:
+                row.config = key
             tokens.append(row)
-        kernels = {}
-        for k in doc["kernels"]:
-            agg = KernelAggregate(k["name"], k["phase"], k["mode"], _stats(k["stats"], where),
-                                  tuple(k["grid"]), tuple(k["block"]), k["registers"],
-                                  k["shared_mem"], k["graph_launches"],
-                                  {tuple(c[:6]): c[6] for c in k["configs"]})
-            kernels[(agg.name, agg.phase, agg.mode)] = agg
-        memcpy = {(m["copy_kind"], m["phase"], m["mode"]): (_stats(m["ns"], where),
-                                                            _stats(m["bytes"], where))
-                  for m in doc["memcpy"]}
-        memset = {(m["phase"], m["mode"]): (_stats(m["ns"], where), _stats(m["bytes"], where))
-                  for m in doc["memset"]}
-        token_stats = {(t["phase"], t["mode"]): {n: _stats(s, where) for n, s in t["stats"].items()}
-                       for t in doc["token_stats"]}
+        parts = {key: _read_part(doc, where)}
+        for c in doc.get("configurations", []):
+            if c["batch"] in parts:
+                raise _bad(where, f"configuration {str(c['batch'])[:20]!r} appears twice")
+            parts[c["batch"]] = _read_part(c, where)
         raw = [(r["seq"], [_record(x, where) for x in r["records"]]) for r in doc["raw"]]
-        return StoreView(
-            meta=dict(doc["meta"]), tokens=tokens, kernels=kernels, memcpy=memcpy,
-            memset=memset, api={n: _stats(s, where) for n, s in doc["api"].items()},
-            token_stats=token_stats, allocs=doc["allocs"], nvml=list(doc["nvml"]), raw=raw,
+        return compose_view(
+            dict(doc["meta"]), tokens, parts, key, raw=raw, nvml=list(doc["nvml"]),
             counters=dict(doc["counters"]), collectors=dict(doc["collectors"]),
-            events=[tuple(e) for e in doc["events"]],
-            nvtx={n: _stats(s, where) for n, s in doc["nvtx"].items()},
-            overhead=dict(doc["overhead"]),
-            output=[str(line) for line in doc.get("output", ())],
-        )
+            events=[tuple(e) for e in doc["events"]], overhead=dict(doc["overhead"]),
+            output=[str(line) for line in doc.get("output", ())])
     except TuiprofError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:

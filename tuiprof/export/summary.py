@@ -24,8 +24,10 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def decode_tokens(view: StoreView, mode: str) -> list:
-    """Completed decode tokens of ``mode`` in the token series, oldest first."""
-    return [t for t in view.tokens if t.phase == DECODE and t.mode == mode and t.done]
+    """Completed decode steps of ``mode`` in the token series, oldest first (steps decoded
+    beside a compile left out: the compile slowed them)."""
+    return [t for t in view.tokens if t.phase == DECODE and t.mode == mode and t.done
+            and not t.compiling]
 
 
 def modes_of(view: StoreView) -> list[str]:
@@ -62,11 +64,15 @@ def mode_summary(view: StoreView, mode: str) -> dict:
     host = [t.host_ms for t in toks]
     itl = inter_token_ms(view, mode)
     ts = view.token_stats.get((DECODE, mode), {}).get("host_ms")
+    seqs = view.token_stats.get((DECODE, mode), {}).get("seqs")
     tps = None
     if ts is not None and ts.count and ts.total > 0:
-        tps = ts.count / (ts.total / 1000.0)
+        n = seqs.total if seqs is not None and seqs.count == ts.count else ts.count
+        tps = n / (ts.total / 1000.0)
     elif host and sum(host) > 0:
-        tps = len(host) / (sum(host) / 1000.0)
+        tps = sum(t.batch for t in toks) / (sum(host) / 1000.0)
+    batch = (seqs.total / seqs.count if seqs is not None and seqs.count
+             else (sum(t.batch for t in toks) / len(toks) if toks else None))
     # kernel figures come from tokens whose device records were kept (sampling), and from the
     # running statistics of tokens that left the window
     ktoks = [t for t in toks if t.sampled]
@@ -92,6 +98,7 @@ def mode_summary(view: StoreView, mode: str) -> dict:
         "ms_per_token_mean": _r(ts.mean if ts is not None and ts.count else
                                 (sum(host) / len(host) if host else None)),
         "tokens_per_s": _r(tps),
+        "batch": _r(batch),
         "itl_ms": {"median": _r(percentile(itl, 50)), "p90": _r(percentile(itl, 90)),
                    "p99": _r(percentile(itl, 99)), "count": len(itl)},
         "kernels_per_token_median": _r(kmed),

@@ -27,6 +27,8 @@ DEFAULT_WINDOW_MS = 100.0
 NO_PAUSE = "pause needs step boundaries on the program's thread (transformers or tuiprof.step)"
 ENGINE_ONLY = {
     "toggle_mode": "c is for tuiprof's own engine: the program's code decides eager or compiled",
+    "batch_up": "b is for tuiprof's own engine: the program's code decides its batch",
+    "batch_down": "B is for tuiprof's own engine: the program's code decides its batch",
 }
 
 

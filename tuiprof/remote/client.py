@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..control import SessionControl, SourceStatus
+from ..control import SessionControl, SourceStatus, batch_limit_message, batch_target
 from ..engine.load import expected_meta
 from ..profiler import ProfilerOptions
 from ..startup import ProgressTracker
@@ -47,8 +47,8 @@ class RemoteStore:
     def meta(self) -> dict:
         return self._control.mirror.meta
 
-    def view(self, raw: bool = True, raw_tokens: int | None = None) -> Any:
-        return self._control.view(raw, raw_tokens)
+    def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None) -> Any:
+        return self._control.view(raw, raw_tokens, batch=batch)
 
     def reset(self) -> None:
         self._control.reset()
@@ -209,9 +209,10 @@ class RemoteControl(SessionControl):
                     f"save it (log: {self.log_path})")
 
     def view(self, raw: bool = True, raw_tokens: int | None = None,
-             wait: bool | None = None) -> Any:
-        """The mirrored session. ``raw=False`` (the UI's timer) answers at once and asks for
-        the next delta; ``raw=True`` fetches raw records and waits (worker threads)."""
+             wait: bool | None = None, batch: Any = None) -> Any:
+        """The mirrored session (configuration ``batch``, default the latest). ``raw=False``
+        (the UI's timer) answers at once and asks for the next delta; ``raw=True`` fetches raw
+        records and waits (worker threads)."""
         if wait is None:
             wait = raw
         if wait and not self._gone and self._proc is not None:
@@ -222,7 +223,7 @@ class RemoteControl(SessionControl):
         else:
             self._want.set()
         with self._mirror_lock:
-            return self.mirror.view(raw)
+            return self.mirror.view(raw, batch)
 
     def _pull(self, raw_tokens: int | None) -> None:
         # Full statistics (median histograms) only for an export, which asks for all raw records.
@@ -269,6 +270,14 @@ class RemoteControl(SessionControl):
             return "model still loading"
         target = "compiled" if self.status.mode == "eager" else "eager"
         return self._key("toggle_mode", f"switching to {target} at the next token")
+
+    def change_batch(self, up: bool) -> str:
+        if self.status.state == "loading":
+            return "model still loading"
+        want = batch_target(self.status, up)
+        if want is None:
+            return batch_limit_message(self.status, up)
+        return self._key("batch_up" if up else "batch_down", f"switching to batch {want} at the next token")
 
     def toggle_pause(self) -> str:
         if self.status.state == "loading":

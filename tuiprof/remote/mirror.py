@@ -2,20 +2,14 @@
 
 :meth:`SessionStore.changes` sends what changed; :class:`Mirror` applies it and answers
 ``view()`` like the store itself, so the UI reads a remote session through the same
-:class:`~tuiprof.store.StoreView` as a local one.
+:class:`~tuiprof.store.StoreView` as a local one, for any batch configuration.
 """
 from __future__ import annotations
 
 from collections import deque
 from typing import Any
 
-from ..store import SessionStore, StoreView
-
-
-def _empty_records() -> dict:
-    v = SessionStore(series_len=1).view(raw=False)
-    return {"kernels": v.kernels, "memcpy": v.memcpy, "memset": v.memset, "api": v.api,
-            "allocs": v.allocs}
+from ..store import ConfigData, SessionStore, StoreView, compose_view
 
 
 class Mirror:
@@ -28,12 +22,13 @@ class Mirror:
         self._output: deque = deque(maxlen=output_len)
         self.generation = -1
         self.meta: dict = {}
+        self.config: Any = 1
         self._tokens: deque = deque(maxlen=series_len)
         self._nvml: deque = deque(maxlen=nvml_len)
-        empty = SessionStore(series_len=1).view(raw=False)
-        self._parts: dict[str, Any] = {k: getattr(empty, k) for k in (
-            "counters", "collectors", "token_stats", "nvtx", "overhead", "events")}
-        self._records: dict = _empty_records()
+        self._parts: dict[Any, ConfigData] = {}
+        empty = SessionStore(series_len=1).view(raw=False)   # zero counters before a pull
+        self._session: dict[str, Any] = {k: getattr(empty, k) for k in (
+            "counters", "collectors", "overhead", "events")}
         self._raw: list = []
 
     def apply(self, delta: dict) -> None:
@@ -42,20 +37,25 @@ class Mirror:
             n = delta.get("series_len") or self.series_len
             self._tokens = deque(maxlen=n)
             self._nvml = deque(maxlen=self.nvml_len)
-            self._records = _empty_records()
+            self._parts = {}
             self._raw = []
             self._output.clear()
             self.generation = delta["generation"]
         self.meta = delta["meta"]
+        self.config = delta["config"]
         self._merge_tokens(delta["tokens"])
         self._nvml.extend(delta["nvml"])
         self._output.extend(delta.get("output", ()))
-        for key in ("counters", "collectors", "token_stats", "nvtx", "overhead"):
-            self._parts[key] = delta[key]
+        for key in ("counters", "collectors", "overhead"):
+            self._session[key] = delta[key]
         if delta["events"] is not None:
-            self._parts["events"] = delta["events"]
-        if delta["records"] is not None:
-            self._records = delta["records"]
+            self._session["events"] = delta["events"]
+        for key, part in delta["parts"].items():
+            old = self._parts.get(key)
+            if not delta["records"] and old is not None:  # record aggregates unchanged
+                part.kernels, part.memcpy, part.memset = old.kernels, old.memcpy, old.memset
+                part.api, part.allocs = old.api, old.allocs
+            self._parts[key] = part
         if delta["raw"] is not None:
             self._raw = delta["raw"]
 
@@ -69,13 +69,13 @@ class Mirror:
             tokens.pop()
         tokens.extend(rows)
 
-    def view(self, raw: bool = True) -> StoreView:
-        """The mirrored session as a :class:`StoreView` (raw records as last fetched)."""
-        p, r = self._parts, self._records
-        return StoreView(
-            meta=dict(self.meta), tokens=list(self._tokens), kernels=r["kernels"],
-            memcpy=r["memcpy"], memset=r["memset"], api=r["api"],
-            token_stats=p["token_stats"], allocs=r["allocs"], nvml=list(self._nvml),
-            raw=list(self._raw) if raw else [], counters=p["counters"],
-            collectors=p["collectors"], events=p["events"], nvtx=p["nvtx"],
-            overhead=p["overhead"], output=list(self._output))
+    def view(self, raw: bool = True, batch: Any = None) -> StoreView:
+        """The mirrored session as a :class:`StoreView` of configuration ``batch`` (default:
+        the latest step's; raw records as last fetched)."""
+        s = self._session
+        key = self.config if batch is None else batch
+        return compose_view(dict(self.meta), list(self._tokens), dict(self._parts), key,
+                            raw=list(self._raw) if raw else [], nvml=list(self._nvml),
+                            counters=s["counters"], collectors=s["collectors"],
+                            events=s["events"], overhead=s["overhead"],
+                            output=list(self._output))

@@ -72,6 +72,10 @@ class SessionServer:
             msg = getattr(prof, op)()
             prof.status.message = msg
             return msg
+        if op in ("batch_up", "batch_down"):
+            msg = prof.change_batch(op == "batch_up")
+            prof.status.message = msg
+            return msg
         if op == "stop":
             prof.stop(*args)
             return None

@@ -4,6 +4,14 @@ Producers (engine thread, CUPTI consumer, NVML sampler) write into it; the UI, a
 exports read immutable views from :meth:`SessionStore.view`. Nothing here grows with the length
 of a session except by a bounded amount: raw records are kept for the last ``ring_tokens``
 tokens only, everything older lives on as running aggregates.
+
+**Configurations.** The aggregates (kernels, memcpy, memset, API, NVTX, token statistics,
+allocations) are kept per *batch configuration*: the key a step source gives each step
+(``begin_token(config=...)``; the engine gives its batch, a program whose batch varies step by
+step can give one key such as ``"varying"``). Mode stays a key inside each configuration, so a
+configuration as the user sees it is mode x batch. ``view(batch=k)`` is the view of one
+configuration (default: the one of the latest step): every reader works on it unchanged, and
+``view.configs`` holds the others for selectors and comparisons.
 """
 from __future__ import annotations
 
@@ -44,6 +52,8 @@ class TokenRow:
     cycle: int = 0
     batch: int = 1          # sequences this step advanced (a decode step makes ``batch`` tokens)
     positions: int = 1      # input positions of the step over all sequences (a prefill: the prompts')
+    config: Any = 1         # the batch configuration the step belongs to (see the module doc)
+    compiling: bool = False  # run while a compile ran in the background: timed apart
     kernels: int = 0
     kernel_ns: int = 0
     busy_ns: int = 0
@@ -90,6 +100,42 @@ class KernelAggregate:
                                dict(self.configs))
 
 
+TOKEN_STATS = ("host_ms", "gpu_ms", "kernels", "busy_ns", "kernel_ns", "seqs")
+
+
+@dataclass(slots=True)
+class ConfigData:
+    """The aggregates of one batch configuration (a view holds copies: treat them as frozen)."""
+
+    kernels: dict = field(default_factory=dict)      # (name, phase, mode) -> KernelAggregate
+    memcpy: dict = field(default_factory=dict)       # (copy_kind, phase, mode) -> (ns, bytes)
+    memset: dict = field(default_factory=dict)       # (phase, mode) -> (ns, bytes)
+    api: dict = field(default_factory=dict)          # api name -> RunningStats of ns
+    nvtx: dict = field(default_factory=dict)         # range name -> RunningStats of ns
+    token_stats: dict = field(default_factory=dict)  # (phase, mode) -> {stat name: RunningStats}
+    allocs: dict = field(default_factory=lambda: _new_allocs())
+
+    def copy(self, light: bool = False, records: bool = True) -> "ConfigData":
+        """A copy for a reader; ``light``: statistics without their median histograms;
+        ``records=False``: token statistics and NVTX only (the record aggregates left empty)."""
+        cp = RunningStats.light_copy if light else RunningStats.copy
+        out = ConfigData(nvtx={k: cp(v) for k, v in self.nvtx.items()},
+                         token_stats={k: {n: cp(s) for n, s in v.items()}
+                                      for k, v in self.token_stats.items()})
+        if records:
+            out.kernels = {k: v.copy(light) for k, v in self.kernels.items()}
+            out.memcpy = {k: (cp(a), cp(b)) for k, (a, b) in self.memcpy.items()}
+            out.memset = {k: (cp(a), cp(b)) for k, (a, b) in self.memset.items()}
+            out.api = {k: cp(v) for k, v in self.api.items()}
+            out.allocs = _copy_allocs(self.allocs)
+        return out
+
+
+def config_order(key: Any) -> tuple:
+    """Sort key of configuration keys: batches in increasing order, then named ones."""
+    return (0, key, "") if isinstance(key, int) else (1, 0, str(key))
+
+
 @dataclass(frozen=True, slots=True)
 class StoreView:
     """An immutable, consistent picture of the session for readers."""
@@ -112,6 +158,43 @@ class StoreView:
     nvtx: dict              # range name -> RunningStats of ns (prefill/decode/step ranges)
     overhead: dict          # live overhead estimate
     output: list = field(default_factory=list)  # recent lines a profiled program printed
+    batch: Any = 1          # the batch configuration this view shows (tokens, aggregates)
+    configs: dict = field(default_factory=dict)   # every configuration: key -> ConfigData
+    timeline: list = field(default_factory=list)  # token rows of every configuration
+
+    @property
+    def config_keys(self) -> list:
+        """The configurations measured, in order (batches first, increasing)."""
+        keys = set(self.configs) | {t.config for t in self.timeline} | {self.batch}
+        return sorted(keys, key=config_order)
+
+    def part(self) -> ConfigData:
+        """This view's configuration as :class:`ConfigData`."""
+        return ConfigData(self.kernels, self.memcpy, self.memset, self.api, self.nvtx,
+                          self.token_stats, self.allocs)
+
+    def select(self, key: Any) -> "StoreView":
+        """The view of configuration ``key`` (same session, same raw window)."""
+        if key == self.batch:
+            return self
+        parts = dict(self.configs) or {self.batch: self.part()}
+        return compose_view(self.meta, self.timeline or self.tokens, parts, key, raw=self.raw,
+                            nvml=self.nvml, counters=self.counters, collectors=self.collectors,
+                            events=self.events, overhead=self.overhead, output=self.output)
+
+
+def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list, nvml: list,
+                 counters: dict, collectors: dict, events: list, overhead: dict,
+                 output: list | None = None) -> StoreView:
+    """A :class:`StoreView` of configuration ``key``: its token rows and aggregates, plus the
+    session-wide parts (NVML, raw window, counters, events) and every configuration."""
+    part = parts.get(key) or ConfigData()
+    return StoreView(
+        meta=meta, tokens=[r for r in timeline if r.config == key], kernels=part.kernels,
+        memcpy=part.memcpy, memset=part.memset, api=part.api, token_stats=part.token_stats,
+        allocs=part.allocs, nvml=nvml, raw=raw, counters=counters, collectors=collectors,
+        events=events, nvtx=part.nvtx, overhead=overhead, output=list(output or ()), batch=key,
+        configs=parts, timeline=timeline)
 
 
 class SessionStore:
@@ -141,14 +224,10 @@ class SessionStore:
         self._open: TokenRow | None = None
         self._raw: deque = deque(maxlen=self.ring_tokens)
         self._raw_by_seq: dict[int, list] = {}
-        self._kernels: dict[tuple, KernelAggregate] = {}
-        self._memcpy: dict[tuple, tuple] = {}
-        self._memset: dict[tuple, tuple] = {}
-        self._api: dict[str, RunningStats] = {}
-        self._nvtx: dict[str, RunningStats] = {}
-        self._token_stats: dict[tuple, dict] = {}
-        self._allocs = {"startup": _alloc_counter(), "tokens": _alloc_counter(),
-                        "by_phase": {}, "device_by_phase": {}, "classes": {}}
+        if not hasattr(self, "_config"):
+            self._config: Any = self.meta.get("batch", 1)  # the configuration of new steps
+        self._parts: dict[Any, ConfigData] = {self._config: ConfigData()}
+        self._cur = self._parts[self._config]
         # correlation id -> API name of recent runtime/driver records, to name the call that
         # made a memory record (bounded; CUPTI emits an API record before its memory record)
         self._api_corr: OrderedDict[int, str] = OrderedDict()
@@ -175,14 +254,37 @@ class SessionStore:
     def next_seq(self) -> int:
         return self._seq
 
+    @property
+    def config(self) -> Any:
+        """The configuration of the latest step (the default of :meth:`view`)."""
+        return self._config
+
+    def _part(self, key: Any) -> ConfigData:
+        part = self._parts.get(key)
+        if part is None:
+            part = self._parts[key] = ConfigData()
+        return part
+
     def begin_token(self, phase: str, mode: str, start_ns: int, step: int, cycle: int = 0,
-                    sampled: bool = True, batch: int = 1, positions: int = 1) -> int:
-        """Open a token window at ``start_ns`` (CUPTI clock); returns its sequence number."""
+                    sampled: bool = True, batch: int = 1, config: Any = None,
+                    compiling: bool = False, positions: int = 1) -> int:
+        """Open a token window at ``start_ns`` (CUPTI clock); returns its sequence number.
+
+        ``config``: the batch configuration of the step (default: the latest one given);
+        ``compiling``: the step ran while a compile ran beside it (its timing is kept apart
+        from the configuration's clean statistics); ``positions``: input positions of the
+        step over all sequences."""
         with self._lock:
             seq = self._seq
             self._seq += 1
+            if config is None:
+                config = self._config
+            elif config != self._config:
+                self._config = config
+                self._cur = self._part(config)
             row = TokenRow(seq=seq, step=step, phase=phase, mode=mode, start_ns=start_ns,
-                           cycle=cycle, sampled=sampled, batch=batch, positions=positions)
+                           cycle=cycle, sampled=sampled, batch=batch, config=config,
+                           compiling=compiling, positions=positions)
             self._open = row
             if len(self._win_rows) == self._win_rows.maxlen:
                 self._fold_evicted(self._win_rows[0])
@@ -213,15 +315,19 @@ class SessionStore:
                 self._dirty_seq = seq
             self._open = None
             self._counters["tokens"] += 1
-            ts = self._token_stats.get((row.phase, row.mode))
-            if ts is None:
-                ts = self._token_stats[(row.phase, row.mode)] = {
-                    k: RunningStats() for k in ("host_ms", "gpu_ms", "kernels", "busy_ns",
-                                                "kernel_ns")}
+            part = self._part(row.config)
+            ts = _token_stats(part, row)
+            if row.compiling:  # slowed by the compile beside it: kept out of the clean figures
+                cs = ts.get("compiling_ms")
+                if cs is None:
+                    cs = ts["compiling_ms"] = RunningStats()
+                cs.add(host_ms)
+                return
             ts["host_ms"].add(host_ms)
+            ts["seqs"].add(row.batch)
             if gpu_ms is not None:
                 ts["gpu_ms"].add(gpu_ms)
-            nv = self._nvtx
+            nv = part.nvtx
             for name in ("step", row.phase):
                 s = nv.get(name)
                 if s is None:
@@ -230,7 +336,8 @@ class SessionStore:
 
     def _fold_evicted(self, row: TokenRow) -> None:
         # A token leaving the window is long complete: its kernel counts join the running stats.
-        ts = self._token_stats.get((row.phase, row.mode))
+        part = self._parts.get(row.config)
+        ts = part.token_stats.get((row.phase, row.mode)) if part is not None else None
         if ts is not None and row.done and row.sampled:
             ts["kernels"].add(row.kernels)
             ts["busy_ns"].add(row.busy_ns)
@@ -265,7 +372,8 @@ class SessionStore:
         # Hot path (CUPTI consumer thread). Durations are gathered per aggregate and folded in
         # one add_many per batch; the token window found for one record is reused while the
         # following records fall inside it (records arrive nearly in time order).
-        kernels = self._kernels
+        part = self._cur
+        kernels = part.kernels
         counters = self._counters
         raw_by_seq = self._raw_by_seq
         find = self._find_row
@@ -288,14 +396,17 @@ class SessionStore:
                     phase = OTHER
                     raw = None
                     skip = False
+                    part = self._cur
                 else:
                     lo = row.start_ns
                     hi = row.end_ns if row.done and row.end_ns else 1 << 62
                     phase, mode = row.phase, row.mode
+                    part = self._part(row.config)
                     raw = raw_by_seq.get(row.seq)
                     skip = not row.sampled
                     if row.seq < self._dirty_seq:
                         self._dirty_seq = row.seq
+                kernels = part.kernels
             if skip and kind != ALLOC and kind != API:  # a token left out by sampling
                 counters["unsampled"] += 1
                 continue
@@ -345,19 +456,19 @@ class SessionStore:
                     if end > row.last_kernel_end_ns:
                         row.last_kernel_end_ns = end
             else:
-                self._add_other(rec, kind, row, phase, mode)
+                self._add_other(rec, kind, row, phase, mode, part)
         for agg, durs in pending.items():
             agg.stats.add_many(durs)
         counters["kernels"] += nk
         counters["records"] += n
 
     def _add_other(self, rec: tuple, kind: str, row: TokenRow | None, phase: str,
-                   mode: str) -> None:
+                   mode: str, part: ConfigData) -> None:
         if kind == MEMCPY:
             key = (rec[1], phase, mode)
-            pair = self._memcpy.get(key)
+            pair = part.memcpy.get(key)
             if pair is None:
-                pair = self._memcpy[key] = (RunningStats(), RunningStats())
+                pair = part.memcpy[key] = (RunningStats(), RunningStats())
             pair[0].add(rec[4] - rec[3])
             pair[1].add(rec[2])
             if row is not None:
@@ -366,20 +477,20 @@ class SessionStore:
                 row.memcpy_bytes[d] = row.memcpy_bytes.get(d, 0) + rec[2]
         elif kind == MEMSET:
             key = (phase, mode)
-            pair = self._memset.get(key)
+            pair = part.memset.get(key)
             if pair is None:
-                pair = self._memset[key] = (RunningStats(), RunningStats())
+                pair = part.memset[key] = (RunningStats(), RunningStats())
             pair[0].add(rec[3] - rec[2])
             pair[1].add(rec[1])
             if row is not None:
                 row.memset_count += 1
                 row.memset_bytes += rec[1]
         elif kind == ALLOC:
-            self._add_alloc(rec, row)
+            self._add_alloc(part.allocs, rec, row)
         elif kind == API:
-            s = self._api.get(rec[1])
+            s = part.api.get(rec[1])
             if s is None:
-                s = self._api[rec[1]] = RunningStats()
+                s = part.api[rec[1]] = RunningStats()
             s.add(rec[3] - rec[2])
             if row is not None:
                 row.api_calls += 1
@@ -388,9 +499,9 @@ class SessionStore:
             if len(corr) > _API_CORR_LEN:
                 corr.popitem(last=False)
 
-    def _add_alloc(self, rec: tuple, row: TokenRow | None) -> None:
-        """Count one memory record: everything, true device cudaMalloc/cudaFree, and its class."""
-        allocs = self._allocs
+    def _add_alloc(self, allocs: dict, rec: tuple, row: TokenRow | None) -> None:
+        """Count one memory record into ``allocs`` (its configuration's): everything, true device
+        cudaMalloc/cudaFree, and its class."""
         is_alloc = rec[1] == MEMOP_ALLOCATION
         nbytes = rec[3]
         pkey = "startup" if row is None else f"{row.phase}/{row.mode}"
@@ -471,10 +582,9 @@ class SessionStore:
         the session is. ``raw_tokens``: raw records of the last N tokens that have any (None:
         all kept, 0: none). ``light``: statistics without their median histograms (enough to
         display; exports ask for ``light=False``). One mirror per store: the changed-row mark
-        is consumed here.
+        is consumed here. Every configuration is sent (``parts``: key -> ConfigData).
         """
         with self._lock:
-            cp = RunningStats.light_copy if light else RunningStats.copy
             full = since is None or since.generation != self._generation
             if full:
                 since = ViewCursor()
@@ -495,28 +605,20 @@ class SessionStore:
             records = self._counters["records"]
             ev = (len(self._events), self._events[-1] if self._events else None)
             new_out = min(len(self._output), self._output_count - max(0, since.output))
+            send_records = full or records != since.records or not light
             delta = {
                 "full": full, "generation": self._generation, "series_len": self.series_len,
                 "meta": dict(self.meta), "tokens": rows, "nvml": nvml,
                 "counters": self._counters_copy(),
                 "collectors": {k: dict(v) for k, v in self._collectors.items()},
-                "token_stats": {k: {n: cp(s) for n, s in v.items()}
-                                for k, v in self._token_stats.items()},
-                "nvtx": {k: cp(v) for k, v in self._nvtx.items()},
+                "config": self._config,
+                "parts": {k: p.copy(light, records=send_records) for k, p in self._parts.items()},
+                "records": send_records,
                 "overhead": dict(self.overhead),
                 "events": list(self._events) if (full or ev != since.events) else None,
-                "records": None,
                 "raw": None,
                 "output": list(islice(self._output, len(self._output) - new_out, None)),
             }
-            if full or records != since.records or not light:
-                delta["records"] = {
-                    "kernels": {k: v.copy(light) for k, v in self._kernels.items()},
-                    "memcpy": {k: (cp(a), cp(b)) for k, (a, b) in self._memcpy.items()},
-                    "memset": {k: (cp(a), cp(b)) for k, (a, b) in self._memset.items()},
-                    "api": {k: cp(v) for k, v in self._api.items()},
-                    "allocs": _copy_allocs(self._allocs),
-                }
             if raw_tokens != 0:
                 delta["raw"] = _raw_tail(self._raw, raw_tokens)
             last_ts = nvml[-1]["ts_ns"] if nvml else since.nvml_ts
@@ -524,30 +626,27 @@ class SessionStore:
             return delta, ViewCursor(self._generation, max(top, since.token_seq), last_ts,
                                      records, ev, self._output_count)
 
-    def view(self, raw: bool = True, raw_tokens: int | None = None) -> StoreView:
+    def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None,
+             light_others: bool | None = None) -> StoreView:
         """A consistent copy for readers; cheap enough for a few calls a second.
 
-        ``raw_tokens``: keep the raw records of the last N tokens that have any (None: all)."""
+        ``raw_tokens``: keep the raw records of the last N tokens that have any (None: all).
+        ``batch``: the configuration to view (default: the latest step's). The other
+        configurations come along in ``view.configs``, without their median histograms unless
+        ``light_others`` is False (default: full copies only for a whole export, ``raw=True``
+        with every raw token)."""
+        if light_others is None:
+            light_others = not (raw and raw_tokens is None)
         with self._lock:
-            return StoreView(
-                meta=dict(self.meta),
-                tokens=list(self._tokens),
-                kernels={k: v.copy() for k, v in self._kernels.items()},
-                memcpy={k: (a.copy(), b.copy()) for k, (a, b) in self._memcpy.items()},
-                memset={k: (a.copy(), b.copy()) for k, (a, b) in self._memset.items()},
-                api={k: v.copy() for k, v in self._api.items()},
-                token_stats={k: {n: s.copy() for n, s in v.items()}
-                             for k, v in self._token_stats.items()},
-                allocs=_copy_allocs(self._allocs),
-                nvml=list(self._nvml),
-                raw=_raw_tail(self._raw, raw_tokens) if raw else [],
+            key = self._config if batch is None else batch
+            parts = {k: p.copy(light=light_others and k != key) for k, p in self._parts.items()}
+            return compose_view(
+                dict(self.meta), list(self._tokens), parts, key,
+                raw=_raw_tail(self._raw, raw_tokens) if raw else [], nvml=list(self._nvml),
                 counters=self._counters_copy(),
                 collectors={k: dict(v) for k, v in self._collectors.items()},
-                events=list(self._events),
-                nvtx={k: v.copy() for k, v in self._nvtx.items()},
-                overhead=dict(self.overhead),
-                output=list(self._output),
-            )
+                events=list(self._events), overhead=dict(self.overhead),
+                output=list(self._output))
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,6 +663,18 @@ class ViewCursor:
 
 def _alloc_counter() -> dict:
     return {"mallocs": 0, "frees": 0, "malloc_bytes": 0, "free_bytes": 0}
+
+
+def _new_allocs() -> dict:
+    return {"startup": _alloc_counter(), "tokens": _alloc_counter(), "by_phase": {},
+            "device_by_phase": {}, "classes": {}}
+
+
+def _token_stats(part: ConfigData, row: TokenRow) -> dict:
+    ts = part.token_stats.get((row.phase, row.mode))
+    if ts is None:
+        ts = part.token_stats[(row.phase, row.mode)] = {k: RunningStats() for k in TOKEN_STATS}
+    return ts
 
 
 def _count_alloc(bucket: dict, is_alloc: bool, nbytes: int) -> None:

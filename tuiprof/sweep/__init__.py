@@ -1,6 +1,7 @@
-"""Workload sweeps: time and profile registry models over sequence lengths, passes and modes.
+"""Workload sweeps: time and profile registry models over sequence lengths, passes and modes,
+or decode over batch sizes.
 
-``run_sweep(...) -> SweepResult``; ``add_arguments(parser)`` / ``run(args)`` for the
+``run_sweep(...) -> SweepResult``; ``run_batch_sweep(...) -> BatchSweep`` (``--batches``); ``add_arguments(parser)`` / ``run(args)`` for the
 ``tuiprof sweep`` subcommand; ``main(argv)`` standalone. No UI imports here; names load
 lazily, so ``from tuiprof.sweep import add_arguments`` does not import torch.
 """
@@ -16,6 +17,7 @@ _EXPORTS = {
     "Cell": "results", "CellResult": "results", "SweepResult": "results", "Table": "results",
     "MODES": "results", "PASSES": "results",
     "Progress": "runner", "env_fault_hook": "runner", "is_oom": "runner", "run_sweep": "runner",
+    "run_batch_sweep": "batch", "BatchSweep": "batch", "BatchResult": "batch", "BatchCell": "batch",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -50,12 +50,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ui", action="store_true",
                         help="show the sweep screen (cells fill in as they finish; Escape closes)")
     parser.add_argument("--seq-lens", type=_ints, default=None,
-                        help="comma-separated sequence lengths (required unless --tp)")
+                        help="comma-separated sequence lengths (the study sweep)")
     parser.add_argument("--tp", type=_ints, default=None, metavar="N,M",
                         help="instead of sequence lengths: decode at these tensor-parallel "
                              "degrees (e.g. 1,2), one session of ranks each, and the scaling")
     parser.add_argument("--tp-tokens", type=int, default=256,
                         help="decode tokens per mode in each --tp session (default 256)")
+    parser.add_argument("--batches", type=_ints, default=None,
+                        help="comma-separated batch sizes: a decode sweep of tokens/s, ms/step, MBU, "
+                             "MFU and the bottleneck per (model, mode, batch), with the batch knee")
+    parser.add_argument("--prompt-len", type=int, default=16,
+                        help="prompt tokens per sequence of a --batches sweep (default 16)")
     parser.add_argument("--batch", type=int, default=1, help="batch size of the full-sequence passes (default 1)")
     parser.add_argument("--passes", type=_choices(PASSES), default=["inference"],
                         help=f"comma-separated, of {','.join(PASSES)} (default inference)")
@@ -65,8 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attention path(s) of families with the switch: plain, sdpa or plain,sdpa")
     parser.add_argument("--memory-limit", type=float, default=None, metavar="GiB",
                         help="cap usable GPU memory (torch.cuda.set_per_process_memory_fraction)")
-    parser.add_argument("--warmup", type=int, default=2, help="warm-up iterations per cell (default 2)")
-    parser.add_argument("--iters", type=int, default=5, help="measured iterations per cell (default 5)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="warm-up iterations (decode steps) per cell (default 2; --batches: 8)")
+    parser.add_argument("--iters", type=int, default=None,
+                        help="measured iterations (decode steps) per cell (default 5; --batches: 24)")
     parser.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available)")
     parser.add_argument("--dtype", default=None, help="override every model's dtype (e.g. float32)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
@@ -102,21 +109,50 @@ class ProgressLine:
             self.stream.flush()
 
 
+def run_batches(args: argparse.Namespace) -> int:
+    """The ``--batches`` decode sweep: table, chart and files; 0 when no cell failed."""
+    from tuiprof.sweep.batch import run_batch_sweep  # imports torch
+
+    if args.seq_lens:
+        raise ValueError("--batches and --seq-lens are two sweeps: run them separately")
+    if getattr(args, "ui", False):
+        raise ValueError("--ui shows the sequence-length sweep; a --batches sweep prints its "
+                         "table and chart")
+    sweep = run_batch_sweep(args.models, args.batches, args.modes, device=args.device,
+                            dtype=args.dtype, seed=args.seed, prompt_len=args.prompt_len,
+                            warmup=8 if args.warmup is None else args.warmup,
+                            iters=24 if args.iters is None else args.iters,
+                            compile_mode=args.compile_mode, memory_limit_gib=args.memory_limit,
+                            profile=not args.no_profile,
+                            progress=lambda text: print(text, file=sys.stderr, flush=True))
+    paths = sweep.write(args.out)
+    print(sweep.table())
+    print(sweep.chart())
+    bad = [r for r in sweep.cells if r.status in ("oom", "error")]
+    print(f"{len(sweep.cells)} cells, {len(bad)} failed or out of memory; wrote "
+          f"{', '.join(str(p) for p in paths.values())}")
+    return 1 if bad else 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the sweep described by ``args``; write its files; 0 when no cell failed, 1 otherwise."""
     if getattr(args, "tp", None):
         from tuiprof.sweep.tp import run as run_tp  # noqa: PLC0415
 
         return run_tp(args)
+    if getattr(args, "batches", None):
+        return run_batches(args)
     if not args.seq_lens:
         from tuiprof.errors import TuiprofError  # noqa: PLC0415
 
-        raise TuiprofError("tuiprof sweep needs --seq-lens (or --tp for a tensor-parallel sweep)")
+        raise TuiprofError("tuiprof sweep needs --seq-lens (the study sweep), --batches (the decode "
+                           "batch sweep) or --tp (a tensor-parallel sweep)")
     from tuiprof.sweep.runner import run_sweep  # imports torch
 
     kwargs = dict(
         models=args.models, seq_lens=args.seq_lens, batch=args.batch, passes=args.passes,
-        modes=args.modes, memory_limit_gib=args.memory_limit, warmup=args.warmup, iters=args.iters,
+        modes=args.modes, memory_limit_gib=args.memory_limit,
+        warmup=2 if args.warmup is None else args.warmup, iters=5 if args.iters is None else args.iters,
         device=args.device, attention=args.attention, dtype=args.dtype, seed=args.seed,
         weights=dict(args.weights), compile_mode=args.compile_mode,
         compile_backend=args.compile_backend, profile=not args.no_profile,

@@ -185,13 +185,7 @@ class SweepResult:
 
     def csv(self) -> str:
         """One row per cell, every scalar column."""
-        rows = [r.row() for r in self.cells]
-        buf = io.StringIO()
-        if rows:
-            w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
-        return buf.getvalue()
+        return rows_csv([r.row() for r in self.cells])
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "started": self.started, "elapsed_s": round(self.elapsed_s, 3),
@@ -224,3 +218,13 @@ def _short(name: str | None, n: int = 60) -> str:
         return ""
     name = name.replace("|", "/")
     return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def rows_csv(rows: list[dict]) -> str:
+    """CSV text of ``rows`` (dicts of the same keys), a header of the first row's keys."""
+    buf = io.StringIO()
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return buf.getvalue()

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
+from tuiprof.engine.memory import is_oom
 from tuiprof.errors import one_line
 from tuiprof.sweep import models as registry
 from tuiprof.sweep.kernels import ProfileSummary, summarize_profiler
@@ -58,14 +59,6 @@ class Progress:
         eta = "?" if self.eta_s is None else _clock(self.eta_s)
         width = len(str(self.total))
         return f"[{self.index:>{width}}/{self.total}] {what}  {state} | {_clock(self.elapsed_s)} elapsed, ~{eta} left"
-
-
-def is_oom(exc: BaseException) -> bool:
-    """True for CUDA OOM errors and ``RuntimeError``s that say they ran out of memory."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    msg = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
 
 
 def env_fault_hook(spec: str | None = None) -> Callable[[Cell], None] | None:

@@ -20,6 +20,11 @@ class Action:
 ACTIONS: tuple[Action, ...] = (
     Action("toggle-mode", "c", "toggle_mode", "eager↔compiled",
            "Switch the live session between eager and torch.compile (compiles on a background thread)"),
+    Action("batch-up", "b", "batch_up", "batch×2",
+           "Double the batch (sequences decoded together), up to --max-batch; compiled mode "
+           "compiles/captures the new shape in the background"),
+    Action("batch-down", "B", "batch_down", "batch÷2", "Halve the batch (down to 1)",
+           shown_key="B"),
     Action("log", "l", "show_log", "log",
            "The profiled program's output (tuiprof run -- python …); its log file is named there"),
     Action("next-rank", "g", "next_rank", "rank",
@@ -28,7 +33,8 @@ ACTIONS: tuple[Action, ...] = (
            "Tensor-parallel sessions: every rank side by side (step time, compute / "
            "communication / idle, skew, overlap, NVML)"),
     Action("compare", "v", "compare", "compare",
-           "Side-by-side eager vs compiled: tokens/s, ms/token, kernels per token, top kernels"),
+           "Two configurations (batch × mode) side by side, and every configuration measured: "
+           "tokens/s, ms/step, MBU, MFU, what bounds it"),
     Action("pause", "space", "pause", "pause", "Pause / resume the source (generation or replay)",
            shown_key="space"),
     Action("reset", "r", "reset", "reset", "Reset all statistics"),
@@ -54,6 +60,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("kernel-phase", "p", "kernel_phase", "phase", "Kernels: cycle phase (decode/prefill/other/all)",
            show=False),
     Action("kernel-mode", "m", "kernel_mode", "mode", "Kernels: cycle mode (auto/eager/compiled)",
+           show=False),
+    Action("kernel-config", "k", "kernel_config", "batch shown",
+           "Kernels: cycle the batch configuration shown (the one in use, then each measured)",
            show=False),
     Action("kernel-sort", "s", "kernel_sort", "sort", "Kernels: cycle sort column", show=False),
     Action("kernel-invert", "i", "kernel_invert", "invert", "Kernels: invert sort order", show=False),

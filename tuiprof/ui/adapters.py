@@ -133,6 +133,30 @@ def diff_modes(view: Any, a: str = "eager", b: str = "compiled") -> Any | None:
         return None
 
 
+def diff_configs(view: Any, a: tuple, b: tuple) -> Any | None:
+    """``export.diff`` of two configurations ``(batch, mode)`` of one session, or ``None``."""
+    fn = _get("tuiprof.export.diff", "diff")
+    if fn is None:
+        return None
+    try:
+        from .derive import config_label  # noqa: PLC0415
+        return fn(view.select(a[0]), view.select(b[0]), a[1], b[1],
+                  labels=(config_label(a[0]), config_label(b[0])))
+    except Exception:
+        return None
+
+
+def config_summaries(view: Any) -> list:
+    """``analysis.config_summaries`` (MBU, MFU, class per configuration), ``[]`` without it."""
+    fn = _get("tuiprof.analysis.batch", "config_summaries")
+    if fn is None:
+        return []
+    try:
+        return list(fn(view))
+    except Exception:
+        return []
+
+
 def render_diff(result: Any) -> Any | None:
     """A Rich renderable of a ``diff_modes`` result (``export.diff.render_rich``), or ``None``."""
     fn = _get("tuiprof.export.diff", "render_rich") or _get("tuiprof.export", "render_rich")

@@ -431,6 +431,14 @@ class TuiprofApp(App):
         self._say(self.control.toggle_pause())
         self.refresh_view(force=True)
 
+    def action_batch_up(self) -> None:
+        self._say(self.control.change_batch(up=True))
+        self.refresh_view(force=True)
+
+    def action_batch_down(self) -> None:
+        self._say(self.control.change_batch(up=False))
+        self.refresh_view(force=True)
+
     def action_reset(self) -> None:
         self._say(self.control.reset())
         self._findings_sig = None
@@ -541,6 +549,10 @@ class TuiprofApp(App):
     def action_kernel_mode(self) -> None:
         if (k := self._kernels()) is not None:
             self._say(k.cycle_mode())
+
+    def action_kernel_config(self) -> None:
+        if (k := self._kernels()) is not None:
+            self._say(k.cycle_config())
 
     def action_kernel_sort(self) -> None:
         if (k := self._kernels()) is not None:

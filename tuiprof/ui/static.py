@@ -15,8 +15,8 @@ class FrozenStore:
         self._view = view
         self.meta = dict(view.meta)
 
-    def view(self, raw: bool = True, raw_tokens: int | None = None) -> Any:
-        return self._view
+    def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None) -> Any:
+        return self._view if batch is None else self._view.select(batch)
 
     def reset(self) -> None:  # never called by StaticViewControl; kept for duck typing
         pass

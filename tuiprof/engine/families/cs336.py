@@ -30,6 +30,7 @@ from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPL
     SelfAttention,
     SwiGLU,
     build_adapter,
+    layer_caches,
 )
 from tuiprof.engine.tensor_parallel import TPContext
 
@@ -55,8 +56,8 @@ class Block(nn.Module):
         self.ln2 = RMSNorm(d, c["rms_norm_eps"])
         self.ffn = SwiGLU(d, c["d_ff"], names=("w1", "w3", "w2"))
 
-    def forward(self, x, rope, mode, pos):
-        x = x + self.attn(self.ln1(x), rope, mode, pos)
+    def forward(self, x, rope, mode, pos, kv=None):
+        x = x + self.attn(self.ln1(x), rope, mode, pos, kv)
         return x + self.ffn(self.ln2(x))
 
 
@@ -75,10 +76,10 @@ class TransformerLM(CachedDecoderLM):
         self.ln_final = RMSNorm(c["d_model"], c["rms_norm_eps"])
         self.lm_head = nn.Linear(c["d_model"], c["vocab_size"], bias=False)
 
-    def _run(self, ids, mode, rope, pos, last_only):
+    def _run(self, ids, mode, rope, pos, last_only, cache):
         x = self.token_embeddings(ids)
-        for layer in self.layers:
-            x = layer(x, rope, mode, pos)
+        for layer, kv in zip(self.layers, layer_caches(cache, len(self.layers))):
+            x = layer(x, rope, mode, pos, kv)
         x = self.ln_final(x[:, -1:] if last_only else x)
         return self.lm_head(x)
 

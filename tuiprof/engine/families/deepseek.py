@@ -36,6 +36,7 @@ from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPL
     SelfAttention,
     SwiGLU,
     build_adapter,
+    layer_caches,
 )
 
 _EXPERT_PARTS = (("experts_w1", "gate_proj"), ("experts_w3", "up_proj"), ("experts_w2", "down_proj"))
@@ -140,8 +141,8 @@ class DecoderLayer(nn.Module):
         self.dense = index < c["first_k_dense_replace"]
         self.mlp = SwiGLU(h, c["intermediate_size"]) if self.dense else MoE(c)
 
-    def forward(self, x, rope, mode, pos):
-        x = x + self.self_attn(self.input_layernorm(x), rope, mode, pos)
+    def forward(self, x, rope, mode, pos, kv=None):
+        x = x + self.self_attn(self.input_layernorm(x), rope, mode, pos, kv)
         y = self.post_attention_layernorm(x)
         return x + (self.mlp(y) if self.dense else self.mlp(y, mode))
 
@@ -161,10 +162,11 @@ class DeepseekDecoder(CachedDecoderLM):
         self.model.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
         self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
 
-    def _run(self, ids, mode, rope, pos, last_only):
+    def _run(self, ids, mode, rope, pos, last_only, cache):
         x = self.model.embed_tokens(ids)
-        for layer in self.model.layers:
-            x = layer(x, rope, mode, pos)
+        layers = self.model.layers
+        for layer, kv in zip(layers, layer_caches(cache, len(layers))):
+            x = layer(x, rope, mode, pos, kv)
         x = self.model.norm(x[:, -1:] if last_only else x)
         return self.lm_head(x)
 

@@ -144,41 +144,32 @@ def _causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
 # --------------------------------------------------------------------------- KV cache
 
 
-class KVCache(nn.Module):
-    """Static per-layer KV cache ``[1, kv_heads, max_len, head_dim]``, allocated on first use.
+class KVCache:
+    """Static K/V of one attention layer, ``[batch, kv_heads, max_len, head_dim]``.
 
-    The tensors are non-persistent buffers (so CUDA-graph trees treat them as static
-    addresses) that are written in place: ``copy_`` of the prefix at prefill and
-    ``index_copy_`` at ``pos`` during decode. ``reset`` zeroes them without reallocating.
+    A plain object, not a module buffer: the engine keeps one cache per batch configuration
+    and passes it to each step, so a step for another batch can be compiled while this one
+    decodes, and ``torch.compile`` may treat the batch dimension as dynamic (module buffers
+    always get static shapes). The tensors are written in place (``copy_`` of the prefix at
+    prefill, ``index_copy_`` at ``pos`` during decode) and marked as static addresses for CUDA
+    graphs.
     """
 
-    def __init__(self, kv_heads: int, head_dim: int, max_len: int) -> None:
-        super().__init__()
-        self.shape = (1, kv_heads, max_len, head_dim)
-        self.register_buffer("k", None, persistent=False)
-        self.register_buffer("v", None, persistent=False)
+    def __init__(self, batch: int, kv_heads: int, head_dim: int, max_len: int, *,
+                 dtype: torch.dtype, device: torch.device | str) -> None:
+        shape = (batch, kv_heads, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        _mark_static(self.k)
+        _mark_static(self.v)
 
     @property
-    def allocated(self) -> bool:
-        return self.k is not None
+    def batch(self) -> int:
+        return self.k.shape[0]
 
-    def reset(self, *, dtype: torch.dtype, device: torch.device) -> None:
-        """Allocate (first call) or zero the cache in place."""
-        if self.k is None or self.k.dtype != dtype or self.k.device != device:
-            with torch.inference_mode(False), torch.no_grad():
-                self.k = torch.zeros(self.shape, dtype=dtype, device=device)
-                self.v = torch.zeros(self.shape, dtype=dtype, device=device)
-            _mark_static(self.k)
-            _mark_static(self.v)
-        else:
-            with torch.no_grad():
-                self.k.zero_()
-                self.v.zero_()
-
-    def release(self) -> None:
-        """Drop the cache tensors (the next ``reset`` reallocates)."""
-        self.k = None
-        self.v = None
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
 
     def write_prefix(self, k: torch.Tensor, v: torch.Tensor) -> None:
         t = k.shape[2]
@@ -191,7 +182,7 @@ class KVCache(nn.Module):
 
     def visible(self, pos: torch.Tensor) -> torch.Tensor:
         """``[1,1,1,max_len]`` mask of the slots a query at ``pos`` may attend to."""
-        slots = torch.arange(self.shape[2], device=pos.device)
+        slots = torch.arange(self.k.shape[2], device=pos.device)
         return (slots <= pos.view(1)).view(1, 1, 1, -1)
 
 
@@ -246,7 +237,11 @@ class SelfAttention(nn.Module):
         for name, out in zip(names[:3], (n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim)):
             setattr(self, name, nn.Linear(hidden, out, bias=False))
         setattr(self, names[3], nn.Linear(n_heads * head_dim, hidden, bias=False))
-        self.cache = KVCache(n_kv_heads, head_dim, max_len)
+        self.max_len = max_len
+
+    def new_cache(self, batch: int, dtype: torch.dtype, device: torch.device) -> KVCache:
+        """An empty cache of this layer for ``batch`` sequences."""
+        return KVCache(batch, self.n_kv_heads, self.head_dim, self.max_len, dtype=dtype, device=device)
 
     def forward(
         self,
@@ -254,8 +249,9 @@ class SelfAttention(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor] | None,
         mode: str,
         pos: torch.Tensor | None = None,
+        kv: KVCache | None = None,
     ) -> torch.Tensor:
-        """``mode``: ``full`` (no cache), ``prefill`` (fills the cache) or ``decode`` (T=1 at ``pos``)."""
+        """``mode``: ``full`` (no cache), ``prefill`` (fills ``kv``) or ``decode`` (T=1 at ``pos``)."""
         b, t, _ = x.shape
         qn, kn, vn, on = self.names
         q = getattr(self, qn)(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
@@ -268,11 +264,11 @@ class SelfAttention(nn.Module):
             q = F.rms_norm(q, (self.head_dim,))
             k = F.rms_norm(k, (self.head_dim,))
         if mode == "decode":
-            self.cache.write_at(pos, k, v)
-            y = attend(q, self.cache.k, self.cache.v, impl=self.impl, mask=self.cache.visible(pos))
+            kv.write_at(pos, k, v)
+            y = attend(q, kv.k, kv.v, impl=self.impl, mask=kv.visible(pos))
         else:
             if mode == "prefill":
-                self.cache.write_prefix(k, v)
+                kv.write_prefix(k, v)
             y = attend(q, k, v, impl=self.impl, causal=True)
         y = y.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
         return getattr(self, on)(y)
@@ -333,34 +329,38 @@ class CachedDecoderLM(nn.Module):
             return self.rope_cos[:t], self.rope_sin[:t]
         return self.rope_cos.index_select(0, pos), self.rope_sin.index_select(0, pos)
 
-    def _run(self, ids: torch.Tensor, mode: str, rope: Any, pos: torch.Tensor | None, last_only: bool) -> torch.Tensor:
+    def _run(self, ids: torch.Tensor, mode: str, rope: Any, pos: torch.Tensor | None, last_only: bool,
+             cache: list | None) -> torch.Tensor:
         raise NotImplementedError
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Full causal forward without cache: ``[B, T]`` ids -> ``[B, T, V]`` logits."""
-        return self._run(input_ids, "full", self._rope(input_ids.shape[1], None), None, False)
+        return self._run(input_ids, "full", self._rope(input_ids.shape[1], None), None, False, None)
 
-    def caches(self) -> list[KVCache]:
-        return [m for m in self.modules() if isinstance(m, KVCache)]
+    def attention_layers(self) -> list[SelfAttention]:
+        return [m for m in self.modules() if isinstance(m, SelfAttention)]
 
-    def reset_cache(self) -> None:
+    def new_cache(self, batch: int) -> list[KVCache]:
+        """A static KV cache for ``batch`` sequences: one :class:`KVCache` per attention layer."""
         p = next(self.parameters())
-        with startup.phase("allocating KV cache"):  # reported at start-up only (tracker)
-            for c in self.caches():
-                c.reset(dtype=p.dtype, device=p.device)
+        with startup.phase("allocating KV cache"), torch.inference_mode(False), torch.no_grad():
+            return [a.new_cache(batch, p.dtype, p.device) for a in self.attention_layers()]
 
-    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Fill the cache with ``input_ids [1, T]``; float32 logits of the last position ``[1, V]``."""
-        if input_ids.shape[0] != 1:
-            raise ValueError("prefill takes a batch of 1")
-        if not all(c.allocated for c in self.caches()):
-            self.reset_cache()
+    def prefill(self, input_ids: torch.Tensor, cache: list[KVCache]) -> torch.Tensor:
+        """Fill ``cache`` with ``input_ids [B, T]``; float32 logits of the last position ``[B, V]``."""
+        if input_ids.shape[0] != cache[0].batch:
+            raise ValueError(f"prefill of {input_ids.shape[0]} sequences into a cache for {cache[0].batch}")
         t = input_ids.shape[1]
-        return self._run(input_ids, "prefill", self._rope(t, None), None, True)[:, -1].float()
+        return self._run(input_ids, "prefill", self._rope(t, None), None, True, cache)[:, -1].float()
 
-    def decode(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """One static-shape step: ``token [1,1]`` at ``pos [1]`` -> float32 logits ``[1, V]``."""
-        return self._run(token, "decode", self._rope(1, pos), pos, True)[:, -1].float()
+    def decode(self, token: torch.Tensor, pos: torch.Tensor, cache: list[KVCache]) -> torch.Tensor:
+        """One static-shape step: ``token [B,1]`` at ``pos [1]`` -> float32 logits ``[B, V]``."""
+        return self._run(token, "decode", self._rope(1, pos), pos, True, cache)[:, -1].float()
+
+
+def layer_caches(cache: list | None, n: int) -> list:
+    """Per-layer caches for a family's ``_run`` loop (``None`` for each layer without a cache)."""
+    return cache if cache is not None else [None] * n
 
 
 # --------------------------------------------------------------------------- adapter
@@ -368,10 +368,15 @@ class CachedDecoderLM(nn.Module):
 
 @dataclass
 class ModuleAdapter:
-    """``DecoderAdapter`` over a ``CachedDecoderLM`` (batch 1, static KV cache)."""
+    """``DecoderAdapter`` over a ``CachedDecoderLM``: batched, with explicit static KV caches.
+
+    ``prefill``/``decode`` without a ``cache`` use the adapter's own one (allocated for the
+    batch of the ids), as tests and single-sequence callers do; the engine passes its caches.
+    """
 
     module: CachedDecoderLM
     name: str = ""
+    cache: list | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -385,20 +390,43 @@ class ModuleAdapter:
     def attention_impl(self) -> str:
         return self.module.attention_impl
 
-    def reset_cache(self) -> None:
-        self.module.reset_cache()
+    def new_cache(self, batch: int) -> list[KVCache]:
+        return self.module.new_cache(batch)
+
+    def cache_tensors(self, cache: list) -> list[torch.Tensor]:
+        """The tensors of ``cache`` whose first dimension is the batch."""
+        return [t for kv in cache for t in (kv.k, kv.v)]
+
+    def cache_bytes(self, batch: int) -> int:
+        """Bytes of a cache for ``batch`` sequences (nothing allocated)."""
+        p = next(self.module.parameters())
+        return sum(2 * batch * a.n_kv_heads * a.max_len * a.head_dim * p.element_size()
+                   for a in self.module.attention_layers())
+
+    def reset_cache(self, cache: list | None = None) -> None:
+        """Forget every cached position (the adapter's own cache when ``cache`` is None).
+
+        Nothing to zero: prefill rewrites the prompt's slots and decode writes each slot
+        before a query can see it."""
+        if cache is None and self.cache is None:
+            self.cache = self.new_cache(1)
 
     def release_cache(self) -> None:
-        for c in self.module.caches():
-            c.release()
+        """Drop the adapter's own cache."""
+        self.cache = None
 
-    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return self.module.prefill(input_ids)
+    def _own(self, batch: int) -> list:
+        if self.cache is None or self.cache[0].batch != batch:
+            self.cache = self.new_cache(batch)
+        return self.cache
 
-    def decode(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def prefill(self, input_ids: torch.Tensor, cache: list | None = None) -> torch.Tensor:
         with torch.no_grad():
-            return self.module.decode(token, pos)
+            return self.module.prefill(input_ids, cache if cache is not None else self._own(input_ids.shape[0]))
+
+    def decode(self, token: torch.Tensor, pos: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        with torch.no_grad():
+            return self.module.decode(token, pos, cache if cache is not None else self._own(token.shape[0]))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Full-sequence logits ``[B, T, V]`` (grad mode is the caller's)."""
@@ -543,7 +571,6 @@ def shard_decoder(module: nn.Module, tp: TPContext) -> dict:
                 shard_linear(m, attr, "colwise", rng, tp, f"{prefix}.{attr}", slices)
             shard_linear(m, o, "rowwise", qr, tp, f"{prefix}.{o}", slices)
             m.n_heads, m.n_kv_heads = hs.n_q, hs.n_kv
-            m.cache = KVCache(hs.n_kv, hd, m.cache.shape[2])
             shard.update(q_heads=list(hs.q), kv_heads=list(hs.kv))
         elif getattr(m, "tp_split", None) is not None:
             cols, row = m.tp_split
@@ -659,9 +686,10 @@ class LlamaLayerLM(CachedDecoderLM):
                 embed.normal_(0.0, 1.0, generator=generator)
         self.register_buffer("embed", embed, persistent=False)
 
-    def _run(self, ids, mode, rope, pos, last_only):
+    def _run(self, ids, mode, rope, pos, last_only, cache):
         x = F.embedding(ids, self.embed)
-        x = x + self.self_attn(self.input_layernorm(x), None, mode, pos)
+        kv = cache[0] if cache is not None else None
+        x = x + self.self_attn(self.input_layernorm(x), None, mode, pos, kv)
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x[:, -1:] if last_only else x
 

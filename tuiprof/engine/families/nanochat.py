@@ -24,6 +24,7 @@ from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPL
     ModuleAdapter,
     SelfAttention,
     build_adapter,
+    layer_caches,
 )
 from tuiprof.engine.tensor_parallel import TPContext
 
@@ -70,8 +71,8 @@ class Block(nn.Module):
         )
         self.mlp = MLP(c["n_embd"])
 
-    def forward(self, x, rope, mode, pos):
-        x = x + self.attn(_norm(x), rope, mode, pos)
+    def forward(self, x, rope, mode, pos, kv=None):
+        x = x + self.attn(_norm(x), rope, mode, pos, kv)
         return x + self.mlp(_norm(x))
 
 
@@ -90,10 +91,11 @@ class NanochatGPT(CachedDecoderLM):
         })
         self.lm_head = nn.Linear(c["n_embd"], c["vocab_size"], bias=False)
 
-    def _run(self, ids, mode, rope, pos, last_only):
+    def _run(self, ids, mode, rope, pos, last_only, cache):
         x = _norm(self.transformer["wte"](ids))
-        for block in self.transformer["h"]:
-            x = block(x, rope, mode, pos)
+        blocks = self.transformer["h"]
+        for block, kv in zip(blocks, layer_caches(cache, len(blocks))):
+            x = block(x, rope, mode, pos, kv)
         x = _norm(x[:, -1:] if last_only else x)
         logits = self.lm_head(x).float()
         if self.softcap:

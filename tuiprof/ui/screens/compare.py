@@ -1,20 +1,26 @@
-"""Eager vs compiled side by side (``v``), refreshed by the app's timer while shown."""
+"""Two configurations side by side (``v``), and every configuration of the session in a table.
+
+A configuration is a batch and a mode (``b4 compiled``). The screen opens on eager vs compiled
+at the batch in use when both were measured; ``[`` and ``]`` step the left and the right
+column through the others. Refreshed by the app's timer while shown.
+"""
 from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual.css.query import NoMatches
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from .. import format as fmt
-from ..adapters import diff_modes, render_diff
-from ..derive import ModeSummary, compare
+from ..adapters import config_summaries, diff_configs, render_diff
+from ..derive import ModeSummary, config_label, config_summary, configurations, default_pair
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -25,22 +31,25 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
-    t = Table(title="decode, per token", expand=True, show_edge=False)
+    la, lb = config_label(ea.batch, ea.mode), config_label(co.batch, co.mode)
+    t = Table(title="decode, per step (a step advances every sequence of the batch)",
+              expand=True, show_edge=False)
     t.add_column("", style="bold", no_wrap=True)
-    t.add_column("eager", justify="right", style="cyan")
-    t.add_column("compiled", justify="right", style="magenta")
-    t.add_column("eager/compiled", justify="right")
+    t.add_column(la, justify="right", style="cyan")
+    t.add_column(lb, justify="right", style="magenta")
+    t.add_column(f"{la} / {lb}", justify="right")
     rows = (
-        ("decode tokens (all)", ea.tokens, co.tokens, lambda v: fmt.count(v) if v else "–", False),
-        ("traced decode tokens", ea.traced, co.traced, lambda v: fmt.count(v) if v else "–", False),
-        ("tokens/s", ea.tok_s, co.tok_s, lambda v: f"{v:.1f}" if v else "–", True),
-        ("ms/token (median)", ea.ms_token, co.ms_token, fmt.ms, True),
-        ("GPU ms/token", ea.gpu_ms, co.gpu_ms, fmt.ms, True),
+        ("decode steps (all)", ea.tokens, co.tokens, lambda v: fmt.count(v) if v else "–", False),
+        ("traced decode steps", ea.traced, co.traced, lambda v: fmt.count(v) if v else "–", False),
+        ("tokens/s (all sequences, all steps)", ea.tok_s, co.tok_s,
+         lambda v: f"{v:,.1f}" if v else "–", True),
+        ("ms/step (median)", ea.ms_token, co.ms_token, fmt.ms, True),
+        ("GPU ms/step", ea.gpu_ms, co.gpu_ms, fmt.ms, True),
         ("kernel-busy share (traced)", ea.busy_pct, co.busy_pct, fmt.pct, True),
-        ("kernels/token (traced)", ea.kernels_token, co.kernels_token,
+        ("kernels/step (traced)", ea.kernels_token, co.kernels_token,
          lambda v: fmt.count(round(v, 1)) if v is not None else "–", True),
         ("from CUDA graphs", ea.graph_pct, co.graph_pct, fmt.pct, False),
-        ("allocator requests/token", ea.alloc_req_token, co.alloc_req_token,
+        ("allocator requests/step", ea.alloc_req_token, co.alloc_req_token,
          lambda v: fmt.count(v) if v is not None else "–", True),
     )
     for label, a, b, f, ratio in rows:
@@ -49,14 +58,15 @@ def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
 
 
 def render_top(s: ModeSummary) -> Any:
-    t = Table(title=f"top {s.mode} decode kernels", expand=True, show_edge=False)
+    name = config_label(s.batch, s.mode)
+    t = Table(title=f"top {name} decode kernels", expand=True, show_edge=False)
     t.add_column("kernel", no_wrap=True, overflow="ellipsis", ratio=3)
     t.add_column("lib", no_wrap=True, ratio=1)
     t.add_column("%", justify="right")
-    t.add_column("/traced tok", justify="right")
+    t.add_column("/traced step", justify="right")
     t.add_column("avg", justify="right")
     if not s.top:
-        return Text(f"no {s.mode} decode kernels yet" +
+        return Text(f"no {name} decode kernels yet" +
                     (" — press c to switch modes" if s.mode == "compiled" else ""), "dim")
     for r in s.top:
         t.add_row(r.name.short, r.name.library, f"{r.pct:.1f}",
@@ -64,14 +74,53 @@ def render_top(s: ModeSummary) -> Any:
     return t
 
 
+COLUMNS = (("config", "left", True), ("steps", "right", False), ("tok/s", "right", True),
+           ("ms/step", "right", True), ("kernels/step", "right", False),
+           ("GPU busy", "right", False), ("MBU", "right", True), ("MFU", "right", True),
+           ("bound", "left", True), ("beside compile", "right", False))
+
+
+def render_configs(rows: list, pair: tuple, compact: bool = False) -> Any:
+    """Every configuration: throughput, step time, MBU, MFU and what bounds it (``compact``:
+    the columns that fit 80 columns)."""
+    if not rows:
+        return Text("configurations: analysis not available", "dim")
+    t = Table(title="every configuration of the session (decode; MBU/MFU against "
+                    f"{rows[0].ridge:.0f} FLOP/B ridge)", expand=True, show_edge=False)
+    keep = [i for i, (_n, _j, core) in enumerate(COLUMNS) if core or not compact]
+    for i in keep:
+        name, just, _core = COLUMNS[i]
+        t.add_column(name, justify=just, no_wrap=True)
+    for s in rows:
+        key = (s.batch, s.mode)
+        style = "bold cyan" if key == pair[0] else ("bold magenta" if key == pair[1] else "")
+        cells = (config_label(s.batch, s.mode), fmt.count(s.steps), f"{s.tok_s:,.1f}",
+                 fmt.ms(s.ms_step), "–" if s.kernels_step is None else f"{s.kernels_step:,.0f}",
+                 fmt.pct(None if s.busy is None else 100 * s.busy),
+                 "–" if s.mbu is None else f"{s.mbu:.1%}",
+                 "–" if s.mfu is None else f"{s.mfu:.1%}", s.klass,
+                 "–" if not s.compiling_steps else
+                 f"{s.compiling_steps:,} × {fmt.ms(s.compiling_ms)}")
+        t.add_row(*[cells[i] for i in keep], style=style)
+    return t
+
+
 class CompareScreen(Screen):
-    BINDINGS = [Binding("escape,v", "app.pop_screen", "back", show=True)]
+    BINDINGS = [Binding("escape,v", "app.pop_screen", "back", show=True),
+                Binding("left_square_bracket", "cycle(0)", "left config", key_display="["),
+                Binding("right_square_bracket", "cycle(1)", "right config", key_display="]")]
     DEFAULT_CSS = """
     CompareScreen #compare-summary { height: auto; padding: 0 1; }
     CompareScreen Horizontal { height: auto; }
     CompareScreen .compare-top { width: 1fr; height: auto; padding: 0 1; }
+    CompareScreen #compare-configs { height: auto; padding: 0 1; }
     CompareScreen #compare-note { height: auto; padding: 0 1; }
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pair: list | None = None      # [(batch, mode), (batch, mode)]
+        self._view: Any = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -79,8 +128,27 @@ class CompareScreen(Screen):
             with Horizontal():
                 yield Static(id="compare-top-eager", classes="compare-top")
                 yield Static(id="compare-top-compiled", classes="compare-top")
+            yield Static(id="compare-configs")
             yield Static(id="compare-note")
         yield Footer()
+
+    def action_cycle(self, which: int) -> None:
+        """Step one column to the next configuration (never the other column's)."""
+        if self._view is None:
+            return
+        configs = configurations(self._view)
+        if self.pair is None or len(configs) < 2:
+            return
+        cur, other = self.pair[which], self.pair[1 - which]
+        i = configs.index(cur) if cur in configs else -1
+        for step in range(1, len(configs) + 1):
+            nxt = configs[(i + step) % len(configs)]
+            if nxt != other:
+                self.pair[which] = nxt
+                break
+        self.show(self._view)
+        self.app.notify(f"comparing {config_label(*self.pair[0])} with "
+                        f"{config_label(*self.pair[1])}", timeout=2)
 
     def show(self, view: Any) -> None:
         try:
@@ -88,11 +156,18 @@ class CompareScreen(Screen):
             self.query_one("#compare-top-eager", Static)
         except NoMatches:  # pushed but not composed yet (or being dismissed): next tick
             return
-        ea, co = compare(view)
-        summary.update(render_summary_table(ea, co))
-        self.query_one("#compare-top-eager", Static).update(render_top(ea))
-        self.query_one("#compare-top-compiled", Static).update(render_top(co))
-        # export.diff_modes (when present) adds the category split and per-kernel changes.
-        rendered = render_diff(diff_modes(view, "eager", "compiled"))
-        self.query_one("#compare-note", Static).update(
-            rendered if rendered is not None else Text("(export.diff_modes not available)", "dim"))
+        self._view = view
+        configs = configurations(view)
+        if self.pair is None or (configs and not all(c in configs for c in self.pair)):
+            self.pair = list(default_pair(view, configs))
+        a, b = (config_summary(view, c) for c in self.pair)
+        summary.update(render_summary_table(a, b))
+        self.query_one("#compare-top-eager", Static).update(render_top(a))
+        self.query_one("#compare-top-compiled", Static).update(render_top(b))
+        self.query_one("#compare-configs", Static).update(
+            render_configs(config_summaries(view), tuple(self.pair), self.app.size.width < 140))
+        rendered = render_diff(diff_configs(view, *self.pair))
+        self.query_one("#compare-note", Static).update(Group(
+            Text("[ and ] pick the configurations compared; b / B change the batch of the "
+                 "session", "dim"),
+            rendered if rendered is not None else Text("(export.diff not available)", "dim")))

@@ -1,5 +1,5 @@
-"""Header: model, device, dtype, mode, weights, tokens, tokens/s, TTFT, ITL, overhead; until the
-first token, the start-up progress line instead of the token figures."""
+"""Header: model, device, dtype, mode, batch, weights; steps, tokens/s, TTFT, ms/step, overhead;
+until the first token, the start-up progress line instead of the step figures."""
 from __future__ import annotations
 
 from typing import Any
@@ -19,6 +19,7 @@ class HeaderPane(Static):
 
     def show(self, view: Any, ctx: RefreshContext) -> None:
         h = header_numbers(view, ctx.mode)
+        st = ctx.status
         mode_style = "bold magenta" if h.mode == "compiled" else "bold cyan"
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("tuiprof ", "bold")
@@ -28,20 +29,33 @@ class HeaderPane(Static):
         t.append(h.model, "bold")
         t.append(f" · {h.device} · {h.dtype} · weights {h.weights} · mode ")
         t.append(h.mode, mode_style)
-        if ctx.status.state == "compiling":
+        batch = st.batch if st.live else h.batch
+        t.append(" · batch ")
+        t.append(str(batch), "bold")
+        if st.live and st.want_batch and st.want_batch != st.batch:
+            t.append(f" → {st.want_batch}", "bold yellow")
+        if st.state == "compiling":
             t.append(" (compiling…)", "bold yellow")
         t.append("\n")
         progress = ctx.status.progress
-        if h.tokens == 0 and progress is not None and ctx.status.state in ("loading", "prefill"):
+        if h.steps == 0 and progress is not None and ctx.status.state in ("loading", "prefill"):
             # Until the first token: what the start-up is doing, since when, how far.
             t.append("loading", "bold yellow")
             t.append(" · " + progress.line(ctx.now, clock=not ctx.deterministic), "yellow")
             self.update(t)
             return
-        t.append(f"tokens {h.tokens:,}", "bold")
+        t.append(f"steps {h.steps:,}", "bold")
         t.append(" · ")
-        t.append(f"{h.tok_s:.1f} tok/s" if h.tok_s else "– tok/s", "bold green")
-        t.append(f" · TTFT {fmt.ms(h.ttft_ms)} · ITL p50 {fmt.ms(h.itl_p50)} p99 {fmt.ms(h.itl_p99)}")
+        if h.tok_s:
+            t.append(f"{h.tok_s:,.1f} tok/s", "bold green")
+            if isinstance(h.batch, int) and h.batch > 1:
+                t.append(f" ({h.batch} seq × {h.tok_s / h.batch:,.1f} steps/s)", "green")
+            if h.beside_compile:
+                t.append(" beside a compile", "yellow")
+        else:
+            t.append("– tok/s", "bold green")
+        t.append(f" · TTFT {fmt.ms(h.ttft_ms)} · ms/step p50 {fmt.ms(h.itl_p50)} "
+                 f"p99 {fmt.ms(h.itl_p99)}")
         if ctx.deterministic:
             t.append(" · overhead (hidden)", "dim")
         elif h.overhead_pct is not None:

@@ -1,4 +1,5 @@
-"""Top kernels: a keyed DataTable for one mode and phase; sortable, filterable, with details.
+"""Top kernels: a keyed DataTable for one configuration (batch, mode) and phase; sortable,
+filterable, with details.
 
 Updates follow the keyed-diff recipe (reference §0.6): row key = raw kernel name, stale rows
 removed, new rows added, ``update_cell`` only for cells whose text changed (never with
@@ -14,7 +15,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from .. import format as fmt
-from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, kernel_rows, resolve_kernel_phase,
+from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_rows,
+                      resolve_kernel_phase,
                       resolve_kernel_mode, select_kernels)
 from .base import Pane, RefreshContext
 
@@ -96,6 +98,8 @@ class KernelsPane(Pane):
         self.top_n = top_n
         self.phase = PHASE_CYCLE[0]
         self.mode_choice = "auto"
+        self.config_choice: Any = "auto"     # "auto": the batch in use; else a batch key
+        self.resolved_batch: Any = None
         self.sort = "pct"
         self.descending = True
         self.filter_text = ""
@@ -152,6 +156,16 @@ class KernelsPane(Pane):
         self.mode_choice = MODE_CYCLE[(i + 1) % len(MODE_CYCLE)]
         self._redraw()
         return f"kernels: mode {self.mode_choice}"
+
+    def cycle_config(self) -> str:
+        """Next batch configuration: the one in use ("auto"), then each one measured."""
+        keys = list(self._view.config_keys) if self._view is not None else []
+        cycle = ["auto", *keys]
+        i = cycle.index(self.config_choice) if self.config_choice in cycle else 0
+        self.config_choice = cycle[(i + 1) % len(cycle)]
+        self._redraw()
+        shown = "the batch in use" if self.config_choice == "auto" else config_label(self.config_choice)
+        return f"kernels: {shown}"
 
     def cycle_sort(self) -> str:
         i = SORT_CYCLE.index(self.sort) if self.sort in SORT_CYCLE else -1
@@ -218,11 +232,14 @@ class KernelsPane(Pane):
 
     def show(self, view: Any, ctx: RefreshContext) -> None:
         self._view, self._ctx = view, ctx
+        if self.config_choice != "auto" and self.config_choice in view.config_keys:
+            view = view.select(self.config_choice)
+        self.resolved_batch = view.batch
         want = ctx.mode if self.mode_choice == "auto" else self.mode_choice
         phase = resolve_kernel_phase(view, self.phase)
         mode = resolve_kernel_mode(view, want, phase)
         self.resolved_mode = mode
-        sig = (ctx.changed, mode, phase, self.sort, self.descending, self.filter_text)
+        sig = (ctx.changed, view.batch, mode, phase, self.sort, self.descending, self.filter_text)
         if sig == self._last_sig and not ctx.changed:
             return
         self._last_sig = sig
@@ -231,7 +248,7 @@ class KernelsPane(Pane):
         sel = select_kernels(rows, self.sort, self.descending, self.filter_text, self.top_n)
         self.rows = {r.key: r for r in sel}
         cap = Text(no_wrap=True, overflow="ellipsis")
-        cap.append(f"{mode} · {phase}", "bold")
+        cap.append(f"{config_label(view.batch, mode)} · {phase}", "bold")
         if phase != self.phase:
             cap.append(f" (no {self.phase} steps: every phase)", "dim")
         if mode != want:
@@ -240,7 +257,7 @@ class KernelsPane(Pane):
                    f"{'↓' if self.descending else '↑'}")
         if self.filter_text:
             cap.append(f" · filter “{self.filter_text}” ({len(sel)} match)", "yellow")
-        cap.append("  [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
+        cap.append("  [k] batch [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
         self.query_one("#kernels-caption", Static).update(cap)
         self._update_table(sel)
 

@@ -1,4 +1,5 @@
-"""Per-token latency: host ms and GPU ms of the last N tokens, prefill and mode switches marked."""
+"""Per-step latency: host and GPU ms per step (one step advances every sequence of the batch)
+of the last N steps, prefill, mode and batch switches and steps beside a compile marked."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,7 +10,8 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from .. import format as fmt
-from ..derive import latency_series, latest_traced, place_labels
+from ..derive import (compile_cost, compile_cost_text, config_label, latency_series,
+                      latest_traced, place_labels)
 
 # columns of the plot left of its canvas (y tick labels and axis) and right of it
 Y_AXIS_COLS = 10
@@ -17,7 +19,7 @@ from .base import Pane, RefreshContext
 
 
 class LatencyPane(Pane):
-    PANE_TITLE = "per-token latency"
+    PANE_TITLE = "latency, ms/step"
     TAB_TITLE = "latency"
     PANE_KEY = "1"
     DEFAULT_CSS = """
@@ -39,14 +41,18 @@ class LatencyPane(Pane):
         key = (tuple(s.seq[-1:]), len(s.seq), tuple(s.mode_marks), s.seq[:1],
                self.query_one(PlotextPlot).size.width)
         summary = Text(no_wrap=True, overflow="ellipsis")
-        done = [r for r in view.tokens if r.done]
+        done = [r for r in (view.timeline or view.tokens) if r.done]
         if done:
             last = done[-1]
-            summary.append(f"#{last.seq} {last.phase}/{last.mode}: ", "bold")
-            summary.append(f"━ host {fmt.ms(last.host_ms)}", "cyan")
+            summary.append(f"#{last.seq} {last.phase}/{config_label(last.batch, last.mode)}: ",
+                           "bold")
+            summary.append(f"━ host {fmt.ms(last.host_ms)}/step", "cyan")
             summary.append(" · ")
             summary.append(f"━ GPU {fmt.ms(s.gpu[-1])}", "green")
             summary.append(_kernel_note(view, last))
+            cost = compile_cost(view, ctx.mode)
+            if cost is not None:
+                summary.append(f" · {compile_cost_text(cost)}", "yellow")
         else:
             summary.append("waiting for the first token…", "dim")
         self.query_one("#latency-summary", Static).update(summary)
@@ -66,6 +72,9 @@ class LatencyPane(Pane):
         top = top * 1.15 if top > 0 else 1.0
         host = [min(v, top) for v in s.host]
         plt.plot(s.seq, host, color="cyan", marker="braille")
+        if s.compiling:
+            plt.scatter([q for q, _ in s.compiling], [min(v, top) for _, v in s.compiling],
+                        color="yellow", marker="braille")
         gx = [x for x, g in zip(s.seq, s.gpu) if g is not None]
         gy = [min(g, top) for g in s.gpu if g is not None]
         if gx:
@@ -83,8 +92,8 @@ class LatencyPane(Pane):
                 plt.text(text, x, top * y, color=color, alignment="left")
         plt.ylim(0, top)
         plt.xlim(x0, x1)
-        plt.xlabel("token #")
-        plt.ylabel("ms")
+        plt.xlabel("step #")
+        plt.ylabel("ms/step")
         plot.refresh()
 
 

@@ -6,6 +6,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from ..derive import compile_cost, compile_cost_text
 from .base import RefreshContext
 
 _STATE_STYLE = {"error": "bold white on red", "compiling": "bold black on yellow",
@@ -43,6 +44,10 @@ class StatusLine(Static):
                 t.append(f" · {st.message}")
         elif st.message:
             t.append(f" {st.message}", "red" if st.state == "error" else "")
+        cost = compile_cost(view, ctx.mode) if st.state == "compiling" else None
+        if cost is not None:
+            t.append(" │ ")
+            t.append(compile_cost_text(cost), "yellow")
         dropped = int(view.counters.get("dropped", 0) or 0)
         t.append(" │ ")
         t.append(f"dropped {dropped:,}", "bold red" if dropped else "dim")
