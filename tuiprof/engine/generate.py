@@ -140,6 +140,10 @@ class Engine:
         self._paused = False
         self._stop = False
         self._pending = mode != EAGER   # a command waits for the next token boundary
+        # A session asked to start compiled compiles before its first compiled step, in the
+        # foreground: a bounded run (headless, a sweep) must measure that mode, not eager steps
+        # decoded while it compiles. Later switches compile beside decoding.
+        self._foreground_compile = mode != EAGER
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._live: _Live | None = None
@@ -565,7 +569,8 @@ class Engine:
         scratch = cache if cache is not None else self.adapter.new_cache(batch)
         job = _CompileJob(batch, scratch)
         what = f"torch.compile(mode={self.compile_mode!r}) for batch {batch}"
-        if not self.background_compile:
+        foreground, self._foreground_compile = self._foreground_compile, False
+        if foreground or not self.background_compile:
             self._set_state("compiling", what)
             self._run_job(job)
             self._finish_job(job)

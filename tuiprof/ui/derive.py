@@ -120,6 +120,8 @@ class HeaderNumbers:
     overhead_pct: float | None = None
     overhead_method: str = ""
     rank: str = ""               # "rank 1/2 TP" in a session of several ranks
+    compile_cost: tuple | None = None   # (median ms/step beside a compile, clean median, n)
+    beside_compile: bool = False     # the figures are of steps decoded beside a compile
 
 
 def rank_label(meta: dict) -> str:
@@ -128,8 +130,6 @@ def rank_label(meta: dict) -> str:
     if isinstance(world, int) and world > 1 and isinstance(rank, int):
         return f"rank {rank}/{world}"
     return ""
-    compile_cost: tuple | None = None   # (median ms/step beside a compile, clean median, n)
-    beside_compile: bool = False     # the figures are of steps decoded beside a compile
 
 
 def compile_cost(view: Any, mode: str) -> tuple | None:
