@@ -18,6 +18,7 @@ so every rank switches, pauses and stops at the same step, and compiles in the f
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ EAGER, COMPILED = "eager", "compiled"
 PREFILL, DECODE = "prefill", "decode"
 MODES = (EAGER, COMPILED)
 DEFAULT_MAX_BATCH = 256
+COMPILE_SWITCH_INTERVAL_S = 2e-5  # the GIL switch interval while a compile runs beside decoding
 
 
 def extend_prompt(prompt: torch.Tensor, batch: int, vocab_size: int, seed: int) -> torch.Tensor:
@@ -150,6 +152,7 @@ class Engine:
         self._fallback: _Live | None = None   # the last configuration that fitted, on trial
         self._job: _CompileJob | None = None
         self._compiling = False
+        self._switch_saved: float | None = None   # the GIL switch interval before a compile
         self._told = (self.batch, False)
         steps = getattr(adapter, "compiled_steps", None)
         self._compiled: dict = steps if isinstance(steps, dict) else {}
@@ -245,8 +248,8 @@ class Engine:
     def run(self) -> None:
         """The engine loop, on the calling thread (``start`` runs it on its own thread)."""
         torch.set_grad_enabled(False)  # grad mode is per thread
-        if self.cuda:
-            _own_cudagraph_trees()
+        if self.cuda and "torch._inductor.cudagraph_trees" in sys.modules:
+            _own_cudagraph_trees()  # else at the first capture: importing inductor costs seconds
         try:
             if self.cuda and self.device.index is not None:
                 # The current device is per thread too: without this, CUDA events, allocator
@@ -258,6 +261,11 @@ class Engine:
                 self._fail(oom_message(exc, self.device, self.state))
             else:
                 self._fail(f"{type(exc).__name__}: {one_line(exc)}")
+
+    def _restore_switch_interval(self) -> None:
+        saved, self._switch_saved = self._switch_saved, None
+        if saved is not None:
+            sys.setswitchinterval(saved)
 
     def _fail(self, message: str) -> None:
         self.error = message
@@ -577,6 +585,12 @@ class Engine:
             return
         self._job = job
         self._compiling = True
+        # Dynamo and inductor run Python for tens of seconds on the worker: at the default
+        # 5 ms switch interval the engine thread waits that long for the GIL at each of a
+        # step's many Python-level calls (H100, qwen3-0.6b: 3 ms compiled steps became 415 ms).
+        # A short interval hands the GIL back quickly; restored when the job is finished.
+        self._switch_saved = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_saved, COMPILE_SWITCH_INTERVAL_S))
         self._tell_config()
         job.thread = threading.Thread(target=self._run_job, args=(job,), daemon=True,
                                       name="tuiprof-compile")
@@ -618,6 +632,7 @@ class Engine:
     def _finish_job(self, job: _CompileJob) -> None:
         """At a boundary after a compile ended: switch to what it was for, or say why not."""
         self._compiling = False
+        self._restore_switch_interval()
         self._tell_config()
         live = self._live
         if job.error is not None:
@@ -675,6 +690,8 @@ class Engine:
         CUDA graph trees warm up once, record on the second call and replay from the third; they
         are per thread, so this runs on the engine thread.
         """
+        if self.cuda:
+            _own_cudagraph_trees()  # this thread records and replays the graphs
         step = self._compiled_step()
         cudagraphs = self.cuda and "reduce-overhead" in self.compile_mode
         truncate = getattr(self.adapter, "truncate", None)
