@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
-TOKENS = re.compile(r"tokens ([\d,]+)")
+TOKENS = re.compile(r"(?:tokens|steps) ([\d,]+)")  # the header: "steps N" (batch), "tokens N" (older)
 POLL_S = 0.1
 
 

@@ -167,8 +167,9 @@ class Knee:
 
 
 def measured_knee(summaries: list[ConfigSummary], mode: str) -> Knee | None:
-    """The first measured batch past which a doubling adds less than ``KNEE_GAIN``; None with
-    fewer than two batch sizes of ``mode``."""
+    """The first measured batch past which every doubling adds less than ``KNEE_GAIN`` (the
+    gain given is per doubling from there to the largest batch); None with fewer than two
+    batch sizes of ``mode``."""
     pts = sorted((s.batch, s.tok_s) for s in summaries
                  if s.mode == mode and isinstance(s.batch, int) and s.tok_s > 0 and s.steps)
     if len(pts) < 2:
@@ -177,9 +178,12 @@ def measured_knee(summaries: list[ConfigSummary], mode: str) -> Knee | None:
     for (b1, t1), (b2, t2) in zip(pts, pts[1:]):
         doublings = math.log2(b2 / b1)
         gains.append((b1, b2, (t2 / t1) ** (1 / doublings)))
-    for b1, _b2, g in gains:
-        if g < KNEE_GAIN:
-            return Knee(mode, b1, g, pts[-1][0], gains)
+    # Sustained: every doubling from the knee on adds less (one noisy cell that dips, e.g. an
+    # eager step slowed by the host, is not a knee when the next doublings scale again).
+    for i, (b1, _b2, _g) in enumerate(gains):
+        if all(g < KNEE_GAIN for _a, _b, g in gains[i:]):
+            per = (pts[-1][1] / pts[i][1]) ** (1 / math.log2(pts[-1][0] / b1))
+            return Knee(mode, b1, per, pts[-1][0], gains)
     return Knee(mode, None, None, pts[-1][0], gains)
 
 
