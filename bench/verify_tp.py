@@ -196,7 +196,7 @@ def device_check(runs: list[TPRun]) -> list[str]:
                 view = res.ranks[r]
                 dev = str(view.meta.get("device", ""))
                 mib = reserved_mib(view)
-                if dev.startswith("cuda") and dev != f"cuda:{r}":
+                if dev.startswith("cuda") and dev != f"cuda:{r}" and not (run.tp == 1 and dev == "cuda"):
                     bad.append(f"{run.model} TP={run.tp} {mode} rank {r}: engine on {dev}")
                 elif dev.startswith("cuda") and not mib:
                     bad.append(f"{run.model} TP={run.tp} {mode} rank {r}: allocator statistics "

@@ -330,7 +330,10 @@ class Engine:
             torch.cuda.nvtx.range_push("step")
             torch.cuda.nvtx.range_push(PREFILL)
             ev0.record()
-        nxt = self._select(adapter.prefill(live.prompt, live.cache))
+        if self._compiling:
+            nxt = self._select(beside_compile(adapter.prefill, live.prompt, live.cache))
+        else:
+            nxt = self._select(adapter.prefill(live.prompt, live.cache))
         live.tok.copy_(nxt.view(-1, 1))
         live.pos.fill_(plen)
         live.position = plen
@@ -393,7 +396,10 @@ class Engine:
                     ev0.record()
                     if cg:
                         mark_step()
-                nxt = select(fn(tok, pos, cache))
+                if compiling:
+                    nxt = select(beside_compile(fn, tok, pos, cache))
+                else:
+                    nxt = select(fn(tok, pos, cache))
                 tok.copy_(nxt.view(-1, 1))
                 pos.add_(1)
                 if cuda:
@@ -784,6 +790,29 @@ class _no_cudagraphs:
     def __exit__(self, *exc: Any) -> None:
         if self._patch is not None:
             self._patch.__exit__(*exc)
+
+
+FX_PATCHED = "module is not installed as a submodule"
+FX_RETRY_S = 10.0
+
+
+def beside_compile(fn: Callable, *args: Any) -> Any:
+    """``fn(*args)`` on the engine thread while a compile runs on the worker.
+
+    torch.fx's symbolic tracer (inductor traces its pattern-matcher replacements with it on a
+    process's first compile) patches ``nn.Module.__call__`` for every thread while it traces:
+    an eager forward on this thread then fails with fx's NameError (seen on an H100 with
+    qwen3-0.6b). The patch lasts milliseconds; the forward is repeated once it is gone. That
+    is safe: a step only writes its own position of the static KV cache, with the same values
+    again, and its token is selected after the forward returns."""
+    deadline = time.monotonic() + FX_RETRY_S
+    while True:
+        try:
+            return fn(*args)
+        except NameError as exc:
+            if FX_PATCHED not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.002)
 
 
 def _own_cudagraph_trees() -> None:

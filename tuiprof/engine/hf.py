@@ -271,6 +271,11 @@ def shard_config(model: torch.nn.Module, config: object, tp: TPContext
         style = next((v for rx, v in rules if rx.match(rel)), None)
         if style is None or style in _REPLICATED:
             continue
+        if style == "embedding_rowwise" or not isinstance(mod, torch.nn.Linear):
+            # tuiprof replicates embeddings (and any non-linear module a plan splits): the
+            # vocabulary-parallel embedding of some transformers versions is not needed to
+            # shard a decoder's matmuls (docs/multi-gpu.md)
+            continue
         if style not in ("colwise", "rowwise") or not isinstance(mod, torch.nn.Linear):
             raise TuiprofError(f"--tp: split {style!r} of {rel} is not supported by tuiprof")
         which = _HEADS.get(name.rsplit(".", 1)[-1])
