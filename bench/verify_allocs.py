@@ -123,13 +123,13 @@ def table_footer(view, lines: list[str]) -> None:
     if k is None:
         lines.append("  kernel figures: no traced token of this phase and mode")
     else:
-        busy = "–" if k.busy_pct is None else f"{100 * k.busy_pct:.1f}%"
+        busy = "–" if k.busy_pct is None else f"{k.busy_pct:.1f}%"  # already a percentage
         lines.append(f"  kernel figures from traced #{k.seq} {k.phase}/{k.mode}: "
                      f"{k.kernels:,} kernels, kernel-busy {busy}")
     if pre is not None:
         b = busy_fraction(pre)
         lines.append(f"  (latest prefill #{pre.seq} {pre.phase}/{pre.mode}: {pre.kernels:,} kernels,"
-                     f" busy {'–' if b is None else f'{100 * b:.1f}%'}: not used for decode)")
+                     f" busy {'–' if b is None else f'{b:.1f}%'}: not used for decode)")
 
 
 def _mib(n: int) -> str:
