@@ -1,6 +1,7 @@
 """A user's HF ``generate()`` script: qwen3-0.6b with random weights built from its config on
 the GPU, eager or with a static cache (transformers compiles the decode forward and replays
-it as CUDA graphs). Knows nothing of tuiprof. Prints its own decode timing:
+it as CUDA graphs); eager also uses a static cache, with transformers' auto-compile off. Knows
+nothing of tuiprof. Prints its own decode timing:
 
     DECODE_MS_PER_STEP=<median over --repeats windows of (T(generate N) - T(generate 1)) / (N-1)>
 
@@ -34,9 +35,13 @@ with torch.device(args.device):  # weights made on the device: no host copy
     model = AutoModelForCausalLM.from_config(Qwen3Config(**spec["config"]), dtype=dtype).eval()
 ids = torch.randint(0, spec["config"]["vocab_size"], (args.batch, args.prompt_len),
                     device=args.device)
-kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
-if args.mode == "compiled":
-    kw["cache_implementation"] = "static"
+# A static cache in both modes, as tuiprof's own engine has: the eager forward is then the same
+# model code as the engine's eager step (a dynamic cache runs other kernels).
+kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0,
+          cache_implementation="static")
+if args.mode == "eager":
+    kw["disable_compile"] = True   # generate() would compile a static-cache forward by itself
+else:
     if not args.device.startswith("cuda"):  # transformers compiles by itself on a GPU only
         cc = CompileConfig(backend="eager")
         cc._compile_all_devices = True
