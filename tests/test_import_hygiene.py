@@ -45,3 +45,35 @@ def test_importing_tuiprof_is_light():
                           "'transformers', 'numpy')))"],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_no_module_reads_a_name_it_never_binds():
+    """A merge dropped ``import re`` from the snapshot writer: exports of a session of several
+    ranks failed with a NameError only when a rank had failed. A coarse static check (a name
+    read somewhere must be bound somewhere in its module, or be a builtin) finds such drops
+    before a user does."""
+    import ast
+    import builtins
+    from pathlib import Path
+
+    known = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__"}
+    unbound = []
+    for path in sorted(Path(tuiprof.__file__).parent.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        bound = set(known)
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.Import, ast.ImportFrom)):
+                bound.update((a.asname or a.name).split(".")[0] for a in n.names)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(n.name)
+            elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                bound.add(n.id)
+            elif isinstance(n, ast.arg):
+                bound.add(n.arg)
+            elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+                bound.add(n.name)
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                bound.update(n.names)
+        unbound += [f"{path.name}:{n.lineno} {n.id}" for n in ast.walk(tree)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in bound]
+    assert unbound == []

@@ -532,6 +532,8 @@ def _write_outputs(view, out: Path, record: str | None) -> None:
 
 
 def _print_summary(view, prof=None) -> None:
+    from .store import PROGRAM_CONFIG  # noqa: PLC0415
+
     meta = view.meta
     if meta.get("weights") and meta.get("source") != "program":
         print(f"model {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}), "
@@ -556,8 +558,12 @@ def _print_summary(view, prof=None) -> None:
             k = traced[len(traced) // 2]
             ntraced = sum(1 for t in ts if t.sampled)
             per = f" ({seqs:g} seq × {steps_s:.1f} steps/s)" if seqs != 1 else ""
-            print(f"{mode:>9} batch {key}: {len(ts)} decode steps, {seqs * steps_s:.1f} tokens/s"
-                  f"{per}, median {med:.2f} ms/step, {k} kernels/step"
+            batches = sorted({t.batch for t in ts})
+            spread = (f" (batch {batches[0]}-{batches[-1]}, {seqs:.1f} on average)"
+                      if len(batches) > 1 else "")
+            where = "program" if key == PROGRAM_CONFIG else f"batch {key}"
+            print(f"{mode:>9} {where}: {len(ts)} decode steps{spread}, "
+                  f"{seqs * steps_s:.1f} tokens/s{per}, median {med:.2f} ms/step, {k} kernels/step"
                   + (f" ({ntraced} traced steps)" if ntraced < len(ts) else ""))
     if prof is not None and prof.status.state == "error":
         print(f"tuiprof: {prof.status.message}", file=sys.stderr)

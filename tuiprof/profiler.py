@@ -20,7 +20,7 @@ from .control import SessionControl
 from .errors import one_line, safe_text
 from .engine.load import expected_meta
 from .startup import LoadProgress, ProgressTracker, in_thread, phase, tracking
-from .store import SessionStore
+from .store import PROGRAM_CONFIG, SessionStore
 
 
 @dataclass
@@ -57,7 +57,6 @@ class ProfilerOptions:
 # 1,024; a CUDA graph's kernels do not change between bursts). A prefill is always traced, and
 # a mode switch starts a period 8 tokens later, so the new mode's kernels are traced at once.
 AUTO_SAMPLE_EVERY = {"eager": 32, "compiled": 1024}
-PROGRAM_CONFIG = "program"  # the configuration key of a profiled program's steps (any batch)
 # torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
 # reading them every Nth token loses no allocation, only per-token resolution.
 AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}

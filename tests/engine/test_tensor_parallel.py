@@ -55,7 +55,12 @@ def _rank(index: int, world: int, port: int, models: str, queue) -> None:
     ids, info = _greedy(MODEL, world)
     queue.put((index, (ids, info["tp_shard"], info["params"], info["backend"],
                        info["lockstep"]["agreements"])))
+    dist.barrier()      # no rank tears gloo down while another still talks to it
     dist.destroy_process_group()
+    # Interpreter finalisation with gloo's threads just stopped aborted a rank now and then
+    # in CI ("terminate called without an active exception"); the session processes of
+    # `--tp` end the same way (os._exit) once everything is handed over.
+    os._exit(0)
 
 
 def _run_ranks(world: int, models: Path) -> dict:

@@ -18,7 +18,7 @@ import pytest
 from tuiprof.cli import main
 from tuiprof.export.snapshot import read_any_snapshot
 from tuiprof.profiler import ProfilerOptions
-from tuiprof.remote.ranks import RankSetControl
+from tuiprof.remote.ranks import FIXED_BATCH, RankSetControl
 from tuiprof.ui.app import make_app, view_control
 from tuiprof.ui.screens.ranks import RanksScreen
 
@@ -113,6 +113,11 @@ def test_live_ranks_pause_together_and_a_killed_rank_is_one_line_with_data_kept(
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
             await _until(lambda: app.view is not None and app.view.counters["tokens"] > 10, app)
+            # b/B are shown disabled and say why (the ranks keep their starting batch)
+            assert app.check_action("batch_up", ()) is None
+            await pilot.press("b")
+            assert app.last_message == FIXED_BATCH
+            assert all(c.status.batch in (None, 1) for c in ctl.ranks)
             await pilot.press("space")                        # reaches rank 0 only ...
             await _until(lambda: all(c.status.state == "paused" for c in ctl.ranks), app, 30)
             n = (tokens(0), tokens(1))

@@ -38,7 +38,7 @@ def test_first_frame_shows_model_device_and_progress_until_the_first_token(tmp_p
         async with app.run_test(size=(80, 24)) as pilot:
             frames["first"] = _screen(app)
             t_end = time.monotonic() + 90
-            while "tokens " not in str(app.main.query_one(HeaderPane).render()):
+            while "steps " not in str(app.main.query_one(HeaderPane).render()):  # decode steps
                 assert time.monotonic() < t_end, _screen(app)
                 await asyncio.sleep(0.1)
             frames["token"] = _screen(app)
@@ -51,8 +51,8 @@ def test_first_frame_shows_model_device_and_progress_until_the_first_token(tmp_p
     head = frames["first"].splitlines()[:2]
     assert "nanochat-tiny · cpu · float32 · weights random (seed 0)" in head[0], head
     assert head[1].strip().startswith("loading · "), head     # "loading · 0.4 s · <phase>"
-    assert " s · " in head[1] and "tokens" not in head[1]
-    assert "tokens " in frames["token"].splitlines()[1]
+    assert " s · " in head[1] and "steps " not in head[1]
+    assert "steps " in frames["token"].splitlines()[1]
     progress = ctl.status.progress      # mirrored from the session process
     names = [p.name for p in progress.phases]
     assert names[0] == "starting session process" and names[-1] == "prefill", names

@@ -75,7 +75,7 @@ def test_token_footer_takes_kernel_figures_from_a_traced_token_of_its_phase(rest
 
     async def body(app, pilot):
         footer = str(app.query_one("#latency-summary").render())
-        assert f"#{last.seq} decode/compiled" in footer
+        assert f"#{last.seq} decode/b1 compiled" in footer
         assert f"traced #{traced}: " in footer, footer
         assert "539 kernels" in footer and f"#{prefill.seq}" not in footer, footer
     _run(store, (200, 50), body)
@@ -112,11 +112,13 @@ def test_comparison_labels_traced_token_counts(restarted):
         def cells(label, start=0):
             ln = next(ln for ln in lines[start:] if ln.strip().startswith(label))
             return [c.strip() for c in ln.split("│")]
-        assert cells("decode tokens (all)")[1:3] == ["–", "128"]   # every compiled decode token
-        assert cells("traced decode tokens")[1:3] == ["–", "64"]   # the kernel figures' base
+        # the session has only compiled steps at batch 1: that configuration comes first
+        assert cells("decode steps (all)")[1:3] == ["128", "–"]   # every compiled decode step
+        assert cells("traced decode steps")[1:3] == ["64", "–"]   # the kernel figures' base
         diff_at = next(i for i, ln in enumerate(lines) if ln.strip() == "Summary")
-        assert cells("traced decode tokens", diff_at)[1:3] == ["0", "64"]
-        assert cells("decode tokens (all)", diff_at)[1:3] == ["0", "128"]
+        assert cells("traced decode steps", diff_at)[1:3] == ["64", "0"]
+        assert cells("decode steps (all)", diff_at)[1:3] == ["128", "0"]
+        assert not any("decode tokens" in ln for ln in lines)   # no unlabelled count left
     _run(store, (120, 50), body)
 
 

@@ -40,6 +40,7 @@ def test_scaling_rows_and_the_tp2_snapshot_carry_the_tp1_reference(tmp_path):
     assert len(paths) == 3
 
 
-def test_sweep_needs_seq_lens_or_tp(capsys):
+def test_sweep_needs_seq_lens_batches_or_tp(capsys):
     assert main(["sweep", "--models", "gpt2-tiny"]) == 2
-    assert "needs --seq-lens (or --tp" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "needs --seq-lens" in err and "--batches" in err and "--tp (a tensor-parallel" in err

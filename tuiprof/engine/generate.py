@@ -288,8 +288,13 @@ class Engine:
         room = self.adapter.max_len - live.prompt.shape[1]
         return room if self.max_new_tokens is None else min(room, self.max_new_tokens - 1)
 
+    def allocate(self) -> None:
+        """Allocate the starting batch's KV cache now (else the first prefill does)."""
+        if self._live is None:
+            self._live = self._new_live(self.batch, EAGER)
+
     def _generate(self) -> None:
-        self._live = self._new_live(self.batch, EAGER)
+        self.allocate()
         while True:
             if self.lockstep is not None:
                 if not self._agree(can_switch=False):

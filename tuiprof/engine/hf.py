@@ -53,7 +53,8 @@ class HFDecoderAdapter:
     """A ``*ForCausalLM`` with ``StaticCache``s; positions go in as ``position_ids``.
 
     The engine passes a cache per batch configuration (``new_cache``); ``prefill``/``decode``
-    without one use the adapter's own cache, allocated for the batch of the ids.
+    without one use the adapter's own cache, allocated at first use for the batch of the ids
+    (never beside the engine's: that doubled the KV memory of a session).
     """
 
     def __init__(self, model: torch.nn.Module, max_len: int) -> None:
@@ -62,8 +63,8 @@ class HFDecoderAdapter:
         out = model.get_output_embeddings()
         self.vocab_size = int(out.out_features if out is not None else model.config.vocab_size)
         self.device = next(model.parameters()).device
-        self.cache = make_static_cache(model, max_len)
-        self._cache_batch = 1
+        self.cache: object | None = None
+        self._cache_batch = 0
         self.compiled_steps: dict = {}
         # transformers < 5 also wanted cache_position; 5.x derives the write slot from the cache.
         params = inspect.signature(model.forward).parameters
@@ -88,24 +89,27 @@ class HFDecoderAdapter:
                 if isinstance(t, torch.Tensor)]
 
     def _own(self, batch: int) -> object:
-        if batch != self._cache_batch:
+        if self.cache is None or batch != self._cache_batch:
             self.cache = self.new_cache(batch)
             self._cache_batch = batch
         return self.cache
 
     def reset_cache(self, cache: object | None = None) -> None:
-        cache = self.cache if cache is None else cache
+        """Forget every cached position (of ``cache``, or of the adapter's own: made now)."""
+        cache = self._own(self._cache_batch or 1) if cache is None else cache
         cache.reset()
         self.truncate(0, cache)
 
     def release_cache(self) -> None:
-        """Give the adapter's own cache back (a batch-1 one is made again when needed)."""
-        self.cache = make_static_cache(self.model, self.max_len)
-        self._cache_batch = 1
+        """Give the adapter's own cache back (made again when needed)."""
+        self.cache = None
+        self._cache_batch = 0
 
     def truncate(self, length: int, cache: object | None = None) -> None:
         """Make the next write land at ``length`` (StaticLayer keeps its own counter)."""
         cache = self.cache if cache is None else cache
+        if cache is None:
+            return
         for layer in getattr(cache, "layers", ()):
             counter = getattr(layer, "cumulative_length", None)
             if isinstance(counter, torch.Tensor):

@@ -300,6 +300,12 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
                     lockstep=lock, max_batch=max(limit, batch),
                     background_compile=background_compile)
     engine.info["compile_mode"] = engine.compile_mode
+    try:  # the starting batch's KV cache: at start-up (its own phase), not in the first prefill
+        engine.allocate()
+    except torch.cuda.OutOfMemoryError:
+        raise _out_of_memory(f"allocating a KV cache of {loaded.adapter.max_len} positions for "
+                             f"{batch} sequence(s)", "a smaller --batch, or a shorter --max-len "
+                             "or --max-new-tokens") from None
     return engine
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path

@@ -9,6 +9,7 @@ mirrored state. Only ``view(raw=True)`` (exports, findings: called from worker t
 """
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import os
 import queue
@@ -122,6 +123,10 @@ class RemoteControl(SessionControl):
         (``is_alive``, ``exitcode``, ``join``, ``kill``) and this end of its connection."""
         self._proc = proc
         self._conn = conn
+        # Registered after multiprocessing's own exit hook, so it runs first (atexit is LIFO):
+        # that hook joins every child and would wait forever on a session process nobody
+        # closed (an app that crashed, a failed test holding this object).
+        atexit.register(self._close_at_exit)
         self._puller = threading.Thread(target=self._pull_loop, name="tuiprof-puller",
                                         daemon=True)
         self._puller.start()
@@ -145,6 +150,7 @@ class RemoteControl(SessionControl):
         proc = self._proc
         if proc is None:
             return
+        atexit.unregister(self._close_at_exit)
         if not self._gone:
             try:
                 self.call("close", timeout=5)
@@ -164,6 +170,22 @@ class RemoteControl(SessionControl):
                     os.unlink(self.log_path)
             except OSError:
                 pass
+
+    def _close_at_exit(self, grace_s: float = 15.0) -> None:
+        """The interpreter ends with this session never closed: drop the connection, which
+        the session process takes for a vanished UI (it stops and writes its orphan snapshot
+        where one is configured), and kill it if it has not ended after ``grace_s``."""
+        if self._closed.is_set() or self._proc is None:
+            return
+        self._closed.set()
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+        self._proc.join(grace_s)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
 
     @property
     def busy(self) -> bool:

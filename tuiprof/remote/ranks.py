@@ -35,6 +35,7 @@ from .client import RemoteControl, SessionGone, new_log_path
 from .session_process import serve
 
 WATCH_S = 0.25        # how often the UI process looks at every rank
+FIXED_BATCH = "tensor-parallel ranks keep the batch they started with; start with --batch N"
 
 
 def free_port() -> int:
@@ -186,6 +187,12 @@ class RankSetControl(SessionControl):
             c.reset()
         return "statistics reset (all ranks)"
 
+    def change_batch(self, up: bool) -> str:
+        return FIXED_BATCH   # the ranks agree on mode and pause, not on a new batch (yet)
+
+    def disabled_actions(self) -> dict[str, str]:
+        return {"batch_up": FIXED_BATCH, "batch_down": FIXED_BATCH}
+
     # ------------------------------------------------------------------ watching
     def _watch(self) -> None:
         while not self._closing.wait(WATCH_S):
@@ -256,4 +263,4 @@ class RankSetControl(SessionControl):
         self.status = st
 
 
-__all__ = ["RankSetControl", "rank_env", "free_port", "nvml_index"]
+__all__ = ["RankSetControl", "FIXED_BATCH", "rank_env", "free_port", "nvml_index"]

@@ -1,9 +1,9 @@
 """Session store: bounded, thread-safe, the single source of truth of a session."""
 from .records import COMPILED, DECODE, EAGER, PREFILL
-from .session import (OTHER, ConfigData, KernelAggregate, SessionStore, StoreView, TokenRow,
-                      ViewCursor, compose_view, config_order)
+from .session import (OTHER, PROGRAM_CONFIG, ConfigData, KernelAggregate, SessionStore,
+                      StoreView, TokenRow, ViewCursor, compose_view, config_order)
 from .stats import RunningStats
 
 __all__ = ["SessionStore", "StoreView", "TokenRow", "KernelAggregate", "RunningStats",
-           "ViewCursor", "ConfigData", "compose_view", "config_order", "OTHER", "PREFILL",
-           "DECODE", "EAGER", "COMPILED"]
+           "ViewCursor", "ConfigData", "compose_view", "config_order", "OTHER", "PROGRAM_CONFIG",
+           "PREFILL", "DECODE", "EAGER", "COMPILED"]

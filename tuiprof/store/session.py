@@ -32,6 +32,7 @@ from .alloc_classes import (MAX_CLASSES, OVERFLOW, class_key, has_detail, is_dev
 from .stats import RunningStats
 
 OTHER = "other"  # phase of records outside any token (start-up, compilation, idle)
+PROGRAM_CONFIG = "program"  # the configuration of a profiled program's steps (any batch)
 _API_CORR_LEN = 4096
 _TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2}
 
