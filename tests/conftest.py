@@ -67,3 +67,24 @@ def eager_view(eager_path):
 @pytest.fixture(scope="session")
 def compiled_view(compiled_path):
     return _replayed(compiled_path)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left_running():
+    """A test must end the processes it started: one left running (a session process whose
+    test failed before closing it) kept pytest waiting at exit until CI's time ran out. It is
+    killed here and the test fails, naming it."""
+    import multiprocessing as mp
+
+    before = {p.pid for p in mp.active_children()}
+    yield
+    left = [p for p in mp.active_children() if p.pid not in before]
+    if not left:
+        return
+    for p in left:
+        p.join(10)      # a process told to end may still be writing its last data
+    left = [p for p in left if p.is_alive()]
+    for p in left:
+        p.kill()
+        p.join(5)
+    assert not left, f"test left processes running: {[p.name for p in left]}"
