@@ -13,6 +13,7 @@ import numpy as np
 from .batch import KNEE_GAIN, config_summaries, measured_knee, predicted_knee
 from .breakdown import FUSABLE, category_shares, launch_bound
 from .gpus import gpu_spec
+from .intervals import union_length
 from .kernels import GEMM
 from .launch import small_grid_launches
 from .model import model_config
@@ -154,28 +155,15 @@ def _graph_gaps(view, mode: str) -> dict:
         if not g or not ks:
             continue
         g_span = max(r[3] for r in g) - g[0][2]
-        g_busy = _union(g)
+        g_busy = union_length((r[2], r[3]) for r in g)
         span = max(r[3] for r in ks) - ks[0][2]
+        busy = union_length((r[2], r[3]) for r in ks)
         inside.append(max(0, g_span - g_busy) / 1e6)
-        outside.append(max(0, (span - _union(ks)) - (g_span - g_busy)) / 1e6)
+        outside.append(max(0, (span - busy) - (g_span - g_busy)) / 1e6)
     if not inside:
         return {}
     return {"in_graph_gaps_ms": float(np.median(inside)),
             "outside_graph_gaps_ms": float(np.median(outside))}
-
-
-def _union(ks: list) -> int:
-    busy = 0
-    cur = -1
-    for r in sorted(ks, key=lambda r: r[2]):
-        s, e = r[2], r[3]
-        if s >= cur:
-            busy += e - s
-            cur = e
-        elif e > cur:
-            busy += e - cur
-            cur = e
-    return busy
 
 
 def _tokens_per_mode(view, mode: str) -> int:

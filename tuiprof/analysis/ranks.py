@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .findings import Finding, _severity
+from .intervals import intersection, length, merge
 from .kernels import is_communication, kernel_info
 from .tokens import mode_summaries
 
@@ -52,35 +53,6 @@ class StepSplit:
     comm_by_name: dict
 
 
-def _merge(iv: list) -> list:
-    iv.sort()
-    out: list = []
-    for s, e in iv:
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1][1] = e
-        else:
-            out.append([s, e])
-    return out
-
-
-def _length(merged: list) -> int:
-    return sum(e - s for s, e in merged)
-
-
-def _intersection(a: list, b: list) -> int:
-    i = j = total = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            total += hi - lo
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def step_splits(view) -> list[StepSplit]:
     """Compute / communication / overlap / idle of every step whose raw records are in view."""
     rows = {t.seq: t for t in view.tokens if t.done and t.end_ns > t.start_ns}
@@ -104,9 +76,9 @@ def step_splits(view) -> list[StepSplit]:
                 comp.append((r[3], r[4]))
             elif kind == "S":
                 comp.append((r[2], r[3]))
-        mc, mm = _merge(comp), _merge(comm)
-        c, m = _length(mc), _length(mm)
-        ov = _intersection(mc, mm)
+        mc, mm = merge(comp), merge(comm)
+        c, m = length(mc), length(mm)
+        ov = intersection(mc, mm)
         wall = t.end_ns - t.start_ns
         out.append(StepSplit(seq, t.cycle, t.step, t.phase, t.mode, wall, c, m, ov,
                              max(0, wall - (c + m - ov)), len(comm), by_name))

@@ -27,6 +27,7 @@ import torch
 from tuiprof.analysis.batch import (ConfigSummary, measured_knee, predicted_knee,
                                     roofline_tokens_per_s, summarize_config)
 from tuiprof.analysis.gpus import GpuSpec, gpu_spec
+from tuiprof.analysis.intervals import union_length
 from tuiprof.analysis.model import ModelConfig, model_config
 from tuiprof.engine.events import CollectingListener
 from tuiprof.engine.generate import COMPILED, Engine
@@ -318,7 +319,7 @@ def _profile_step(engine: Engine, cuda: bool) -> tuple[dict, float, float | None
             by_cat[classify(e.name)] += e.self_cpu_time_total
     total = sum(by_cat.values()) or 1.0
     cats = {k: v / total for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1])}
-    return cats, _union_us(spans) / 1e3, (len(spans) if cuda else None)
+    return cats, union_length(spans) / 1e3, (len(spans) if cuda else None)
 
 
 def _plain(text: str) -> str:
@@ -326,18 +327,6 @@ def _plain(text: str) -> str:
     import re
 
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
-
-
-def _union_us(spans: list) -> float:
-    busy, cur = 0.0, -math.inf
-    for s, e in sorted(spans):
-        if s >= cur:
-            busy += e - s
-            cur = e
-        elif e > cur:
-            busy += e - cur
-            cur = e
-    return busy
 
 
 def _progress_line(r: BatchResult) -> str:
