@@ -27,6 +27,44 @@ from .mirror import Mirror
 from .session_process import SessionSpec, serve
 
 
+_OPEN_AT_EXIT: set = set()      # controls whose session process was started and not closed
+_EXIT_HOOK: list = []
+EXIT_GRACE_S = 15.0
+
+
+def _watch_at_exit(ctl: "RemoteControl") -> None:
+    """Have :func:`_end_sessions_at_exit` end ``ctl``'s process if nobody closes it."""
+    _OPEN_AT_EXIT.add(ctl)
+    if not _EXIT_HOOK:
+        # Registered after multiprocessing's own exit hook (a process was started by now), so
+        # it runs first (atexit is LIFO): that hook joins every child and would wait forever
+        # on a session process nobody closed (an app that crashed, a failed test).
+        atexit.register(_end_sessions_at_exit)
+        _EXIT_HOOK.append(True)
+
+
+def _end_sessions_at_exit() -> None:
+    """The interpreter ends with sessions never closed: drop every connection at once (a
+    session process takes that for a vanished UI: it stops and writes its orphan snapshot
+    where one is configured; ranks all stop together), then kill what has not ended after
+    ``EXIT_GRACE_S``."""
+    ctls = [c for c in _OPEN_AT_EXIT if not c._closed.is_set()]
+    _OPEN_AT_EXIT.clear()
+    for c in ctls:
+        c._closed.set()
+        try:
+            c._conn.close()
+        except OSError:
+            pass
+    deadline = time.monotonic() + EXIT_GRACE_S
+    for c in ctls:
+        c._proc.join(max(0.0, deadline - time.monotonic()))
+    for c in ctls:
+        if c._proc.is_alive():
+            c._proc.kill()
+            c._proc.join(5)
+
+
 def new_log_path(tag: str = "") -> str:
     """A fresh file in the temp directory for a session process's own output."""
     fd, path = tempfile.mkstemp(prefix=f"tuiprof-session-{tag}", suffix=".log")
@@ -123,10 +161,7 @@ class RemoteControl(SessionControl):
         (``is_alive``, ``exitcode``, ``join``, ``kill``) and this end of its connection."""
         self._proc = proc
         self._conn = conn
-        # Registered after multiprocessing's own exit hook, so it runs first (atexit is LIFO):
-        # that hook joins every child and would wait forever on a session process nobody
-        # closed (an app that crashed, a failed test holding this object).
-        atexit.register(self._close_at_exit)
+        _watch_at_exit(self)
         self._puller = threading.Thread(target=self._pull_loop, name="tuiprof-puller",
                                         daemon=True)
         self._puller.start()
@@ -150,7 +185,7 @@ class RemoteControl(SessionControl):
         proc = self._proc
         if proc is None:
             return
-        atexit.unregister(self._close_at_exit)
+        _OPEN_AT_EXIT.discard(self)
         if not self._gone:
             try:
                 self.call("close", timeout=5)
@@ -170,22 +205,6 @@ class RemoteControl(SessionControl):
                     os.unlink(self.log_path)
             except OSError:
                 pass
-
-    def _close_at_exit(self, grace_s: float = 15.0) -> None:
-        """The interpreter ends with this session never closed: drop the connection, which
-        the session process takes for a vanished UI (it stops and writes its orphan snapshot
-        where one is configured), and kill it if it has not ended after ``grace_s``."""
-        if self._closed.is_set() or self._proc is None:
-            return
-        self._closed.set()
-        try:
-            self._conn.close()
-        except OSError:
-            pass
-        self._proc.join(grace_s)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(5)
 
     @property
     def busy(self) -> bool:
