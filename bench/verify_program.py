@@ -176,6 +176,12 @@ class Verify:
             L.append(f"   step source {nv['meta'].get('step_source')}: {len(steps)} steps, "
                      f"median {ks[len(ks) // 2]} kernels/step (min {ks[0]}, max {ks[-1]}); "
                      f"{nv['collectors'].get('nvtx', {}).get('message', '')}")
+            # which kernels a step holds (6 expected: is a matmul two, GEMM + split-K reduce?)
+            n = max(1, sum(1 for t in steps if t.get("sampled", True)))   # traced steps
+            for k in nv.get("kernels", []):
+                if k.get("phase") == "decode":
+                    count = (k.get("stats") or {}).get("count", 0)
+                    L.append(f"     {count / n:5.2f}/step  {(k.get('demangled') or k['name'])[:90]}")
 
     # ------------------------------------------------------------------ phase 2
     def overhead(self) -> None:
