@@ -138,3 +138,14 @@ def test_findings_raise_the_batch_and_find_the_knee():
     assert stopped.title == "Past batch 4 tokens/s grows 16% per doubling (eager): memory-bound"
     assert raise_.evidence.startswith("100 tokens/s at 10.00 ms/step; MBU ")
     assert raise_.numbers["predicted_knee"] == pytest.approx(2.6e9 / 2.2e7)
+
+
+def test_a_cpu_session_gets_no_gpu_class_and_no_batch_findings():
+    """On a CPU, MBU/MFU against assumed GPU peaks read ~0 %: the class said "memory-bound"
+    and a finding told the user to raise the batch to use the bandwidth."""
+    store = _session({1: 10.0, 2: 10.5, 4: 11.0, 8: 19.0})
+    store.meta["device"] = "cpu"
+    view = store.view(batch=1)
+    assert {s.klass for s in config_summaries(view)} == {"unknown"}
+    ids = {f.id for f in find(view)}
+    assert "gpu-unused" in ids and not ids & {"raise-batch", "batch-knee", "batch-scaling-stopped"}

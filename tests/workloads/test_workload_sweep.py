@@ -266,7 +266,8 @@ def test_batch_sweep_cells_knee_oom_and_files(tmp_path):
         s = r.summary
         assert len(r.times_ms) == 3 and s.batch == b and s.steps == 3
         assert s.tok_s == pytest.approx(b * 1000 / s.ms_step)     # every sequence counted
-        assert s.mbu > 0 and s.mfu > 0 and s.klass in ("memory-bound", "compute-bound")
+        assert s.mbu > 0 and s.mfu > 0
+        assert s.klass == "unknown" and s.why.startswith("a CPU run")   # no GPU classes here
         assert abs(sum(r.categories.values()) - 1) < 1e-6        # shares of the profiled step
         assert s.context == 8 + 1 + 2                             # prompt + median step + 1
     assert four.summary.bytes_step > one.summary.bytes_step       # 4 sequences' KV cache

@@ -65,9 +65,19 @@ class ConfigSummary:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
+CPU_RUN = "a CPU run: launch-, memory- and compute-bound are classes of a GPU's decode step"
+
+
+def on_gpu(meta: dict) -> bool:
+    """False for a session that ran on the CPU (the GPU roofline does not apply)."""
+    return not str(meta.get("device") or "").lower().startswith("cpu")
+
+
 def classify_step(busy: float | None, mbu: float | None, mfu: float | None,
-                  intensity: float | None, ridge: float) -> tuple[str, str]:
+                  intensity: float | None, ridge: float, gpu: bool = True) -> tuple[str, str]:
     """``(class, the numbers that decide it)``; see the module docstring."""
+    if not gpu:
+        return "unknown", CPU_RUN
     if busy is not None and busy < LAUNCH_BUSY:
         return "launch-bound", (f"GPU busy {busy:.0%} of the step (< {LAUNCH_BUSY:.0%}): it "
                                 f"waits for the host to launch kernels")
@@ -85,7 +95,7 @@ def summarize_config(batch: Any, mode: str, *, seqs: float, steps: int, ms_media
                      ms_mean: float, context: int, cfg: ModelConfig | None, spec: GpuSpec,
                      kernels_step: float | None = None, busy: float | None = None,
                      compiling_steps: int = 0,
-                     compiling_ms: float | None = None) -> ConfigSummary:
+                     compiling_ms: float | None = None, gpu: bool = True) -> ConfigSummary:
     """A :class:`ConfigSummary` from measured step times (ms) and the model description."""
     ridge = spec.bf16_flops / spec.bandwidth_Bps
     bsz = max(1, round(seqs))
@@ -98,7 +108,7 @@ def summarize_config(batch: Any, mode: str, *, seqs: float, steps: int, ms_media
         if step_s > 0:
             mbu = nbytes / step_s / spec.bandwidth_Bps
             mfu = flops / step_s / spec.bf16_flops
-    klass, why = classify_step(busy, mbu, mfu, ai, ridge)
+    klass, why = classify_step(busy, mbu, mfu, ai, ridge, gpu)
     return ConfigSummary(batch, mode, seqs, steps, ms_median,
                          seqs * 1000.0 / ms_mean if ms_mean else 0.0, kernels_step, busy,
                          int(context), nbytes, flops, mbu, mfu, ai, ridge, klass, why,
@@ -131,7 +141,8 @@ def config_summaries(view: Any, cfg: ModelConfig | None = None,
                 kernels_step=ms.kernels_per_token if traced else None,
                 busy=ms.busy_fraction if traced else None,
                 compiling_steps=comp.count if comp is not None else 0,
-                compiling_ms=comp.median if comp is not None and comp.count else None))
+                compiling_ms=comp.median if comp is not None and comp.count else None,
+                gpu=on_gpu(view.meta)))
     return out
 
 

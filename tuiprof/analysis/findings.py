@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .batch import KNEE_GAIN, config_summaries, measured_knee, predicted_knee
+from .batch import KNEE_GAIN, config_summaries, measured_knee, on_gpu, predicted_knee
 from .breakdown import FUSABLE, category_shares, launch_bound
 from .gpus import gpu_spec
 from .intervals import union_length
@@ -338,7 +338,7 @@ def _batch(view) -> list:
     """The batch knee (predicted from the matmul shapes, measured from tokens/s over the
     configurations of the session), and whether the batch in use leaves the GPU idle."""
     cfg = model_config(view.meta)
-    if cfg is None:
+    if cfg is None or not on_gpu(view.meta):   # on a CPU: the gpu-unused finding says it
         return []
     spec = gpu_spec(view.meta)
     ridge = spec.bf16_flops / spec.bandwidth_Bps

@@ -286,7 +286,7 @@ def _run_cell(cell: BatchCell, loaded: Any, cfg: ModelConfig | None, spec: GpuSp
     med = statistics.median(times)
     res.summary = summarize_config(cell.batch, cell.mode, seqs=cell.batch, steps=len(times),
                                    ms_median=med, ms_mean=med, context=int(ctx), cfg=cfg,
-                                   spec=spec, kernels_step=kernels, busy=busy)
+                                   spec=spec, kernels_step=kernels, busy=busy, gpu=cuda)
     if cuda:
         res.peak_mem_mib = torch.cuda.max_memory_allocated(dev) / 2**20
     return res
