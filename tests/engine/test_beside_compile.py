@@ -45,3 +45,45 @@ def test_other_errors_are_not_retried():
     with pytest.raises(NameError):
         beside_compile(fails)
     assert len(calls) == 1
+
+
+def test_the_gil_switch_interval_is_restored_when_the_engine_stops_mid_compile(tiny, prompt):
+    """A background compile shortens the process's GIL switch interval; an engine stopped
+    before the compile ended left it short for the rest of the process (every thread of an
+    --in-process app or a sweep paid for the extra switches). The compile here is a step that
+    blocks until released, standing in for a long torch.compile."""
+    import sys
+
+    from tuiprof.engine.generate import COMPILE_SWITCH_INTERVAL_S, CompiledStep, Engine
+
+    from ._helpers import wait_for
+
+    release = threading.Event()
+
+    def slow_compile(tok, pos, cache):
+        release.wait(30)
+        return tiny.adapter.decode(tok, pos, cache)
+
+    class OwnSteps:   # the real adapter with compiled steps of its own (not shared)
+        compiled_steps: dict = {}
+
+        def __getattr__(self, name):
+            return getattr(tiny.adapter, name)
+
+    adapter = OwnSteps()
+    before = sys.getswitchinterval()
+    engine = Engine(adapter, prompt, device="cpu", max_new_tokens=None, loop=True, max_batch=1)
+    adapter.compiled_steps[engine.compile_mode] = CompiledStep(slow_compile)
+    engine.start()
+    try:
+        engine.request_mode("compiled")
+        wait_for(lambda: sys.getswitchinterval() < 2 * COMPILE_SWITCH_INTERVAL_S, 30)
+        assert engine._compiling            # still compiling: the step blocks
+        engine.stop()
+        assert engine.join(30)
+        assert sys.getswitchinterval() == pytest.approx(before)
+    finally:
+        engine.stop()
+        release.set()
+        engine.join(30)
+        sys.setswitchinterval(before)

@@ -261,6 +261,8 @@ class Engine:
                 self._fail(oom_message(exc, self.device, self.state))
             else:
                 self._fail(f"{type(exc).__name__}: {one_line(exc)}")
+        finally:  # stopped or failed with a compile still running: the interval is per process
+            self._restore_switch_interval()
 
     def _restore_switch_interval(self) -> None:
         saved, self._switch_saved = self._switch_saved, None
