@@ -6,7 +6,7 @@ times the next ``n`` decode tokens, then switches again at the very next boundar
 goes untimed inside a block. Configurations:
 
 * ``bare``  — the engine alone: CUPTI subscribed with every activity kind off (device, memory,
-              API), the NVML sampler paused, the profiler's per-token listener bypassed, no
+              API, graph), the NVML sampler paused, the profiler's per-token listener bypassed, no
               allocator statistics;
 * ``auto``  — tuiprof's defaults for the mode, as ``tuiprof --model`` collects: bursts of 4
               traced tokens (kernels, memcpy, memset, API subset) in every 128 eager / 1,024
@@ -62,6 +62,11 @@ CONFIGS = {
     "full": {"cupti": "full", "listener": True, "nvml": True, "alloc": 1},
     "auto-now": {"cupti": "auto", "listener": "now", "nvml": True, "alloc": "auto"},
     "attached": {"cupti": "idle"},
+    # --ablate: one part each on top of bare
+    "listener": {"listener": True},
+    "alloc": {"listener": True, "alloc": "auto"},
+    "nvml": {"nvml": True},
+    "bursts": {"cupti": "auto", "listener": True},
     "torch.profiler": {"cupti": None, "peer": True},
 }
 
@@ -138,10 +143,12 @@ class Windows:
         if c is None or self.quiet:
             return
         c._set_device_kinds(False)
+        c._set_graph_kind(False)        # graph records too (compiled mode has them between bursts)
         stay, c.api_kinds_stay_on = c.api_kinds_stay_on, False
         c._set_api_records(False)       # the API kinds off too, whatever the mode's policy
         c.api_kinds_stay_on = stay
         self._memory(c, False)
+        c.paused = True                 # a listener, if on, must not start bursts
         self.quiet = True
 
     def _wake(self) -> None:
@@ -323,7 +330,7 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict,
     v = store.view(raw=False)
     out.setdefault("session", {})[tag] = {
         "counters": v.counters, "api": {k: st.count for k, st in v.api.items()},
-        "collectors": v.collectors}
+        "collectors": v.collectors, "overhead": v.overhead}
     out["meta"] = {k: store.meta.get(k) for k in ("model", "device_name", "dtype", "torch",
                                                   "driver", "sample_every", "batch")}
 
@@ -402,6 +409,9 @@ def main(argv=None) -> int:
     p.add_argument("--parts", action="store_true",
                    help="also auto-now and attached (what auto is made of)")
     p.add_argument("--peer", action="store_true", help="also torch.profiler (CUDA activities)")
+    p.add_argument("--ablate", action="store_true",
+                   help="also each part alone on top of bare: attached (memory records), nvml, "
+                        "alloc (with the listener), listener, bursts (with the listener)")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds after which every thread's stack is printed and the run ends")
     p.add_argument("--json", default=None)
@@ -412,7 +422,9 @@ def main(argv=None) -> int:
         faulthandler.dump_traceback_later(a.deadline, exit=True)
     out: dict = {"windows": []}
     configs = ["bare", "auto"] + (["full"] if a.full else []) \
-        + (["auto-now", "attached"] if a.parts else [])
+        + (["auto-now", "attached"] if a.parts else []) \
+        + (["attached", "nvml", "alloc", "listener", "bursts"] if a.ablate else [])
+    configs = list(dict.fromkeys(configs))
     run_phase(a, configs, True, out)
     if a.peer:
         run_phase(a, ["bare", "torch.profiler"], False, out)

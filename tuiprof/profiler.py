@@ -36,6 +36,11 @@ class ProfilerOptions:
                                      # AUTO_ALLOC_EVERY
     buffer_bytes: int = 8 * 1024 * 1024
     api: bool = True
+    memory: bool = True  # CUPTI memory records (every device allocation), on between bursts too
+    # CUPTI graph records between bursts in compiled mode (every step's device span). Off: with
+    # them on, a compiled qwen3-0.6b session segfaulted on the H100 (docs/gpu-verification.md
+    # §27); every step's device time comes from its CUDA-event pair instead.
+    graphs: bool = False
     # Do the store's per-token work in token_launched, while the device computes the next step
     # (False: right after each token's sync, on the decode loop's critical path).
     overlap: bool = True
@@ -60,6 +65,13 @@ AUTO_SAMPLE_EVERY = {"eager": 32, "compiled": 1024}
 # torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
 # reading them every Nth token loses no allocation, only per-token resolution.
 AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
+# Where each per-step device figure comes from (a snapshot's meta says so; docs/snapshot.md).
+STEP_TIME_SOURCES = {
+    "gpu_ms": "CUDA events recorded before and after every step (every step, any mode)",
+    "span_ns": "CUPTI kernel records: first kernel start to last kernel end (traced steps)",
+    "graph_span_ns": "CUPTI GRAPH_TRACE records, one per CUDA-graph launch (untraced compiled "
+                     "steps; only with graph records on, which is not the default)",
+}
 
 
 class Profiler(SessionControl):
@@ -79,6 +91,7 @@ class Profiler(SessionControl):
         self.tracker.add(first_phase, 0.0, self.tracker.progress.elapsed())
         self._prefill_seen = False
         self._nvml_start: Any = None
+        self.store.meta["step_time_sources"] = dict(STEP_TIME_SOURCES)
         if "model_spec" in options.engine_kwargs:  # the header's first frame
             self.store.meta.update(expected_meta(**options.engine_kwargs))
         self.engine = None
@@ -129,8 +142,9 @@ class Profiler(SessionControl):
         if opts.cupti:
             mode = self.status.mode
             self.cupti = CuptiCollector(self.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
-                                        sample_every=self._sample_every(mode),
-                                        api_kinds_stay_on=mode == "compiled", markers=markers)
+                                        memory=opts.memory, sample_every=self._sample_every(mode),
+                                        api_kinds_stay_on=mode == "compiled", markers=markers,
+                                        graph_trace=opts.graphs and mode == "compiled")
             try:
                 with phase("starting CUPTI"):
                     self.cupti.start()
@@ -318,6 +332,8 @@ class Profiler(SessionControl):
                 self.cupti.sample_every = self._sample_every(mode)
                 # compiled: the API kinds stay on between bursts (CuptiCollector._set_api_records)
                 self.cupti.api_kinds_stay_on = mode == "compiled"
+                # every compiled step's device span
+                self.cupti.graph_trace = self.options.graphs and mode == "compiled"
                 self.cupti.restart_sampling(self.store.next_seq())
                 self.cupti.announce()
         # next_seq() is this token's: the previous token was begun in its token_launched

@@ -24,8 +24,8 @@ from typing import Callable, Protocol
 
 from ..errors import safe_text
 from ..store import SessionStore
-from .cupti_raw import (Layout, LayoutError, LibraryResolver, NameCache, RawBuffers,
-                        find_libcupti, parse_buffer)
+from .cupti_raw import (KIND_GRAPH_TRACE, Layout, LayoutError, LibraryResolver, NameCache,
+                        RawBuffers, find_libcupti, parse_buffer)
 
 DEFAULT_BUFFER_BYTES = 8 * 1024 * 1024
 BURST = 4  # consecutive tokens traced per sampling period
@@ -83,7 +83,8 @@ class CuptiCollector:
     def __init__(self, store: SessionStore, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
                  api: bool = True, memory: bool = True, sample_every: int = 1,
                  flush_period_ms: int = 500, raw: bool = True,
-                 api_kinds_stay_on: bool = False, markers: MarkerSink | None = None) -> None:
+                 api_kinds_stay_on: bool = False, markers: MarkerSink | None = None,
+                 graph_trace: bool = False) -> None:
         self.store = store
         self.raw = raw
         self.markers = markers  # NVTX marker records go here (CUPTI's MARKER kind is enabled)
@@ -110,6 +111,12 @@ class CuptiCollector:
         self._api_kinds_on = False   # the RUNTIME/DRIVER kinds are on
         self.api_kinds_stay_on = api_kinds_stay_on
         self._device_on = False
+        # CUPTI graph records (one per CUDA-graph launch) while the device kinds are off would
+        # give every compiled step a device span without tracing its kernels; opt-in, since
+        # they crashed the process on the H100 (docs/performance.md)
+        self.graph_trace = graph_trace
+        self._graphs_on = False
+        self.graph_error = ""
         self._origin = 0  # sampling periods count from this token sequence number
         self.paused = False  # benchmarks switch collection off without stopping CUPTI
         self.running = False
@@ -167,16 +174,38 @@ class CuptiCollector:
         """Say what is collected, sampling included, on the status line."""
         self.store.set_collector("cupti", True, "CUPTI: kernels, memcpy, memset, memory"
                                  + (", API subset" if self.api else "")
+                                 + (", every CUDA-graph launch" if self.graph_trace and self.raw
+                                    and not self.graph_error else "")
                                  + (f"; sampled: {BURST} tokens in every {BURST * self.sample_every}"
                                     if self.sample_every > 1 else ""))
 
     def _set_device_kinds(self, on: bool) -> None:
         cupti = self._cupti
-        if on == self._device_on:
+        if on != self._device_on:
+            if on:
+                self._set_graph_kind(False)
+            for k in self._device_kinds:
+                (cupti.activity_enable if on else cupti.activity_disable)(k)
+            self._device_on = on
+        self._set_graph_kind(not on and self.graph_trace)
+
+    def _set_graph_kind(self, on: bool) -> None:
+        """GRAPH_TRACE on or off; it is only ever on while the kernel kinds are off (a graph
+        traced node by node needs no graph record). If CUPTI refuses it, say so once and go on
+        with the CUDA-event times."""
+        if on == self._graphs_on or (on and (self.graph_error or not self.raw)):
             return
-        for k in self._device_kinds:
-            (cupti.activity_enable if on else cupti.activity_disable)(k)
-        self._device_on = on
+        cupti = self._cupti
+        try:
+            kind = cupti.ActivityKind.GRAPH_TRACE
+            if int(kind) != KIND_GRAPH_TRACE:
+                raise RuntimeError(f"GRAPH_TRACE is kind {int(kind)} here, not {KIND_GRAPH_TRACE}")
+            (cupti.activity_enable if on else cupti.activity_disable)(kind)
+            self._graphs_on = on
+        except Exception as exc:
+            self._graphs_on = False
+            self.graph_error = safe_text(exc, 120)
+            self.store.add_event("cupti", f"no CUDA-graph records: {self.graph_error}")
 
     def _enable_api_subset(self) -> None:
         """RUNTIME and DRIVER kinds on, then every callback id outside the subset off.
@@ -323,6 +352,7 @@ class CuptiCollector:
 
     def _disable_all(self) -> None:
         cupti = self._cupti
+        self.graph_trace = False
         try:
             self._set_device_kinds(False)
         except Exception:

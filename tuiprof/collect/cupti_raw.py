@@ -27,6 +27,12 @@ KIND_MEMCPY, KIND_MEMSET, KIND_KERNEL, KIND_DRIVER, KIND_RUNTIME = 1, 2, 10, 4, 
 KIND_CONCURRENT_KERNEL = 10
 KIND_MARKER = 12
 KIND_MEMORY2 = 49
+KIND_GRAPH_TRACE = 51
+
+# CUpti_ActivityGraphTrace2 (cupti_activity.h, CUDA 12.x/13.x): kind u32 @0, correlationId u32 @4,
+# start u64 @8, end u64 @16, deviceId u32 @24, graphId u32 @28, contextId u32 @32,
+# streamId u32 @36, reserved void* @40, then (CUDA 12.5+) endDeviceId, endContextId: 48 or 56
+# bytes. One record per CUDA-graph launch: its whole execution, none of its nodes.
 
 # CUpti_ActivityMarker2 (cupti_activity.h, CUDA 12.x/13.x): kind u32 @0, flags u32 @4,
 # timestamp u64 @8, id u32 @16, objectKind u32 @20, objectId (pt: processId u32 @24,
@@ -43,6 +49,7 @@ SIZE_CANDIDATES = {
     KIND_RUNTIME: (40,),
     KIND_DRIVER: (40,),
     KIND_MARKER: (56,),
+    KIND_GRAPH_TRACE: (56, 48),
 }
 
 
@@ -248,6 +255,9 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
                            w64[(o + 16) >> 3].tolist(), w32[q + 3].tolist(),
                            w32[q + 18].tolist(), w32[q + 20].tolist(), w32[q + 15].tolist(),
                            libs))
+        elif kind == KIND_GRAPH_TRACE:
+            out.extend(zip(repeat("G"), w64[(o + 8) >> 3].tolist(), w64[(o + 16) >> 3].tolist(),
+                           w32[q + 1].tolist(), w32[q + 7].tolist(), w32[q + 9].tolist()))
         elif kind == KIND_MARKER:
             if markers is not None:
                 markers.extend(_markers(data, o, q, w32, w64))

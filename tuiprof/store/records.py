@@ -15,6 +15,9 @@ Alloc   ``("A", memory_operation_type, memory_kind, bytes, timestamp_ns, address
         :mod:`tuiprof.store.alloc_classes`; ``library`` is an index into ``LIBRARIES``)
 API     ``("R", api_name, start_ns, end_ns, correlation_id)`` (runtime/driver calls that are
         enabled one by one; never every API call)
+Graph   ``("G", start_ns, end_ns, correlation_id, graph_id, stream_id)`` (CUPTI GRAPH_TRACE: one
+        record per CUDA-graph launch, its whole execution; between sampling bursts in compiled
+        mode, and only with ``ProfilerOptions(graphs=True)``: it crashed the process on the H100)
 
 Timestamps are CUPTI's clock (nanoseconds). Token marks taken on the host use the same clock.
 """
@@ -25,6 +28,7 @@ MEMCPY = "C"
 MEMSET = "S"
 ALLOC = "A"
 API = "R"
+GRAPH = "G"
 
 # Kernel tuple indices.
 K_NAME, K_START, K_END = 1, 2, 3
@@ -51,6 +55,8 @@ LIBRARY_FILES = (("libc10_cuda", 1), ("libtorch", 1), ("libc10", 1), ("libcublas
                  ("libcuda.so", 7), ("libcuda-", 7))
 # API tuple indices.
 R_NAME, R_START, R_END, R_CORR = 1, 2, 3, 4
+# Graph tuple indices.
+G_START, G_END, G_CORR, G_GRAPH, G_STREAM = 1, 2, 3, 4, 5
 
 # CUPTI copy kinds (CUpti_ActivityMemcpyKind) and the direction names used in the UI/exports.
 COPY_KINDS = {

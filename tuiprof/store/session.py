@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .records import (
-    A_CORR, ALLOC, API, DIRECTION, KERNEL, MEMCPY, MEMOP_ALLOCATION, MEMSET, PREFILL,
+    A_CORR, ALLOC, API, DIRECTION, G_END, G_START, GRAPH, KERNEL, MEMCPY, MEMOP_ALLOCATION,
+    MEMSET, PREFILL,
 )
 from .alloc_classes import (MAX_CLASSES, OVERFLOW, class_key, has_detail, is_device_malloc,
                             memory_class)
@@ -34,7 +35,7 @@ from .stats import RunningStats
 OTHER = "other"  # phase of records outside any token (start-up, compilation, idle)
 PROGRAM_CONFIG = "program"  # the configuration of a profiled program's steps (any batch)
 _API_CORR_LEN = 4096
-_TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2}
+_TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2, GRAPH: 1}
 
 
 @dataclass(slots=True)
@@ -61,6 +62,11 @@ class TokenRow:
     first_kernel_ns: int = 0
     last_kernel_end_ns: int = 0
     graph_kernels: int = 0
+    # CUPTI graph records (compiled steps between sampling bursts): launches and the span from
+    # the first graph's start to the last one's end, on every such step, traced or not
+    graphs: int = 0
+    graph_first_ns: int = 0
+    graph_last_end_ns: int = 0
     memcpy_count: int = 0
     memcpy_bytes: dict = field(default_factory=dict)
     memset_count: int = 0
@@ -101,7 +107,10 @@ class KernelAggregate:
                                dict(self.configs))
 
 
-TOKEN_STATS = ("host_ms", "gpu_ms", "kernels", "busy_ns", "kernel_ns", "seqs")
+# per (phase, mode): "span_ns" is a traced step's kernel span (first kernel start to last kernel
+# end), "graph_span_ns" an untraced compiled step's span from CUPTI graph records
+TOKEN_STATS = ("host_ms", "gpu_ms", "kernels", "busy_ns", "kernel_ns", "seqs", "span_ns",
+               "graph_span_ns")
 
 
 @dataclass(slots=True)
@@ -233,7 +242,7 @@ class SessionStore:
         # made a memory record (bounded; CUPTI emits an API record before its memory record)
         self._api_corr: OrderedDict[int, str] = OrderedDict()
         self._counters = {"records": 0, "kernels": 0, "dropped": 0, "late": 0,
-                          "unattributed": 0, "unsampled": 0, "tokens": 0}
+                          "unattributed": 0, "unsampled": 0, "tokens": 0, "graphs": 0}
         self._seq = 0
         # For :meth:`changes`: lowest token seq whose row changed since the last call, and a
         # generation that a reset moves on (a mirror then starts again from scratch).
@@ -339,10 +348,16 @@ class SessionStore:
         # A token leaving the window is long complete: its kernel counts join the running stats.
         part = self._parts.get(row.config)
         ts = part.token_stats.get((row.phase, row.mode)) if part is not None else None
-        if ts is not None and row.done and row.sampled:
+        if ts is None or not row.done or row.compiling:
+            return
+        if row.sampled:
             ts["kernels"].add(row.kernels)
             ts["busy_ns"].add(row.busy_ns)
             ts["kernel_ns"].add(row.kernel_ns)
+            if row.kernels and "span_ns" in ts:
+                ts["span_ns"].add(row.last_kernel_end_ns - row.first_kernel_ns)
+        elif row.graphs and "graph_span_ns" in ts:
+            ts["graph_span_ns"].add(row.graph_last_end_ns - row.graph_first_ns)
 
     def set_token_alloc(self, seq: int, stats: dict) -> None:
         """Attach caching-allocator statistics read after token ``seq``."""
@@ -408,6 +423,15 @@ class SessionStore:
                     if row.seq < self._dirty_seq:
                         self._dirty_seq = row.seq
                 kernels = part.kernels
+            if kind == GRAPH:  # one per CUDA-graph launch, kept for every step
+                if row is not None:
+                    if not row.graphs or rec[G_START] < row.graph_first_ns:
+                        row.graph_first_ns = rec[G_START]
+                    if rec[G_END] > row.graph_last_end_ns:
+                        row.graph_last_end_ns = rec[G_END]
+                    row.graphs += 1
+                counters["graphs"] += 1
+                continue
             if skip and kind != ALLOC and kind != API:  # a token left out by sampling
                 counters["unsampled"] += 1
                 continue

@@ -1,0 +1,306 @@
+"""What a user pays for tuiprof: whole processes with and without it, interleaved.
+
+``bench/overhead.py`` compares windows inside one process, where CUPTI stays subscribed even in
+its ``bare`` windows (CUPTI cannot be detached cleanly from a process). A user compares their
+program *without* tuiprof. So here every run is its own process:
+
+* ``none``: the engine alone. No CUPTI (libcupti is never loaded), no NVML, no allocator
+  statistics, no per-token listener (the engine's own no-op listener, as outside tuiprof).
+* ``default``: tuiprof as the live app collects (``ProfilerOptions()``: bursts of 4 traced
+  tokens in every 128 eager / 4,096 compiled, the API subset in the bursts, memory records,
+  NVML at 10 Hz, allocator statistics, the per-token listener and store).
+* parts (``--parts``), each alone: ``cupti`` (CUPTI as in ``default``, nothing else),
+  ``cupti-memory`` (subscribed, memory records only; the prefill and the first burst are still
+  traced), ``cupti-attached`` (subscribed, no memory records), ``listener`` (the per-token
+  listener and store, no collector), ``nvml``, ``alloc``; and ``torch.profiler`` (the peer,
+  CUDA activities, around the same generation, ``--peer``).
+
+To pay the imports (torch, the model code: 15 s for Qwen3 on the H100 host) once, a parent
+process imports them and **forks** one child per run before anything touches CUDA, CUPTI or
+NVML; each child creates its own CUDA context, builds the model, decodes and exits. A round runs
+every configuration once, in an order that rotates from round to round (A B, B A, ...), so the
+host's drift (±10 % over seconds) spreads over all of them.
+
+Figures per run: **decode wall time** (from the end of decode step ``--skip`` to the end of the
+last step: every stall, burst, flush and GIL wait in between included), and the process's
+whole wall time (fork to exit: CUDA init, model build, compile, prefill, decode, CUPTI's final
+flush). Per configuration: the median over rounds of the ratio to the same round's ``none``
+(min-max), and the ratio of the totals::
+
+    python bench/overhead_procs.py --mode eager --rounds 8 --tokens 256 --json $OUT/procs.json
+    python bench/overhead_procs.py --mode eager --rounds 4 --parts --peer
+    python bench/overhead_procs.py --device cpu --model qwen3-tiny --tokens 24 --rounds 2  # CI path
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CONFIGS: dict[str, dict | str | None] = {
+    "none": None,
+    "default": {},
+    "cupti": {"nvml": False, "alloc_every": 0},
+    "default-no-graphs": {"graphs": False},
+    "cupti-memory": {"nvml": False, "alloc_every": 0, "api": False, "sample_every": 10**9},
+    "cupti-attached": {"nvml": False, "alloc_every": 0, "api": False, "memory": False,
+                       "sample_every": 10**9},
+    "listener": {"cupti": False, "nvml": False, "alloc_every": 0},
+    "nvml": {"cupti": False, "alloc_every": 0},
+    "alloc": {"cupti": False, "nvml": False},
+    "torch.profiler": "peer",
+}
+PARTS = ("cupti", "cupti-memory", "cupti-attached", "listener", "nvml", "alloc")
+
+
+def preimport(model: str) -> None:
+    """Everything a child would import, except what touches CUDA, CUPTI or NVML."""
+    import torch  # noqa: F401
+
+    from tuiprof.engine.families import get_family
+    from tuiprof.engine.generate import Engine  # noqa: F401
+    from tuiprof.engine.load import load_engine  # noqa: F401
+    from tuiprof.engine.source import resolve_model
+    from tuiprof.profiler import Profiler  # noqa: F401
+    from tuiprof.store import SessionStore  # noqa: F401
+
+    family = get_family(resolve_model(model).family)
+    preload = getattr(family, "preload", None)
+    if preload is not None:
+        preload()
+
+
+class Stamps:
+    """Times the decode steps from the outside: one counter per step, nothing else."""
+
+    def __init__(self, skip: int) -> None:
+        self.skip = skip
+        self.n = 0
+        self.t_first = 0.0
+        self.t_last = 0.0
+        self.gpu_ms: list[float] = []
+
+    def step(self, ev) -> None:
+        if ev.phase != "decode":
+            return
+        self.n += 1
+        if self.n == self.skip:
+            self.t_first = time.perf_counter()
+        elif self.n > self.skip:
+            self.t_last = time.perf_counter()
+            if ev.gpu_ms is not None and len(self.gpu_ms) < 100_000:
+                self.gpu_ms.append(ev.gpu_ms)
+
+    def result(self) -> dict:
+        steps = self.n - self.skip
+        out = {"steps": steps, "decode_s": self.t_last - self.t_first if steps > 0 else None}
+        if self.gpu_ms:
+            out["gpu_ms_median"] = statistics.median(self.gpu_ms)
+        return out
+
+
+def _engine_kwargs(a: argparse.Namespace) -> dict:
+    return {"model_spec": a.model, "device": a.device, "mode": a.mode, "batch": a.batch,
+            "max_new_tokens": a.tokens + a.skip + 1, "prompt_len": a.prompt_len, "seed": 0}
+
+
+def child(name: str, a: argparse.Namespace, conn) -> None:
+    """One run in a fresh process: decode, send the figures, exit."""
+    t0 = time.perf_counter()
+    out: dict = {"config": name}
+    try:
+        cfg = CONFIGS[name]
+        stamps = Stamps(a.skip)
+        kw = _engine_kwargs(a)
+        if cfg is None or cfg == "peer":
+            from tuiprof.engine.events import NullListener
+            from tuiprof.engine.load import load_engine
+
+            class _Listener(NullListener):
+                def token_finished(self, ev) -> None:
+                    stamps.step(ev)
+
+            eng = load_engine(**kw)
+            eng.listener = _Listener()
+            if cfg == "peer":
+                import torch
+                from torch.profiler import ProfilerActivity, profile
+
+                acts = [ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU]
+                prof = profile(activities=acts)
+                prof.__enter__()
+                eng.start()
+                eng.join()
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                t1 = time.perf_counter()
+                prof.__exit__(None, None, None)
+                out["peer_exit_s"] = time.perf_counter() - t1
+            else:
+                eng.start()
+                eng.join()
+            out["state"] = "done"
+        else:
+            from tuiprof.profiler import Profiler, ProfilerOptions
+            from tuiprof.store import SessionStore
+
+            store = SessionStore()
+            prof = Profiler(store, ProfilerOptions(**cfg, engine_kwargs=kw))
+            finished = prof.token_finished
+
+            def token_finished(ev) -> None:
+                finished(ev)
+                stamps.step(ev)
+
+            prof.token_finished = token_finished  # type: ignore[method-assign]
+            prof.start()
+            prof.wait()
+            prof.stop()
+            out["state"] = prof.status.state
+            if prof.status.state == "error":
+                out["error"] = prof.status.message
+            over = store.overhead if hasattr(store, "overhead") else None
+            if isinstance(over, dict):
+                out["own_pct"] = over.get("pct")
+        out.update(stamps.result())
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
+        out["error"] = f"{exc.__class__.__name__}: {str(exc)[:200]}"
+    out["child_s"] = time.perf_counter() - t0
+    conn.send(out)
+    conn.close()
+    os._exit(0)
+
+
+def run_one(name: str, a: argparse.Namespace) -> dict:
+    ctx = mp.get_context("fork")
+    parent, kid = ctx.Pipe(duplex=False)
+    t0 = time.perf_counter()
+    p = ctx.Process(target=child, args=(name, a, kid))
+    p.start()
+    kid.close()
+    res: dict = {"config": name, "error": "no result"}
+    if parent.poll(a.run_timeout):
+        try:
+            res = parent.recv()
+        except EOFError:
+            pass
+    p.join(30)
+    if p.is_alive():
+        p.kill()
+        p.join()
+        res.setdefault("error", "killed after the run's timeout")
+    res["whole_s"] = time.perf_counter() - t0
+    res["exitcode"] = p.exitcode
+    return res
+
+
+def summarise(rounds: list[list[dict]], names: list[str]) -> dict:
+    """Per configuration: ratios to the same round's ``none``, medians and totals."""
+    table = {}
+    for name in names:
+        ratios, wratios, dec, whole, base_dec, base_whole = [], [], [], [], [], []
+        for rnd in rounds:
+            by = {r["config"]: r for r in rnd}
+            r, b = by.get(name), by.get("none")
+            if not r or not b or r.get("error") or b.get("error") or not r.get("decode_s") \
+                    or not b.get("decode_s"):
+                continue
+            ratios.append(r["decode_s"] / b["decode_s"])
+            wratios.append(r["whole_s"] / b["whole_s"])
+            dec.append(r["decode_s"])
+            whole.append(r["whole_s"])
+            base_dec.append(b["decode_s"])
+            base_whole.append(b["whole_s"])
+        if not ratios:
+            table[name] = {"rounds": 0}
+            continue
+        steps = max(1, rounds[0][0].get("steps") or 1)
+        table[name] = {
+            "rounds": len(ratios),
+            "decode_ratio_median": statistics.median(ratios),
+            "decode_ratio_min": min(ratios), "decode_ratio_max": max(ratios),
+            "decode_ratio_totals": sum(dec) / sum(base_dec),
+            "whole_ratio_median": statistics.median(wratios),
+            "ms_per_step_median": 1e3 * statistics.median(dec) / steps,
+            "whole_s_median": statistics.median(whole),
+        }
+    return table
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="qwen3-0.6b")
+    p.add_argument("--device", default=None)
+    p.add_argument("--mode", default="eager", choices=("eager", "compiled"))
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--prompt-len", type=int, default=16)
+    p.add_argument("--tokens", type=int, default=256, help="timed decode steps per run")
+    p.add_argument("--skip", type=int, default=8, help="decode steps before the timed ones")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--configs", default="none,default")
+    p.add_argument("--parts", action="store_true", help="also each part alone: " + ", ".join(PARTS))
+    p.add_argument("--peer", action="store_true", help="also torch.profiler (CUDA activities)")
+    p.add_argument("--deadline", type=float, default=0,
+                   help="start no round after this many seconds (0: no limit)")
+    p.add_argument("--run-timeout", type=float, default=300)
+    p.add_argument("--json", default=None)
+    a = p.parse_args()
+    names = [n for n in a.configs.split(",") if n]
+    if a.parts:
+        names += [n for n in PARTS if n not in names]
+    if a.peer and "torch.profiler" not in names:
+        names.append("torch.profiler")
+    if "none" not in names:
+        names.insert(0, "none")
+    bad = [n for n in names if n not in CONFIGS]
+    if bad:
+        print(f"unknown configuration {bad[0]!r}: pick from {', '.join(CONFIGS)}")
+        return 2
+    t_start = time.perf_counter()
+    preimport(a.model)
+    print(f"# {a.model} {a.mode} batch {a.batch}: {a.tokens} timed decode steps per run "
+          f"after {a.skip}; imports {time.perf_counter() - t_start:.1f} s", flush=True)
+    rounds: list[list[dict]] = []
+    for r in range(a.rounds):
+        if a.deadline and time.perf_counter() - t_start > a.deadline:
+            print(f"# deadline: {r} rounds", flush=True)
+            break
+        order = names[r % len(names):] + names[:r % len(names)]
+        if r % 2:
+            order = order[::-1]
+        rnd = []
+        for name in order:
+            res = run_one(name, a)
+            rnd.append(res)
+            dec = res.get("decode_s")
+            print(f"round {r} {name:15s} decode {dec if dec is None else round(dec, 3)} s "
+                  f"whole {res['whole_s']:.2f} s"
+                  + (f"  ERROR {res['error']}" if res.get("error") else ""), flush=True)
+        rounds.append(rnd)
+    table = summarise(rounds, names)
+    print(f"\n| configuration | rounds | decode / none: median (min-max) | ratio of totals | "
+          f"whole process / none | ms/step | whole s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, row in table.items():
+        if not row.get("rounds"):
+            print(f"| {name} | 0 | – | – | – | – | – |")
+            continue
+        print(f"| {name} | {row['rounds']} | {row['decode_ratio_median']:.3f} "
+              f"({row['decode_ratio_min']:.3f}-{row['decode_ratio_max']:.3f}) | "
+              f"{row['decode_ratio_totals']:.3f} | {row['whole_ratio_median']:.3f} | "
+              f"{row['ms_per_step_median']:.2f} | {row['whole_s_median']:.1f} |")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"args": vars(a), "rounds": rounds, "table": table},
+                                           indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
