@@ -9,6 +9,11 @@ program *without* tuiprof. So here every run is its own process:
 * ``default``: tuiprof as the live app collects (``ProfilerOptions()``: bursts of 4 traced
   tokens in every 128 eager / 4,096 compiled, the API subset in the bursts, memory records,
   NVML at 10 Hz, allocator statistics, the per-token listener and store).
+* ``app``: the live app as ``tuiprof --model M`` runs it: a session process of its own (spawned,
+  so it pays its imports itself; only the decode figure compares) with tuiprof's defaults, and
+  the Textual app headless at 200×50 in the run's process, pulling and redrawing at 4 Hz the
+  whole time. Decode wall time from the session's own end time of each step (its token clock:
+  CUPTI's timestamps, which on Linux read the same clock as ``time.time_ns()``).
 * parts (``--parts``), each alone: ``cupti`` (CUPTI as in ``default``, nothing else),
   ``cupti-memory`` (subscribed, memory records only; the prefill and the first burst are still
   traced), ``cupti-attached`` (subscribed, no memory records), ``listener`` (the per-token
@@ -20,6 +25,10 @@ process imports them and **forks** one child per run before anything touches CUD
 NVML; each child creates its own CUDA context, builds the model, decodes and exits. A round runs
 every configuration once, in an order that rotates from round to round (A B, B A, ...), so the
 host's drift (±10 % over seconds) spreads over all of them.
+
+Compiled runs compile in every process. ``--warm-compile`` (the default in compiled mode) first
+runs one untimed ``none`` process, so that the others find torch.compile's on-disk caches
+(FX graph and AOTAutograd caches) warm and compile in seconds instead of a minute.
 
 Figures per run: **decode wall time** (from the end of decode step ``--skip`` to the end of the
 last step: every stall, burst, flush and GIL wait in between included), and the process's
@@ -56,13 +65,18 @@ CONFIGS: dict[str, dict | str | None] = {
     "nvml": {"cupti": False, "alloc_every": 0},
     "alloc": {"cupti": False, "nvml": False},
     "torch.profiler": "peer",
+    "app": "app",
 }
 PARTS = ("cupti", "cupti-memory", "cupti-attached", "listener", "nvml", "alloc")
 
 
-def preimport(model: str) -> None:
+def preimport(model: str, app: bool = False) -> None:
     """Everything a child would import, except what touches CUDA, CUPTI or NVML."""
     import torch  # noqa: F401
+
+    if app:
+        from tuiprof.remote import RemoteControl  # noqa: F401
+        from tuiprof.ui.app import make_app  # noqa: F401
 
     from tuiprof.engine.families import get_family
     from tuiprof.engine.generate import Engine  # noqa: F401
@@ -119,7 +133,9 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
         cfg = CONFIGS[name]
         stamps = Stamps(a.skip)
         kw = _engine_kwargs(a)
-        if cfg is None or cfg == "peer":
+        if cfg == "app":
+            out.update(_app_run(a, kw))
+        elif cfg is None or cfg == "peer":
             from tuiprof.engine.events import NullListener
             from tuiprof.engine.load import load_engine
 
@@ -169,13 +185,57 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
             over = store.overhead if hasattr(store, "overhead") else None
             if isinstance(over, dict):
                 out["own_pct"] = over.get("pct")
-        out.update(stamps.result())
+        if cfg != "app":
+            out.update(stamps.result())
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
         out["error"] = f"{exc.__class__.__name__}: {str(exc)[:200]}"
     out["child_s"] = time.perf_counter() - t0
     conn.send(out)
     conn.close()
     os._exit(0)
+
+
+def _app_run(a: argparse.Namespace, kw: dict) -> dict:
+    """The live app over a session process of its own until the session is done; the decode
+    time from the session's per-step end times (``--skip`` steps left out, as in Stamps)."""
+    import asyncio
+    import tempfile
+
+    from tuiprof.profiler import ProfilerOptions
+    from tuiprof.remote import RemoteControl
+    from tuiprof.ui.app import make_app
+
+    ctl = RemoteControl(ProfilerOptions(engine_kwargs=kw), {"ring_tokens": 64})
+    ctl.start()
+    app = make_app(ctl, title="overhead-app", export_dir=Path(tempfile.mkdtemp()),
+                   refresh_hz=4.0)
+    got: dict = {}
+
+    async def run() -> None:
+        async with app.run_test(size=(200, 50)) as pilot:
+            t_end = time.monotonic() + a.run_timeout
+            while ctl.status.state not in ("done", "stopped", "error"):
+                if time.monotonic() > t_end:
+                    got["error"] = "timed out"
+                    break
+                await asyncio.sleep(0.25)
+            if ctl.status.state == "error":
+                got["error"] = ctl.status.message
+            view = ctl.view(raw=False)
+            ends = sorted(t.end_ns for t in view.tokens if t.done and t.phase == "decode")
+            got["pulls"] = ctl.pulls
+            if len(ends) > a.skip:
+                got["steps"] = len(ends) - a.skip
+                got["decode_s"] = (ends[-1] - ends[a.skip - 1]) / 1e9
+            await pilot.press("q")
+
+    try:
+        asyncio.run(run())
+    finally:
+        ctl.stop()
+        ctl.close()
+    got["state"] = "done" if "error" not in got else "error"
+    return got
 
 
 def run_one(name: str, a: argparse.Namespace) -> dict:
@@ -250,6 +310,8 @@ def main() -> int:
     p.add_argument("--deadline", type=float, default=0,
                    help="start no round after this many seconds (0: no limit)")
     p.add_argument("--run-timeout", type=float, default=300)
+    p.add_argument("--warm-compile", default="auto", choices=("auto", "yes", "no"),
+                   help="one untimed run first (auto: in compiled mode)")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     names = [n for n in a.configs.split(",") if n]
@@ -264,9 +326,13 @@ def main() -> int:
         print(f"unknown configuration {bad[0]!r}: pick from {', '.join(CONFIGS)}")
         return 2
     t_start = time.perf_counter()
-    preimport(a.model)
+    preimport(a.model, app="app" in names)
     print(f"# {a.model} {a.mode} batch {a.batch}: {a.tokens} timed decode steps per run "
           f"after {a.skip}; imports {time.perf_counter() - t_start:.1f} s", flush=True)
+    if a.warm_compile == "yes" or (a.warm_compile == "auto" and a.mode == "compiled"):
+        res = run_one("none", a)
+        print(f"# warm-up run (untimed, fills the compile caches): {res['whole_s']:.1f} s"
+              + (f"  ERROR {res['error']}" if res.get("error") else ""), flush=True)
     rounds: list[list[dict]] = []
     for r in range(a.rounds):
         if a.deadline and time.perf_counter() - t_start > a.deadline:

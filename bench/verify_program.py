@@ -46,13 +46,16 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=65)
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--no-screens", action="store_true")
+    ap.add_argument("--no-overhead", action="store_true",
+                    help="skip phase 2 (bench/overhead_program.py forks from warm imports)")
     args = ap.parse_args()
     out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="verify-program-"))
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="verify-program-work-"))
     v = Verify(args, out, work)
     v.kernels()
-    v.overhead()
+    if not args.no_overhead:
+        v.overhead()
     if not args.no_screens:
         v.screens()
     v.report()
@@ -145,6 +148,12 @@ class Verify:
                      f"{ratio if ratio else float('nan'):>7.3f}  "
                      f"{e['graph']:>5.0f} / {h['graph']:<5.0f}  {h['steps']:>5}  {src:<13} "
                      f"{verdict}")
+            if e["kernel_ms"] and h["kernel_ms"]:
+                r = h["kernel_ms"] / e["kernel_ms"]
+                L.append(f"   {'':<9} kernel time/step {e['kernel_ms']:.3f} vs "
+                         f"{h['kernel_ms']:.3f} ms ({r - 1:+.2%}); API calls/step "
+                         f"{e['api']:.0f} vs {h['api']:.0f}")
+            L.extend(_kernel_diff(eng, hf))
             for name, d in ((f"engine {mode}", e), (f"generate() {mode}", h)):
                 self.details.append(f"{name}: {json.dumps(d)}")
         cb = self._snap("cb.json")
@@ -316,8 +325,36 @@ def _kernels_per_step(doc: dict | None, skip: int = 2) -> dict:
     med = (lambda xs: float(statistics.median(xs)) if xs else 0.0)
     return {"kernels": med([t["kernels"] for t in traced]),
             "graph": med([t["graph_kernels"] for t in traced]), "steps": len(steps),
+            "kernel_ms": med([t["kernel_ns"] / 1e6 for t in traced]),
+            "api": med([t["api_calls"] for t in traced]),
             "ms": med([t["host_ms"] for t in steps]),
             "batch": sorted({t["batch"] for t in steps})}
+
+
+def _per_step_names(doc: dict | None) -> dict[str, tuple[float, float]]:
+    """Decode kernels by name: (launches, µs) per traced decode step, over the whole run."""
+    if doc is None:
+        return {}
+    n = sum(1 for t in doc["tokens"] if t["done"] and t["phase"] == "decode" and t["sampled"])
+    out: dict[str, tuple[float, float]] = {}
+    for k in doc.get("kernels", []):
+        if k.get("phase") != "decode" or not n:
+            continue
+        st = k.get("stats") or {}
+        name = (k.get("demangled") or k["name"])[:70]
+        c, us = out.get(name, (0.0, 0.0))
+        out[name] = (c + st.get("count", 0) / n, us + st.get("total", 0) / n / 1e3)  # ns
+    return out
+
+
+def _kernel_diff(eng: dict | None, hf: dict | None, top: int = 6) -> list[str]:
+    """The kernels whose launches per step differ most between the engine and generate()."""
+    a, b = _per_step_names(eng), _per_step_names(hf)
+    rows = sorted(((b.get(k, (0, 0))[0] - a.get(k, (0, 0))[0],
+                    b.get(k, (0, 0))[1] - a.get(k, (0, 0))[1], k) for k in set(a) | set(b)),
+                  key=lambda r: -abs(r[0]))
+    return [f"     {dc:+6.2f}/step {dus:+8.1f} µs/step  {k}" for dc, dus, k in rows[:top]
+            if abs(dc) >= 0.5]
 
 
 if __name__ == "__main__":

@@ -36,6 +36,12 @@ class ProfilerOptions:
                                      # AUTO_ALLOC_EVERY
     buffer_bytes: int = 8 * 1024 * 1024
     api: bool = True
+    # Compiled mode keeps CUPTI's API kinds on between bursts (their ids off): the engine's
+    # compiled step makes a few API calls. A program's own per-step ops around its CUDA graphs
+    # make hundreds (generate(): ~44 ops a step, ~10 API calls each), each intercepted while
+    # the kinds are on, so `tuiprof run` switches them off between bursts (False) and on again
+    # one token before each burst, never together with the device kinds.
+    compiled_api_kinds_stay_on: bool = True
     memory: bool = True  # CUPTI memory records (every device allocation), on between bursts too
     # CUPTI graph records between bursts in compiled mode (every step's device span). Off: with
     # them on, a compiled qwen3-0.6b session segfaulted on the H100 (docs/gpu-verification.md
@@ -137,14 +143,19 @@ class Profiler(SessionControl):
             self._nvml_start.join()
             self._nvml_start = None
 
+    def _api_stay_on(self, mode: str) -> bool:
+        return mode == "compiled" and self.options.compiled_api_kinds_stay_on
+
     def _start_cupti(self, markers: MarkerSink | None = None) -> None:
         opts = self.options
         if opts.cupti:
             mode = self.status.mode
             self.cupti = CuptiCollector(self.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
                                         memory=opts.memory, sample_every=self._sample_every(mode),
-                                        api_kinds_stay_on=mode == "compiled", markers=markers,
+                                        api_kinds_stay_on=self._api_stay_on(mode),
+                                        markers=markers,
                                         graph_trace=opts.graphs and mode == "compiled")
+            self.cupti.api_lead = mode == "compiled"
             try:
                 with phase("starting CUPTI"):
                     self.cupti.start()
@@ -331,7 +342,9 @@ class Profiler(SessionControl):
             if self.cupti is not None:
                 self.cupti.sample_every = self._sample_every(mode)
                 # compiled: the API kinds stay on between bursts (CuptiCollector._set_api_records)
-                self.cupti.api_kinds_stay_on = mode == "compiled"
+                # or come on a token before each; never together with the device kinds
+                self.cupti.api_kinds_stay_on = self._api_stay_on(mode)
+                self.cupti.api_lead = mode == "compiled"
                 # every compiled step's device span
                 self.cupti.graph_trace = self.options.graphs and mode == "compiled"
                 self.cupti.restart_sampling(self.store.next_seq())

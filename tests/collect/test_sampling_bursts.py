@@ -119,3 +119,50 @@ def test_profiler_sets_the_api_policy_and_restarts_sampling_at_a_mode_switch():
     assert c._origin == 3 + SWITCH_LEAD
     prof.token_started("decode", "eager", 4, 0, 4)
     assert c.api_kinds_stay_on is False and c.sample_every == AUTO_SAMPLE_EVERY["eager"]
+
+
+def test_program_compiled_policy_turns_api_kinds_on_a_token_before_each_burst():
+    """`tuiprof run`'s compiled mode: the API kinds are off between bursts (a program's own
+    ops around its graphs make hundreds of API calls a step), on one token before each burst
+    with every id off, so they never come on together with the device kinds; off again with
+    the device kinds when the burst ends."""
+    c, calls = _collector(sample_every=8)
+    c.api_kinds_stay_on, c.api_lead = False, True   # Profiler: a program in compiled mode
+    period = 8 * BURST
+    events = []
+    for seq in range(1, 2 * period + 2):
+        n = len(calls.kinds)
+        c.on_token_start(seq)
+        events += [(seq, *k) for k in calls.kinds[n:]]
+    api = [(s, what) for s, what, k in events if k == 10]
+    dev = [(s, what) for s, what, k in events if k == 1]
+    # seq 1..4 (the first burst) end at 5; the lead token is period-1, warm-up at period
+    assert api == [(BURST + 1, "off"), (period - 1, "on"), (period + BURST + 1, "off"),
+                   (2 * period - 1, "on")]
+    assert dev == [(BURST + 1, "off"), (period, "on"), (period + BURST + 1, "off"),
+                   (2 * period, "on")]
+    # at the lead token the whole filter is applied with every id off; the subset comes on at
+    # the warm-up, with the device kinds
+    lead = calls.api[:3]
+    assert lead == [(211, 0), (5, 0), (13, 0)] and calls.api[3:5] == [(211, 1), (13, 1)]
+
+
+def test_a_program_session_switches_api_kinds_off_between_compiled_bursts():
+    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.program.command import program_options
+    from tuiprof.cli import build_parser, split_program
+
+    argv, program = split_program(["run", "--", "python", "x.py"])
+    args = build_parser().parse_args(argv)
+    args.program = program
+    opts = program_options(args, headless=False)
+    assert opts.compiled_api_kinds_stay_on is False
+    c, _ = _collector(sample_every=8)
+    prof = Profiler(c.store, ProfilerOptions(cupti=False, nvml=False, alloc_every=0,
+                                             compiled_api_kinds_stay_on=False))
+    prof.cupti = c
+    prof.status.mode = "eager"
+    prof.token_started("decode", "compiled", 0, 0, 0)
+    assert c.api_kinds_stay_on is False and c.api_lead is True
+    prof.token_started("decode", "eager", 1, 0, 1)
+    assert c.api_lead is False

@@ -85,17 +85,70 @@ def test_continuous_batching_records_a_varying_batch(model, hooked, prof):
     assert all(p == "decode" for p, _, _ in got[1:])
 
 
+def test_step_bookkeeping_waits_for_the_forward_to_be_launched(model, hooked, prof):
+    """The store's work for a step boundary is done when generate() runs its logits processors
+    (the forward is queued, the device busy), not at the boundary before the forward launches:
+    at decode step k's forward the previous step is not stored yet; at its logits processors it
+    is. Nothing is lost: every step is stored by the end."""
+    seen = {"forward": [], "logits": []}
+
+    def done_steps() -> int:
+        return len(rows(prof))
+
+    class Probe(transformers.LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            seen["logits"].append(done_steps())
+            return scores
+
+    handle = model.register_forward_pre_hook(lambda mod, args: seen["forward"].append(done_steps()))
+    try:
+        ids = torch.randint(0, 1024, (1, 8), generator=torch.Generator().manual_seed(3))
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5,
+                       min_new_tokens=5, do_sample=False, pad_token_id=0,
+                       logits_processor=transformers.LogitsProcessorList([Probe()]))
+    finally:
+        handle.remove()
+    # forward k (k = 0: the prefill) comes after steps 0..k-1 ended. From k = 2 on, only k-1 of
+    # them are stored then (step k-1's end waits for the launch); at k = 1 the state change
+    # (prefill -> decode) stores everything at once, as it does for the engine.
+    assert seen["forward"] == [0, 1, 1, 2, 3]
+    assert seen["logits"] == [0, 1, 2, 3, 4]
+    assert [t.phase for t in rows(prof)] == ["prefill"] + ["decode"] * 4
+
+
+def test_a_source_without_a_launch_point_stores_each_step_at_its_end(prof):
+    """Once one source has reported launches, a step of another that never does is still
+    stored at its own boundary (the queue never holds more than the open step's work)."""
+    rec = StepRecorder(prof, sources=("transformers", "api"))
+    rec.enter_scope("transformers")
+    rec.begin("transformers", "prefill", positions=8)
+    rec.launched("transformers")
+    rec.exit_scope("transformers")
+    assert len(rows(prof)) == 1
+    for i in range(3):
+        with rec.api_step("decode", tokens=2):
+            pass
+        assert len(rows(prof)) == 2 + i
+    assert [(t.phase, t.batch) for t in rows(prof)] == [("prefill", 1)] + [("decode", 2)] * 3
+
+
 def test_uninstall_restores_transformers(model, prof):
-    from transformers.generation import utils
+    from transformers.generation import logits_process, utils
     from transformers.generation.continuous_batching import continuous_api
 
-    before = (utils.GenerationMixin.generate, continuous_api.ContinuousBatchingManager._generation_step)
+    def patched():
+        return (utils.GenerationMixin.generate,
+                continuous_api.ContinuousBatchingManager._generation_step,
+                logits_process.LogitsProcessorList.__call__)
+
+    before = patched()
     steps = TransformersSteps(StepRecorder(prof))
     steps.install()
     assert utils.GenerationMixin.generate is not before[0]
+    assert logits_process.LogitsProcessorList.__call__ is not before[2]
     _generate(model, 1, 2)
     steps.uninstall()
-    after = (utils.GenerationMixin.generate, continuous_api.ContinuousBatchingManager._generation_step)
+    after = patched()
     assert after == before
     assert "prepare_inputs_for_generation" not in vars(model)
     assert not any(isinstance(f, _PostImport) for f in sys.meta_path)

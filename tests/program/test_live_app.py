@@ -53,6 +53,11 @@ def test_program_in_the_live_app(tmp_path):
                          and app.screen.query_one(Log).line_count >= 1, app, 10)
             assert "serving" in app.screen.query_one(Log).lines
             await pilot.press("escape")
+            # space: this program marks no steps (windows), so it cannot be held at one; the
+            # status line says why instead of claiming a pause
+            await pilot.press("space")
+            await _until(lambda: "pause needs step boundaries" in status_text(), app, 10)
+            assert ctl.status.state != "paused"
             # Ctrl-C goes to the program first: it shuts down, and says so
             await pilot.press("ctrl+c")
             await _until(lambda: (ctl.status.extra.get("program") or {}).get("running") is False,

@@ -87,3 +87,36 @@ def test_pause_holds_the_program_at_its_next_step(prof):
     rec.resume()
     t.join(5)
     assert len(done) == 3 and len(rows(prof)) == 3
+
+
+def test_window_steps_are_stored_at_their_end_after_a_launch_point_was_seen(prof):
+    """Windows (and NVTX ranges) have no moment where the device work is queued: once another
+    source has reported one, their steps are still stored as each ends, not a step later."""
+    rec = StepRecorder(prof, sources=("transformers", "windows"))
+    rec.enter_scope("transformers")
+    rec.begin("transformers", "prefill", positions=8)
+    rec.launched("transformers")
+    rec.exit_scope("transformers")
+    for i in range(4):
+        rec.begin("windows", "window")
+        if i:
+            assert [t.phase for t in rows(prof)] == ["prefill"] + ["window"] * i
+
+
+def test_header_counts_marked_steps_not_the_windows_before_them(prof):
+    """The windows cut while a program imports and builds its model are kept (phase window),
+    but once it marks steps the header's step count is of those steps only."""
+    from tuiprof.ui.derive import header_numbers
+
+    rec = StepRecorder(prof, sources=("transformers", "windows"))
+    for _ in range(3):
+        rec.begin("windows", "window")
+    assert header_numbers(prof.store.view(raw=False), "eager").steps == 2   # 2 windows ended
+    rec.enter_scope("transformers")
+    rec.begin("transformers", "prefill", positions=8)
+    for _ in range(4):
+        rec.begin("transformers", "decode")
+    rec.exit_scope("transformers")
+    view = prof.store.view(raw=False)
+    assert view.counters["window_steps"] == 3 and view.counters["tokens"] == 8
+    assert header_numbers(view, "eager").steps == 5

@@ -91,8 +91,8 @@ def test_kernel_busy_sparkline_is_traced_decode_of_the_mode(restarted):
         await pilot.press("3")
         await pilot.pause()
         text = screen_text(app)
-        line = next(ln for ln in text.splitlines() if "kernel busy/tok" in ln)
-        now, mean = [float(w[:-1]) for w in line.split("kernel busy/tok")[1].split()[:2]]
+        line = next(ln for ln in text.splitlines() if "kernel busy/step" in ln)
+        now, mean = [float(w[:-1]) for w in line.split("kernel busy/step")[1].split()[:2]]
         n = int(text.split("traced decode/compiled tokens: last ")[1].split()[0])
         assert now == pytest.approx(busy[-1], abs=0.05)     # the latest traced decode token
         assert mean == pytest.approx(sum(busy[-n:]) / n, abs=0.05)

@@ -61,7 +61,7 @@ def test_mount_starts_control_and_shows_data(control, tmp_path):
         assert "qwen3-0.6b" in text and "H100 80GB HBM3" in text
         assert "steps 130" in text and "batch 1" in text
         assert "nvjet" in text            # top kernel of compiled decode
-        assert "kernel busy/tok" in text and "GPU util (NVML)" in text
+        assert "kernel busy/step" in text and "GPU util (NVML)" in text
         assert "overhead (hidden)" in text     # deterministic mode hides timings
     drive(app, body)
     assert control.calls[0] == "start"

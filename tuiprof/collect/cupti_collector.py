@@ -110,6 +110,9 @@ class CuptiCollector:
         self._api_on = False         # the subset's records are delivered
         self._api_kinds_on = False   # the RUNTIME/DRIVER kinds are on
         self.api_kinds_stay_on = api_kinds_stay_on
+        # the API kinds come on one token before a burst (their ids still off), never together
+        # with the device kinds: that combination left CUDA-graph kernels with wrong durations
+        self.api_lead = api_kinds_stay_on
         self._device_on = False
         # CUPTI graph records (one per CUDA-graph launch) while the device kinds are off would
         # give every compiled step a device span without tracing its kernels; opt-in, since
@@ -240,8 +243,9 @@ class CuptiCollector:
         for fn, cbid, want in filt:
             fn(cbid, want)
 
-    def _set_api_records(self, on: bool) -> None:
-        """API records follow the sampling bursts.
+    def _set_api_records(self, on: bool, lead: bool = False) -> None:
+        """API records follow the sampling bursts (``lead``: the token before a burst, whose
+        kinds come on with every id off, see ``api_lead``).
 
         With the RUNTIME/DRIVER kinds on, CUPTI intercepts every API call, even one whose id is
         filtered out: in eager decode (~30,000 API calls a token) that alone cost 17% on the
@@ -253,7 +257,7 @@ class CuptiCollector:
         if not self.api or self._cupti is None:
             return
         cupti = self._cupti
-        kinds_on = on or self.api_kinds_stay_on
+        kinds_on = on or lead or self.api_kinds_stay_on
         if kinds_on != self._api_kinds_on:
             if kinds_on:
                 for k in self._api_kinds:
@@ -285,7 +289,8 @@ class CuptiCollector:
             self._set_device_kinds(True)
             self._set_api_records(True)
             return True
-        phase = (seq - self._origin) % (n * BURST)
+        period = n * BURST
+        phase = (seq - self._origin) % period
         on = phase <= BURST  # phase 0: warm-up token, records dropped
         if self._device_on and not on:  # a burst just ended: hand its records over now,
             try:                          # before its kinds go off
@@ -293,7 +298,7 @@ class CuptiCollector:
             except Exception:
                 pass
         self._set_device_kinds(on)
-        self._set_api_records(on)
+        self._set_api_records(on, lead=self.api_lead and phase == period - 1)
         return 1 <= phase <= BURST
 
     def quiet_token(self) -> bool:

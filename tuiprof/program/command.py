@@ -53,9 +53,12 @@ def program_options(args: argparse.Namespace, headless: bool):
         # Headless: every step traced, as for the engine. NVTX steps are known only after the
         # fact, so a burst cannot be switched on at a step's start: trace everything.
         se = 1
+    # a program's own ops around its CUDA graphs make hundreds of API calls a step: CUPTI's API
+    # kinds go off between compiled bursts too (ProfilerOptions.compiled_api_kinds_stay_on)
     return ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
                            sample_every=se, alloc_every=args.alloc_every
-                           if args.alloc_every == "auto" else int(args.alloc_every))
+                           if args.alloc_every == "auto" else int(args.alloc_every),
+                           compiled_api_kinds_stay_on=False)
 
 
 def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) -> int:

@@ -15,6 +15,9 @@ Where the boundary is (the same in transformers 5.17 and 5.23, and in 4.5x):
   ``ContinuousBatchingManager._generation_step`` runs one forward over the scheduled requests;
   the step lasts for that call and its batch is the number of requests scheduled in it, which
   varies from step to step.
+* The step's device work is queued when ``generate()`` calls its logits processors
+  (``LogitsProcessorList.__call__``, right after the forward and before the step's sync):
+  tuiprof's bookkeeping for the step boundary is done there, while the device computes.
 
 Prefill: the forward calls at the start of a ``generate()`` while every call so far fed more
 than one position per sequence (a chunked prefill is several such calls); in continuous
@@ -39,6 +42,7 @@ from typing import Any, Callable
 from .steps import DECODE, PREFILL, StepRecorder
 
 GENERATION = "transformers.generation.utils"
+LOGITS = "transformers.generation.logits_process"
 BATCHING = "transformers.generation.continuous_batching.continuous_api"
 SOURCE = "transformers"
 
@@ -57,7 +61,8 @@ class TransformersSteps:
     # ----------------------------------------------------------------- install
     def install(self) -> None:
         """Patch now what is imported, and the rest when the program imports it."""
-        hooks = {GENERATION: self._patch_generate, BATCHING: self._patch_batching}
+        hooks = {GENERATION: self._patch_generate, LOGITS: self._patch_logits,
+                 BATCHING: self._patch_batching}
         for name, patch in hooks.items():
             mod = sys.modules.get(name)
             if mod is not None:
@@ -96,6 +101,23 @@ class TransformersSteps:
                 return orig(model, *args, **kwargs)
 
         self._replace(cls, "generate", generate)
+
+    def _patch_logits(self, mod: Any) -> None:
+        """Every decoding loop of ``generate()`` runs its logits processors right after the
+        forward is launched and before the step's sync: the step's device work is queued."""
+        cls = getattr(mod, "LogitsProcessorList", None)
+        if cls is None or "__call__" not in cls.__dict__:
+            return
+        orig = cls.__dict__["__call__"]
+        rec, local = self.recorder, self._local
+
+        @functools.wraps(orig)
+        def __call__(processors, *args, **kwargs):
+            if getattr(local, "depth", 0):
+                rec.launched(SOURCE)
+            return orig(processors, *args, **kwargs)
+
+        self._replace(cls, "__call__", __call__)
 
     def _patch_batching(self, mod: Any) -> None:
         cls = getattr(mod, "ContinuousBatchingManager", None)

@@ -14,6 +14,11 @@ twice. A higher-precedence step that begins ends the open lower-precedence one a
 
 Each step reaches the listener as ``token_started`` … ``token_finished``, exactly like a token
 of the built-in engine, so the store, the collectors' sampling and every pane treat it alike.
+A source that sees the moment a step's device work has been queued (transformers: the logits
+processors run after the forward is launched, before the step's sync) calls :meth:`launched`,
+the engine's ``token_launched``: the store's bookkeeping for the boundary is done there, while
+the device computes, instead of on the program's critical path. A step without that moment
+has its bookkeeping done at its end, as before.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ class _Open:
     start_ns: int
     step: int
     cycle: int
+    launched: bool = False  # its device work was reported queued (listener.token_launched)
 
 
 class StepRecorder:
@@ -107,7 +113,10 @@ class StepRecorder:
                 return None
             t = self.clock() if start_ns is None else start_ns
             if self._open is not None:
+                launched = self._open.launched
                 self._finish(t)
+                if not launched:  # no busy-device moment: its bookkeeping is done at its end
+                    self.listener.token_launched()
             if phase == PREFILL:
                 if not self._fresh:
                     self._new_cycle()
@@ -125,18 +134,29 @@ class StepRecorder:
                 self.listener.state_changed(phase)
             return self._open
 
+    def launched(self, source: str) -> None:
+        """The open step's device work is queued (``source`` opened it): the listener does the
+        bookkeeping queued at its boundary now, while the device computes."""
+        with self._lock:
+            op = self._open
+            if op is not None and op.source == source and not op.launched:
+                op.launched = True
+                self.listener.token_launched()
+
     def end(self, source: str, end_ns: int | None = None, step: _Open | None = None) -> None:
         """End the open step if ``source`` opened it (and it is ``step``, when given)."""
         with self._lock:
             op = self._open
             if op is not None and op.source == source and (step is None or op is step):
                 self._finish(self.clock() if end_ns is None else end_ns)
+                self.listener.token_launched()  # no next step to wait for: store it now
 
     def close(self) -> None:
         """End whatever step is open (the program ended)."""
         with self._lock:
             if self._open is not None:
                 self._finish(self.clock())
+            self.listener.token_launched()
 
     def _finish(self, t: int) -> None:
         op = self._open
@@ -168,6 +188,7 @@ class StepRecorder:
         with self._lock:
             if self._open is not None and self._open.source == source:
                 self._finish(self.clock())
+                self.listener.token_launched()
             self._state = "paused"
             self.listener.state_changed("paused")
         # short waits: a signal (Ctrl-C) still reaches a program paused on its main thread

@@ -323,8 +323,11 @@ class RemoteControl(SessionControl):
     def toggle_pause(self) -> str:
         if self.status.state == "loading":
             return "model still loading"
-        return self._key("toggle_pause", "resuming" if self.status.state == "paused"
-                         else "pausing at the next token")
+        if self.status.state == "paused":
+            return self._key("toggle_pause", "resuming")
+        if self.program is not None:  # the session answers on the status line (or says why not)
+            return self._key("toggle_pause", "pause asked: the program stops at its next step")
+        return self._key("toggle_pause", "pausing at the next token")
 
     def reset(self) -> str:
         return self._key("reset", "statistics reset")

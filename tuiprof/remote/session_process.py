@@ -67,7 +67,9 @@ class SessionServer:
             return program.interrupt() if program is not None else None
         if program is not None and op in ("toggle_mode", "toggle_pause"):
             from ..program.session import ENGINE_ONLY  # noqa: PLC0415
-            return ENGINE_ONLY[op] if op in ENGINE_ONLY else program.toggle_pause()
+            msg = ENGINE_ONLY[op] if op in ENGINE_ONLY else program.toggle_pause()
+            prof.status.message = msg  # the status line says what happened (or why not)
+            return msg
         if op in ("toggle_mode", "toggle_pause", "reset"):
             msg = getattr(prof, op)()
             prof.status.message = msg

@@ -242,7 +242,8 @@ class SessionStore:
         # made a memory record (bounded; CUPTI emits an API record before its memory record)
         self._api_corr: OrderedDict[int, str] = OrderedDict()
         self._counters = {"records": 0, "kernels": 0, "dropped": 0, "late": 0,
-                          "unattributed": 0, "unsampled": 0, "tokens": 0, "graphs": 0}
+                          "unattributed": 0, "unsampled": 0, "tokens": 0, "graphs": 0,
+                          "window_steps": 0}
         self._seq = 0
         # For :meth:`changes`: lowest token seq whose row changed since the last call, and a
         # generation that a reset moves on (a mirror then starts again from scratch).
@@ -325,6 +326,8 @@ class SessionStore:
                 self._dirty_seq = seq
             self._open = None
             self._counters["tokens"] += 1
+            if row.phase == "window":  # a program's fixed window (no step marked then)
+                self._counters["window_steps"] += 1
             part = self._part(row.config)
             ts = _token_stats(part, row)
             if row.compiling:  # slowed by the compile beside it: kept out of the clean figures

@@ -151,6 +151,14 @@ def compile_cost_text(cost: tuple) -> str:
             if clean else f"beside the compile: {busy:.2f} ms/step ({n:,} steps)")
 
 
+def marked_steps(counters: dict) -> int:
+    """Steps the session recorded: a program's fixed windows count only while no source marked
+    a step (the windows cut while it imported and built its model are not steps of its loop)."""
+    total = int(counters.get("tokens", 0))
+    windows = int(counters.get("window_steps", 0))
+    return total - windows if total > windows else total
+
+
 def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
     meta = view.meta
     model = str(meta.get("model") or "?")
@@ -186,7 +194,7 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
     ov = view.overhead or {}
     return HeaderNumbers(
         model=model, device=device, dtype=str(dtype), weights=str(weights), mode=mode,
-        steps=int(view.counters.get("tokens", 0)), batch=batch, tok_s=tok_s, ttft_ms=ttft,
+        steps=marked_steps(view.counters), batch=batch, tok_s=tok_s, ttft_ms=ttft,
         itl_p50=percentile(host, 50), itl_p99=percentile(host, 99),
         overhead_pct=ov.get("pct"), overhead_method=str(ov.get("method", "")),
         rank=rank_label(meta),

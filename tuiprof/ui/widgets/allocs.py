@@ -51,7 +51,7 @@ class AllocPane(Pane):
         t.add_column(width=width, no_wrap=True, overflow="ellipsis")
         self._cupti_rows(t, a, view, width)
         allocs = [r.alloc for r in view.tokens if r.alloc]
-        t.add_row(Text("caching allocator", "bold"), Text("now", "dim"), Text("Δ/token", "dim"),
+        t.add_row(Text("caching allocator", "bold"), Text("now", "dim"), Text("Δ/step", "dim"),
                   Text("torch.cuda.memory_stats", "dim"))
         if not allocs:
             t.add_row("", "", "", Text("no allocator statistics yet", "dim"))

@@ -66,7 +66,8 @@ def render_findings(found: list, message: str = "") -> Any:
         t.append(str(getattr(f, "title", f)), "bold")
         impact = getattr(f, "impact_ms_per_token", None)
         if isinstance(impact, (int, float)):
-            t.append(f"  ~{impact:.2f} ms/token", "bold magenta")
+            # per decode step (one forward over the batch), as the latency pane counts
+            t.append(f"  ~{impact:.2f} ms/step", "bold magenta")
         adv = getattr(f, "advice", None)
         if adv:
             t.append(f"\n   → {adv}", "green")

@@ -63,12 +63,12 @@ class UtilPane(Pane):
                 style = "cyan" if key_.startswith("gpm") else "yellow"
                 tbl.add_row(label, fmt.pct(vals[-1]), fmt.pct(mean(vals)),
                             Text(fmt.spark(vals, n, 0, 100), style))
-        # Kernel-busy share per token, from CUPTI records: the number to read beside "GPU util".
+        # Kernel-busy share per step, from CUPTI records: the number to read beside "GPU util".
         # Traced decode tokens of the current mode only: a prefill (always traced) is another
         # workload, and untraced tokens have no kernel records.
         rows = traced_rows(view.tokens, DECODE, ctx.mode)[-n:]
         busy = [busy_fraction(r) for r in rows]
-        tbl.add_row(Text("kernel busy/tok", "bold"), fmt.pct(busy[-1] if busy else None),
+        tbl.add_row(Text("kernel busy/step", "bold"), fmt.pct(busy[-1] if busy else None),
                     fmt.pct(mean(busy)), Text(fmt.spark(busy, n, 0, 100), "green"))
         tbl.add_row("", "", "", Text(f"traced decode/{ctx.mode} tokens: last {len(rows)}"
                                      if rows else f"no traced decode/{ctx.mode} token yet", "dim"))

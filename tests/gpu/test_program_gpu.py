@@ -1,0 +1,58 @@
+"""`tuiprof run` on a user's compiled generate() script on a real GPU (skipped without CUDA).
+
+A program's compiled mode switches CUPTI's API kinds off between bursts and on one token
+before each (``ProfilerOptions.compiled_api_kinds_stay_on=False``): its own ops around the CUDA
+graphs make hundreds of API calls a step. Switched on together with the device kinds, the API
+kinds once left CUDA-graph kernels with wrong durations (docs/performance.md), so the traced
+steps of many bursts must carry the whole graph with plausible kernel durations.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compiled_program(tmp_path_factory) -> dict:
+    work = tmp_path_factory.mktemp("program")
+    out = work / "snap.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--sample-every", "8",
+           "--json", str(out), "--", "python", str(REPO / "bench" / "programs" / "hf_qwen.py"),
+           "--mode", "compiled", "--new-tokens", "129", "--repeats", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, cwd=work, env=env)
+    assert out.exists(), proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def test_program_compiled_bursts_keep_valid_kernel_records(compiled_program):
+    doc = compiled_program
+    assert doc["meta"]["program"]["exit_status"] == 0
+    dec = [t for t in doc["tokens"] if t["done"] and t["phase"] == "decode"
+           and t["mode"] == "compiled"]
+    traced = [t for t in dec if t["sampled"]]
+    assert len(traced) >= 8, len(traced)
+    assert all(not t["kernels"] for t in dec if not t["sampled"])
+    graph = [t["graph_kernels"] for t in traced]
+    # every traced step carries the whole CUDA graph (the same kernels each replay)
+    assert min(graph) > 100 and statistics.median(graph) == max(graph), graph
+    nvjet = {k["name"]: k["stats"]["total"] / k["stats"]["count"] for k in doc["kernels"]
+             if k["phase"] == "decode" and k["mode"] == "compiled" and "nvjet" in k["name"]
+             and k["stats"]["count"]}
+    print("graph kernels per traced step", sorted(set(graph)), "nvjet means (ns):",
+          sorted(round(m) for m in nvjet.values()))
+    # qwen3-0.6b's GEMVs run ~4-6 µs, its LM head ~110 µs (wrong records read ~240 µs for all)
+    assert nvjet and all(1_000 < m < 200_000 for m in nvjet.values()), nvjet
+    assert statistics.median(nvjet.values()) < 50_000, nvjet
