@@ -576,10 +576,11 @@ def _print_steps(view) -> None:
     meta = view.meta
     src = meta.get("step_source") or "none"
     counts = meta.get("step_sources") or {}
-    phases: dict[str, int] = {}
-    for t in view.tokens:
-        if t.done:
-            phases[t.phase] = phases.get(t.phase, 0) + 1
+    phases: dict[str, int] = {}  # over the whole run (the token stats), not the rows kept
+    for (ph, _mode), ts in (view.token_stats or {}).items():
+        n = sum(ts[k].count for k in ("host_ms", "compiling_ms") if k in ts)
+        phases[ph] = phases.get(ph, 0) + n
+    windows = phases.pop("window", 0)
     split = ", ".join(f"{n} {p}" for p, n in sorted(phases.items()))
     if src == "windows":
         print(f"steps: none marked by the program: {counts.get('windows', 0)} windows of "
@@ -589,7 +590,9 @@ def _print_steps(view) -> None:
     else:
         print(f"steps from {src}: {counts.get(src, 0)}" + (f" ({split})" if split else "")
               + (f"; {counts['ignored_nested']} nested marks ignored"
-                 if counts.get("ignored_nested") else ""))
+                 if counts.get("ignored_nested") else "")
+              + (f"; before and between them {windows} windows of {meta.get('window_ms', 100):g}"
+                 " ms (phase window)" if windows else ""))
 
 
 def _cmd_view(args: argparse.Namespace) -> int:

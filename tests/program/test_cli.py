@@ -33,6 +33,11 @@ def test_hf_generate_batch_1_then_2(tmp_path):
     # tokens/s counts every sequence of a step
     assert "8 decode steps (batch 1-2, 1.5 on average)" in proc.stdout
     assert "tuiprof: the program exited with status 0" in proc.stderr
+    # where the steps came from: the marked ones by phase, the windows before them apart
+    windows = sum(t["phase"] == "window" for t in _steps(doc))
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("steps from"))
+    assert line.startswith("steps from transformers: 10 (8 decode, 2 prefill)"), line
+    assert (f"{windows} windows" in line) if windows else ("window" not in line), line
 
 
 def test_custom_loop_with_tuiprof_step(tmp_path):
