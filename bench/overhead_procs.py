@@ -23,8 +23,8 @@ program *without* tuiprof. So here every run is its own process:
 To pay the imports (torch, the model code: 15 s for Qwen3 on the H100 host) once, a parent
 process imports them and **forks** one child per run before anything touches CUDA, CUPTI or
 NVML; each child creates its own CUDA context, builds the model, decodes and exits. A round runs
-every configuration once, in an order that rotates from round to round (A B, B A, ...), so the
-host's drift (±10 % over seconds) spreads over all of them.
+every configuration once, in an order that rotates from round to round (A B, B A, B A, A B, ...:
+:func:`round_order`), so the host's drift (±10 % over seconds) spreads over all of them.
 
 Compiled runs compile in every process. ``--warm-compile`` (the default in compiled mode) first
 runs one untimed ``none`` process, so that the others find torch.compile's on-disk caches
@@ -50,6 +50,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -238,15 +239,17 @@ def _app_run(a: argparse.Namespace, kw: dict) -> dict:
     return got
 
 
-def run_one(name: str, a: argparse.Namespace) -> dict:
+def fork_run(target, args: tuple, config: str, timeout: float) -> dict:
+    """``target(*args, conn)`` in a forked child, which sends one dict on ``conn`` and exits;
+    returns it with the process's wall time (fork to exit) as ``whole_s``."""
     ctx = mp.get_context("fork")
     parent, kid = ctx.Pipe(duplex=False)
     t0 = time.perf_counter()
-    p = ctx.Process(target=child, args=(name, a, kid))
+    p = ctx.Process(target=target, args=(*args, kid))
     p.start()
     kid.close()
-    res: dict = {"config": name, "error": "no result"}
-    if parent.poll(a.run_timeout):
+    res: dict = {"config": config, "error": "no result"}
+    if parent.poll(timeout):
         try:
             res = parent.recv()
         except EOFError:
@@ -259,6 +262,40 @@ def run_one(name: str, a: argparse.Namespace) -> dict:
     res["whole_s"] = time.perf_counter() - t0
     res["exitcode"] = p.exitcode
     return res
+
+
+def round_order(names: list[str], r: int) -> list[str]:
+    """Round ``r``'s order (see :func:`interleaved_rounds`). Reversing every odd round of a
+    rotation, as an earlier version did, gives two configurations the same order every round."""
+    k = r % len(names)
+    order = names[k:] + names[:k]
+    return order[::-1] if (r // len(names)) % 2 else order
+
+
+def interleaved_rounds(names: list[str], rounds: int, deadline: float, t_start: float,
+                       run: Callable[[str], dict], describe: Callable[[dict], str]) -> list:
+    """Every configuration once per round, in :func:`round_order` (rotating, and backwards in
+    every other cycle of rotations: A B, B A, B A, A B; A B C, B C A, C A B, C B A, A C B,
+    B A C), so each is first equally often and the host's drift spreads over all of them; no
+    round starts after ``deadline`` seconds from ``t_start`` (0: no limit)."""
+    out: list[list[dict]] = []
+    for r in range(rounds):
+        if deadline and time.perf_counter() - t_start > deadline:
+            print(f"# deadline: {r} rounds", flush=True)
+            break
+        order = round_order(names, r)
+        rnd = []
+        for name in order:
+            res = run(name)
+            rnd.append(res)
+            print(f"round {r} {name:15s} {describe(res)}"
+                  + (f"  ERROR {res['error']}" if res.get("error") else ""), flush=True)
+        out.append(rnd)
+    return out
+
+
+def run_one(name: str, a: argparse.Namespace) -> dict:
+    return fork_run(child, (name, a), name, a.run_timeout)
 
 
 def summarise(rounds: list[list[dict]], names: list[str]) -> dict:
@@ -333,23 +370,13 @@ def main() -> int:
         res = run_one("none", a)
         print(f"# warm-up run (untimed, fills the compile caches): {res['whole_s']:.1f} s"
               + (f"  ERROR {res['error']}" if res.get("error") else ""), flush=True)
-    rounds: list[list[dict]] = []
-    for r in range(a.rounds):
-        if a.deadline and time.perf_counter() - t_start > a.deadline:
-            print(f"# deadline: {r} rounds", flush=True)
-            break
-        order = names[r % len(names):] + names[:r % len(names)]
-        if r % 2:
-            order = order[::-1]
-        rnd = []
-        for name in order:
-            res = run_one(name, a)
-            rnd.append(res)
-            dec = res.get("decode_s")
-            print(f"round {r} {name:15s} decode {dec if dec is None else round(dec, 3)} s "
-                  f"whole {res['whole_s']:.2f} s"
-                  + (f"  ERROR {res['error']}" if res.get("error") else ""), flush=True)
-        rounds.append(rnd)
+
+    def describe(res: dict) -> str:
+        dec = res.get("decode_s")
+        return f"decode {dec if dec is None else round(dec, 3)} s whole {res['whole_s']:.2f} s"
+
+    rounds = interleaved_rounds(names, a.rounds, a.deadline, t_start,
+                                lambda name: run_one(name, a), describe)
     table = summarise(rounds, names)
     print(f"\n| configuration | rounds | decode / none: median (min-max) | ratio of totals | "
           f"whole process / none | ms/step | whole s |")

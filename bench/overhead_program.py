@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import re
 import runpy
@@ -39,6 +38,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.overhead_procs import fork_run, interleaved_rounds  # noqa: E402
 SCRIPT = REPO / "bench" / "programs" / "hf_qwen.py"
 CONFIGS = ("alone", "tuiprof", "no-api", "api-stay-on", "no-cupti")
 FIGURE = re.compile(r"DECODE_MS_PER_STEP=([\d.]+)")
@@ -113,25 +114,7 @@ def child(name: str, script_args: list[str], work: Path, conn) -> None:
 
 
 def run_one(name: str, script_args: list[str], work: Path, timeout: float) -> dict:
-    ctx = mp.get_context("fork")
-    parent, kid = ctx.Pipe(duplex=False)
-    t0 = time.perf_counter()
-    p = ctx.Process(target=child, args=(name, script_args, work, kid))
-    p.start()
-    kid.close()
-    res: dict = {"config": name, "error": "no result"}
-    if parent.poll(timeout):
-        try:
-            res = parent.recv()
-        except EOFError:
-            pass
-    p.join(30)
-    if p.is_alive():
-        p.kill()
-        p.join()
-        res.setdefault("error", "killed after the run's timeout")
-    res["whole_s"] = time.perf_counter() - t0
-    return res
+    return fork_run(child, (name, script_args, work), name, timeout)
 
 
 def summarise(rounds: list[list[dict]], names: list[str]) -> dict:
@@ -179,22 +162,10 @@ def main() -> int:
     preimport()
     print(f"# {SCRIPT.name} {' '.join(script_args)}; imports {time.perf_counter() - t_start:.1f}"
           f" s; outputs in {work}", flush=True)
-    rounds: list[list[dict]] = []
-    for r in range(a.rounds):
-        if a.deadline and time.perf_counter() - t_start > a.deadline:
-            print(f"# deadline: {r} rounds", flush=True)
-            break
-        order = names[r % len(names):] + names[:r % len(names)]
-        if r % 2:
-            order = order[::-1]
-        rnd = []
-        for name in order:
-            res = run_one(name, script_args, work, a.run_timeout)
-            rnd.append(res)
-            print(f"round {r} {name:9s} {res.get('ms_per_step', '-')} ms/step, process "
-                  f"{res['whole_s']:.1f} s" + (f"  ERROR {res['error']}" if res.get("error")
-                                                else ""), flush=True)
-        rounds.append(rnd)
+    rounds = interleaved_rounds(
+        names, a.rounds, a.deadline, t_start,
+        lambda name: run_one(name, script_args, work, a.run_timeout),
+        lambda res: f"{res.get('ms_per_step', '-')} ms/step, process {res['whole_s']:.1f} s")
     table = summarise(rounds, names)
     print(f"\n| {a.mode} | rounds | decode ms/step (median) | / alone: median (min-max) |")
     print("|---|---|---|---|")
