@@ -113,6 +113,6 @@ def _kernel_note(view: Any, last: Any) -> Text:
             pct = 100.0 * busy.mean / 1e6 / host.median if host.median else None
             return Text(f" · traced {last.phase}/{last.mode} (mean of {kn.count:,} earlier): "
                         f"kernel-busy {fmt.pct(pct)} · {kn.mean:,.0f} kernels")
-        return Text(f" · no traced {last.phase}/{last.mode} token yet", "dim")
+        return Text(f" · no traced {last.phase}/{last.mode} step yet", "dim")
     who = "" if k.seq == last.seq else f"traced #{k.seq}: "
     return Text(f" · {who}kernel-busy {fmt.pct(k.busy_pct)} · {k.kernels:,} kernels")

@@ -71,7 +71,7 @@ class UtilPane(Pane):
         tbl.add_row(Text("kernel busy/step", "bold"), fmt.pct(busy[-1] if busy else None),
                     fmt.pct(mean(busy)), Text(fmt.spark(busy, n, 0, 100), "green"))
         tbl.add_row("", "", "", Text(f"traced decode/{ctx.mode} tokens: last {len(rows)}"
-                                     if rows else f"no traced decode/{ctx.mode} token yet", "dim"))
+                                     if rows else f"no traced decode/{ctx.mode} step yet", "dim"))
         if have_nvml:
             last = view.nvml[-1]
             parts = []
