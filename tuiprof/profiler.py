@@ -65,8 +65,9 @@ class ProfilerOptions:
 # eager decode about 50% (~1,850 kernel and as many launch records every 36 ms, parsed and
 # folded in Python), so both trace bursts of 4 tokens (API records included): eager in every
 # 128, compiled in every 4,096 (a compiled burst costs ~20-85 ms of decode time, 2.5% at one in
-# 1,024; a CUDA graph's kernels do not change between bursts). A prefill is always traced, and
-# a mode switch starts a period 8 tokens later, so the new mode's kernels are traced at once.
+# 1,024; a CUDA graph's kernels do not change between bursts). A prefill is traced unless one
+# was in the last period (a program's short generate() calls), and a mode switch starts a
+# period 8 tokens later, so the new mode's kernels are traced at once.
 AUTO_SAMPLE_EVERY = {"eager": 32, "compiled": 1024}
 # torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
 # reading them every Nth token loses no allocation, only per-token resolution.
@@ -355,7 +356,7 @@ class Profiler(SessionControl):
         elif self._compiling:
             sampled = self.cupti.quiet_token()
         else:
-            sampled = self.cupti.on_token_start(self.store.next_seq(), always=phase == "prefill")
+            sampled = self.cupti.on_token_start(self.store.next_seq(), prefill=phase == "prefill")
         if batch is None:  # the engine: its configured batch is the step's configuration
             batch, config = self._batch, self._batch
         else:  # a program: its batch may change step by step, so one configuration for all

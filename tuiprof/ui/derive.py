@@ -63,8 +63,9 @@ def busy_fraction(row: Any) -> float | None:
 def traced_rows(rows: list, phase: str, mode: str) -> list:
     """Done tokens of (``phase``, ``mode``) whose kernel records are in: the only tokens per-token
     kernel figures may come from. Sampling leaves most tokens untraced, and CUPTI delivers a
-    traced token's records some time after it ends. Prefills are always traced and a loop
-    restart brings one in often, so mixing phases would show a prefill as "the latest token"."""
+    traced token's records some time after it ends. Prefills are traced outside the bursts and
+    a loop restart brings one in often, so mixing phases would show a prefill as "the latest
+    token"."""
     return [r for r in rows if r.done and r.phase == phase and r.mode == mode
             and getattr(r, "sampled", True) and r.kernels > 0]
 
