@@ -107,10 +107,39 @@ def child(name: str, script_args: list[str], work: Path, conn) -> None:
         out["ms_per_step"] = float(m[-1])
     elif "error" not in out:
         out["error"] = "no DECODE_MS_PER_STEP in the output: " + text[-300:].replace("\n", " | ")
+    if name != "alone":
+        snap = next(work.glob(f"{name}-{os.getpid()}.json"), None)
+        if snap is not None:
+            out.update(step_profile(snap))
     out["child_s"] = time.perf_counter() - t0
     conn.send(out)
     conn.close()
     os._exit(0)
+
+
+def step_profile(snapshot_path: Path) -> dict:
+    """Where a tuiprof run's decode time went, from its snapshot's last steps: the median host
+    ms of the 1st, 2nd and 3rd decode step after each prefill against the rest, and how many
+    prefills were traced (their records are folded beside the steps that follow)."""
+    try:
+        tokens = json.loads(snapshot_path.read_text()).get("tokens") or []
+    except (OSError, ValueError):
+        return {}
+    after: dict[int, list[float]] = {1: [], 2: [], 3: []}
+    rest: list[float] = []
+    prefills = traced = 0
+    k = 0
+    for t in sorted(tokens, key=lambda t: t["seq"]):
+        if t["phase"] == "prefill":
+            prefills += 1
+            traced += bool(t.get("kernels"))
+            k = 0
+        elif t["phase"] == "decode" and t.get("host_ms") is not None:
+            k += 1
+            (after[k] if k in after else rest).append(t["host_ms"])
+    med = lambda xs: round(statistics.median(xs), 3) if xs else None  # noqa: E731
+    return {"after_prefill_ms": [med(after[i]) for i in (1, 2, 3)], "rest_ms": med(rest),
+            "prefills": prefills, "traced_prefills": traced}
 
 
 def run_one(name: str, script_args: list[str], work: Path, timeout: float) -> dict:
@@ -165,7 +194,10 @@ def main() -> int:
     rounds = interleaved_rounds(
         names, a.rounds, a.deadline, t_start,
         lambda name: run_one(name, script_args, work, a.run_timeout),
-        lambda res: f"{res.get('ms_per_step', '-')} ms/step, process {res['whole_s']:.1f} s")
+        lambda res: f"{res.get('ms_per_step', '-')} ms/step, process {res['whole_s']:.1f} s"
+        + (f"; decode ms after a prefill {res['after_prefill_ms']} vs {res['rest_ms']},"
+           f" prefills traced {res['traced_prefills']}/{res['prefills']}"
+           if "rest_ms" in res else ""))
     table = summarise(rounds, names)
     print(f"\n| {a.mode} | rounds | decode ms/step (median) | / alone: median (min-max) |")
     print("|---|---|---|---|")
