@@ -3,8 +3,8 @@
 # H100 host; carry .whl, and .tmx .old for call 2). From the repository root:
 #
 #   bash bench/gpu_next.sh 1   # 15: `tuiprof run` overhead on generate() after session 6's
-#                              #     change (a prefill traced at most once a period): compiled
-#                              #     alone/tuiprof/no-cupti 5 rounds, eager 6 rounds
+#                              #     change (a prefill traced at most once a period): its GPU
+#                              #     test, compiled alone/tuiprof/no-cupti 5 rounds, eager rounds
 #   bash bench/gpu_next.sh 2   # 18: the app's first step on screen (old tree vs new), tmux
 #   bash bench/gpu_next.sh 3   # 17: compiled whole processes, none vs default, warm compile cache
 #   bash bench/gpu_next.sh 4   # 17: eager whole processes with the app open (none, default, app)
@@ -23,11 +23,14 @@ show() { tail -"$1" "$2"; echo; }
 
 case "${1:-}" in
 1)
+  timeout 100 python3 -m pytest -q -p no:cacheprovider -rA -k prefills \
+    tests/gpu/test_program_gpu.py >"$OUT/gpu_prefills_test.txt" 2>&1
+  show 8 "$OUT/gpu_prefills_test.txt"
   timeout 270 python bench/overhead_program.py --mode compiled --new-tokens 65 --rounds 5 \
     --deadline 220 --configs alone,tuiprof,no-cupti --json "$OUT/ovp_comp.json" \
     >"$OUT/ovp_comp.txt" 2>&1
   show 12 "$OUT/ovp_comp.txt"
-  timeout 240 python bench/overhead_program.py --mode eager --rounds 10 --deadline 190 \
+  timeout 200 python bench/overhead_program.py --mode eager --rounds 10 --deadline 150 \
     --json "$OUT/ovp_eager.json" >"$OUT/ovp_eager.txt" 2>&1
   show 8 "$OUT/ovp_eager.txt" ;;
 2)

@@ -4,7 +4,8 @@ A program's compiled mode switches CUPTI's API kinds off between bursts and on o
 before each (``ProfilerOptions.compiled_api_kinds_stay_on=False``): its own ops around the CUDA
 graphs make hundreds of API calls a step. Switched on together with the device kinds, the API
 kinds once left CUDA-graph kernels with wrong durations (docs/performance.md), so the traced
-steps of many bursts must carry the whole graph with plausible kernel durations.
+steps of many bursts must carry the whole graph with plausible kernel durations. And a
+program's many short generate() calls get one traced prefill per sampling period, not one each.
 """
 from __future__ import annotations
 
@@ -56,3 +57,27 @@ def test_program_compiled_bursts_keep_valid_kernel_records(compiled_program):
     # qwen3-0.6b's GEMVs run ~4-6 µs, its LM head ~110 µs (wrong records read ~240 µs for all)
     assert nvjet and all(1_000 < m < 200_000 for m in nvjet.values()), nvjet
     assert statistics.median(nvjet.values()) < 50_000, nvjet
+
+
+def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
+    """A program calling generate() for a few tokens at a time brings a prefill every few
+    steps; at the live app's sampling only one prefill per period (128 eager steps) is traced,
+    the rest keep their timing without kernel records (each traced one cost the decode after
+    it the flush and folding of its records: gpu-verification §29)."""
+    out = tmp_path / "snap.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--sample-every", "live",
+           "--json", str(out), "--", "python", str(REPO / "bench" / "programs" / "hf_qwen.py"),
+           "--mode", "eager", "--new-tokens", "9", "--repeats", "20"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, cwd=tmp_path,
+                          env=env)
+    assert out.exists(), proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    steps = [t for t in doc["tokens"] if t["done"] and t["phase"] in ("prefill", "decode")]
+    prefills = [t for t in steps if t["phase"] == "prefill"]
+    traced = [t for t in prefills if t["sampled"]]
+    print(f"{len(steps)} steps, {len(prefills)} prefills, {len(traced)} traced")
+    assert len(prefills) == 41                    # a warm-up call, then 20 × (9 tokens, 1 token)
+    assert 1 <= len(traced) <= len(steps) // 128 + 2
+    assert all(t["kernels"] > 0 for t in traced)
+    assert all(t["kernels"] == 0 for t in prefills if not t["sampled"])
