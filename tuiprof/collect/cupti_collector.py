@@ -286,8 +286,9 @@ class CuptiCollector:
         ``prefill``: traced whatever the sampling (no warm-up) unless another prefill was
         traced less than a sampling period ago. One traced prefill per generation would trace
         every short ``generate()`` of a program: each costs the kind switches and folding its
-        thousands of records beside the decode that follows (20–85 ms a burst on the H100),
-        which made a compiled program 20 % slower at 64 tokens a call (gpu-verification §29).
+        thousands of records beside the decode that follows (20–85 ms a burst on the H100):
+        the likely cause of a compiled program's 20 % at 64 tokens a call (gpu-verification
+        §29), and of a live compiled session's prefill every 256 steps.
         """
         if self.paused:
             self._set_device_kinds(False)

@@ -64,8 +64,8 @@ class UtilPane(Pane):
                 tbl.add_row(label, fmt.pct(vals[-1]), fmt.pct(mean(vals)),
                             Text(fmt.spark(vals, n, 0, 100), style))
         # Kernel-busy share per step, from CUPTI records: the number to read beside "GPU util".
-        # Traced decode tokens of the current mode only: a prefill (traced outside bursts) is another
-        # workload, and untraced tokens have no kernel records.
+        # Traced decode tokens of the current mode only: a prefill (traced outside bursts) is
+        # another workload, and untraced tokens have no kernel records.
         rows = traced_rows(view.tokens, DECODE, ctx.mode)[-n:]
         busy = [busy_fraction(r) for r in rows]
         tbl.add_row(Text("kernel busy/step", "bold"), fmt.pct(busy[-1] if busy else None),
