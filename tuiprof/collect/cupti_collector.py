@@ -294,13 +294,11 @@ class CuptiCollector:
             self._set_device_kinds(False)
             return False
         n = self.sample_every
-        if n <= 1:
-            self._set_device_kinds(True)
-            self._set_api_records(True)
-            return True
         period = n * BURST
-        if prefill and (self._prefill_seq is None or seq - self._prefill_seq >= period):
-            self._prefill_seq = seq
+        due = prefill and (self._prefill_seq is None or seq - self._prefill_seq >= period)
+        if n <= 1 or due:
+            if due:
+                self._prefill_seq = seq
             self._set_device_kinds(True)
             self._set_api_records(True)
             return True
