@@ -2,9 +2,10 @@
 # The GPU runs still owed for issues 15, 17 and 18, one device call each (each < 10 min on the
 # H100 host; carry .whl, and .tmx .old for call 2). From the repository root:
 #
-#   bash bench/gpu_next.sh 1   # 15: `tuiprof run` overhead on generate() after session 6's
-#                              #     change (a prefill traced at most once a period): its GPU
-#                              #     test, compiled alone/tuiprof/no-cupti 5 rounds, eager rounds
+#   bash bench/gpu_next.sh 1   # 15/17: after session 6's change (a prefill traced at most once a
+#                              #     period) its GPU test, then a compiled generate() alone and
+#                              #     under tuiprof with each part added in turn (hooks, no-cupti,
+#                              #     attached, no-api, tuiprof): which part costs
 #   bash bench/gpu_next.sh 2   # 18: the app's first step on screen (old tree vs new), tmux
 #   bash bench/gpu_next.sh 3   # 17: compiled whole processes, none vs default, warm compile cache
 #   bash bench/gpu_next.sh 4   # 17: eager whole processes with the app open (none, default, app)
@@ -23,16 +24,13 @@ show() { tail -"$1" "$2"; echo; }
 
 case "${1:-}" in
 1)
-  timeout 100 python3 -m pytest -q -p no:cacheprovider -rA -k prefills \
+  timeout 90 python3 -m pytest -q -p no:cacheprovider -rA -k prefills \
     tests/gpu/test_program_gpu.py >"$OUT/gpu_prefills_test.txt" 2>&1
   show 8 "$OUT/gpu_prefills_test.txt"
-  timeout 270 python bench/overhead_program.py --mode compiled --new-tokens 65 --rounds 5 \
-    --deadline 220 --configs alone,tuiprof,no-cupti --json "$OUT/ovp_comp.json" \
-    >"$OUT/ovp_comp.txt" 2>&1
-  show 12 "$OUT/ovp_comp.txt"
-  timeout 200 python bench/overhead_program.py --mode eager --rounds 10 --deadline 150 \
-    --json "$OUT/ovp_eager.json" >"$OUT/ovp_eager.txt" 2>&1
-  show 8 "$OUT/ovp_eager.txt" ;;
+  timeout 440 python bench/overhead_program.py --mode compiled --new-tokens 65 --rounds 6 \
+    --deadline 320 --configs alone,tuiprof,no-api,attached,no-cupti,hooks \
+    --json "$OUT/ovp_parts.json" >"$OUT/ovp_parts.txt" 2>&1
+  show 12 "$OUT/ovp_parts.txt" ;;
 2)
   for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
   export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
@@ -41,13 +39,13 @@ case "${1:-}" in
     >"$OUT/startup.txt" 2>&1
   show 20 "$OUT/startup.txt" ;;
 3)
-  timeout 580 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
-    --configs none,default --deadline 470 --json "$OUT/procs_compiled.json" \
+  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,default --deadline 440 --json "$OUT/procs_compiled.json" \
     >"$OUT/procs_compiled.txt" 2>&1
   show 24 "$OUT/procs_compiled.txt" ;;
 4)
-  timeout 580 python bench/overhead_procs.py --mode eager --rounds 8 --tokens 128 \
-    --configs none,default,app --deadline 480 --json "$OUT/procs_app.json" \
+  timeout 560 python bench/overhead_procs.py --mode eager --rounds 8 --tokens 128 \
+    --configs none,default,app --deadline 440 --json "$OUT/procs_app.json" \
     >"$OUT/procs_app.txt" 2>&1
   show 36 "$OUT/procs_app.txt" ;;
 *)

@@ -11,7 +11,14 @@ Configurations (each run is its own process):
   outside a CUDA graph cost: CUPTI intercepts every API call while those kinds are on);
 * ``api-stay-on``: the same with the API kinds kept on between compiled bursts, as the
   built-in engine does (``tuiprof run`` switches them off; this measures what that saves);
-* ``no-cupti``: ``--no-cupti`` (step source, store, NVML, allocator statistics only).
+* ``no-cupti``: ``--no-cupti`` (step source, store, NVML, allocator statistics only);
+* ``attached``: CUPTI subscribed and nothing recorded between bursts (no API kinds, no memory
+  records, no bursts after the first: what CUPTI costs a program's ops merely by being there);
+* ``hooks``: ``--no-cupti --no-nvml --alloc-every 0`` (the step source's hooks on
+  ``generate()``, the per-step CUDA events and the store, nothing collected).
+
+From ``hooks`` through ``no-cupti``, ``attached`` and ``no-api`` to ``tuiprof``, each adds one
+part, so a run of all six ranks the parts.
 
 The figure is what the script measures itself: ``DECODE_MS_PER_STEP=`` (``bench/programs/
 hf_qwen.py``: median over its windows of (T(generate N) − T(generate 1)) / (N − 1)). To pay
@@ -41,7 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.overhead_procs import fork_run, interleaved_rounds  # noqa: E402
 SCRIPT = REPO / "bench" / "programs" / "hf_qwen.py"
-CONFIGS = ("alone", "tuiprof", "no-api", "api-stay-on", "no-cupti")
+CONFIGS = ("alone", "tuiprof", "no-api", "api-stay-on", "no-cupti", "attached", "hooks")
 FIGURE = re.compile(r"DECODE_MS_PER_STEP=([\d.]+)")
 
 
@@ -80,19 +87,22 @@ def child(name: str, script_args: list[str], work: Path, conn) -> None:
             from tuiprof import cli
             from tuiprof.program import command
 
-            if name in ("no-api", "api-stay-on"):
+            if name in ("no-api", "api-stay-on", "attached"):
                 make = command.program_options
 
                 def program_options(args, headless):
                     opts = make(args, headless)
-                    if name == "no-api":
-                        opts.api = False
-                    else:
+                    if name == "api-stay-on":
                         opts.compiled_api_kinds_stay_on = True
+                    else:
+                        opts.api = False
+                    if name == "attached":
+                        opts.memory, opts.sample_every = False, 10**9
                     return opts
 
                 command.program_options = program_options
-            extra = ["--no-cupti"] if name == "no-cupti" else []
+            extra = {"no-cupti": ["--no-cupti"],
+                     "hooks": ["--no-cupti", "--no-nvml", "--alloc-every", "0"]}.get(name, [])
             out["exit"] = cli.main(["run", "--headless", "--sample-every", "live",
                                     "--ring-tokens", "4", "--json",
                                     str(work / f"{name}-{os.getpid()}.json"), *extra, "--",
