@@ -2,16 +2,15 @@
 # The GPU runs still owed for issues 15, 17 and 18, one device call each (each < 10 min on the
 # H100 host; carry .whl, and .tmx .old for call 2). From the repository root:
 #
-#   bash bench/gpu_next.sh 1   # 15/17: after session 6's change (a prefill traced at most once a
-#                              #     period) its GPU test, then a compiled generate() alone and
-#                              #     under tuiprof with each part added in turn (hooks, no-cupti,
-#                              #     attached, no-api, tuiprof): which part costs
+#   bash bench/gpu_next.sh 1   # 17: compiled, what CUPTI costs in which state: none, default,
+#                              #     late-attach (CUPTI after the CUDA graphs exist; are their
+#                              #     kernels traced?), cupti-attached (nothing on between bursts)
 #   bash bench/gpu_next.sh 2   # 18: the app's first step on screen (old tree vs new), tmux
-#   bash bench/gpu_next.sh 3   # 17: compiled whole processes, none vs default, warm compile cache
+#   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again, the same six as §30
 #   bash bench/gpu_next.sh 4   # 17: eager whole processes with the app open (none, default, app)
 #
-# Done in session 6 (docs/gpu-verification.md §29): verify_program, the GPU test of a program's
-# compiled bursts, batch-32 overhead, the compile-beside capture.
+# Done in session 7 (docs/gpu-verification.md §30): compiled whole processes none vs default
+# (8 rounds), their parts, a compiled generate()'s parts, the prefill GPU test.
 # Each prints a short table; at most 8 files go to $OUT (what the device tool brings back).
 set -u
 cd "$(dirname "$0")/.."
@@ -24,13 +23,10 @@ show() { tail -"$1" "$2"; echo; }
 
 case "${1:-}" in
 1)
-  timeout 90 python3 -m pytest -q -p no:cacheprovider -rA -k prefills \
-    tests/gpu/test_program_gpu.py >"$OUT/gpu_prefills_test.txt" 2>&1
-  show 8 "$OUT/gpu_prefills_test.txt"
-  timeout 440 python bench/overhead_program.py --mode compiled --new-tokens 65 --rounds 6 \
-    --deadline 320 --configs alone,tuiprof,no-api,attached,no-cupti,hooks \
-    --json "$OUT/ovp_parts.json" >"$OUT/ovp_parts.txt" 2>&1
-  show 12 "$OUT/ovp_parts.txt" ;;
+  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 6 --tokens 2048 \
+    --configs none,default,late-attach,cupti-attached --deadline 400 \
+    --json "$OUT/procs_compiled_states.json" >"$OUT/procs_compiled_states.txt" 2>&1
+  show 30 "$OUT/procs_compiled_states.txt" ;;
 2)
   for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
   export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
@@ -39,10 +35,13 @@ case "${1:-}" in
     >"$OUT/startup.txt" 2>&1
   show 20 "$OUT/startup.txt" ;;
 3)
-  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
-    --configs none,default --deadline 440 --json "$OUT/procs_compiled.json" \
-    >"$OUT/procs_compiled.txt" 2>&1
-  show 24 "$OUT/procs_compiled.txt" ;;
+  timeout 90 python3 -m pytest -q -p no:cacheprovider -rA -k prefills \
+    tests/gpu/test_program_gpu.py >"$OUT/gpu_prefills_test.txt" 2>&1
+  show 8 "$OUT/gpu_prefills_test.txt"
+  timeout 440 python bench/overhead_program.py --mode compiled --new-tokens 65 --rounds 6 \
+    --deadline 320 --configs alone,tuiprof,no-api,attached,no-cupti,hooks \
+    --json "$OUT/ovp_parts.json" >"$OUT/ovp_parts.txt" 2>&1
+  show 12 "$OUT/ovp_parts.txt" ;;
 4)
   timeout 560 python bench/overhead_procs.py --mode eager --rounds 8 --tokens 128 \
     --configs none,default,app --deadline 440 --json "$OUT/procs_app.json" \

@@ -19,6 +19,17 @@ program *without* tuiprof. So here every run is its own process:
   traced), ``cupti-attached`` (subscribed, no memory records), ``listener`` (the per-token
   listener and store, no collector), ``nvml``, ``alloc``; and ``torch.profiler`` (the peer,
   CUDA activities, around the same generation, ``--peer``).
+* ``no-memory``: ``default`` without CUPTI's memory records.
+* ``detached``: ``default``, then CUPTI finalized after 64 steps, the floor that detaching
+  between bursts would reach. In compiled mode it is a reproducer, not a figure: on the H100
+  (CUDA 13, driver 580) the next CUDA-graph launch after ``cuptiFinalize`` fails with
+  "unspecified launch failure" (docs/gpu-verification.md §30), as Kineto found with CUDA 11-12
+  (it keeps CUPTI attached when CUDA graphs are used).
+* ``late-attach``: no CUPTI until step 64, then CUPTI as in ``default`` (its next burst comes 8
+  steps later): in compiled mode, what CUPTI costs when the CUDA graphs were captured and
+  instantiated before it attached, and (``kernels_after_attach``) whether their kernels are
+  traced at all. The question behind kernel detail on demand (attach at a key) for compiled
+  sessions, since CUPTI cannot be detached from them.
 
 To pay the imports (torch, the model code: 15 s for Qwen3 on the H100 host) once, a parent
 process imports them and **forks** one child per run before anything touches CUDA, CUPTI or
@@ -59,6 +70,9 @@ CONFIGS: dict[str, dict | str | None] = {
     "default": {},
     "cupti": {"nvml": False, "alloc_every": 0},
     "default-no-graphs": {"graphs": False},
+    "no-memory": {"memory": False},
+    "detached": {},  # default, then CUPTI finalized after SWITCH_AT steps (see above)
+    "late-attach": {"cupti": False},  # CUPTI started after SWITCH_AT steps (see above)
     "cupti-memory": {"nvml": False, "alloc_every": 0, "api": False, "sample_every": 10**9},
     "cupti-attached": {"nvml": False, "alloc_every": 0, "api": False, "memory": False,
                        "sample_every": 10**9},
@@ -68,6 +82,7 @@ CONFIGS: dict[str, dict | str | None] = {
     "torch.profiler": "peer",
     "app": "app",
 }
+SWITCH_AT = 64
 PARTS = ("cupti", "cupti-memory", "cupti-attached", "listener", "nvml", "alloc")
 
 
@@ -171,16 +186,31 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
             store = SessionStore()
             prof = Profiler(store, ProfilerOptions(**cfg, engine_kwargs=kw))
             finished = prof.token_finished
+            seen = [0]
 
             def token_finished(ev) -> None:
                 finished(ev)
                 stamps.step(ev)
+                seen[0] += 1
+                if seen[0] != SWITCH_AT:
+                    return
+                if name == "detached" and prof.cupti is not None:
+                    c, prof.cupti = prof.cupti, None  # what detaching between bursts would save
+                    c.stop()
+                elif name == "late-attach":
+                    prof.options.cupti = True
+                    prof._start_cupti()
+                    if prof.cupti is not None:
+                        prof.cupti.restart_sampling(store.next_seq())
+                        out["kernels_at_attach"] = store._counters["kernels"]
 
             prof.token_finished = token_finished  # type: ignore[method-assign]
             prof.start()
             prof.wait()
             prof.stop()
             out["state"] = prof.status.state
+            if "kernels_at_attach" in out:
+                out["kernels_after_attach"] = store._counters["kernels"] - out["kernels_at_attach"]
             if prof.status.state == "error":
                 out["error"] = prof.status.message
             over = store.overhead if hasattr(store, "overhead") else None
@@ -373,7 +403,9 @@ def main() -> int:
 
     def describe(res: dict) -> str:
         dec = res.get("decode_s")
-        return f"decode {dec if dec is None else round(dec, 3)} s whole {res['whole_s']:.2f} s"
+        extra = (f"; kernel records after the attach {res['kernels_after_attach']}"
+                 if "kernels_after_attach" in res else "")
+        return f"decode {dec if dec is None else round(dec, 3)} s whole {res['whole_s']:.2f} s" + extra
 
     rounds = interleaved_rounds(names, a.rounds, a.deadline, t_start,
                                 lambda name: run_one(name, a), describe)

@@ -81,6 +81,10 @@ def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
     # periods count token sequence numbers, which a program's 100 ms windows between calls
     # (if any) use too
     span = max(t["seq"] for t in steps) - min(t["seq"] for t in steps) + 1
-    assert 1 <= len(traced) <= span // 128 + 2 and len(traced) < len(prefills) // 4
+    periods = span // 128 + 1
+    # one due prefill a period, plus those a decode burst's 4 steps happen to hold (here up to
+    # 2 a burst: a 1-token call's prefill is followed at once by the next call's); on the H100
+    # (gpu-verification §30) 209 steps held 41 prefills and 4 were traced
+    assert 1 <= len(traced) <= 3 * periods and len(traced) < len(prefills) // 4
     assert all(t["kernels"] > 0 for t in traced)
     assert all(t["kernels"] == 0 for t in prefills if not t["sampled"])
