@@ -72,6 +72,9 @@ AUTO_SAMPLE_EVERY = {"eager": 32, "compiled": 1024}
 # torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
 # reading them every Nth token loses no allocation, only per-token resolution.
 AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
+# What an attached CUPTI cost compiled qwen3-0.6b decode against no tuiprof (whole processes,
+# H100, docs/gpu-verification.md §30): medians 1.08-1.15 in three runs, 1.117 over 8 rounds.
+COMPILED_CUPTI_COST = "+8-15 %"
 # Where each per-step device figure comes from (a snapshot's meta says so; docs/snapshot.md).
 STEP_TIME_SOURCES = {
     "gpu_ms": "CUDA events recorded before and after every step (every step, any mode)",
@@ -474,7 +477,19 @@ class Profiler(SessionControl):
         nv = self.nvml.sample_cost_s if self.nvml is not None else 0.0
         self.store.set_overhead(pct=round(100.0 * (own + nv) / wall, 2),
                                 cupti_s=round(own, 3), nvml_s=round(nv, 3), wall_s=round(wall, 1),
-                                method="tuiprof threads' CPU time / wall time")
+                                method=overhead_method(c is not None, self.status.mode))
+
+
+def overhead_method(cupti_attached: bool, mode: str) -> str:
+    """What the live overhead figure counts, and what it cannot: an attached CUPTI works inside
+    the CUDA calls of the decoding thread, which no thread's CPU time shows. In compiled mode
+    that is most of what a session costs (docs/performance.md, measured on the H100)."""
+    text = "tuiprof threads' CPU time / wall time"
+    if cupti_attached:
+        text += "; not counted: CUPTI inside CUDA calls"
+        if mode == "compiled":
+            text += f" ({COMPILED_CUPTI_COST} compiled decode on an H100; --no-cupti avoids it)"
+    return text
 
 
 def rank_facts() -> dict:
