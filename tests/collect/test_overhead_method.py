@@ -12,6 +12,6 @@ def test_without_cupti_the_figure_is_the_threads_alone():
 
 def test_an_attached_cupti_is_named_as_not_counted():
     eager = overhead_method(True, "eager")
-    assert "not counted: CUPTI inside CUDA calls" in eager and COMPILED_CUPTI_COST not in eager
+    assert "not counted: CUPTI in CUDA calls" in eager and COMPILED_CUPTI_COST not in eager
     compiled = overhead_method(True, "compiled")
     assert COMPILED_CUPTI_COST in compiled and "--no-cupti" in compiled
