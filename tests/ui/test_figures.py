@@ -104,7 +104,7 @@ def test_comparison_labels_traced_token_counts(restarted):
 
     async def body(app, pilot):
         await pilot.press("v")
-        await pilot.pause()
+        await pilot.pause(0.3)  # the comparison is built on a timer after the first paint
         app.refresh_now()
         await pilot.pause()
         lines = screen_text(app).splitlines()

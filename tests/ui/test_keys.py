@@ -90,7 +90,7 @@ def test_compare_help_theme_freeze(control, tmp_path):
 
     async def body(pilot):
         await pilot.press("v")
-        await pilot.pause()
+        await pilot.pause(0.3)      # the comparison is built on a timer after the first paint
         assert isinstance(app.screen, CompareScreen)
         text = screen_text(app)
         assert "tokens/s" in text and "kernels/step" in text
@@ -278,3 +278,15 @@ def test_status_line_says_what_is_sampled(recordings, tmp_path):
 
     text = asyncio.run(main())
     assert "traced: 4 tokens in every 128" in text, text
+
+
+def test_compare_paints_a_placeholder_before_the_comparison(control, tmp_path):
+    """The comparison takes ~1 s to build on a busy 2-core CPU; until then the screen says so
+    instead of showing nothing (tmux at 80×24 caught a blank screen 0.7 s after `v`)."""
+    app = new_app(control, tmp_path)
+
+    async def body(pilot):
+        app.push_screen(CompareScreen())   # pushed, never shown a view
+        await pilot.pause()
+        assert "building the comparison" in screen_text(app)
+    drive(app, body, size=(80, 24))

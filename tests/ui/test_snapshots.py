@@ -40,5 +40,5 @@ def test_compare_120x40(snap_app, snap_compare):
     async def run_before(pilot):
         await _refresh(pilot)
         await pilot.press("v")
-        await pilot.pause()
+        await pilot.pause(0.3)  # the comparison is built on a timer after the first paint
     assert snap_compare(snap_app(), terminal_size=(120, 40), run_before=run_before)

@@ -84,7 +84,7 @@ def test_view_reopens_a_multi_configuration_snapshot(tmp_path):
             await pilot.press("k")
             assert k.resolved_batch == 4
             await pilot.press("v")
-            await pilot.pause()
+            await pilot.pause(0.3)  # the comparison is built on a timer after the first paint
             assert isinstance(app.screen, CompareScreen)
             text = screen_text(app)
             assert "b1 eager" in text and "b4 eager" in text

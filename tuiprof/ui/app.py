@@ -450,7 +450,8 @@ class TuiprofApp(App):
             return
         scr = CompareScreen()
         self.push_screen(scr, callback=lambda _=None: self.refresh_view(force=True))
-        self.call_after_refresh(lambda: scr.is_mounted and scr.show(self.store.view(raw=False)))
+        # a timer, not call_after_refresh: the screen and its placeholder paint first
+        self.set_timer(0.05, lambda: scr.is_mounted and scr.show(self.store.view(raw=False)))
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
