@@ -109,3 +109,22 @@ def test_compile_cost_is_the_median_beside_the_compile_against_the_clean_one():
     assert compile_cost_text((12.0, 8.0, 3)) == "beside the compile: 12.00 ms/step vs 8.00 clean (3 steps, +50%)"
     head = header_numbers(view, "eager")     # the compile runs now: the header says so and
     assert head.beside_compile and head.tok_s == pytest.approx(1000 / 12)   # shows those steps
+
+
+def test_without_cupti_no_step_counts_as_traced():
+    """On a CPU (or with --no-cupti) every step is 'sampled' by the schedule but none has kernel
+    records: the compare screen said "traced decode steps 3,275" in tmux; it must say none."""
+    from tuiprof.store import SessionStore
+    from tuiprof.ui.derive import config_summary, traced_tokens
+
+    store = SessionStore()
+    for i in range(5):
+        seq = store.begin_token("decode", "eager", i * 1000, i)
+        store.end_token(seq, i * 1000 + 500, 0.5)
+    assert traced_tokens(store.view(), "decode", "eager") == 5   # CUPTI's state unknown
+    store.set_collector("cupti", False, "no CUPTI: CUDA driver is not found")
+    assert traced_tokens(store.view(), "decode", "eager") == 0
+    s = config_summary(store.view(), (1, "eager"))
+    assert s.traced == 0 and s.tokens == 5
+    # and no kernel figure is made of nothing: "–", not "0 kernels/step" or "0.0 % busy"
+    assert s.kernels_token is None and s.busy_pct is None and s.graph_pct is None

@@ -320,6 +320,9 @@ def traced_tokens(view: Any, phase: str, mode: str) -> int:
     """Tokens of (phase, mode) whose kernels were traced: the ones kernel counts come from
     (sampling leaves the others without records). Tokens that left the series are counted by
     the store's running statistics."""
+    cupti = view.collectors.get("cupti")
+    if cupti is not None and not cupti.get("ok", True) and not view.kernels:
+        return 0  # no CUPTI in this session: nothing was traced, whatever the sampling said
     ts = view.token_stats.get((phase, mode)) or {}
     gone = ts["kernels"].count if "kernels" in ts else 0
     return gone + sum(1 for t in view.tokens
@@ -445,14 +448,15 @@ def mode_summary(view: Any, mode: str, top: int = 8) -> ModeSummary:
     g = [gpu_ms(r) for r in rows if gpu_ms(r) is not None]
     s.gpu_ms = median(g)
     # kernel figures only from tokens whose device records were kept (sampling)
-    krows = [r for r in rows if getattr(r, "sampled", True)]
+    # (none at all without CUPTI: its steps are "sampled" by the schedule, with no records)
+    krows = [r for r in rows if getattr(r, "sampled", True)] if s.traced else []
     b = [busy_fraction(r) for r in krows if busy_fraction(r) is not None]
     s.busy_pct = median(b)
     if krows:
         s.kernels_token = sum(r.kernels for r in krows) / len(krows)
         kt = sum(r.kernels for r in krows)
         s.graph_pct = 100.0 * sum(r.graph_kernels for r in krows) / kt if kt else None
-    elif ts and ts["kernels"].count:  # every token of this mode has left the window
+    elif s.traced and ts and ts["kernels"].count:  # every token of this mode has left the window
         s.kernels_token = ts["kernels"].mean
         if s.ms_token and ts["busy_ns"].count:
             s.busy_pct = 100.0 * ts["busy_ns"].mean / 1e6 / s.ms_token
