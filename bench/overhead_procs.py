@@ -294,6 +294,13 @@ def fork_run(target, args: tuple, config: str, timeout: float) -> dict:
     return res
 
 
+def write_json(a: argparse.Namespace, rounds: list, table: dict) -> None:
+    """The run's arguments, every round's results and the table, where ``--json`` says."""
+    if a.json:
+        Path(a.json).write_text(json.dumps({"args": vars(a), "rounds": rounds, "table": table},
+                                           indent=1))
+
+
 def round_order(names: list[str], r: int) -> list[str]:
     """Round ``r``'s order (see :func:`interleaved_rounds`). Reversing every odd round of a
     rotation, as an earlier version did, gives two configurations the same order every round."""
@@ -421,9 +428,7 @@ def main() -> int:
               f"({row['decode_ratio_min']:.3f}-{row['decode_ratio_max']:.3f}) | "
               f"{row['decode_ratio_totals']:.3f} | {row['whole_ratio_median']:.3f} | "
               f"{row['ms_per_step_median']:.2f} | {row['whole_s_median']:.1f} |")
-    if a.json:
-        Path(a.json).write_text(json.dumps({"args": vars(a), "rounds": rounds, "table": table},
-                                           indent=1))
+    write_json(a, rounds, table)
     return 0
 
 

@@ -46,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.overhead_procs import fork_run, interleaved_rounds  # noqa: E402
+from bench.overhead_procs import fork_run, interleaved_rounds, write_json  # noqa: E402
 SCRIPT = REPO / "bench" / "programs" / "hf_qwen.py"
 CONFIGS = ("alone", "tuiprof", "no-api", "api-stay-on", "no-cupti", "attached", "hooks")
 FIGURE = re.compile(r"DECODE_MS_PER_STEP=([\d.]+)")
@@ -217,9 +217,7 @@ def main() -> int:
             continue
         print(f"| {name} | {row['rounds']} | {row['ms_median']:.3f} | {row['ratio_median']:.3f}"
               f" ({row['ratio_min']:.3f}-{row['ratio_max']:.3f}) |")
-    if a.json:
-        Path(a.json).write_text(json.dumps({"args": vars(a), "rounds": rounds, "table": table},
-                                           indent=1))
+    write_json(a, rounds, table)
     return 0
 
 
