@@ -294,6 +294,17 @@ def fork_run(target, args: tuple, config: str, timeout: float) -> dict:
     return res
 
 
+def with_baseline(names: list[str], baseline: str, known) -> bool:
+    """Put ``baseline`` first in ``names`` (in place) unless it is there; False, having said
+    which, if a name is not a known configuration."""
+    if baseline not in names:
+        names.insert(0, baseline)
+    bad = [n for n in names if n not in known]
+    if bad:
+        print(f"unknown configuration {bad[0]!r}: pick from {', '.join(known)}")
+    return not bad
+
+
 def write_json(a: argparse.Namespace, rounds: list, table: dict) -> None:
     """The run's arguments, every round's results and the table, where ``--json`` says."""
     if a.json:
@@ -393,11 +404,7 @@ def main() -> int:
         names += [n for n in PARTS if n not in names]
     if a.peer and "torch.profiler" not in names:
         names.append("torch.profiler")
-    if "none" not in names:
-        names.insert(0, "none")
-    bad = [n for n in names if n not in CONFIGS]
-    if bad:
-        print(f"unknown configuration {bad[0]!r}: pick from {', '.join(CONFIGS)}")
+    if not with_baseline(names, "none", CONFIGS):
         return 2
     t_start = time.perf_counter()
     preimport(a.model, app="app" in names)

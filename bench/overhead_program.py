@@ -46,7 +46,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.overhead_procs import fork_run, interleaved_rounds, write_json  # noqa: E402
+from bench.overhead_procs import (fork_run, interleaved_rounds, with_baseline,  # noqa: E402
+                                  write_json)
 SCRIPT = REPO / "bench" / "programs" / "hf_qwen.py"
 CONFIGS = ("alone", "tuiprof", "no-api", "api-stay-on", "no-cupti", "attached", "hooks")
 FIGURE = re.compile(r"DECODE_MS_PER_STEP=([\d.]+)")
@@ -188,11 +189,7 @@ def main() -> int:
     p.add_argument("--json", default=None)
     a = p.parse_args()
     names = [n for n in a.configs.split(",") if n]
-    if "alone" not in names:
-        names.insert(0, "alone")
-    bad = [n for n in names if n not in CONFIGS]
-    if bad:
-        print(f"unknown configuration {bad[0]!r}: pick from {', '.join(CONFIGS)}")
+    if not with_baseline(names, "alone", CONFIGS):
         return 2
     script_args = ["--mode", a.mode, "--new-tokens", str(a.new_tokens), "--repeats",
                    str(a.repeats), "--device", a.device] + (["--tiny"] if a.tiny else [])
