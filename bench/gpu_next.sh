@@ -4,10 +4,12 @@
 #
 #   bash bench/gpu_next.sh 1   # 17: compiled, what CUPTI costs in which state: none, default,
 #                              #     late-attach (CUPTI after the CUDA graphs exist; are their
-#                              #     kernels traced?), cupti-attached (nothing on between bursts)
+#                              #     kernels traced?), torch.profiler (the peer, same method)
 #   bash bench/gpu_next.sh 2   # 18: the app's first step on screen (old tree vs new), tmux
 #   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again, the same six as §30
 #   bash bench/gpu_next.sh 4   # 17: eager whole processes with the app open (none, default, app)
+#   bash bench/gpu_next.sh 5   # 17: a compiled session's header in tmux; app-open eager again,
+#                              #     with and without the findings pass (carry .tmx too)
 #
 # Done in session 7 (docs/gpu-verification.md §30): compiled whole processes none vs default
 # (8 rounds), their parts, a compiled generate()'s parts, the prefill GPU test.
@@ -24,7 +26,7 @@ show() { tail -"$1" "$2"; echo; }
 case "${1:-}" in
 1)
   timeout 560 python bench/overhead_procs.py --mode compiled --rounds 6 --tokens 2048 \
-    --configs none,default,late-attach,cupti-attached --deadline 400 \
+    --configs none,default,late-attach,torch.profiler --deadline 400 \
     --json "$OUT/procs_compiled_states.json" >"$OUT/procs_compiled_states.txt" 2>&1
   show 30 "$OUT/procs_compiled_states.txt" ;;
 2)
@@ -47,6 +49,20 @@ case "${1:-}" in
     --configs none,default,app --deadline 440 --json "$OUT/procs_app.json" \
     >"$OUT/procs_app.txt" 2>&1
   show 36 "$OUT/procs_app.txt" ;;
+5)
+  # 17: a compiled session's header on the H100 (the overhead method), the counter during c;
+  # then the app-open eager rounds again: the app with and without its findings pass.
+  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
+  export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
+  T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+  OUT=$OUT timeout 150 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
+    --name gpu_compiled_header_200x50 --steps "25:;0:c;10:;10:;10:;10:;10:;10:;15:;0:q;5:" \
+    -- python -m tuiprof --model qwen3-0.6b >/dev/null 2>&1
+  awk '/^=====/{n=3} n-->0' "$OUT/gpu_compiled_header_200x50.txt" | cut -c1-200 | head -40
+  timeout 440 python bench/overhead_procs.py --mode eager --rounds 8 --tokens 128 \
+    --configs none,app,app-no-findings --deadline 370 --json "$OUT/procs_app2.json" \
+    >"$OUT/procs_app2.txt" 2>&1
+  show 30 "$OUT/procs_app2.txt" ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1|2|3|4 (see the head of this file)"; exit 2 ;;
 esac

@@ -13,7 +13,10 @@ program *without* tuiprof. So here every run is its own process:
   so it pays its imports itself; only the decode figure compares) with tuiprof's defaults, and
   the Textual app headless at 200×50 in the run's process, pulling and redrawing at 4 Hz the
   whole time. Decode wall time from the session's own end time of each step (its token clock:
-  CUPTI's timestamps, which on Linux read the same clock as ``time.time_ns()``).
+  CUPTI's timestamps, which on Linux read the same clock as ``time.time_ns()``). Its line
+  also gives the session's own overhead figure and the CPU time it spent answering the app.
+  ``app-no-findings``: the same app without its findings pass (every 2 s, on the raw records of
+  the last 16 traced tokens).
 * parts (``--parts``), each alone: ``cupti`` (CUPTI as in ``default``, nothing else),
   ``cupti-memory`` (subscribed, memory records only; the prefill and the first burst are still
   traced), ``cupti-attached`` (subscribed, no memory records), ``listener`` (the per-token
@@ -81,6 +84,7 @@ CONFIGS: dict[str, dict | str | None] = {
     "alloc": {"cupti": False, "nvml": False},
     "torch.profiler": "peer",
     "app": "app",
+    "app-no-findings": "app",  # the app without its findings pass (raw records every 2 s)
 }
 SWITCH_AT = 64
 PARTS = ("cupti", "cupti-memory", "cupti-attached", "listener", "nvml", "alloc")
@@ -150,7 +154,7 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
         stamps = Stamps(a.skip)
         kw = _engine_kwargs(a)
         if cfg == "app":
-            out.update(_app_run(a, kw))
+            out.update(_app_run(a, kw, findings=name != "app-no-findings"))
         elif cfg is None or cfg == "peer":
             from tuiprof.engine.events import NullListener
             from tuiprof.engine.load import load_engine
@@ -226,7 +230,7 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
     os._exit(0)
 
 
-def _app_run(a: argparse.Namespace, kw: dict) -> dict:
+def _app_run(a: argparse.Namespace, kw: dict, findings: bool = True) -> dict:
     """The live app over a session process of its own until the session is done; the decode
     time from the session's per-step end times (``--skip`` steps left out, as in Stamps)."""
     import asyncio
@@ -239,7 +243,7 @@ def _app_run(a: argparse.Namespace, kw: dict) -> dict:
     ctl = RemoteControl(ProfilerOptions(engine_kwargs=kw), {"ring_tokens": 64})
     ctl.start()
     app = make_app(ctl, title="overhead-app", export_dir=Path(tempfile.mkdtemp()),
-                   refresh_hz=4.0)
+                   refresh_hz=4.0, findings_interval=2.0 if findings else 1e9)
     got: dict = {}
 
     async def run() -> None:
@@ -255,6 +259,8 @@ def _app_run(a: argparse.Namespace, kw: dict) -> dict:
             view = ctl.view(raw=False)
             ends = sorted(t.end_ns for t in view.tokens if t.done and t.phase == "decode")
             got["pulls"] = ctl.pulls
+            over = view.overhead or {}  # the session's own figure, serving the app included
+            got["own_pct"], got["serve_s"] = over.get("pct"), over.get("serve_s")
             if len(ends) > a.skip:
                 got["steps"] = len(ends) - a.skip
                 got["decode_s"] = (ends[-1] - ends[a.skip - 1]) / 1e9
@@ -407,7 +413,7 @@ def main() -> int:
     if not with_baseline(names, "none", CONFIGS):
         return 2
     t_start = time.perf_counter()
-    preimport(a.model, app="app" in names)
+    preimport(a.model, app=any(CONFIGS.get(n) == "app" for n in names))
     print(f"# {a.model} {a.mode} batch {a.batch}: {a.tokens} timed decode steps per run "
           f"after {a.skip}; imports {time.perf_counter() - t_start:.1f} s", flush=True)
     if a.warm_compile == "yes" or (a.warm_compile == "auto" and a.mode == "compiled"):
@@ -419,6 +425,9 @@ def main() -> int:
         dec = res.get("decode_s")
         extra = (f"; kernel records after the attach {res['kernels_after_attach']}"
                  if "kernels_after_attach" in res else "")
+        if res.get("serve_s") is not None:
+            extra += (f"; session's own {res['own_pct']} % (answering the app "
+                      f"{res['serve_s']:.2f} s, {res['pulls']} pulls)")
         return f"decode {dec if dec is None else round(dec, 3)} s whole {res['whole_s']:.2f} s" + extra
 
     rounds = interleaved_rounds(names, a.rounds, a.deadline, t_start,

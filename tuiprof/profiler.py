@@ -116,6 +116,7 @@ class Profiler(SessionControl):
         self._tokens_seen = 0
         self._t_start = time.perf_counter()
         self._cpu0 = time.process_time()
+        self.serve_s = 0.0            # CPU time answering a UI in another process (remote)
         self.done = threading.Event()
         self._stopping = False
         self._old_switch: float | None = None
@@ -208,6 +209,7 @@ class Profiler(SessionControl):
                 return
             self._t_start = time.perf_counter()
             self._cpu0 = time.process_time()
+            self.serve_s = 0.0
             self.engine.listener = self
             self.engine.start()
         except Exception as exc:  # one line on the status bar, never a traceback
@@ -465,7 +467,8 @@ class Profiler(SessionControl):
     # ---------------------------------------------------------------- overhead
     def _update_overhead(self) -> None:
         """tuiprof's own work as a share of wall time: CPU time of the record consumer (parse +
-        fold) and of the NVML sampler thread, over wall time.
+        fold), of the NVML sampler thread and of answering a UI process (``serve_s``, its
+        pulls: deltas built and pickled here), over wall time.
 
         On an eager, GIL-bound decode this approximates the slowdown: every CPU second
         tuiprof's threads spend in Python is taken from the generation thread.
@@ -476,8 +479,10 @@ class Profiler(SessionControl):
         c = self.cupti
         own = (c.callback_s + c.fold_s) if c is not None else 0.0
         nv = self.nvml.sample_cost_s if self.nvml is not None else 0.0
-        self.store.set_overhead(pct=round(100.0 * (own + nv) / wall, 2),
-                                cupti_s=round(own, 3), nvml_s=round(nv, 3), wall_s=round(wall, 1),
+        serve = self.serve_s
+        self.store.set_overhead(pct=round(100.0 * (own + nv + serve) / wall, 2),
+                                cupti_s=round(own, 3), nvml_s=round(nv, 3),
+                                serve_s=round(serve, 3), wall_s=round(wall, 1),
                                 method=overhead_method(c is not None, self.status.mode))
 
 

@@ -50,22 +50,18 @@ def _pull(store, mirror, cursor, raw_tokens=0):
     return cursor, delta
 
 
-def test_mirror_follows_late_records_allocs_resets_and_bounds(recordings):
-    rec = recordings["eager"]
-    store = SessionStore(ring_tokens=8, series_len=40, nvml_len=30)
-    mirror = Mirror(series_len=40, nvml_len=30)
+def _feed(store: SessionStore, rec, reset_after: int | None = None):
+    """Replay ``rec`` token by token, records LAG tokens late and allocator statistics after
+    each token, NVML samples in time; yields after every mark; the rest of the records last."""
     records = sorted(rec.records, key=record_start)
     marks = sorted(rec.marks, key=lambda m: m[2])
     cols = rec.meta["nvml_columns"]
     nvml = [dict(zip(cols, r)) for r in rec.nvml]
     for s in nvml:
         s["ts_ns"] = s.pop(cols[0])
-    rng = random.Random(7)
-    cursor = None
     ends: list[int] = []
     ri = ni = 0
     open_seq = None
-    sent_rows = pulls = 0
     for event, step, ts in marks:
         if event.endswith("_start"):
             open_seq = store.begin_token("prefill" if event.startswith("prefill") else "decode",
@@ -86,20 +82,64 @@ def test_mirror_follows_late_records_allocs_resets_and_bounds(recordings):
             while ni < len(nvml) and nvml[ni]["ts_ns"] <= ts:
                 store.add_nvml_sample(nvml[ni])
                 ni += 1
-        if len(ends) == 15 and event.endswith("_end"):
+        if len(ends) == reset_after and event.endswith("_end"):
             store.reset()
+        yield
+    store.add_records(records[ri:])
+
+
+def test_mirror_follows_late_records_allocs_resets_and_bounds(recordings):
+    store = SessionStore(ring_tokens=8, series_len=40, nvml_len=30)
+    mirror = Mirror(series_len=40, nvml_len=30)
+    rng = random.Random(7)
+    cursor = None
+    sent_rows = pulls = 0
+    for _ in _feed(store, recordings["eager"], reset_after=15):
         if rng.random() < 0.3:
             cursor, delta = _pull(store, mirror, cursor)
             sent_rows += len(delta["tokens"])
             pulls += 1
             _same(store, mirror)
-    store.add_records(records[ri:])
     cursor, delta = _pull(store, mirror, cursor, raw_tokens=None)
     _same(store, mirror)
     assert [s for s, _ in mirror.view().raw] == [s for s, _ in store.view().raw]
     assert len(store.view().tokens) == 40 and len(mirror.view().nvml) == 30
     # Incremental: far fewer rows crossed than a full copy per pull would send.
     assert sent_rows < pulls * 40 / 3, (sent_rows, pulls)
+
+
+def _raw_sent(delta: dict) -> int:
+    return sum(len(recs) for _, _, recs in delta["raw"]["add"])
+
+
+def test_raw_records_cross_once_as_they_arrive(recordings):
+    """Findings pull the raw records of the last 16 traced tokens every 2 s. Each record crosses
+    to the mirror once, as it arrives (records come tokens late, so a token's list grows after
+    it was first sent); the mirror's raw tail still equals the store's after every pull, and a
+    pull with nothing new sends no record (before, all ~60,000 records of an eager burst window:
+    6 MB pickled under the session's GIL every 2 s)."""
+    store, mirror = SessionStore(ring_tokens=24), Mirror()
+    rng = random.Random(3)
+    cursor = None
+    sent = pulls = 0
+    for _ in _feed(store, recordings["eager"], reset_after=30):
+        roll = rng.random()
+        if roll < 0.4:
+            n = 16  # the app's findings (FINDINGS_RAW_TOKENS)
+            cursor, delta = _pull(store, mirror, cursor, raw_tokens=n)
+            sent += _raw_sent(delta)
+            pulls += 1
+            assert mirror.view().raw == store.view(raw_tokens=n).raw
+            cursor, delta = _pull(store, mirror, cursor, raw_tokens=n)
+            assert _raw_sent(delta) == 0 and mirror.view().raw == store.view(raw_tokens=n).raw
+        elif roll < 0.6:
+            cursor, _ = _pull(store, mirror, cursor)  # the UI timer's pull keeps what is held
+    cursor, delta = _pull(store, mirror, cursor, raw_tokens=None)  # an export: every entry
+    assert mirror.view().raw == store.view().raw
+    total = sum(len(r) for _, r in store.view().raw)
+    assert pulls > 20 and total > 0
+    # No record crossed twice: at most every record of the recording, once.
+    assert 0 < sent + _raw_sent(delta) <= len(recordings["eager"].records), sent
 
 
 def test_unchanged_aggregates_are_not_sent_again(recordings):

@@ -57,7 +57,7 @@ class Mirror:
                 part.api, part.allocs = old.api, old.allocs
             self._parts[key] = part
         if delta["raw"] is not None:
-            self._raw = delta["raw"]
+            self._raw = _merge_raw(self._raw, delta["raw"])
 
     def _merge_tokens(self, rows: list) -> None:
         if not rows:
@@ -79,3 +79,19 @@ class Mirror:
                             counters=s["counters"], collectors=s["collectors"],
                             events=s["events"], overhead=s["overhead"],
                             output=list(self._output))
+
+
+def _merge_raw(held: list, change: dict) -> list:
+    """The raw entries after one :func:`tuiprof.store.session._raw_changes`: the kept ones,
+    each with its new records appended. Lists are rebuilt, never extended in place: a view
+    handed to a findings worker may still be reading the old ones."""
+    old = dict(held)
+    added = {seq: (start, recs) for seq, start, recs in change["add"]}
+    out = []
+    for seq in change["keep"]:
+        recs = old.get(seq, [])
+        if seq in added:
+            start, more = added[seq]
+            recs = recs[:start] + more
+        out.append((seq, recs))
+    return out

@@ -132,11 +132,14 @@ def _serve_requests(conn: Any, server: SessionServer, term: threading.Event | No
         if op == "close":
             _send(conn, ("ok", None))
             return False
+        t0 = time.thread_time()  # answering (reply pickled in send) counts as tuiprof's own
         try:
             reply = ("ok", server.handle(op, *args))
         except Exception as exc:
             reply = ("err", one_line(exc))
-        if not _send(conn, reply):
+        sent = _send(conn, reply)
+        prof.serve_s += time.thread_time() - t0
+        if not sent:
             return True
 
 
