@@ -169,3 +169,34 @@ def test_kernel_names_get_the_width_first_at_80x24(store):
         assert "Triton fused add·cat·cos·index_copy·mean…" in text
         assert "% GPU" in text and "count" in text and "avg" in text
     _run(store, (80, 24), body)
+
+
+def test_traced_steps_older_than_the_series_are_named_in_both_panes(recordings):
+    """Compiled sampling traces 4 steps in 4,096: on the H100 at step 8,102 the utilisation
+    pane said "no traced decode/compiled step yet" beside a latency footer and a kernel table
+    built from 8 traced steps (they had left the series of 2,048). Both panes now give the
+    store's running mean of those steps' kernel-busy share, the same figure."""
+    st = SampledStore(series_len=80)
+    replay_into(recordings["compiled"], st)
+    view = st.view(raw=False)
+    traced = [100.0 * t.busy_ns / (t.end_ns - t.start_ns) for t in view.tokens
+              if t.phase == "decode" and t.kernels]
+    st.untraced = True
+    replay_into(shifted(recordings["compiled"], 10**10), st)
+    replay_into(shifted(recordings["compiled"], 2 * 10**10), st)
+    view = st.view(raw=False)
+    assert not [t for t in view.tokens if t.phase == "decode" and t.kernels]
+    mean = sum(traced) / len(traced)
+
+    async def body(app, pilot):
+        await pilot.press("3")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "no traced decode/compiled step yet" not in text
+        assert f"none in the series; mean of {len(traced)} earlier" in text, text
+        line = next(ln for ln in text.splitlines() if "kernel busy/step" in ln)
+        shown = float(line.split("kernel busy/step")[1].split()[1][:-1])
+        assert shown == pytest.approx(mean, abs=0.05)
+        footer = str(app.query_one("#latency-summary").render())
+        assert f"(mean of {len(traced)} earlier): kernel-busy {mean:.1f}%" in footer, footer
+    _run(st, (200, 50), body)

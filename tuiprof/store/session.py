@@ -108,9 +108,10 @@ class KernelAggregate:
 
 
 # per (phase, mode): "span_ns" is a traced step's kernel span (first kernel start to last kernel
-# end), "graph_span_ns" an untraced compiled step's span from CUPTI graph records
+# end), "graph_span_ns" an untraced compiled step's span from CUPTI graph records, "busy_pct" a
+# traced step's kernel-busy share of its own wall time (derive.busy_fraction)
 TOKEN_STATS = ("host_ms", "gpu_ms", "kernels", "busy_ns", "kernel_ns", "seqs", "span_ns",
-               "graph_span_ns")
+               "graph_span_ns", "busy_pct")
 
 
 @dataclass(slots=True)
@@ -359,6 +360,8 @@ class SessionStore:
             ts["kernel_ns"].add(row.kernel_ns)
             if row.kernels and "span_ns" in ts:
                 ts["span_ns"].add(row.last_kernel_end_ns - row.first_kernel_ns)
+            if row.kernels and "busy_pct" in ts and row.end_ns > row.start_ns:
+                ts["busy_pct"].add(100.0 * row.busy_ns / (row.end_ns - row.start_ns))
         elif row.graphs and "graph_span_ns" in ts:
             ts["graph_span_ns"].add(row.graph_last_end_ns - row.graph_first_ns)
 

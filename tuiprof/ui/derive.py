@@ -81,6 +81,27 @@ class TokenKernels:
     busy_pct: float | None
 
 
+@dataclass
+class EarlierTraced:
+    """Running means over the traced tokens of (phase, mode) that have left the series."""
+
+    count: int
+    kernels: float | None
+    busy_pct: float
+
+
+def earlier_traced(view: Any, phase: str, mode: str) -> EarlierTraced | None:
+    """The store's running means of traced tokens that left the series, or ``None``: compiled
+    sampling traces 4 steps in 4,096, so at most times every traced step is older than the
+    series of 2,048 (and "no traced step yet" would be wrong). Busy share as
+    :func:`busy_fraction`, each token over its own wall time."""
+    ts = view.token_stats.get((phase, mode)) or {}
+    busy, kn = ts.get("busy_pct"), ts.get("kernels")
+    if busy is None or not busy.count:
+        return None
+    return EarlierTraced(busy.count, kn.mean if kn is not None and kn.count else None, busy.mean)
+
+
 def latest_traced(view: Any, phase: str, mode: str) -> TokenKernels | None:
     """The latest traced token of (``phase``, ``mode``) in the series, or ``None``."""
     for r in reversed(view.tokens):

@@ -11,7 +11,7 @@ from textual_plotext import PlotextPlot
 
 from .. import format as fmt
 from ..derive import (compile_cost, compile_cost_text, config_label, latency_series,
-                      latest_traced, place_labels)
+                      earlier_traced, latest_traced, place_labels)
 
 # columns of the plot left of its canvas (y tick labels and axis) and right of it
 Y_AXIS_COLS = 10
@@ -107,12 +107,11 @@ def _kernel_note(view: Any, last: Any) -> Text:
             return Text(" · no kernel records (CUPTI off)", "dim")
         # Sampling traces 4 tokens in thousands in compiled mode: the traced ones may have
         # left the series. Their running means are kept: say so rather than "none yet".
-        ts = view.token_stats.get((last.phase, last.mode)) or {}
-        kn, busy, host = ts.get("kernels"), ts.get("busy_ns"), ts.get("host_ms")
-        if kn is not None and kn.count and busy is not None and host is not None and host.count:
-            pct = 100.0 * busy.mean / 1e6 / host.median if host.median else None
-            return Text(f" · traced {last.phase}/{last.mode} (mean of {kn.count:,} earlier): "
-                        f"kernel-busy {fmt.pct(pct)} · {kn.mean:,.0f} kernels")
+        e = earlier_traced(view, last.phase, last.mode)
+        if e is not None:
+            kernels = f" · {e.kernels:,.0f} kernels" if e.kernels is not None else ""
+            return Text(f" · traced {last.phase}/{last.mode} (mean of {e.count:,} earlier): "
+                        f"kernel-busy {fmt.pct(e.busy_pct)}{kernels}")
         return Text(f" · no traced {last.phase}/{last.mode} step yet", "dim")
     who = "" if k.seq == last.seq else f"traced #{k.seq}: "
     return Text(f" · {who}kernel-busy {fmt.pct(k.busy_pct)} · {k.kernels:,} kernels")

@@ -12,7 +12,8 @@ from textual.widgets import Static
 
 from .. import format as fmt
 from ...store.records import DECODE
-from ..derive import NVML_SERIES, busy_fraction, mean, nvml_series, traced_rows
+from ..derive import (NVML_SERIES, busy_fraction, earlier_traced, mean, nvml_series,
+                      traced_rows)
 from .base import Pane, RefreshContext
 
 
@@ -68,10 +69,18 @@ class UtilPane(Pane):
         # another workload, and untraced tokens have no kernel records.
         rows = traced_rows(view.tokens, DECODE, ctx.mode)[-n:]
         busy = [busy_fraction(r) for r in rows]
+        earlier = None if rows else earlier_traced(view, DECODE, ctx.mode)
         tbl.add_row(Text("kernel busy/step", "bold"), fmt.pct(busy[-1] if busy else None),
-                    fmt.pct(mean(busy)), Text(fmt.spark(busy, n, 0, 100), "green"))
-        tbl.add_row("", "", "", Text(f"traced decode/{ctx.mode} tokens: last {len(rows)}"
-                                     if rows else f"no traced decode/{ctx.mode} step yet", "dim"))
+                    fmt.pct(mean(busy) if busy else earlier and earlier.busy_pct),
+                    Text(fmt.spark(busy, n, 0, 100), "green"))
+        if rows:
+            note = f"traced decode/{ctx.mode} tokens: last {len(rows)}"
+        elif earlier is not None:  # compiled sampling: the traced steps left the series
+            note = (f"traced decode/{ctx.mode}: none in the series; mean of "
+                    f"{earlier.count:,} earlier")
+        else:
+            note = f"no traced decode/{ctx.mode} step yet"
+        tbl.add_row("", "", "", Text(note, "dim"))
         if have_nvml:
             last = view.nvml[-1]
             parts = []
