@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# The GPU runs still owed for issues 15, 17 and 18, one device call each (each < 10 min on the
-# H100 host; carry .whl, and .tmx .old for call 2). From the repository root:
+# GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
+# carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   bash bench/gpu_next.sh 1   # 17: compiled, what CUPTI costs in which state: none, default,
-#                              #     late-attach (CUPTI after the CUDA graphs exist; are their
-#                              #     kernels traced?), torch.profiler (the peer, same method)
+#   bash bench/gpu_next.sh 6   # NEXT (17): eager none, default, remote, app: is the app-open
+#                              #     cost (§31: 1.17-1.21 against default 1.06) the spawned
+#                              #     session process itself, or the app process beside it?
+#   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
+#
+# Done (docs/gpu-verification.md §30, §31):
+#   bash bench/gpu_next.sh 1   # 17: compiled none, default, late-attach, torch.profiler
 #   bash bench/gpu_next.sh 2   # 18: the app's first step on screen (old tree vs new), tmux
-#   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again, the same six as §30
 #   bash bench/gpu_next.sh 4   # 17: eager whole processes with the app open (none, default, app)
-#   bash bench/gpu_next.sh 5   # 17: a compiled session's header in tmux; app-open eager again,
-#                              #     with and without the findings pass (carry .tmx too)
-#
-# Done in session 7 (docs/gpu-verification.md §30): compiled whole processes none vs default
-# (8 rounds), their parts, a compiled generate()'s parts, the prefill GPU test.
+#   bash bench/gpu_next.sh 5   # 17: a session in tmux pressing c; app-open eager with and
+#                              #     without the findings pass
 # Each prints a short table; at most 8 files go to $OUT (what the device tool brings back).
 set -u
 cd "$(dirname "$0")/.."
@@ -63,6 +63,11 @@ case "${1:-}" in
     --configs none,app,app-no-findings --deadline 370 --json "$OUT/procs_app2.json" \
     >"$OUT/procs_app2.txt" 2>&1
   show 30 "$OUT/procs_app2.txt" ;;
+6)
+  timeout 560 python bench/overhead_procs.py --mode eager --rounds 8 --tokens 128 \
+    --configs none,default,remote,app --deadline 470 --json "$OUT/procs_remote.json" \
+    >"$OUT/procs_remote.txt" 2>&1
+  show 40 "$OUT/procs_remote.txt" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1|2|3|4 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-6 (see the head of this file)"; exit 2 ;;
 esac

@@ -16,7 +16,8 @@ program *without* tuiprof. So here every run is its own process:
   CUPTI's timestamps, which on Linux read the same clock as ``time.time_ns()``). Its line
   also gives the session's own overhead figure and the CPU time it spent answering the app.
   ``app-no-findings``: the same app without its findings pass (every 2 s, on the raw records of
-  the last 16 traced tokens).
+  the last 16 traced tokens). ``remote``: the app's session process alone (spawned, tuiprof's
+  defaults, pulled once a second), no app: what the app costs beside its session process.
 * parts (``--parts``), each alone: ``cupti`` (CUPTI as in ``default``, nothing else),
   ``cupti-memory`` (subscribed, memory records only; the prefill and the first burst are still
   traced), ``cupti-attached`` (subscribed, no memory records), ``listener`` (the per-token
@@ -85,6 +86,7 @@ CONFIGS: dict[str, dict | str | None] = {
     "torch.profiler": "peer",
     "app": "app",
     "app-no-findings": "app",  # the app without its findings pass (raw records every 2 s)
+    "remote": "app",           # the session process of the app, no app (see the module doc)
 }
 SWITCH_AT = 64
 PARTS = ("cupti", "cupti-memory", "cupti-attached", "listener", "nvml", "alloc")
@@ -154,7 +156,7 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
         stamps = Stamps(a.skip)
         kw = _engine_kwargs(a)
         if cfg == "app":
-            out.update(_app_run(a, kw, findings=name != "app-no-findings"))
+            out.update(_app_run(a, kw, ui=name))
         elif cfg is None or cfg == "peer":
             from tuiprof.engine.events import NullListener
             from tuiprof.engine.load import load_engine
@@ -230,9 +232,11 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
     os._exit(0)
 
 
-def _app_run(a: argparse.Namespace, kw: dict, findings: bool = True) -> dict:
+def _app_run(a: argparse.Namespace, kw: dict, ui: str = "app") -> dict:
     """The live app over a session process of its own until the session is done; the decode
-    time from the session's per-step end times (``--skip`` steps left out, as in Stamps)."""
+    time from the session's per-step end times (``--skip`` steps left out, as in Stamps).
+    ``ui``: ``app``, ``app-no-findings`` or ``remote`` (no app: the session process alone,
+    pulled once a second by the control's own loop)."""
     import asyncio
     import tempfile
 
@@ -242,28 +246,34 @@ def _app_run(a: argparse.Namespace, kw: dict, findings: bool = True) -> dict:
 
     ctl = RemoteControl(ProfilerOptions(engine_kwargs=kw), {"ring_tokens": 64})
     ctl.start()
-    app = make_app(ctl, title="overhead-app", export_dir=Path(tempfile.mkdtemp()),
-                   refresh_hz=4.0, findings_interval=2.0 if findings else 1e9)
     got: dict = {}
 
+    async def wait_done() -> None:
+        t_end = time.monotonic() + a.run_timeout
+        while ctl.status.state not in ("done", "stopped", "error"):
+            if time.monotonic() > t_end:
+                got["error"] = "timed out"
+                break
+            await asyncio.sleep(0.25)
+        if ctl.status.state == "error":
+            got["error"] = ctl.status.message
+        view = ctl.view(raw=True, raw_tokens=0)  # one last pull, waited for
+        ends = sorted(t.end_ns for t in view.tokens if t.done and t.phase == "decode")
+        got["pulls"] = ctl.pulls
+        over = view.overhead or {}  # the session's own figure, answering the UI included
+        got["own_pct"], got["serve_s"] = over.get("pct"), over.get("serve_s")
+        if len(ends) > a.skip:
+            got["steps"] = len(ends) - a.skip
+            got["decode_s"] = (ends[-1] - ends[a.skip - 1]) / 1e9
+
     async def run() -> None:
+        if ui == "remote":
+            await wait_done()
+            return
+        app = make_app(ctl, title="overhead-app", export_dir=Path(tempfile.mkdtemp()),
+                       refresh_hz=4.0, findings_interval=2.0 if ui == "app" else 1e9)
         async with app.run_test(size=(200, 50)) as pilot:
-            t_end = time.monotonic() + a.run_timeout
-            while ctl.status.state not in ("done", "stopped", "error"):
-                if time.monotonic() > t_end:
-                    got["error"] = "timed out"
-                    break
-                await asyncio.sleep(0.25)
-            if ctl.status.state == "error":
-                got["error"] = ctl.status.message
-            view = ctl.view(raw=False)
-            ends = sorted(t.end_ns for t in view.tokens if t.done and t.phase == "decode")
-            got["pulls"] = ctl.pulls
-            over = view.overhead or {}  # the session's own figure, serving the app included
-            got["own_pct"], got["serve_s"] = over.get("pct"), over.get("serve_s")
-            if len(ends) > a.skip:
-                got["steps"] = len(ends) - a.skip
-                got["decode_s"] = (ends[-1] - ends[a.skip - 1]) / 1e9
+            await wait_done()
             await pilot.press("q")
 
     try:
