@@ -128,3 +128,27 @@ def test_without_cupti_no_step_counts_as_traced():
     assert s.traced == 0 and s.tokens == 5
     # and no kernel figure is made of nothing: "–", not "0 kernels/step" or "0.0 % busy"
     assert s.kernels_token is None and s.busy_pct is None and s.graph_pct is None
+
+
+def test_without_cupti_the_snapshot_summary_and_the_diff_trace_nothing():
+    """The compare screen's Summary table (export.diff, also the snapshot's summary and
+    ``tuiprof diff``) said "traced decode steps 1,282", "kernels/step 0" and "GPU busy 0.0 %"
+    in tmux on the CPU, below a table that said "–" for the same figures."""
+    from tuiprof.export.diff import diff_modes
+    from tuiprof.export.summary import mode_summary
+    from tuiprof.store import SessionStore
+
+    store = SessionStore()
+    for i, mode in enumerate(["eager"] * 5 + ["compiled"] * 4):
+        seq = store.begin_token("decode", mode, i * 1000, i)
+        store.end_token(seq, i * 1000 + 500, 0.5)
+    store.set_collector("cupti", False, "no CUPTI: CUDA driver is not found")
+    ms = mode_summary(store.view(), "eager")
+    assert ms["decode_tokens"] == 5 and ms["sampled_tokens"] == 0
+    assert (ms["kernels_per_token_median"], ms["gpu_busy_fraction"],
+            ms["kernel_ms_per_token_median"]) == (None, None, None)
+    rows = {c.label: (c.a, c.b) for c in diff_modes(store.view(), "eager", "compiled").metrics}
+    assert rows["traced decode steps"] == (None, None)
+    assert rows["decode steps (all)"] == (5, 4)
+    assert rows["kernels/step (median)"] == (None, None)
+    assert rows["GPU busy fraction"] == (None, None)

@@ -116,7 +116,7 @@ def test_comparison_labels_traced_token_counts(restarted):
         assert cells("decode steps (all)")[1:3] == ["128", "–"]   # every compiled decode step
         assert cells("traced decode steps")[1:3] == ["64", "–"]   # the kernel figures' base
         diff_at = next(i for i, ln in enumerate(lines) if ln.strip() == "Summary")
-        assert cells("traced decode steps", diff_at)[1:3] == ["64", "0"]
+        assert cells("traced decode steps", diff_at)[1:3] == ["64", "–"]   # as the table above
         assert cells("decode steps (all)", diff_at)[1:3] == ["128", "0"]
         assert not any("decode tokens" in ln for ln in lines)   # no unlabelled count left
     _run(store, (120, 50), body)
@@ -200,3 +200,21 @@ def test_traced_steps_older_than_the_series_are_named_in_both_panes(recordings):
         footer = str(app.query_one("#latency-summary").render())
         assert f"(mean of {len(traced)} earlier): kernel-busy {mean:.1f}%" in footer, footer
     _run(st, (200, 50), body)
+
+
+def test_without_cupti_both_panes_say_cupti_is_off():
+    """On the CPU the utilisation pane said "no traced decode/eager step yet" (as if a trace
+    were coming) while the latency footer said "no kernel records (CUPTI off)"."""
+    st = SessionStore()
+    for i in range(6):
+        seq = st.begin_token("decode", "eager", i * 10**6, i)
+        st.end_token(seq, i * 10**6 + 5 * 10**5, 0.5)
+    st.set_collector("cupti", False, "no CUPTI: CUDA driver is not found")
+
+    async def body(app, pilot):
+        await pilot.press("3")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "step yet" not in text and "no kernel records (CUPTI off)" in text, text
+        assert "no kernel records (CUPTI off)" in str(app.query_one("#latency-summary").render())
+    _run(st, (200, 50), body, mode="eager")

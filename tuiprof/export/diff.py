@@ -71,7 +71,8 @@ def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
         counts = {m: mode_summary(view, m)["decode_tokens"] for m in modes_of(view)}
         mode = max(counts, key=lambda m: (counts[m], m)) if counts else str(view.meta.get("mode", "eager"))
     ms = mode_summary(view, mode)
-    n = ms.get("sampled_tokens") or ms["decode_tokens"] or 0  # kernel totals cover sampled tokens
+    # kernel totals cover sampled tokens; without CUPTI there are none
+    n = ms.get("sampled_tokens") or (ms["decode_tokens"] if view.kernels_traced else 0) or 0
     per_cat: dict[str, int] = defaultdict(int)
     kernels: dict[str, tuple] = {}
     for (name, phase, m), agg in view.kernels.items():
@@ -111,7 +112,7 @@ def compare(a: Side, b: Side, top: int = 10) -> DiffResult:
         Change("kernel time/step (median)", a.kernel_ms_per_token, b.kernel_ms_per_token, "ms"),
         Change("GPU busy fraction", _pct(a.busy_fraction), _pct(b.busy_fraction), "%"),
         Change("decode steps (all)", a.decode_tokens, b.decode_tokens, ""),
-        Change("traced decode steps", a.tokens, b.tokens, ""),
+        Change("traced decode steps", a.tokens or None, b.tokens or None, ""),
         Change("sequences/step", a.batch, b.batch, ""),
     ]
     cat_names = list(a.categories) + [c for c in b.categories if c not in a.categories]

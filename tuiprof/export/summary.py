@@ -74,9 +74,10 @@ def mode_summary(view: StoreView, mode: str) -> dict:
     batch = (seqs.total / seqs.count if seqs is not None and seqs.count
              else (sum(t.batch for t in toks) / len(toks) if toks else None))
     # kernel figures come from tokens whose device records were kept (sampling), and from the
-    # running statistics of tokens that left the window
-    ktoks = [t for t in toks if t.sampled]
-    stats = view.token_stats.get((DECODE, mode), {})
+    # running statistics of tokens that left the window; none without CUPTI
+    traced = view.kernels_traced
+    ktoks = [t for t in toks if t.sampled] if traced else []
+    stats = view.token_stats.get((DECODE, mode), {}) if traced else {}
     wall = sum(t.end_ns - t.start_ns for t in ktoks)
     busy = sum(t.busy_ns for t in ktoks)
     kern = sorted(t.kernels for t in ktoks)

@@ -174,6 +174,14 @@ class StoreView:
     timeline: list = field(default_factory=list)  # token rows of every configuration
 
     @property
+    def kernels_traced(self) -> bool:
+        """Whether any step can have been traced: CUPTI ran, or kernel records are here (a
+        replay, a snapshot). Without CUPTI the sampling schedule still marks steps sampled,
+        yet none was traced: their kernel figures are unknown, not zero."""
+        cupti = self.collectors.get("cupti")
+        return bool(self.kernels) or cupti is None or bool(cupti.get("ok", True))
+
+    @property
     def config_keys(self) -> list:
         """The configurations measured, in order (batches first, increasing)."""
         keys = set(self.configs) | {t.config for t in self.timeline} | {self.batch}

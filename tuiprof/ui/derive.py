@@ -341,8 +341,7 @@ def traced_tokens(view: Any, phase: str, mode: str) -> int:
     """Tokens of (phase, mode) whose kernels were traced: the ones kernel counts come from
     (sampling leaves the others without records). Tokens that left the series are counted by
     the store's running statistics."""
-    cupti = view.collectors.get("cupti")
-    if cupti is not None and not cupti.get("ok", True) and not view.kernels:
+    if not view.kernels_traced:
         return 0  # no CUPTI in this session: nothing was traced, whatever the sampling said
     ts = view.token_stats.get((phase, mode)) or {}
     gone = ts["kernels"].count if "kernels" in ts else 0

@@ -102,8 +102,7 @@ def _kernel_note(view: Any, last: Any) -> Text:
     that token when it is not the last one (sampling traces few tokens)."""
     k = latest_traced(view, last.phase, last.mode)
     if k is None:
-        cupti = view.collectors.get("cupti", {})
-        if not cupti.get("ok", True):
+        if not view.kernels_traced:
             return Text(" · no kernel records (CUPTI off)", "dim")
         # Sampling traces 4 tokens in thousands in compiled mode: the traced ones may have
         # left the series. Their running means are kept: say so rather than "none yet".

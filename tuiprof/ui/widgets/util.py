@@ -78,6 +78,8 @@ class UtilPane(Pane):
         elif earlier is not None:  # compiled sampling: the traced steps left the series
             note = (f"traced decode/{ctx.mode}: none in the series; mean of "
                     f"{earlier.count:,} earlier")
+        elif not view.kernels_traced:
+            note = "no kernel records (CUPTI off)"  # as the latency footer says
         else:
             note = f"no traced decode/{ctx.mode} step yet"
         tbl.add_row("", "", "", Text(note, "dim"))
