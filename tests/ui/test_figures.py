@@ -202,9 +202,10 @@ def test_traced_steps_older_than_the_series_are_named_in_both_panes(recordings):
     _run(st, (200, 50), body)
 
 
-def test_without_cupti_both_panes_say_cupti_is_off():
-    """On the CPU the utilisation pane said "no traced decode/eager step yet" (as if a trace
-    were coming) while the latency footer said "no kernel records (CUPTI off)"."""
+def test_without_cupti_every_pane_says_cupti_is_off():
+    """On the CPU the utilisation pane said "no traced decode/eager step yet" and the compare
+    screen "no b1 eager decode kernels yet" (as if a trace were coming) while the latency
+    footer said "no kernel records (CUPTI off)"."""
     st = SessionStore()
     for i in range(6):
         seq = st.begin_token("decode", "eager", i * 10**6, i)
@@ -217,4 +218,8 @@ def test_without_cupti_both_panes_say_cupti_is_off():
         text = screen_text(app)
         assert "step yet" not in text and "no kernel records (CUPTI off)" in text, text
         assert "no kernel records (CUPTI off)" in str(app.query_one("#latency-summary").render())
+        await pilot.press("v")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "no b1 eager decode kernels (CUPTI off)" in text and "kernels yet" not in text
     _run(st, (200, 50), body, mode="eager")

@@ -57,7 +57,8 @@ def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
     return t
 
 
-def render_top(s: ModeSummary) -> Any:
+def render_top(s: ModeSummary, traced: bool = True) -> Any:
+    """The top decode kernels of one side; ``traced``: whether the session had CUPTI."""
     name = config_label(s.batch, s.mode)
     t = Table(title=f"top {name} decode kernels", expand=True, show_edge=False)
     t.add_column("kernel", no_wrap=True, overflow="ellipsis", ratio=3)
@@ -65,6 +66,8 @@ def render_top(s: ModeSummary) -> Any:
     t.add_column("%", justify="right")
     t.add_column("/traced step", justify="right")
     t.add_column("avg", justify="right")
+    if not s.top and not traced:
+        return Text(f"no {name} decode kernels (CUPTI off)", "dim")
     if not s.top:
         return Text(f"no {name} decode kernels yet" +
                     (" — press c to switch modes" if s.mode == "compiled" else ""), "dim")
@@ -163,8 +166,8 @@ class CompareScreen(Screen):
             self.pair = list(default_pair(view, configs))
         a, b = (config_summary(view, c) for c in self.pair)
         summary.update(render_summary_table(a, b))
-        self.query_one("#compare-top-eager", Static).update(render_top(a))
-        self.query_one("#compare-top-compiled", Static).update(render_top(b))
+        self.query_one("#compare-top-eager", Static).update(render_top(a, view.kernels_traced))
+        self.query_one("#compare-top-compiled", Static).update(render_top(b, view.kernels_traced))
         self.query_one("#compare-configs", Static).update(
             render_configs(config_summaries(view), tuple(self.pair), self.app.size.width < 140))
         rendered = render_diff(diff_configs(view, *self.pair))
