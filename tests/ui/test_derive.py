@@ -152,3 +152,34 @@ def test_without_cupti_the_snapshot_summary_and_the_diff_trace_nothing():
     assert rows["decode steps (all)"] == (5, 4)
     assert rows["kernels/step (median)"] == (None, None)
     assert rows["GPU busy fraction"] == (None, None)
+
+
+def test_every_table_gives_one_ms_per_step_for_a_configuration():
+    """On the CPU the compare screen said "ms/step (median) 0.73 ms" for b1 compiled in its top
+    table, the median of the last 2,048 steps, and "0.63 ms" in the table of every
+    configuration just below, the whole session's: one figure, two values. All tables (and
+    the snapshot summary) now give the whole session's median, as the step counts and tokens/s
+    beside it."""
+    from tuiprof.analysis.batch import config_summaries
+    from tuiprof.export.diff import diff_modes
+    from tuiprof.export.summary import mode_summary
+    from tuiprof.store import SessionStore
+    from tuiprof.ui.derive import config_summary
+
+    store = SessionStore(series_len=10)
+    t = 0
+    for i in range(31):  # 21 fast steps, then 10 slow ones: the series holds only slow ones
+        ms = 1.0 if i < 21 else 5.0
+        seq = store.begin_token("decode", "compiled", t, i)
+        t += int(ms * 1e6)
+        store.end_token(seq, t, ms)
+    view = store.view()
+    assert {r.host_ms for r in view.tokens} == {5.0}
+    assert config_summary(view, (1, "compiled")).ms_token == 1.0
+    assert [c.ms_step for c in config_summaries(view)] == [1.0]
+    assert mode_summary(view, "compiled")["ms_per_token_median"] == 1.0
+    store.begin_token("decode", "eager", t, 0)  # a second mode, for the diff
+    store.end_token(store.next_seq() - 1, t + 10**6, 2.0)
+    row = next(c for c in diff_modes(store.view(), "eager", "compiled").metrics
+               if c.label == "ms/step (median)")
+    assert row.b == 1.0

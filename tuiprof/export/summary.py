@@ -93,8 +93,9 @@ def mode_summary(view: StoreView, mode: str) -> dict:
     return {
         "decode_tokens": ts.count if ts is not None else len(toks),
         "tokens_in_series": len(toks),
-        "ms_per_token_median": _r(percentile(host, 50) if host else
-                                  (ts.median if ts is not None and ts.count else None)),
+        # over the whole session, as the mean and tokens/s (the series holds the last steps)
+        "ms_per_token_median": _r(ts.median if ts is not None and ts.count else
+                                  percentile(host, 50)),
         "sampled_tokens": len(ktoks) + (old_k.count if old_k is not None else 0),
         "ms_per_token_mean": _r(ts.mean if ts is not None and ts.count else
                                 (sum(host) / len(host) if host else None)),

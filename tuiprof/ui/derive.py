@@ -456,7 +456,10 @@ def mode_summary(view: Any, mode: str, top: int = 8) -> ModeSummary:
     if not rows and not s.tokens:
         return s
     host = [r.host_ms for r in rows]
-    s.ms_token = median(host) if host else (ts["host_ms"].median if ts else None)
+    # the whole session's median, as the step count and tokens/s beside it and the table of
+    # every configuration (the series holds only the last steps)
+    s.ms_token = ts["host_ms"].median if ts and ts["host_ms"].count else (
+        median(host) if host else None)
     # throughput over every step of the configuration: all sequences' tokens / total time
     seqs_st = ts.get("seqs") if ts else None
     if ts and ts["host_ms"].count and ts["host_ms"].total > 0:
