@@ -183,3 +183,21 @@ def test_every_table_gives_one_ms_per_step_for_a_configuration():
     row = next(c for c in diff_modes(store.view(), "eager", "compiled").metrics
                if c.label == "ms/step (median)")
     assert row.b == 1.0
+
+
+def test_snapshots_without_the_busy_share_still_name_earlier_traced_steps():
+    """Snapshots written before the store kept "busy_pct" still give the running figures of
+    traced steps that left the series (their old approximation), not "none yet"."""
+    from tuiprof.store import RunningStats, SessionStore
+    from tuiprof.ui.derive import earlier_traced
+
+    view = SessionStore().view()
+    busy, host, kernels = RunningStats(), RunningStats(), RunningStats()
+    for _ in range(4):
+        busy.add(2_000_000)   # 2 ms of kernels in a 4 ms step
+        host.add(4.0)
+        kernels.add(540)
+    view.token_stats[("decode", "compiled")] = {"busy_ns": busy, "host_ms": host,
+                                                "kernels": kernels}
+    e = earlier_traced(view, "decode", "compiled")
+    assert (e.count, e.kernels, e.busy_pct) == (4, 540, 50.0)

@@ -97,9 +97,15 @@ def earlier_traced(view: Any, phase: str, mode: str) -> EarlierTraced | None:
     :func:`busy_fraction`, each token over its own wall time."""
     ts = view.token_stats.get((phase, mode)) or {}
     busy, kn = ts.get("busy_pct"), ts.get("kernels")
-    if busy is None or not busy.count:
-        return None
-    return EarlierTraced(busy.count, kn.mean if kn is not None and kn.count else None, busy.mean)
+    kernels = kn.mean if kn is not None and kn.count else None
+    if busy is not None and busy.count:
+        return EarlierTraced(busy.count, kernels, busy.mean)
+    # A snapshot written before "busy_pct" existed: mean busy time over the median step
+    busy_ns, host = ts.get("busy_ns"), ts.get("host_ms")
+    if busy is None and busy_ns is not None and busy_ns.count and host is not None \
+            and host.median:
+        return EarlierTraced(busy_ns.count, kernels, 100.0 * busy_ns.mean / 1e6 / host.median)
+    return None
 
 
 def latest_traced(view: Any, phase: str, mode: str) -> TokenKernels | None:
