@@ -14,7 +14,7 @@ program *without* tuiprof. So here every run is its own process:
   the Textual app headless at 200×50 in the run's process, pulling and redrawing at 4 Hz the
   whole time. Decode wall time from the session's own end time of each step (its token clock:
   CUPTI's timestamps, which on Linux read the same clock as ``time.time_ns()``). Its line
-  also gives the session's own overhead figure and the CPU time it spent answering the app.
+  also gives the session's own overhead figure and the CPU time spent answering the UI.
   ``app-no-findings``: the same app without its findings pass (every 2 s, on the raw records of
   the last 16 traced tokens). ``remote``: the app's session process alone (spawned, tuiprof's
   defaults, pulled once a second), no app: what the app costs beside its session process.
@@ -436,7 +436,7 @@ def main() -> int:
         extra = (f"; kernel records after the attach {res['kernels_after_attach']}"
                  if "kernels_after_attach" in res else "")
         if res.get("serve_s") is not None:
-            extra += (f"; session's own {res['own_pct']} % (answering the app "
+            extra += (f"; session's own {res['own_pct']} % (answering the UI "
                       f"{res['serve_s']:.2f} s, {res['pulls']} pulls)")
         return f"decode {dec if dec is None else round(dec, 3)} s whole {res['whole_s']:.2f} s" + extra
 
