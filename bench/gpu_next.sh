@@ -64,6 +64,7 @@ case "${1:-}" in
     >"$OUT/procs_app2.txt" 2>&1
   show 30 "$OUT/procs_app2.txt" ;;
 6)
+  lscpu | grep -E "^(CPU\(s\)|Thread|Core|Socket|Model name|NUMA node0)" | tr -s ' '
   timeout 560 python bench/overhead_procs.py --mode eager --rounds 8 --tokens 128 \
     --configs none,default,remote,app --deadline 470 --json "$OUT/procs_remote.json" \
     >"$OUT/procs_remote.txt" 2>&1

@@ -227,6 +227,7 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
         out["error"] = f"{exc.__class__.__name__}: {str(exc)[:200]}"
     out["child_s"] = time.perf_counter() - t0
+    out["cpu_s"] = time.process_time()  # since the fork: every thread of this run's process
     conn.send(out)
     conn.close()
     os._exit(0)
@@ -247,6 +248,7 @@ def _app_run(a: argparse.Namespace, kw: dict, ui: str = "app") -> dict:
     ctl = RemoteControl(ProfilerOptions(engine_kwargs=kw), {"ring_tokens": 64})
     ctl.start()
     got: dict = {}
+    cpu0 = time.process_time()
 
     async def wait_done() -> None:
         t_end = time.monotonic() + a.run_timeout
@@ -257,6 +259,8 @@ def _app_run(a: argparse.Namespace, kw: dict, ui: str = "app") -> dict:
             await asyncio.sleep(0.25)
         if ctl.status.state == "error":
             got["error"] = ctl.status.message
+        got["app_cpu_s"] = time.process_time() - cpu0  # this process: the app (or the control)
+        got["session_cpu_s"] = _cpu_s(ctl.pid)
         view = ctl.view(raw=True, raw_tokens=0)  # one last pull, waited for
         ends = sorted(t.end_ns for t in view.tokens if t.done and t.phase == "decode")
         got["pulls"] = ctl.pulls
@@ -283,6 +287,15 @@ def _app_run(a: argparse.Namespace, kw: dict, ui: str = "app") -> dict:
         ctl.close()
     got["state"] = "done" if "error" not in got else "error"
     return got
+
+
+def _cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``), all threads."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
 
 
 def fork_run(target, args: tuple, config: str, timeout: float) -> dict:
@@ -438,6 +451,11 @@ def main() -> int:
         if res.get("serve_s") is not None:
             extra += (f"; session's own {res['own_pct']} % (answering the UI "
                       f"{res['serve_s']:.2f} s, {res['pulls']} pulls)")
+        if res.get("cpu_s") is not None:
+            extra += f"; CPU {res['cpu_s']:.1f} s"
+        if res.get("app_cpu_s") is not None:
+            extra += (f"; CPU s: this process {res['app_cpu_s']:.1f}, session process "
+                      f"{res.get('session_cpu_s')}")
         return f"decode {dec if dec is None else round(dec, 3)} s whole {res['whole_s']:.2f} s" + extra
 
     rounds = interleaved_rounds(names, a.rounds, a.deadline, t_start,
