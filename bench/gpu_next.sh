@@ -5,6 +5,9 @@
 #   bash bench/gpu_next.sh 6   # NEXT (17): eager none, default, remote, app: is the app-open
 #                              #     cost (§31: 1.17-1.21 against default 1.06) the spawned
 #                              #     session process itself, or the app process beside it?
+#   bash bench/gpu_next.sh 7   # 17: compiled none, default, recapture: CUDA graphs recorded
+#                              #     again after CUPTI's finalize: no crash, no cost, and
+#                              #     does a CUPTI attached again trace the new graphs?
 #   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
 #
 # Done (docs/gpu-verification.md §30, §31):
@@ -69,6 +72,11 @@ case "${1:-}" in
     --configs none,default,remote,app --deadline 470 --json "$OUT/procs_remote.json" \
     >"$OUT/procs_remote.txt" 2>&1
   show 40 "$OUT/procs_remote.txt" ;;
+7)
+  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 5 --tokens 2048 \
+    --configs none,default,recapture --deadline 420 --json "$OUT/procs_recapture.json" \
+    >"$OUT/procs_recapture.txt" 2>&1
+  show 30 "$OUT/procs_recapture.txt" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-6 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-7 (see the head of this file)"; exit 2 ;;
 esac

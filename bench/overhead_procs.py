@@ -29,6 +29,15 @@ program *without* tuiprof. So here every run is its own process:
   (CUDA 13, driver 580) the next CUDA-graph launch after ``cuptiFinalize`` fails with
   "unspecified launch failure" (docs/gpu-verification.md §30), as Kineto found with CUDA 11-12
   (it keeps CUPTI attached when CUDA graphs are used).
+* ``recapture``: ``default``, then at step 64 the CUDA graphs dropped (``torch._dynamo.reset()``
+  on the engine thread: the step is compiled again from the warm caches and its graphs
+  recorded at the next steps) and CUPTI finalized; at
+  step 1,024 CUPTI attached again and the graphs dropped again (recorded under it); at step
+  1,536 dropped and finalized again. The question: graphs recorded *after* the finalize do not
+  carry CUPTI's instrumentation, so does the ``detached`` crash go away, does the cost go with
+  CUPTI (segments ``seg_ms``: median ms/step of each stretch), and does a CUPTI attached again
+  trace the new graphs (``kernels_reattached``)? If so, kernel detail can be sampled in
+  compiled mode by attaching for a burst and dropping the graphs around it.
 * ``late-attach``: no CUPTI until step 64, then CUPTI as in ``default`` (its next burst comes 8
   steps later): in compiled mode, what CUPTI costs when the CUDA graphs were captured and
   instantiated before it attached, and (``kernels_after_attach``) whether their kernels are
@@ -77,6 +86,7 @@ CONFIGS: dict[str, dict | str | None] = {
     "no-memory": {"memory": False},
     "detached": {},  # default, then CUPTI finalized after SWITCH_AT steps (see above)
     "late-attach": {"cupti": False},  # CUPTI started after SWITCH_AT steps (see above)
+    "recapture": {},  # graphs dropped around CUPTI's finalize and re-attach (see above)
     "cupti-memory": {"nvml": False, "alloc_every": 0, "api": False, "sample_every": 10**9},
     "cupti-attached": {"nvml": False, "alloc_every": 0, "api": False, "memory": False,
                        "sample_every": 10**9},
@@ -89,6 +99,7 @@ CONFIGS: dict[str, dict | str | None] = {
     "remote": "app",           # the session process of the app, no app (see the module doc)
 }
 SWITCH_AT = 64
+RECAPTURE = {64: "detach", 1024: "attach", 1536: "detach"}  # decode step -> action
 PARTS = ("cupti", "cupti-memory", "cupti-attached", "listener", "nvml", "alloc")
 
 
@@ -122,11 +133,14 @@ class Stamps:
         self.t_first = 0.0
         self.t_last = 0.0
         self.gpu_ms: list[float] = []
+        self.ends: list[float] = []  # every decode step's end (perf_counter), first 100,000
 
     def step(self, ev) -> None:
         if ev.phase != "decode":
             return
         self.n += 1
+        if len(self.ends) < 100_000:
+            self.ends.append(time.perf_counter())
         if self.n == self.skip:
             self.t_first = time.perf_counter()
         elif self.n > self.skip:
@@ -139,6 +153,21 @@ class Stamps:
         out = {"steps": steps, "decode_s": self.t_last - self.t_first if steps > 0 else None}
         if self.gpu_ms:
             out["gpu_ms_median"] = statistics.median(self.gpu_ms)
+        return out
+
+    def segments(self, cuts: list[int], settle: int = 16) -> dict:
+        """Median ms/step between consecutive ``cuts`` (decode step numbers, 1-based), leaving
+        out ``settle`` steps after each cut (the new graphs' warm-up and recording), and the
+        extra seconds those settling steps took beyond that median."""
+        out = {}
+        bounds = [self.skip] + cuts + [len(self.ends)]
+        for a, b in zip(bounds, bounds[1:]):
+            d = [y - x for x, y in zip(self.ends[a - 1:b - 1], self.ends[a:b])]
+            if len(d) <= settle + 8:
+                continue
+            med = statistics.median(d[settle:])
+            out[f"{a}-{b}"] = {"ms": round(1e3 * med, 4),
+                               "settle_extra_s": round(sum(d[:settle]) - settle * med, 4)}
         return out
 
 
@@ -197,7 +226,11 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
             def token_finished(ev) -> None:
                 finished(ev)
                 stamps.step(ev)
+                if ev.phase != "decode":
+                    return
                 seen[0] += 1
+                if name == "recapture" and seen[0] in RECAPTURE:
+                    recapture(RECAPTURE[seen[0]])
                 if seen[0] != SWITCH_AT:
                     return
                 if name == "detached" and prof.cupti is not None:
@@ -209,6 +242,34 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                     if prof.cupti is not None:
                         prof.cupti.restart_sampling(store.next_seq())
                         out["kernels_at_attach"] = store._counters["kernels"]
+
+            def recapture(action: str) -> None:
+                """On the engine thread, at a step's end: drop the CUDA graphs (recorded again
+                at the next steps), then finalize CUPTI or attach it again."""
+                # dynamo's reset drops the cudagraph trees too; resetting those alone leaves
+                # the compiled function holding a shut-down tree manager. So the step is
+                # compiled again at the next call (from the warm on-disk caches) and recorded.
+                from torch._dynamo import reset as reset_cudagraph_trees
+
+                t = time.perf_counter()
+                if action == "attach":
+                    prof.options.cupti = True
+                    prof._start_cupti()
+                    if prof.cupti is not None:
+                        prof.cupti.restart_sampling(store.next_seq())
+                    out["kernels_at_reattach"] = store._counters["kernels"]
+                    reset_cudagraph_trees()
+                else:
+                    reset_cudagraph_trees()
+                    if prof.cupti is not None:
+                        if "kernels_at_reattach" in out:
+                            prof.cupti.flush()
+                            out["kernels_reattached"] = (store._counters["kernels"]
+                                                         - out["kernels_at_reattach"])
+                        c, prof.cupti = prof.cupti, None
+                        c.stop()
+                out.setdefault("actions", []).append(
+                    f"{seen[0]}:{action} {1e3 * (time.perf_counter() - t):.0f} ms")
 
             prof.token_finished = token_finished  # type: ignore[method-assign]
             prof.start()
@@ -224,6 +285,8 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                 out["own_pct"] = over.get("pct")
         if cfg != "app":
             out.update(stamps.result())
+            if name == "recapture":
+                out["seg_ms"] = stamps.segments(sorted(RECAPTURE))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
         out["error"] = f"{exc.__class__.__name__}: {str(exc)[:200]}"
     out["child_s"] = time.perf_counter() - t0
@@ -451,6 +514,10 @@ def main() -> int:
         if res.get("serve_s") is not None:
             extra += (f"; session's own {res['own_pct']} % (answering the UI "
                       f"{res['serve_s']:.2f} s, {res['pulls']} pulls)")
+        if res.get("seg_ms"):
+            extra += "; " + ", ".join(f"{k}: {v['ms']:.3f} ms (+{v['settle_extra_s']:.2f} s)"
+                                      for k, v in res["seg_ms"].items())
+            extra += f"; {res.get('actions')}; re-attached kernels {res.get('kernels_reattached')}"
         if res.get("cpu_s") is not None:
             extra += f"; CPU {res['cpu_s']:.1f} s"
         if res.get("app_cpu_s") is not None:
