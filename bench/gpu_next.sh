@@ -8,6 +8,8 @@
 #   bash bench/gpu_next.sh 7   # 17: compiled none, default, recapture: CUDA graphs recorded
 #                              #     again after CUPTI's finalize: no crash, no cost, and
 #                              #     does a CUPTI attached again trace the new graphs?
+#   bash bench/gpu_next.sh 8   # 17: compiled none, default, burst-attach: graphs recorded
+#                              #     before any CUPTI, CUPTI attached for bursts only
 #   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
 #
 # Done (docs/gpu-verification.md §30, §31):
@@ -77,6 +79,11 @@ case "${1:-}" in
     --configs none,default,recapture --deadline 420 --json "$OUT/procs_recapture.json" \
     >"$OUT/procs_recapture.txt" 2>&1
   show 30 "$OUT/procs_recapture.txt" ;;
+8)
+  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,default,burst-attach --deadline 440 --json "$OUT/procs_burst_attach.json" \
+    >"$OUT/procs_burst_attach.txt" 2>&1
+  show 30 "$OUT/procs_burst_attach.txt" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-7 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-8 (see the head of this file)"; exit 2 ;;
 esac

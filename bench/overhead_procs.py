@@ -38,6 +38,11 @@ program *without* tuiprof. So here every run is its own process:
   CUPTI (segments ``seg_ms``: median ms/step of each stretch), and does a CUPTI attached again
   trace the new graphs (``kernels_reattached``)? If so, kernel detail can be sampled in
   compiled mode by attaching for a burst and dropping the graphs around it.
+* ``burst-attach``: no CUPTI until step 256, then CUPTI attached for 64 steps (one burst) and
+  finalized, three times (256, 1,024, 1,600), the CUDA graphs never dropped: they were recorded
+  before any CUPTI. Do graphs that a late CUPTI traced still replay after its finalize (the
+  ``detached`` crash was on graphs recorded under CUPTI), and what does each state cost? If they
+  do, compiled sessions can attach CUPTI for bursts only.
 * ``late-attach``: no CUPTI until step 64, then CUPTI as in ``default`` (its next burst comes 8
   steps later): in compiled mode, what CUPTI costs when the CUDA graphs were captured and
   instantiated before it attached, and (``kernels_after_attach``) whether their kernels are
@@ -87,6 +92,7 @@ CONFIGS: dict[str, dict | str | None] = {
     "detached": {},  # default, then CUPTI finalized after SWITCH_AT steps (see above)
     "late-attach": {"cupti": False},  # CUPTI started after SWITCH_AT steps (see above)
     "recapture": {},  # graphs dropped around CUPTI's finalize and re-attach (see above)
+    "burst-attach": {"cupti": False},  # CUPTI attached for bursts only, graphs kept (above)
     "cupti-memory": {"nvml": False, "alloc_every": 0, "api": False, "sample_every": 10**9},
     "cupti-attached": {"nvml": False, "alloc_every": 0, "api": False, "memory": False,
                        "sample_every": 10**9},
@@ -99,7 +105,10 @@ CONFIGS: dict[str, dict | str | None] = {
     "remote": "app",           # the session process of the app, no app (see the module doc)
 }
 SWITCH_AT = 64
-RECAPTURE = {64: "detach", 1024: "attach", 1536: "detach"}  # decode step -> action
+# decode step -> action, and whether the CUDA graphs are dropped around each action
+SCHEDULES = {"recapture": ({64: "detach", 1024: "attach", 1536: "detach"}, True),
+             "burst-attach": ({256: "attach", 320: "detach", 1024: "attach", 1088: "detach",
+                               1600: "attach", 1664: "detach"}, False)}
 PARTS = ("cupti", "cupti-memory", "cupti-attached", "listener", "nvml", "alloc")
 
 
@@ -229,8 +238,9 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                 if ev.phase != "decode":
                     return
                 seen[0] += 1
-                if name == "recapture" and seen[0] in RECAPTURE:
-                    recapture(RECAPTURE[seen[0]])
+                plan = SCHEDULES.get(name, ({}, False))[0]
+                if seen[0] in plan:
+                    recapture(plan[seen[0]], SCHEDULES[name][1])
                 if seen[0] != SWITCH_AT:
                     return
                 if name == "detached" and prof.cupti is not None:
@@ -243,13 +253,18 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                         prof.cupti.restart_sampling(store.next_seq())
                         out["kernels_at_attach"] = store._counters["kernels"]
 
-            def recapture(action: str) -> None:
-                """On the engine thread, at a step's end: drop the CUDA graphs (recorded again
-                at the next steps), then finalize CUPTI or attach it again."""
+            def recapture(action: str, drop: bool) -> None:
+                """On the engine thread, at a step's end: finalize CUPTI or attach it again,
+                with ``drop`` the CUDA graphs dropped (recorded again at the next steps) after
+                an attach and before a finalize."""
                 # dynamo's reset drops the cudagraph trees too; resetting those alone leaves
                 # the compiled function holding a shut-down tree manager. So the step is
                 # compiled again at the next call (from the warm on-disk caches) and recorded.
-                from torch._dynamo import reset as reset_cudagraph_trees
+                from torch._dynamo import reset
+
+                def reset_cudagraph_trees() -> None:
+                    if drop:
+                        reset()
 
                 t = time.perf_counter()
                 if action == "attach":
@@ -264,8 +279,9 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                     if prof.cupti is not None:
                         if "kernels_at_reattach" in out:
                             prof.cupti.flush()
-                            out["kernels_reattached"] = (store._counters["kernels"]
-                                                         - out["kernels_at_reattach"])
+                            n = store._counters["kernels"] - out["kernels_at_reattach"]
+                            out["kernels_reattached"] = n
+                            out.setdefault("kernels_per_attach", []).append(n)
                         c, prof.cupti = prof.cupti, None
                         c.stop()
                 out.setdefault("actions", []).append(
@@ -285,8 +301,8 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                 out["own_pct"] = over.get("pct")
         if cfg != "app":
             out.update(stamps.result())
-            if name == "recapture":
-                out["seg_ms"] = stamps.segments(sorted(RECAPTURE))
+            if name in SCHEDULES:
+                out["seg_ms"] = stamps.segments(sorted(SCHEDULES[name][0]))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
         out["error"] = f"{exc.__class__.__name__}: {str(exc)[:200]}"
     out["child_s"] = time.perf_counter() - t0
@@ -517,7 +533,8 @@ def main() -> int:
         if res.get("seg_ms"):
             extra += "; " + ", ".join(f"{k}: {v['ms']:.3f} ms (+{v['settle_extra_s']:.2f} s)"
                                       for k, v in res["seg_ms"].items())
-            extra += f"; {res.get('actions')}; re-attached kernels {res.get('kernels_reattached')}"
+            extra += (f"; {res.get('actions')}; kernels per attach "
+                      f"{res.get('kernels_per_attach')}")
         if res.get("cpu_s") is not None:
             extra += f"; CPU {res['cpu_s']:.1f} s"
         if res.get("app_cpu_s") is not None:
