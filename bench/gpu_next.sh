@@ -10,6 +10,8 @@
 #                              #     does a CUPTI attached again trace the new graphs?
 #   bash bench/gpu_next.sh 8   # 17: compiled none, default, burst-attach: graphs recorded
 #                              #     before any CUPTI, CUPTI attached for bursts only
+#   bash bench/gpu_next.sh 9   # 17: compiled none, default, rerecord: graphs dropped in place
+#                              #     around CUPTI's finalize and re-attach (no recompile)
 #   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
 #
 # Done (docs/gpu-verification.md §30, §31):
@@ -84,6 +86,11 @@ case "${1:-}" in
     --configs none,default,burst-attach --deadline 440 --json "$OUT/procs_burst_attach.json" \
     >"$OUT/procs_burst_attach.txt" 2>&1
   show 30 "$OUT/procs_burst_attach.txt" ;;
+9)
+  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,default,rerecord --deadline 400 --json "$OUT/procs_rerecord.json" \
+    >"$OUT/procs_rerecord.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/procs_rerecord.txt" | tail -24 ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-8 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-9 (see the head of this file)"; exit 2 ;;
 esac

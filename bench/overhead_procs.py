@@ -38,6 +38,10 @@ program *without* tuiprof. So here every run is its own process:
   CUPTI (segments ``seg_ms``: median ms/step of each stretch), and does a CUPTI attached again
   trace the new graphs (``kernels_reattached``)? If so, kernel detail can be sampled in
   compiled mode by attaching for a burst and dropping the graphs around it.
+* ``rerecord``: as ``recapture``, in three attach/finalize cycles, but the graphs dropped in
+  place (:func:`drop_cudagraphs`: every recorded graph of this thread's cudagraph trees freed,
+  the compiled functions kept, so their next calls record new graphs without a recompile).
+  Also CUPTI's clock after each re-attach (``clock``: µs a read, offset from ``time.time_ns``).
 * ``burst-attach``: no CUPTI until step 256, then CUPTI attached for 64 steps (one burst) and
   finalized, three times (256, 1,024, 1,600), the CUDA graphs never dropped: they were recorded
   before any CUPTI. Do graphs that a late CUPTI traced still replay after its finalize (the
@@ -92,6 +96,7 @@ CONFIGS: dict[str, dict | str | None] = {
     "detached": {},  # default, then CUPTI finalized after SWITCH_AT steps (see above)
     "late-attach": {"cupti": False},  # CUPTI started after SWITCH_AT steps (see above)
     "recapture": {},  # graphs dropped around CUPTI's finalize and re-attach (see above)
+    "rerecord": {},  # as recapture, the graphs dropped in place: no recompile (see above)
     "burst-attach": {"cupti": False},  # CUPTI attached for bursts only, graphs kept (above)
     "cupti-memory": {"nvml": False, "alloc_every": 0, "api": False, "sample_every": 10**9},
     "cupti-attached": {"nvml": False, "alloc_every": 0, "api": False, "memory": False,
@@ -107,6 +112,8 @@ CONFIGS: dict[str, dict | str | None] = {
 SWITCH_AT = 64
 # decode step -> action, and whether the CUDA graphs are dropped around each action
 SCHEDULES = {"recapture": ({64: "detach", 1024: "attach", 1536: "detach"}, True),
+             "rerecord": ({64: "detach", 512: "attach", 576: "detach", 1024: "attach",
+                           1088: "detach", 1536: "attach", 1600: "detach"}, "drop"),
              "burst-attach": ({256: "attach", 320: "detach", 1024: "attach", 1088: "detach",
                                1600: "attach", 1664: "detach"}, False)}
 PARTS = ("cupti", "cupti-memory", "cupti-attached", "listener", "nvml", "alloc")
@@ -143,11 +150,13 @@ class Stamps:
         self.t_last = 0.0
         self.gpu_ms: list[float] = []
         self.ends: list[float] = []  # every decode step's end (perf_counter), first 100,000
+        self.digest = 0  # of every decode token id: runs that decode the same tokens agree
 
     def step(self, ev) -> None:
         if ev.phase != "decode":
             return
         self.n += 1
+        self.digest = (self.digest * 1_000_003 + int(ev.token_id)) % (1 << 61)
         if len(self.ends) < 100_000:
             self.ends.append(time.perf_counter())
         if self.n == self.skip:
@@ -159,7 +168,8 @@ class Stamps:
 
     def result(self) -> dict:
         steps = self.n - self.skip
-        out = {"steps": steps, "decode_s": self.t_last - self.t_first if steps > 0 else None}
+        out = {"steps": steps, "decode_s": self.t_last - self.t_first if steps > 0 else None,
+               "tokens_digest": self.digest}
         if self.gpu_ms:
             out["gpu_ms_median"] = statistics.median(self.gpu_ms)
         return out
@@ -263,7 +273,9 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                 from torch._dynamo import reset
 
                 def reset_cudagraph_trees() -> None:
-                    if drop:
+                    if drop == "drop":
+                        out.setdefault("dropped", []).append(drop_cudagraphs())
+                    elif drop:
                         reset()
 
                 t = time.perf_counter()
@@ -273,6 +285,13 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                     if prof.cupti is not None:
                         prof.cupti.restart_sampling(store.next_seq())
                     out["kernels_at_reattach"] = store._counters["kernels"]
+                    if prof.cupti is not None:
+                        c0 = time.perf_counter()
+                        for _ in range(20):
+                            ts = prof.cupti.clock()
+                        us = (time.perf_counter() - c0) / 20 * 1e6
+                        out.setdefault("clock", []).append(
+                            f"{us:.1f} us, {(time.time_ns() - ts) / 1e6:+.1f} ms")
                     reset_cudagraph_trees()
                 else:
                     reset_cudagraph_trees()
@@ -366,6 +385,40 @@ def _app_run(a: argparse.Namespace, kw: dict, ui: str = "app") -> dict:
         ctl.close()
     got["state"] = "done" if "error" not in got else "error"
     return got
+
+
+def drop_cudagraphs() -> int:
+    """Free every CUDA graph that inductor's cudagraph trees recorded on this thread, keeping
+    the compiled functions: their next calls record new graphs (no recompile). Private torch
+    internals (2.11-2.13); returns the number of graphs dropped."""
+    from collections import defaultdict
+
+    import torch
+    from torch._inductor import cudagraph_trees as ct
+
+    if not torch._C._is_key_in_tls("tree_manager_containers"):
+        return 0
+    n = 0
+    for container in ct.get_obj(ct.local, "tree_manager_containers").values():
+        m = container.tree_manager
+        if m is None:
+            continue
+        if isinstance(m.current_node, ct.CUDAGraphNode):
+            m.clear_current_path_state_and_set_to_none()
+        m.current_node = None
+        nodes = [node for roots in m.roots.values() for node in roots]
+        while nodes:
+            node = nodes.pop()
+            for children in node.children.values():
+                nodes.extend(children)
+            node.remove_node_cached_tensors()
+            node.graph = None
+            n += 1
+        m.roots = defaultdict(list)
+        m.path_state = ct.ExecutionState.NONE
+    if n:
+        torch.cuda.synchronize()
+    return n
 
 
 def _cpu_s(pid: int | None) -> float | None:
@@ -534,7 +587,10 @@ def main() -> int:
             extra += "; " + ", ".join(f"{k}: {v['ms']:.3f} ms (+{v['settle_extra_s']:.2f} s)"
                                       for k, v in res["seg_ms"].items())
             extra += (f"; {res.get('actions')}; kernels per attach "
-                      f"{res.get('kernels_per_attach')}")
+                      f"{res.get('kernels_per_attach')}; dropped {res.get('dropped')}; "
+                      f"clock {res.get('clock')}")
+        if res.get("tokens_digest") is not None:
+            extra += f"; tokens #{res['tokens_digest'] % 100000:05d}"
         if res.get("cpu_s") is not None:
             extra += f"; CPU {res['cpu_s']:.1f} s"
         if res.get("app_cpu_s") is not None:
