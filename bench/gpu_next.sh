@@ -12,6 +12,8 @@
 #                              #     before any CUPTI, CUPTI attached for bursts only
 #   bash bench/gpu_next.sh 9   # 17: compiled none, default, rerecord: graphs dropped in place
 #                              #     around CUPTI's finalize and re-attach (no recompile)
+#   bash bench/gpu_next.sh 10  # 17: detach_between_bursts: the GPU test, then compiled
+#                              #     none, detach (whole processes)
 #   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
 #
 # Done (docs/gpu-verification.md §30, §31):
@@ -91,6 +93,14 @@ case "${1:-}" in
     --configs none,default,rerecord --deadline 400 --json "$OUT/procs_rerecord.json" \
     >"$OUT/procs_rerecord.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_rerecord.txt" | tail -24 ;;
+10)
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_detach_gpu.py \
+    >"$OUT/gpu_detach_test.txt" 2>&1
+  grep -E "passed|failed|detaches|Error|error" "$OUT/gpu_detach_test.txt" | tail -8
+  timeout 330 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,detach --deadline 250 --json "$OUT/procs_detach.json" \
+    >"$OUT/procs_detach.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/procs_detach.txt" | tail -16 ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-9 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-10 (see the head of this file)"; exit 2 ;;
 esac

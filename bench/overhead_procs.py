@@ -38,6 +38,9 @@ program *without* tuiprof. So here every run is its own process:
   CUPTI (segments ``seg_ms``: median ms/step of each stretch), and does a CUPTI attached again
   trace the new graphs (``kernels_reattached``)? If so, kernel detail can be sampled in
   compiled mode by attaching for a burst and dropping the graphs around it.
+* ``detach``: ``default`` with ``detach_between_bursts`` (compiled: CUPTI attached two steps
+  before each burst and finalized after it, the CUDA graphs recorded again around each switch;
+  ``kernels`` and ``detaches`` say the bursts were traced).
 * ``rerecord``: as ``recapture``, in three attach/finalize cycles, but the graphs dropped in
   place (:func:`drop_cudagraphs`: every recorded graph of this thread's cudagraph trees freed,
   the compiled functions kept, so their next calls record new graphs without a recompile).
@@ -96,6 +99,7 @@ CONFIGS: dict[str, dict | str | None] = {
     "detached": {},  # default, then CUPTI finalized after SWITCH_AT steps (see above)
     "late-attach": {"cupti": False},  # CUPTI started after SWITCH_AT steps (see above)
     "recapture": {},  # graphs dropped around CUPTI's finalize and re-attach (see above)
+    "detach": {"detach_between_bursts": True},  # tuiprof's CUPTI attached for bursts only
     "rerecord": {},  # as recapture, the graphs dropped in place: no recompile (see above)
     "burst-attach": {"cupti": False},  # CUPTI attached for bursts only, graphs kept (above)
     "cupti-memory": {"nvml": False, "alloc_every": 0, "api": False, "sample_every": 10**9},
@@ -311,6 +315,9 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
             prof.wait()
             prof.stop()
             out["state"] = prof.status.state
+            out["kernels"] = store._counters["kernels"]
+            if prof.cupti is not None:
+                out["detaches"] = prof.cupti.detaches
             if "kernels_at_attach" in out:
                 out["kernels_after_attach"] = store._counters["kernels"] - out["kernels_at_attach"]
             if prof.status.state == "error":
@@ -589,6 +596,8 @@ def main() -> int:
             extra += (f"; {res.get('actions')}; kernels per attach "
                       f"{res.get('kernels_per_attach')}; dropped {res.get('dropped')}; "
                       f"clock {res.get('clock')}")
+        if res.get("detaches"):
+            extra += f"; {res['detaches']} detaches, {res.get('kernels')} kernel records"
         if res.get("tokens_digest") is not None:
             extra += f"; tokens #{res['tokens_digest'] % 100000:05d}"
         if res.get("cpu_s") is not None:

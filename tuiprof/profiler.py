@@ -17,6 +17,7 @@ from .collect.allocator import read_allocator_stats
 from .collect.cupti_collector import CuptiCollector, CuptiUnavailable, MarkerSink
 from .collect.nvml_sampler import NvmlSampler, NvmlUnavailable
 from .control import SessionControl
+from .engine.graphs import drop_cuda_graphs
 from .errors import one_line, safe_text
 from .engine.load import expected_meta
 from .startup import LoadProgress, ProgressTracker, in_thread, phase, tracking
@@ -47,6 +48,12 @@ class ProfilerOptions:
     # them on, a compiled qwen3-0.6b session segfaulted on the H100 (docs/gpu-verification.md
     # §27); every step's device time comes from its CUDA-event pair instead.
     graphs: bool = False
+    # Compiled mode: CUPTI attached only around its bursts and finalized between them, the
+    # CUDA graphs dropped (recorded again, no recompile) around each switch, since a CUPTI
+    # finalized under graphs it saw kills their next replay. The built-in engine on one GPU
+    # only (the graphs must be on the thread that reports the steps). Off by default until it
+    # has run on a GPU as the default does (docs/performance.md).
+    detach_between_bursts: bool = False
     # Do the store's per-token work in token_launched, while the device computes the next step
     # (False: right after each token's sync, on the decode loop's critical path).
     overlap: bool = True
@@ -101,6 +108,7 @@ class Profiler(SessionControl):
         self.tracker = ProgressTracker(options.started_at, on_change=self._on_progress)
         self.tracker.add(first_phase, 0.0, self.tracker.progress.elapsed())
         self._prefill_seen = False
+        self._may_detach = False  # CUPTI detached between compiled bursts (set once loaded)
         self._nvml_start: Any = None
         self.store.meta["step_time_sources"] = dict(STEP_TIME_SOURCES)
         if "model_spec" in options.engine_kwargs:  # the header's first frame
@@ -236,6 +244,8 @@ class Profiler(SessionControl):
         self.store.meta["mode"] = self.status.mode
         self._batch = getattr(self.engine, "batch", self._batch)
         self.store.meta["batch"] = self._batch
+        self._may_detach = bool(self.options.detach_between_bursts and self.cupti is not None
+                                and getattr(self.engine, "lockstep", False) is None)
         st = self.status
         st.batch = st.want_batch = self._batch
         st.max_batch = int(getattr(self.engine, "max_batch", self._batch))
@@ -362,7 +372,10 @@ class Profiler(SessionControl):
         elif self._compiling:
             sampled = self.cupti.quiet_token()
         else:
-            sampled = self.cupti.on_token_start(self.store.next_seq(), prefill=phase == "prefill")
+            seq = self.store.next_seq()
+            if self._may_detach:
+                self._cycle_cupti(seq)
+            sampled = self.cupti.on_token_start(seq, prefill=phase == "prefill")
         if batch is None:  # the engine: its configured batch is the step's configuration
             batch, config = self._batch, self._batch
         else:  # a program: its batch may change step by step, so one configuration for all
@@ -371,6 +384,28 @@ class Profiler(SessionControl):
                                          config, self._compiling, positions)))
         if not self._overlap:
             self._catch_up()
+
+    def _cycle_cupti(self, seq: int) -> None:
+        """Attach or detach CUPTI before token ``seq`` (engine thread, at a boundary), the CUDA
+        graphs dropped after an attach and before a detach: graphs CUPTI saw must not be
+        replayed once it is finalized, and the burst's graphs are recorded under it, as
+        measured (docs/gpu-verification.md §32)."""
+        c = self.cupti
+        bursts_only = self.status.mode == "compiled"
+        if bursts_only != c.bursts_only:
+            c.bursts_only = bursts_only
+            c.announce()
+        want = c.attach_wanted(seq)
+        if want is None and not c.bursts_only and not c.attached:
+            want = True  # eager again: attached throughout
+        if want is None:
+            return
+        if want:
+            if c.attach():
+                drop_cuda_graphs()
+        else:
+            drop_cuda_graphs()
+            c.detach()
 
     def configuration_changed(self, batch: int, compiling: bool) -> None:
         """The engine's next steps run at ``batch``, beside a compile or not (engine thread,

@@ -100,7 +100,7 @@ def test_graph_records_are_on_exactly_while_kernels_are_off():
     calls = Calls()
     c._cupti = calls
     c._device_kinds = [1, 2, 3]
-    c._device_on = True   # as after start()
+    c._device_on = c.attached = True   # as after start()
     period = 8 * BURST
     for seq in range(2 * period):
         c.on_token_start(seq)
@@ -128,7 +128,7 @@ def test_a_refused_graph_kind_is_said_once_and_collection_goes_on():
 
     store = SessionStore()
     c = CuptiCollector(store, sample_every=8, api=False, graph_trace=True)
-    c._cupti, c._device_kinds, c._device_on = Refuses(), [1], True
+    c._cupti, c._device_kinds, c._device_on, c.attached = Refuses(), [1], True, True
     for seq in range(3 * 8 * BURST):
         c.on_token_start(seq)
     events = [e for e in store.view().events if "graph" in e[3]]

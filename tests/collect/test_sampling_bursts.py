@@ -41,7 +41,7 @@ def _collector(sample_every: int) -> tuple[CuptiCollector, Calls]:
     # the subset's per-id filter: 211 and 13 in it, 5 not
     c._api_filter = [(calls.api_fn, 211, 1), (calls.api_fn, 5, 0), (calls.api_fn, 13, 1)]
     c._api_on = c._api_kinds_on = True   # as after start(): the subset is on
-    c._device_on = True
+    c._device_on = c.attached = True   # as after start()
     return c, calls
 
 

@@ -21,6 +21,8 @@ DECODE = 256        # engine test: decode tokens per mode (the compiled session'
 SESSION = 24        # eager profiler session: decode tokens, every one traced
 FULL = 24           # compiled session: decode steps traced in full, then bursts
 BURST_EVERY = 8     # compiled session from step FULL on: 4 traced tokens in every 4 * 8
+DETACH_CYCLE = 101  # detached: decode steps per generation cycle (prime to the period)
+DETACH_CYCLES = 6   # detached: cycles from the same prompt (same tokens every cycle)
 AGREE_DECODE = 8    # agreement: decode steps per profiled run
 AGREE_ROUNDS = 5    # agreement: runs per profiler, alternating
 MARK = "WORKLOAD-RESULT "
@@ -113,6 +115,55 @@ def compiled() -> dict:
     return {"engine": out, "session": out}
 
 
+def detached() -> dict:
+    """A compiled session with CUPTI attached for bursts only (``detach_between_bursts``):
+    bursts of 4 in every 32 steps, CUPTI finalized between them and the CUDA graphs recorded
+    again around every switch. The engine loops from the prompt every DETACH_CYCLE steps, so
+    the drops fall at other positions in every cycle: greedy tokens that agree cycle by cycle
+    say the graphs recorded again compute what the first ones did."""
+    from tuiprof.profiler import Profiler
+
+    class Cycles(Profiler):
+        def token_finished(self, ev):
+            super().token_finished(ev)
+            self.ids.setdefault(ev.cycle, []).append(ev.token_id)
+            if ev.cycle >= DETACH_CYCLES and self.engine is not None:
+                self.engine.stop()
+
+    Cycles.ids = {}
+    from tuiprof.profiler import ProfilerOptions
+    from tuiprof.store import SessionStore
+
+    store = SessionStore(ring_tokens=4096)
+    prof = Cycles(store, ProfilerOptions(detach_between_bursts=True, sample_every=BURST_EVERY,
+                                         engine_kwargs=dict(model_spec=MODEL, mode="compiled",
+                                                            max_new_tokens=DETACH_CYCLE,
+                                                            loop=True)))
+    prof.ids = {}
+    prof.start()
+    finished = prof.wait(600)
+    detaches = prof.cupti.detaches if prof.cupti is not None else None
+    prof.stop()
+    view = store.view()
+    st = prof.status
+    rows = {t.seq: t for t in view.tokens}
+    nvjet = defaultdict(list)
+    for seq, recs in view.raw:
+        row = rows.get(seq)
+        if row is not None and row.phase == "decode" and row.sampled:
+            for r in recs:
+                if r[0] == "K" and r[1].startswith("nvjet"):
+                    nvjet[r[1]].append(r[3] - r[2])
+    out = {"error": None if finished and st.state != "error" else st.message or "did not finish",
+           "message": st.message, "detaches": detaches, "collectors": view.collectors,
+           "dropped": view.counters["dropped"],
+           "cycles": [prof.ids[c] for c in sorted(prof.ids) if c < DETACH_CYCLES],
+           "nvjet_mean_ns": {n: statistics.fmean(d) for n, d in nvjet.items()},
+           "tokens": [{k: getattr(t, k) for k in ROW_FIELDS} for t in view.tokens]}
+    log(f"detached session: {st.state} {st.message!r}, {detaches} detaches")
+    return {"session": out}
+
+
 class _Window:
     """Engine listener that opens a profiling window once the prefill's token is on the host
     and closes it after the last decode token: a window holds exactly the decode steps."""
@@ -199,7 +250,7 @@ def agreement() -> dict:
     return {"decode": AGREE_DECODE, "runs": runs}
 
 
-WORKLOADS = {"eager": eager, "compiled": compiled, "agreement": agreement}
+WORKLOADS = {"eager": eager, "compiled": compiled, "agreement": agreement, "detached": detached}
 
 if __name__ == "__main__":
     result = WORKLOADS[sys.argv[1]]()

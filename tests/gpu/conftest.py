@@ -76,6 +76,11 @@ def compiled_run() -> Result:
 
 
 @pytest.fixture(scope="session")
+def detached_run() -> Result:
+    return run_workload("detached", timeout=300)
+
+
+@pytest.fixture(scope="session")
 def agreement_run() -> Result:
     return run_workload("agreement", timeout=150)
 

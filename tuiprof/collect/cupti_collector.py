@@ -30,6 +30,7 @@ from .cupti_raw import (KIND_GRAPH_TRACE, Layout, LayoutError, LibraryResolver, 
 DEFAULT_BUFFER_BYTES = 8 * 1024 * 1024
 BURST = 4  # consecutive tokens traced per sampling period
 SWITCH_LEAD = 8  # untraced tokens between a mode switch and the next burst's warm-up
+ATTACH_LEAD = 2  # with CUPTI attached for bursts only: tokens attached before a warm-up
 
 RUNTIME_APIS = (
     "cudaLaunchKernel_v7000", "cudaLaunchKernel_ptsz_v7000", "cudaLaunchKernelExC_v11060",
@@ -124,6 +125,13 @@ class CuptiCollector:
         self._prefill_seq: int | None = None  # the last prefill traced outside a burst
         self.paused = False  # benchmarks switch collection off without stopping CUPTI
         self.running = False
+        # CUPTI attached only around bursts (compiled sessions: an attached CUPTI costs every
+        # CUDA-graph replay 5-15 % on the H100; docs/performance.md). The profiler asks
+        # attach_wanted() at each token start and drops the CUDA graphs around the switch.
+        self.bursts_only = False
+        self.attached = False
+        self.detaches = 0
+        self._lock = threading.Lock()  # CUPTI calls from the consumer vs. detach/attach
         # self-measurement: seconds spent in the callback and in folding, for the overhead pane
         self.callback_s = 0.0
         self.fold_s = 0.0
@@ -133,19 +141,31 @@ class CuptiCollector:
     # ------------------------------------------------------------------ control
     def start(self) -> None:
         """Subscribe and enable activity kinds; raises :class:`CuptiUnavailable`."""
-        cupti = import_cupti()
-        self._cupti = cupti
+        self._cupti = import_cupti()
+        self._attach()
+        self.running = True
+        self._consumer = threading.Thread(target=self._consume, name="tuiprof-cupti-fold",
+                                          daemon=True)
+        self._consumer.start()
+        self.announce()
+
+    def _attach(self) -> None:
+        """Register the buffer callbacks and enable the kinds (the device kinds on: a burst's
+        state until the next token start decides); raises :class:`CuptiUnavailable`."""
+        cupti = self._cupti
         K = cupti.ActivityKind
         try:
             if self.raw:
                 cupti.get_timestamp()  # loads libcupti, whose C entry points we call directly
-                self._rawbufs = RawBuffers(self.buffer_bytes, self._queue_raw)
+                if self._rawbufs is None:
+                    self._rawbufs = RawBuffers(self.buffer_bytes, self._queue_raw)
                 self._rawbufs.register(find_libcupti())
             else:
                 cupti.activity_register_callbacks(self._buffer_requested, self._on_buffer)
         except Exception as exc:
             raise CuptiUnavailable(_busy_message(exc)) from None
         self._device_kinds = [K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET]
+        self._device_on = self._api_on = self._api_kinds_on = self._graphs_on = False
         try:
             self._set_device_kinds(True)
             if self.memory:
@@ -168,15 +188,62 @@ class CuptiCollector:
                 cupti.activity_flush_period(self.flush_period_ms)
             except Exception:
                 pass
-        self.running = True
-        self._consumer = threading.Thread(target=self._consume, name="tuiprof-cupti-fold",
-                                          daemon=True)
-        self._consumer.start()
-        self.announce()
+        self.attached = True
+
+    # -------------------------------------------------- attached for bursts only
+    def attach_wanted(self, seq: int) -> bool | None:
+        """With ``bursts_only``: True when CUPTI should attach before token ``seq`` (two tokens
+        before a burst's warm-up: one for the attach, one for the API kinds' lead), False
+        when it should detach (outside that window), None when nothing changes."""
+        if not self.bursts_only or not self.running or self.paused:
+            return None
+        period = self.sample_every * BURST
+        phase = (seq - self._origin) % period
+        window = phase <= BURST or phase >= period - ATTACH_LEAD
+        if window != self.attached:
+            return window
+        return None
+
+    def detach(self) -> None:
+        """Hand every record over, switch every kind off and finalize CUPTI; the consumer
+        goes on. CUDA graphs CUPTI saw must be gone first (:mod:`tuiprof.engine.graphs`)."""
+        if not self.attached or self._cupti is None:
+            return
+        with self._lock:
+            try:
+                self._cupti.activity_flush_all(1)
+            except Exception:
+                pass
+            graphs = self.graph_trace
+            self._disable_all()
+            self.graph_trace = graphs
+            try:
+                self._cupti.finalize()
+            except Exception:
+                pass
+            self.attached = False
+            self._device_on = self._api_on = self._api_kinds_on = self._graphs_on = False
+            self.detaches += 1
+        self._wake.set()
+
+    def attach(self) -> bool:
+        """Attach again after :meth:`detach`; False (and the reason on the status line) if
+        CUPTI refuses, the session then goes on detached."""
+        if self.attached or self._cupti is None or not self.running:
+            return self.attached
+        with self._lock:
+            try:
+                self._attach()
+            except CuptiUnavailable as exc:
+                self.bursts_only = False
+                self.store.set_collector("cupti", False, safe_text(exc, 200))
+                return False
+        return True
 
     def announce(self) -> None:
         """Say what is collected, sampling included, on the status line."""
         self.store.set_collector("cupti", True, "CUPTI: kernels, memcpy, memset, memory"
+                                 + (" (attached for bursts only)" if self.bursts_only else "")
                                  + (", API subset" if self.api else "")
                                  + (", every CUDA-graph launch" if self.graph_trace and self.raw
                                     and not self.graph_error else "")
@@ -277,7 +344,11 @@ class CuptiCollector:
         self._api_on = on
 
     def clock(self) -> int:
-        """CUPTI's timestamp, the clock of every record (ns)."""
+        """CUPTI's timestamp, the clock of every record (ns); ``time.time_ns()`` while detached
+        (CUPTI's clock is CLOCK_REALTIME on Linux, measured equal within 1 µs on the H100,
+        and a CUPTI call while detached would attach it again)."""
+        if not self.attached:
+            return time.time_ns()
         return self._cupti.get_timestamp()
 
     def on_token_start(self, seq: int, prefill: bool = False) -> bool:
@@ -290,6 +361,8 @@ class CuptiCollector:
         the likely cause of a compiled program's 20 % at 64 tokens a call (gpu-verification
         §29), and of a live compiled session's prefill every 256 steps.
         """
+        if not self.attached:  # detached between bursts: nothing to switch, nothing traced
+            return False
         if self.paused:
             self._set_device_kinds(False)
             return False
@@ -316,6 +389,8 @@ class CuptiCollector:
     def quiet_token(self) -> bool:
         """A token left untraced whatever the sampling (one decoded beside a compile, whose
         own kernels would land in its window); returns False (not sampled)."""
+        if not self.attached:
+            return False
         if self._device_on:  # a burst in progress: hand its records over before going quiet
             try:
                 self._cupti.activity_flush_all(0)
@@ -337,10 +412,12 @@ class CuptiCollector:
         """Deliver every buffered record now (forced flush) and fold it into the store."""
         if self._cupti is None:
             return
-        try:
-            self._cupti.activity_flush_all(1)
-        except Exception:
-            pass
+        if self.attached:
+            with self._lock:
+                try:
+                    self._cupti.activity_flush_all(1)
+                except Exception:
+                    pass
         self._drain()
         self._poll_dropped()
 
@@ -349,10 +426,12 @@ class CuptiCollector:
         if self._cupti is None:
             return
         cupti = self._cupti
+        attached = self.attached
         try:
             self.flush()
         finally:
-            self._disable_all()
+            if attached:
+                self._disable_all()
             self._stop.set()
             self._wake.set()
             if self._consumer is not None:
@@ -360,10 +439,12 @@ class CuptiCollector:
             self._drain()
             if self.markers is not None:
                 self._fold(self.markers.drain())
-            try:
-                cupti.finalize()
-            except Exception:
-                pass
+            if attached:  # a detached CUPTI is finalized already; a call would attach it
+                try:
+                    cupti.finalize()
+                except Exception:
+                    pass
+            self.attached = False
             self.running = False
             self._cupti = None
 
@@ -477,10 +558,13 @@ class CuptiCollector:
         cupti = self._cupti
         if cupti is None:
             return
-        try:
-            dropped = _dropped_records(cupti)
-        except Exception:
-            return
+        with self._lock:
+            if not self.attached:  # any CUPTI call would initialize (attach) it again
+                return
+            try:
+                dropped = _dropped_records(cupti)
+            except Exception:
+                return
         self.store.note_dropped(dropped)
 
 
