@@ -142,8 +142,17 @@ def detached() -> dict:
     prof.ids = {}
     prof.start()
     finished = prof.wait(600)
-    detaches = prof.cupti.detaches if prof.cupti is not None else None
-    prof.stop()
+    c = prof.cupti
+    detaches = c.detaches if c is not None else None
+    lock_type = type(getattr(c, "_lock", None)).__name__
+    stop_error = None
+    try:
+        prof.stop()
+    except Exception as exc:  # reported: the test names it
+        import traceback
+
+        stop_error = f"{exc!r} (lock {lock_type}) " + traceback.format_exc()[-600:]
+        log(stop_error)
     view = store.view()
     st = prof.status
     rows = {t.seq: t for t in view.tokens}
@@ -155,7 +164,7 @@ def detached() -> dict:
                 if r[0] == "K" and r[1].startswith("nvjet"):
                     nvjet[r[1]].append(r[3] - r[2])
     out = {"error": None if finished and st.state != "error" else st.message or "did not finish",
-           "message": st.message, "detaches": detaches, "collectors": view.collectors,
+           "message": st.message, "detaches": detaches, "stop_error": stop_error, "collectors": view.collectors,
            "dropped": view.counters["dropped"],
            "cycles": [prof.ids[c] for c in sorted(prof.ids) if c < DETACH_CYCLES],
            "nvjet_mean_ns": {n: statistics.fmean(d) for n, d in nvjet.items()},

@@ -30,6 +30,7 @@ def test_detached_bursts_survive_and_keep_every_kernel(detached_run):
     busy = statistics.median(t["busy_ns"] / 1e6 for t in sampled)
     assert 0.5 < busy < 3.0, busy
     assert s["dropped"] == 0
+    assert s["stop_error"] is None, s["stop_error"]
 
 
 def test_graphs_recorded_again_decode_the_same_tokens(detached_run):
