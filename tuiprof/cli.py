@@ -47,9 +47,6 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", help="snapshot path (headless), default tuiprof-<model>.json")
     p.add_argument("--record", help="also write a replayable recording (.json.gz)")
     p.add_argument("--no-cupti", action="store_true", help="no kernel records (timing and NVML only)")
-    p.add_argument("--detach-cupti", action="store_true",
-                   help="compiled mode: CUPTI attached only around its sampling bursts, the CUDA "
-                        "graphs recorded again around each switch (cheaper; see docs/performance.md)")
     p.add_argument("--no-nvml", action="store_true")
     p.add_argument("--nvml-hz", type=float, default=10.0)
     p.add_argument("--sample-every", default="auto",
@@ -289,7 +286,6 @@ def _make_options(args: argparse.Namespace):
         ring = max(ring, args.max_new_tokens + 1)
     opts = ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
                            sample_every=args.sample_every, measure_peaks=args.measure_peaks,
-                           detach_between_bursts=getattr(args, "detach_cupti", False),
                            alloc_every=args.alloc_every if args.alloc_every == "auto"
                            else int(args.alloc_every),
                            engine_kwargs=_engine_kwargs(args), started_at=command_start())

@@ -51,8 +51,9 @@ class ProfilerOptions:
     # Compiled mode: CUPTI attached only around its bursts and finalized between them, the
     # CUDA graphs dropped (recorded again, no recompile) around each switch, since a CUPTI
     # finalized under graphs it saw kills their next replay. The built-in engine on one GPU
-    # only (the graphs must be on the thread that reports the steps). Off by default until it
-    # has run on a GPU as the default does (docs/performance.md).
+    # only (the graphs must be on the thread that reports the steps). Experimental, off and
+    # not on the command line: its first GPU run failed at the session's end (gpu-verification
+    # §32), though the same cycle driven from outside ran clean (bench/overhead_procs.py).
     detach_between_bursts: bool = False
     # Do the store's per-token work in token_launched, while the device computes the next step
     # (False: right after each token's sync, on the decode loop's critical path).

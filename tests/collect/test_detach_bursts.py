@@ -107,3 +107,20 @@ def test_profiler_drops_graphs_after_attach_and_before_detach(monkeypatch):
     order.clear()
     prof._cycle_cupti(40)
     assert order == ["attach", "drop"] and c.attached and not c.bursts_only
+
+
+def test_detach_folds_every_record_before_finalizing():
+    """Records still queued are parsed before the finalize: their kernel and API names are
+    read through CUPTI (pointers into its memory, get_callback_name), which finalize frees."""
+    c, cupti = _attached()
+    store = c.store
+    seq = store.begin_token("decode", "compiled", 1_000, step=0, sampled=True)
+    store.end_token(seq, 90_000, host_ms=0.09, gpu_ms=0.08)
+    c._queue.append([("K", "gemv", 2_000, 3_000, 1, 1, 1, 32, 1, 1, 32, 0, 7, 1, 0)])
+    seen = []
+    finalize = cupti.finalize
+    cupti.finalize = lambda: (seen.append(store.view().counters["kernels"]), finalize())
+    old_names = c._names
+    c.detach()
+    assert seen == [1] and not c._queue
+    assert c._names is not old_names       # name pointers of the finalized CUPTI are forgotten

@@ -132,6 +132,7 @@ class CuptiCollector:
         self.attached = False
         self.detaches = 0
         self._lock = threading.Lock()  # CUPTI calls from the consumer vs. detach/attach
+        self._parsing = threading.RLock()  # held while a buffer is parsed (detach waits)
         # self-measurement: seconds spent in the callback and in folding, for the overhead pane
         self.callback_s = 0.0
         self.fold_s = 0.0
@@ -157,8 +158,9 @@ class CuptiCollector:
         try:
             if self.raw:
                 cupti.get_timestamp()  # loads libcupti, whose C entry points we call directly
-                if self._rawbufs is None:
-                    self._rawbufs = RawBuffers(self.buffer_bytes, self._queue_raw)
+                # a fresh pool at every attach (bench/overhead_procs.py's verified cycle
+                # made a collector per attach); CUPTI drops the old one at its finalize
+                self._rawbufs = RawBuffers(self.buffer_bytes, self._queue_raw)
                 self._rawbufs.register(find_libcupti())
             else:
                 cupti.activity_register_callbacks(self._buffer_requested, self._on_buffer)
@@ -217,10 +219,15 @@ class CuptiCollector:
             graphs = self.graph_trace
             self._disable_all()
             self.graph_trace = graphs
+            # Parse every record now: kernel names and API names are resolved through CUPTI
+            # (pointers into its memory, get_callback_name), which the finalize frees/re-inits.
+            with self._parsing:
+                self._drain()
             try:
                 self._cupti.finalize()
             except Exception:
                 pass
+            self._names, self._libraries = NameCache(), LibraryResolver()
             self.attached = False
             self._device_on = self._api_on = self._api_kinds_on = self._graphs_on = False
             self.detaches += 1
@@ -412,12 +419,11 @@ class CuptiCollector:
         """Deliver every buffered record now (forced flush) and fold it into the store."""
         if self._cupti is None:
             return
-        if self.attached:
-            with self._lock:
-                try:
-                    self._cupti.activity_flush_all(1)
-                except Exception:
-                    pass
+        if self.attached:  # a detached CUPTI is flushed already; a call would attach it
+            try:
+                self._cupti.activity_flush_all(1)
+            except Exception:
+                pass
         self._drain()
         self._poll_dropped()
 
@@ -530,19 +536,21 @@ class CuptiCollector:
     def _drain(self) -> None:
         q = self._queue
         while q:
-            try:
-                batch = q.popleft()
-            except IndexError:
-                break
-            t0 = time.thread_time()  # CPU time, not the wait for the GIL
-            markers = [] if self.markers is not None else None
-            if isinstance(batch, bytes):
+            with self._parsing:
                 try:
-                    batch = parse_buffer(batch, self._layout, self._names, _ApiNames(self),
-                                         markers, self._libraries)
-                except LayoutError as exc:
-                    self.store.set_collector("cupti", False, f"CUPTI records unreadable: {safe_text(exc, 120)}")
-                    continue
+                    batch = q.popleft()
+                except IndexError:
+                    break
+                t0 = time.thread_time()  # CPU time, not the wait for the GIL
+                markers = [] if self.markers is not None else None
+                if isinstance(batch, bytes):
+                    try:
+                        batch = parse_buffer(batch, self._layout, self._names, _ApiNames(self),
+                                             markers, self._libraries)
+                    except LayoutError as exc:
+                        self.store.set_collector("cupti", False, "CUPTI records unreadable: "
+                                                 + safe_text(exc, 120))
+                        continue
             if markers is not None:  # steps from the markers first, then their records
                 batch = self.markers.feed(markers, batch)
             self.store.add_records(batch)
@@ -558,22 +566,24 @@ class CuptiCollector:
         cupti = self._cupti
         if cupti is None:
             return
-        with self._lock:
-            if not self.attached:  # any CUPTI call would initialize (attach) it again
-                return
-            try:
-                dropped = _dropped_records(cupti)
-            except Exception:
-                return
-        self.store.note_dropped(dropped)
+        if self.bursts_only:  # may detach meanwhile: any CUPTI call would attach it again
+            with self._lock:
+                dropped = _dropped_records_now(cupti) if self.attached else None
+        else:
+            dropped = _dropped_records_now(cupti)
+        if dropped is not None:
+            self.store.note_dropped(dropped)
 
 
-def _dropped_records(cupti) -> int:
-    """CUPTI's dropped-record count since the last call (global queue)."""
+def _dropped_records_now(cupti) -> int | None:
+    """CUPTI's dropped-record count since the last call (global queue); None if it refuses."""
     import ctypes
 
     out = ctypes.c_size_t(0)
-    res = cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(out))
+    try:
+        res = cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(out))
+    except Exception:
+        return None
     if isinstance(res, int) and res and not out.value:
         return res  # some binding versions return the count
     return int(out.value)
