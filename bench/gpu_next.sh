@@ -2,26 +2,21 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   bash bench/gpu_next.sh 6   # NEXT (17): eager none, default, remote, app: is the app-open
-#                              #     cost (§31: 1.17-1.21 against default 1.06) the spawned
-#                              #     session process itself, or the app process beside it?
-#   bash bench/gpu_next.sh 7   # 17: compiled none, default, recapture: CUDA graphs recorded
-#                              #     again after CUPTI's finalize: no crash, no cost, and
-#                              #     does a CUPTI attached again trace the new graphs?
-#   bash bench/gpu_next.sh 8   # 17: compiled none, default, burst-attach: graphs recorded
-#                              #     before any CUPTI, CUPTI attached for bursts only
-#   bash bench/gpu_next.sh 9   # 17: compiled none, default, rerecord: graphs dropped in place
-#                              #     around CUPTI's finalize and re-attach (no recompile)
-#   bash bench/gpu_next.sh 10  # 17: detach_between_bursts: the GPU test, then compiled
+#   bash bench/gpu_next.sh 10  # NEXT (17): detach_between_bursts: the GPU test (failed at
+#                              #     stop() in session 9, changed since), then compiled
 #                              #     none, detach (whole processes)
 #   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
 #
-# Done (docs/gpu-verification.md §30, §31):
+# Done (docs/gpu-verification.md §30-§32):
 #   bash bench/gpu_next.sh 1   # 17: compiled none, default, late-attach, torch.profiler
 #   bash bench/gpu_next.sh 2   # 18: the app's first step on screen (old tree vs new), tmux
 #   bash bench/gpu_next.sh 4   # 17: eager whole processes with the app open (none, default, app)
 #   bash bench/gpu_next.sh 5   # 17: a session in tmux pressing c; app-open eager with and
 #                              #     without the findings pass
+#   bash bench/gpu_next.sh 6   # 17: eager none, default, remote, app (noise-bound, §32)
+#   bash bench/gpu_next.sh 7   # 17: compiled recapture (dynamo reset around the finalize)
+#   bash bench/gpu_next.sh 8   # 17: compiled burst-attach (crashes at the finalize)
+#   bash bench/gpu_next.sh 9   # 17: compiled rerecord (graphs dropped in place: clean)
 # Each prints a short table; at most 8 files go to $OUT (what the device tool brings back).
 set -u
 cd "$(dirname "$0")/.."

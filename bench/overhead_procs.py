@@ -313,11 +313,11 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
             prof.token_finished = token_finished  # type: ignore[method-assign]
             prof.start()
             prof.wait()
+            if prof.cupti is not None:  # before stop(), which lets the collector go
+                out["detaches"] = prof.cupti.detaches
             prof.stop()
             out["state"] = prof.status.state
             out["kernels"] = store._counters["kernels"]
-            if prof.cupti is not None:
-                out["detaches"] = prof.cupti.detaches
             if "kernels_at_attach" in out:
                 out["kernels_after_attach"] = store._counters["kernels"] - out["kernels_at_attach"]
             if prof.status.state == "error":
