@@ -42,7 +42,8 @@ program *without* tuiprof. So here every run is its own process:
   before each burst and finalized after it, the CUDA graphs recorded again around each switch;
   ``kernels`` and ``detaches`` say the bursts were traced).
 * ``rerecord``: as ``recapture``, in three attach/finalize cycles, but the graphs dropped in
-  place (:func:`drop_cudagraphs`: every recorded graph of this thread's cudagraph trees freed,
+  place (:func:`tuiprof.engine.graphs.drop_cuda_graphs`, the bench's own copy in session 9's
+  run: every recorded graph of this thread's cudagraph trees freed,
   the compiled functions kept, so their next calls record new graphs without a recompile).
   Also CUPTI's clock after each re-attach (``clock``: µs a read, offset from ``time.time_ns``).
 * ``burst-attach``: no CUPTI until step 256, then CUPTI attached for 64 steps (one burst) and
@@ -278,7 +279,9 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
 
                 def reset_cudagraph_trees() -> None:
                     if drop == "drop":
-                        out.setdefault("dropped", []).append(drop_cudagraphs())
+                        from tuiprof.engine.graphs import drop_cuda_graphs
+
+                        out.setdefault("dropped", []).append(drop_cuda_graphs())
                     elif drop:
                         reset()
 
@@ -392,40 +395,6 @@ def _app_run(a: argparse.Namespace, kw: dict, ui: str = "app") -> dict:
         ctl.close()
     got["state"] = "done" if "error" not in got else "error"
     return got
-
-
-def drop_cudagraphs() -> int:
-    """Free every CUDA graph that inductor's cudagraph trees recorded on this thread, keeping
-    the compiled functions: their next calls record new graphs (no recompile). Private torch
-    internals (2.11-2.13); returns the number of graphs dropped."""
-    from collections import defaultdict
-
-    import torch
-    from torch._inductor import cudagraph_trees as ct
-
-    if not torch._C._is_key_in_tls("tree_manager_containers"):
-        return 0
-    n = 0
-    for container in ct.get_obj(ct.local, "tree_manager_containers").values():
-        m = container.tree_manager
-        if m is None:
-            continue
-        if isinstance(m.current_node, ct.CUDAGraphNode):
-            m.clear_current_path_state_and_set_to_none()
-        m.current_node = None
-        nodes = [node for roots in m.roots.values() for node in roots]
-        while nodes:
-            node = nodes.pop()
-            for children in node.children.values():
-                nodes.extend(children)
-            node.remove_node_cached_tensors()
-            node.graph = None
-            n += 1
-        m.roots = defaultdict(list)
-        m.path_state = ct.ExecutionState.NONE
-    if n:
-        torch.cuda.synchronize()
-    return n
 
 
 def _cpu_s(pid: int | None) -> float | None:
