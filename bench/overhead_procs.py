@@ -115,12 +115,13 @@ CONFIGS: dict[str, dict | str | None] = {
     "remote": "app",           # the session process of the app, no app (see the module doc)
 }
 SWITCH_AT = 64
-# decode step -> action, and whether the CUDA graphs are dropped around each action
-SCHEDULES = {"recapture": ({64: "detach", 1024: "attach", 1536: "detach"}, True),
+# decode step -> action, and how the CUDA graphs are dropped around each action ("reset":
+# torch._dynamo.reset(), a recompile; "drop": in place, tuiprof.engine.graphs; "": kept)
+SCHEDULES = {"recapture": ({64: "detach", 1024: "attach", 1536: "detach"}, "reset"),
              "rerecord": ({64: "detach", 512: "attach", 576: "detach", 1024: "attach",
                            1088: "detach", 1536: "attach", 1600: "detach"}, "drop"),
              "burst-attach": ({256: "attach", 320: "detach", 1024: "attach", 1088: "detach",
-                               1600: "attach", 1664: "detach"}, False)}
+                               1600: "attach", 1664: "detach"}, "")}
 PARTS = ("cupti", "cupti-memory", "cupti-attached", "listener", "nvml", "alloc")
 
 
@@ -253,7 +254,7 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                 if ev.phase != "decode":
                     return
                 seen[0] += 1
-                plan = SCHEDULES.get(name, ({}, False))[0]
+                plan = SCHEDULES.get(name, ({}, ""))[0]
                 if seen[0] in plan:
                     recapture(plan[seen[0]], SCHEDULES[name][1])
                 if seen[0] != SWITCH_AT:
@@ -261,36 +262,36 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                 if name == "detached" and prof.cupti is not None:
                     c, prof.cupti = prof.cupti, None  # what detaching between bursts would save
                     c.stop()
-                elif name == "late-attach":
-                    prof.options.cupti = True
-                    prof._start_cupti()
-                    if prof.cupti is not None:
-                        prof.cupti.restart_sampling(store.next_seq())
-                        out["kernels_at_attach"] = store._counters["kernels"]
+                elif name == "late-attach" and attach_cupti():
+                    out["kernels_at_attach"] = store._counters["kernels"]
 
-            def recapture(action: str, drop: bool) -> None:
+            def attach_cupti() -> bool:
+                """CUPTI as in ``default`` from here on (its next burst 8 steps later)."""
+                prof.options.cupti = True
+                prof._start_cupti()
+                if prof.cupti is not None:
+                    prof.cupti.restart_sampling(store.next_seq())
+                return prof.cupti is not None
+
+            def recapture(action: str, drop: str) -> None:
                 """On the engine thread, at a step's end: finalize CUPTI or attach it again,
-                with ``drop`` the CUDA graphs dropped (recorded again at the next steps) after
-                an attach and before a finalize."""
-                # dynamo's reset drops the cudagraph trees too; resetting those alone leaves
-                # the compiled function holding a shut-down tree manager. So the step is
-                # compiled again at the next call (from the warm on-disk caches) and recorded.
-                from torch._dynamo import reset
-
-                def reset_cudagraph_trees() -> None:
+                the CUDA graphs dropped (``drop``, see SCHEDULES; recorded again at the next
+                steps) after an attach and before a finalize. Resetting inductor's cudagraph
+                trees alone would leave the compiled function holding a shut-down tree manager,
+                hence dynamo's whole reset for "reset"."""
+                def drop_graphs() -> None:
                     if drop == "drop":
                         from tuiprof.engine.graphs import drop_cuda_graphs
 
                         out.setdefault("dropped", []).append(drop_cuda_graphs())
-                    elif drop:
+                    elif drop == "reset":
+                        from torch._dynamo import reset
+
                         reset()
 
                 t = time.perf_counter()
                 if action == "attach":
-                    prof.options.cupti = True
-                    prof._start_cupti()
-                    if prof.cupti is not None:
-                        prof.cupti.restart_sampling(store.next_seq())
+                    attach_cupti()
                     out["kernels_at_reattach"] = store._counters["kernels"]
                     if prof.cupti is not None:
                         c0 = time.perf_counter()
@@ -299,9 +300,9 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                         us = (time.perf_counter() - c0) / 20 * 1e6
                         out.setdefault("clock", []).append(
                             f"{us:.1f} us, {(time.time_ns() - ts) / 1e6:+.1f} ms")
-                    reset_cudagraph_trees()
+                    drop_graphs()
                 else:
-                    reset_cudagraph_trees()
+                    drop_graphs()
                     if prof.cupti is not None:
                         if "kernels_at_reattach" in out:
                             prof.cupti.flush()
