@@ -5,6 +5,8 @@
 #   bash bench/gpu_next.sh 10  # NEXT (17): detach_between_bursts: the GPU test (failed at
 #                              #     stop() in session 9, changed since), then compiled
 #                              #     none, detach (whole processes)
+#   bash bench/gpu_next.sh 11  # 17: eager against none inside one process (CUPTI finalized
+#                              #     in the none windows), without and with the app open
 #   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
 #
 # Done (docs/gpu-verification.md §30-§32):
@@ -96,6 +98,13 @@ case "${1:-}" in
     --configs none,detach --deadline 210 --json "$OUT/procs_detach.json" \
     >"$OUT/procs_detach.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_detach.txt" | tail -16 ;;
+11)
+  timeout 280 python bench/overhead.py --modes eager --blocks 8 --none --deadline 270 \
+    --json "$OUT/windows_none.json" >"$OUT/windows_none.txt" 2>&1
+  tail -8 "$OUT/windows_none.txt"
+  timeout 290 python bench/ui_overhead.py --modes eager --blocks 6 --none \
+    --json "$OUT/ui_windows_none.json" >"$OUT/ui_windows_none.txt" 2>&1
+  tail -8 "$OUT/ui_windows_none.txt" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-10 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-11 (see the head of this file)"; exit 2 ;;
 esac

@@ -17,6 +17,15 @@ goes untimed inside a block. Configurations:
               token's sync, as before it moved to ``token_launched``;
 * ``attached`` — (``--parts``) CUPTI as between bursts (memory records on, nothing else) and
               nothing else of tuiprof: what CUPTI costs by merely being there;
+* ``none`` — (``--none``, eager only) no tuiprof at all in the window: CUPTI *finalized* (not
+              merely quiet: its activity API detached, as in a process that never loaded it; a
+              ``cuptiFinalize`` is clean in eager mode, which has no CUDA graphs) and attached
+              again for the next window, NVML paused, no listener, no allocator statistics.
+              With it, ratios are to ``none``: the user's baseline (issue 17) measured inside
+              one process, free of the ±30 % that separates one eager process from the next
+              on the H100 host (docs/gpu-verification.md §32). Compiled windows leave it out:
+              detaching there drops the CUDA graphs, whose re-recording would land in the
+              windows (bench/overhead_procs.py measures compiled);
 * ``torch.profiler`` — (``--peer``) the peer, CUDA activities only, in a second phase whose
               process has no tuiprof CUPTI subscriber; it is started and stopped around its
               window, and its trace processing at stop is reported apart, not in the window.
@@ -62,6 +71,7 @@ CONFIGS = {
     "full": {"cupti": "full", "listener": True, "nvml": True, "alloc": 1},
     "auto-now": {"cupti": "auto", "listener": "now", "nvml": True, "alloc": "auto"},
     "attached": {"cupti": "idle"},
+    "none": {"cupti": "detached"},
     # --ablate: one part each on top of bare
     "listener": {"listener": True},
     "alloc": {"listener": True, "alloc": "auto"},
@@ -166,13 +176,31 @@ class Windows:
         if k in c._enabled_kinds:
             (c._cupti.activity_enable if on else c._cupti.activity_disable)(k)
 
+    def _attached(self, on: bool) -> None:
+        """CUPTI finalized (``none``) or attached again; graphs dropped as the profiler does."""
+        from tuiprof.engine.graphs import drop_cuda_graphs  # noqa: PLC0415
+
+        c = self.prof.cupti
+        if c is None or c.attached == on:
+            return
+        if on:
+            if c.attach():
+                drop_cuda_graphs()
+            self.quiet = False  # attached with tuiprof's kinds on: the configuration decides
+        else:
+            if self.prof.status.mode != "eager":
+                raise ValueError("none (CUPTI finalized) is measured in eager windows only")
+            drop_cuda_graphs()
+            c.detach()
+
     def apply(self, cfg: str) -> None:
         sp, prof = spec(cfg), self.prof
         if self.torch_prof is not None:
             self._stop_peer()
+        self._attached(sp["cupti"] != "detached")
         if sp["cupti"] == "off":
             self._quiet()
-        elif sp["cupti"] is not None and prof.cupti is not None:
+        elif sp["cupti"] not in (None, "detached") and prof.cupti is not None:
             self._wake()
             c = prof.cupti
             c.paused = sp["cupti"] == "idle"
@@ -313,11 +341,12 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict,
             rounds += rounds % 2                # even: a block ends where it began (bare)
             win.run_plan([("bare", a.warmup)])  # clocks, allocator, caches in this mode
             blocks = getattr(a, "mode_blocks", {}).get(mode, a.blocks)
-            say(f"warmed up; {blocks} blocks of {rounds} rounds of {configs} × {n} tokens")
+            here = [c for c in configs if c != "none" or mode == "eager"]
+            say(f"warmed up; {blocks} blocks of {rounds} rounds of {here} × {n} tokens")
             for b in range(blocks):
-                res = win.run_plan(block_plan(configs, rounds, n))
+                res = win.run_plan(block_plan(here, rounds, n))
                 for i, w in enumerate(res):
-                    w.update(block=b, round=i // len(configs), phase=tag)
+                    w.update(block=b, round=i // len(here), phase=tag)
                 out["windows"].extend(res)
                 tot = _totals(res)
                 base = tot.get("bare")
@@ -346,7 +375,8 @@ def _totals(windows: list[dict]) -> dict[str, float]:
 
 
 def table(windows: list[dict]) -> list[dict]:
-    """Per mode, phase and configuration: block ratios to ``bare`` and pooled figures."""
+    """Per mode, phase and configuration: block ratios to the baseline (``none`` where it was
+    measured, else ``bare``) and pooled figures."""
     rows = []
     groups: dict = {}
     for w in windows:
@@ -357,17 +387,18 @@ def table(windows: list[dict]) -> list[dict]:
             blocks.setdefault(w["block"], []).append(w)
         per_block = [_totals(bw) for bw in blocks.values()]
         pooled = _totals(ws)
+        base = "none" if "none" in pooled else "bare"
         for cfg in pooled:
             mine = [w for w in ws if w["config"] == cfg]
-            ratios = [t[cfg] / t["bare"] for t in per_block if cfg in t and "bare" in t]
+            ratios = [t[cfg] / t[base] for t in per_block if cfg in t and base in t]
             rows.append({
-                "mode": mode, "phase": phase, "config": cfg, "blocks": len(ratios),
+                "mode": mode, "phase": phase, "config": cfg, "base": base, "blocks": len(ratios),
                 "windows": len(mine), "tokens": sum(w["tokens"] for w in mine),
                 "ms_per_token": pooled[cfg],
                 "block_ratio": statistics.median(ratios) if ratios else None,
                 "block_min": min(ratios) if ratios else None,
                 "block_max": max(ratios) if ratios else None,
-                "pooled_ratio": pooled[cfg] / pooled["bare"] if "bare" in pooled else None,
+                "pooled_ratio": pooled[cfg] / pooled[base] if base in pooled else None,
                 "median_interval_us": statistics.median(w["median_interval_us"] for w in mine),
                 "excess_us": statistics.median(w["excess_us"] for w in mine),
                 "gpu_ms": statistics.median(w["gpu_ms"] for w in mine)
@@ -378,8 +409,8 @@ def table(windows: list[dict]) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    print("\n| mode | phase | configuration | ms/token (all windows) | ratio to bare: median "
-          "of blocks (min–max) | ratio of totals | median token interval, µs | mean − "
+    print("\n| mode | phase | configuration | ms/token (all windows) | ratio to the baseline: "
+          "median of blocks (min–max) | ratio of totals | median token interval, µs | mean − "
           "median, µs | step CUDA-event ms | blocks × tokens |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -387,7 +418,7 @@ def print_table(rows: list[dict]) -> None:
                  if r["block_ratio"] is not None else "—")
         extra = (f"; trace processing at stop {r['peer_stop_s']:.1f} s"
                  if r["peer_stop_s"] is not None else "")
-        print(f"| {r['mode']} | {r['phase']} | {r['config']}{extra} | {r['ms_per_token']:.3f} "
+        print(f"| {r['mode']} | {r['phase']} | {r['config']}{extra} (/ {r['base']}) | {r['ms_per_token']:.3f} "
               f"| {ratio} | {r['pooled_ratio'] or 0:.3f} | {r['median_interval_us']:.1f} | "
               f"{r['excess_us']:.1f} | {(r['gpu_ms'] or 0):.3f} | {r['blocks']} × "
               f"{r['tokens'] // max(1, r['blocks'])} |")
@@ -409,6 +440,9 @@ def main(argv=None) -> int:
     p.add_argument("--parts", action="store_true",
                    help="also auto-now and attached (what auto is made of)")
     p.add_argument("--peer", action="store_true", help="also torch.profiler (CUDA activities)")
+    p.add_argument("--none", action="store_true",
+                   help="also none (eager windows): CUPTI finalized, no tuiprof at all; the "
+                        "ratios are then to none")
     p.add_argument("--ablate", action="store_true",
                    help="also each part alone on top of bare: attached (memory records), nvml, "
                         "alloc (with the listener), listener, bursts (with the listener)")
@@ -423,7 +457,8 @@ def main(argv=None) -> int:
     out: dict = {"windows": []}
     configs = ["bare", "auto"] + (["full"] if a.full else []) \
         + (["auto-now", "attached"] if a.parts else []) \
-        + (["attached", "nvml", "alloc", "listener", "bursts"] if a.ablate else [])
+        + (["attached", "nvml", "alloc", "listener", "bursts"] if a.ablate else []) \
+        + (["none"] if a.none else [])
     configs = list(dict.fromkeys(configs))
     run_phase(a, configs, True, out)
     if a.peer:

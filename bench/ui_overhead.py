@@ -83,13 +83,16 @@ def run(a: argparse.Namespace) -> dict:
                 pulls0 = ctl.pulls
                 t0 = time.monotonic()
                 for b in range(a.blocks):
-                    res = await plan(block_plan(["bare", "auto"], rounds, n))
+                    res = await plan(block_plan(
+                        ["bare", "auto"] + (["none"] if a.none and mode == "eager" else []),
+                        rounds, n))
                     for i, w in enumerate(res):
                         w.update(block=b, round=i // 2, phase="app open")
                     out["windows"].extend(res)
                     tb = table([w for w in res])
-                    ratio = next(r["pooled_ratio"] for r in tb if r["config"] == "auto")
-                    say(f"[{mode}] block {b + 1:>2}: auto/bare {ratio:.3f}; app pulls so far "
+                    row = next(r for r in tb if r["config"] == "auto")
+                    say(f"[{mode}] block {b + 1:>2}: auto/{row['base']} {row['pooled_ratio']:.3f}; "
+                        f"app pulls so far "
                         f"{ctl.pulls - pulls0} ({(ctl.pulls - pulls0) / (time.monotonic() - t0):.1f}"
                         f"/s), refresh mean {app.refresh_stats['mean_ms']:.1f} ms")
             await plan([("auto", 0)])
@@ -123,6 +126,9 @@ def main(argv=None) -> int:
     p.add_argument("--cycle-tokens", type=int, default=1024)
     p.add_argument("--json", default=None)
     p.add_argument("--tmp", default="/tmp")
+    p.add_argument("--none", action="store_true",
+                   help="also none in eager windows (CUPTI finalized: no tuiprof at all); "
+                        "ratios are then to none (bench/overhead.py)")
     a = p.parse_args(argv)
     out = run(a)
     meta = out.get("meta", {})
