@@ -4,7 +4,7 @@
 #
 #   bash bench/gpu_next.sh 10  # NEXT (17): detach_between_bursts: the GPU test (failed at
 #                              #     stop() in session 9, changed since), then compiled
-#                              #     none, detach (whole processes)
+#                              #     none, detach, detach-256, default-256 (whole processes)
 #   bash bench/gpu_next.sh 11  # 17: eager against none inside one process (CUPTI finalized
 #                              #     in the none windows), without and with the app open
 #   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
@@ -94,8 +94,8 @@ case "${1:-}" in
   timeout 180 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_detach_gpu.py \
     >"$OUT/gpu_detach_test.txt" 2>&1
   grep -E "passed|failed|detaches|Error|error" "$OUT/gpu_detach_test.txt" | tail -8
-  timeout 290 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
-    --configs none,detach --deadline 210 --json "$OUT/procs_detach.json" \
+  timeout 420 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,detach,detach-256,default-256 --deadline 330 --json "$OUT/procs_detach.json" \
     >"$OUT/procs_detach.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_detach.txt" | tail -16 ;;
 11)

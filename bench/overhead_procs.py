@@ -40,7 +40,10 @@ program *without* tuiprof. So here every run is its own process:
   compiled mode by attaching for a burst and dropping the graphs around it.
 * ``detach``: ``default`` with ``detach_between_bursts`` (compiled: CUPTI attached two steps
   before each burst and finalized after it, the CUDA graphs recorded again around each switch;
-  ``kernels`` and ``detaches`` say the bursts were traced).
+  ``kernels`` and ``detaches`` say the bursts were traced). With the live sampling a compiled
+  run of 2,048 steps holds one burst (one in 4,096), so ``detach`` measures a session that
+  stays detached; ``detach-256`` and ``default-256`` trace a burst every 256 steps (8 cycles a
+  run): what each cycle costs.
 * ``rerecord``: as ``recapture``, in three attach/finalize cycles, but the graphs dropped in
   place (:func:`tuiprof.engine.graphs.drop_cuda_graphs`, the bench's own copy in session 9's
   run: every recorded graph of this thread's cudagraph trees freed,
@@ -101,6 +104,9 @@ CONFIGS: dict[str, dict | str | None] = {
     "late-attach": {"cupti": False},  # CUPTI started after SWITCH_AT steps (see above)
     "recapture": {},  # graphs dropped around CUPTI's finalize and re-attach (see above)
     "detach": {"detach_between_bursts": True},  # tuiprof's CUPTI attached for bursts only
+    # a burst every 256 steps (8 in a run of 2,048): what each attach/finalize cycle costs
+    "detach-256": {"detach_between_bursts": True, "sample_every": 64},
+    "default-256": {"sample_every": 64},
     "rerecord": {},  # as recapture, the graphs dropped in place: no recompile (see above)
     "burst-attach": {"cupti": False},  # CUPTI attached for bursts only, graphs kept (above)
     "cupti-memory": {"nvml": False, "alloc_every": 0, "api": False, "sample_every": 10**9},
