@@ -91,11 +91,11 @@ case "${1:-}" in
     >"$OUT/procs_rerecord.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_rerecord.txt" | tail -24 ;;
 10)
-  timeout 180 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_detach_gpu.py \
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_detach_gpu.py \
     >"$OUT/gpu_detach_test.txt" 2>&1
   grep -E "passed|failed|detaches|Error|error" "$OUT/gpu_detach_test.txt" | tail -8
-  timeout 420 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
-    --configs none,detach,detach-256,default-256 --deadline 330 --json "$OUT/procs_detach.json" \
+  timeout 400 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,detach,detach-256,default-256 --deadline 310 --json "$OUT/procs_detach.json" \
     >"$OUT/procs_detach.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_detach.txt" | tail -16 ;;
 11)
