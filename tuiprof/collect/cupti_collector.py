@@ -159,9 +159,12 @@ class CuptiCollector:
             if self.raw:
                 cupti.get_timestamp()  # loads libcupti, whose C entry points we call directly
                 # a fresh pool at every attach (bench/overhead_procs.py's verified cycle
-                # made a collector per attach); CUPTI drops the old one at its finalize
+                # made a collector per attach); the old one, and its C callbacks, live until
+                # CUPTI holds the new ones
+                old = self._rawbufs
                 self._rawbufs = RawBuffers(self.buffer_bytes, self._queue_raw)
                 self._rawbufs.register(find_libcupti())
+                del old
             else:
                 cupti.activity_register_callbacks(self._buffer_requested, self._on_buffer)
         except Exception as exc:
