@@ -173,6 +173,30 @@ def detached() -> dict:
     return {"session": out}
 
 
+def rerecord() -> dict:
+    """drop_cuda_graphs() alone: a reduce-overhead compiled function's graphs dropped in place
+    are recorded again at its next calls (no recompile) and compute the same outputs."""
+    import torch
+
+    from tuiprof.engine.graphs import drop_cuda_graphs
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                              torch.nn.Linear(1024, 256)).cuda().eval()
+    fn = torch.compile(net, mode="reduce-overhead")
+    x = torch.randn(8, 256, device="cuda")
+    outs, dropped = [], []
+    with torch.no_grad():
+        for _ in range(3):
+            for _ in range(3):  # warm-up, record, replay
+                torch.compiler.cudagraph_mark_step_begin()
+                y = fn(x).clone()
+            outs.append(y)
+            dropped.append(drop_cuda_graphs())
+    return {"dropped": dropped, "max_abs_diff": [float((o - outs[0]).abs().max()) for o in outs],
+            "eager_diff": float((net(x) - outs[0]).abs().max())}
+
+
 class _Window:
     """Engine listener that opens a profiling window once the prefill's token is on the host
     and closes it after the last decode token: a window holds exactly the decode steps."""
@@ -259,7 +283,8 @@ def agreement() -> dict:
     return {"decode": AGREE_DECODE, "runs": runs}
 
 
-WORKLOADS = {"eager": eager, "compiled": compiled, "agreement": agreement, "detached": detached}
+WORKLOADS = {"eager": eager, "compiled": compiled, "agreement": agreement, "detached": detached,
+             "rerecord": rerecord}
 
 if __name__ == "__main__":
     result = WORKLOADS[sys.argv[1]]()

@@ -81,6 +81,11 @@ def detached_run() -> Result:
 
 
 @pytest.fixture(scope="session")
+def rerecord_run() -> Result:
+    return run_workload("rerecord", timeout=150)
+
+
+@pytest.fixture(scope="session")
 def agreement_run() -> Result:
     return run_workload("agreement", timeout=150)
 

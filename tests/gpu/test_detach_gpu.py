@@ -1,4 +1,5 @@
-"""CUPTI attached for compiled bursts only (``ProfilerOptions.detach_between_bursts``) on a real
+"""Dropping CUDA graphs in place, and CUPTI attached for compiled bursts only
+(``ProfilerOptions.detach_between_bursts``), on a real
 GPU: the session survives every finalize (a CUPTI finalized under CUDA graphs it saw kills
 their next replay unless they are dropped first), bursts still carry every kernel of the graph
 with plausible durations, and the graphs recorded again decode the same tokens."""
@@ -13,6 +14,15 @@ from _workloads import DETACH_CYCLE, DETACH_CYCLES
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def test_dropped_graphs_are_recorded_again_and_compute_the_same(rerecord_run):
+    """tuiprof.engine.graphs alone, without CUPTI: every drop finds the graphs recorded since
+    the last one, and the outputs after each re-recording equal the first ones."""
+    r = rerecord_run
+    assert all(n >= 1 for n in r["dropped"]), r["dropped"]
+    assert r["max_abs_diff"] == [0.0] * len(r["max_abs_diff"]), r
+    assert r["eager_diff"] < 1e-2, r
 
 
 def test_detached_bursts_survive_and_keep_every_kernel(detached_run):
