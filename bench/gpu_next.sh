@@ -2,7 +2,9 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   bash bench/gpu_next.sh 10  # NEXT (17): detach_between_bursts: the GPU test (failed at
+#   bash bench/gpu_next.sh 12  # NEXT (17): 10's GPU test beside bench/detach_variants.py,
+#                              #     then compiled none, detach-256, default-256
+#   bash bench/gpu_next.sh 10  # (17): detach_between_bursts: the GPU test (failed at
 #                              #     stop() in session 9, changed since), then compiled
 #                              #     none, detach, detach-256, default-256 (whole processes)
 #   bash bench/gpu_next.sh 11  # 17: eager against none inside one process (CUPTI finalized
@@ -98,6 +100,21 @@ case "${1:-}" in
     --configs none,detach,detach-256,default-256 --deadline 310 --json "$OUT/procs_detach.json" \
     >"$OUT/procs_detach.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_detach.txt" | tail -16 ;;
+12)
+  # 17: what broke detach_between_bursts at stop (§32): the GPU test beside the workload
+  # under PYTHONMALLOC=debug, graphs dropped without detaching, and no periodic flush; then
+  # compiled none, detach-256 (a burst every 256 steps), default-256, whole processes
+  (timeout 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_detach_gpu.py \
+    >"$OUT/gpu_detach_test.txt" 2>&1) &
+  timeout 330 python bench/detach_variants.py debug,drop-only,no-flush-period --out "$OUT" \
+    --timeout 320 >"$OUT/detach_variants.txt" 2>&1
+  wait
+  cat "$OUT/detach_variants.txt" | cut -c1-400
+  grep -E "passed|failed|detaches|Error|error" "$OUT/gpu_detach_test.txt" | tail -8 | cut -c1-300
+  timeout 230 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,detach-256,default-256 --deadline 200 --json "$OUT/procs_detach.json" \
+    >"$OUT/procs_detach.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/procs_detach.txt" | tail -14 ;;
 11)
   timeout 280 python bench/overhead.py --modes eager --blocks 8 --none --deadline 270 \
     --json "$OUT/windows_none.json" >"$OUT/windows_none.txt" 2>&1
@@ -106,5 +123,5 @@ case "${1:-}" in
     --json "$OUT/ui_windows_none.json" >"$OUT/ui_windows_none.txt" 2>&1
   tail -8 "$OUT/ui_windows_none.txt" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-11 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-12 (see the head of this file)"; exit 2 ;;
 esac

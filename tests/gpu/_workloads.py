@@ -130,7 +130,31 @@ def detached() -> dict:
             if ev.cycle >= DETACH_CYCLES and self.engine is not None:
                 self.engine.stop()
 
-    Cycles.ids = {}
+        def _cycle_cupti(self, seq):
+            if VARIANT != "drop-only":
+                if VARIANT == "no-flush-period" and self.cupti.flush_period_ms:
+                    self.cupti.flush_period_ms = 0
+                    self.cupti._cupti.activity_flush_period(0)
+                return super()._cycle_cupti(seq)
+            # the graphs dropped where "full" would switch, CUPTI attached throughout
+            c = self.cupti
+            period = c.sample_every * BURST
+            phase = (seq - c._origin) % period
+            window = phase <= BURST or phase >= period - ATTACH_LEAD
+            if window != self.window:
+                self.window = window
+                self.drops += 1
+                drop_cuda_graphs()
+
+    import os
+
+    from tuiprof.collect.cupti_collector import ATTACH_LEAD, BURST
+    from tuiprof.engine.graphs import drop_cuda_graphs
+
+    # DETACH_VARIANT: "full" (the product's path), "drop-only" (graphs dropped on the same
+    # schedule, CUPTI never detached), "no-flush-period" (full, CUPTI's periodic flush off)
+    VARIANT = os.environ.get("DETACH_VARIANT", "full")
+    Cycles.ids, Cycles.window, Cycles.drops = {}, True, 0
     from tuiprof.profiler import ProfilerOptions
     from tuiprof.store import SessionStore
 
@@ -144,6 +168,7 @@ def detached() -> dict:
     finished = prof.wait(600)
     c = prof.cupti
     detaches = c.detaches if c is not None else None
+    buffers = c.buffer_stats() if c is not None else None
     lock_type = type(getattr(c, "_lock", None)).__name__
     stop_error = None
     try:
@@ -164,7 +189,10 @@ def detached() -> dict:
                 if r[0] == "K" and r[1].startswith("nvjet"):
                     nvjet[r[1]].append(r[3] - r[2])
     out = {"error": None if finished and st.state != "error" else st.message or "did not finish",
-           "message": st.message, "detaches": detaches, "stop_error": stop_error, "collectors": view.collectors,
+           "message": st.message, "detaches": detaches, "stop_error": stop_error,
+           "variant": VARIANT, "drops": prof.drops, "buffers": buffers,
+           "buffers_after_stop": c.buffer_stats() if c is not None else None,
+           "collectors": view.collectors,
            "dropped": view.counters["dropped"],
            "cycles": [prof.ids[c] for c in sorted(prof.ids) if c < DETACH_CYCLES],
            "nvjet_mean_ns": {n: statistics.fmean(d) for n, d in nvjet.items()},

@@ -131,6 +131,8 @@ class CuptiCollector:
         self.bursts_only = False
         self.attached = False
         self.detaches = 0
+        self.stranded_buffers = 0  # buffers CUPTI still held at a finalize (summed)
+        self._stale_said = 0
         self._lock = threading.Lock()  # CUPTI calls from the consumer vs. detach/attach
         self._parsing = threading.RLock()  # held while a buffer is parsed (detach waits)
         # self-measurement: seconds spent in the callback and in folding, for the overhead pane
@@ -158,13 +160,9 @@ class CuptiCollector:
         try:
             if self.raw:
                 cupti.get_timestamp()  # loads libcupti, whose C entry points we call directly
-                # a fresh pool at every attach (bench/overhead_procs.py's verified cycle
-                # made a collector per attach); the old one, and its C callbacks, live until
-                # CUPTI holds the new ones
-                old = self._rawbufs
-                self._rawbufs = RawBuffers(self.buffer_bytes, self._queue_raw)
+                if self._rawbufs is None:  # one pool for every attach (see RawBuffers)
+                    self._rawbufs = RawBuffers(self.buffer_bytes, self._queue_raw)
                 self._rawbufs.register(find_libcupti())
-                del old
             else:
                 cupti.activity_register_callbacks(self._buffer_requested, self._on_buffer)
         except Exception as exc:
@@ -230,6 +228,8 @@ class CuptiCollector:
                 self._cupti.finalize()
             except Exception:
                 pass
+            if self._rawbufs is not None:
+                self.stranded_buffers += self._rawbufs.end_epoch()
             self._names, self._libraries = NameCache(), LibraryResolver()
             self.attached = False
             self._device_on = self._api_on = self._api_kinds_on = self._graphs_on = False
@@ -565,10 +565,24 @@ class CuptiCollector:
             self.store.add_records(records)
             self.fold_s += time.thread_time() - t0
 
+    def buffer_stats(self) -> dict[str, int]:
+        """The raw buffer pool's counts: completed buffers, and those CUPTI gave back after
+        the finalize of the session they were handed out in (``stale``, not parsed), gave
+        back unasked (``unknown``), or still held at a finalize (``stranded``, summed)."""
+        rb = self._rawbufs
+        return {"buffers": self.buffers, "stale": rb.stale if rb else 0,
+                "unknown": rb.unknown if rb else 0, "held": rb.held() if rb else 0,
+                "stranded": self.stranded_buffers}
+
     def _poll_dropped(self) -> None:
         cupti = self._cupti
         if cupti is None:
             return
+        rb = self._rawbufs
+        if rb is not None and rb.stale + rb.unknown > self._stale_said:
+            self._stale_said = rb.stale + rb.unknown
+            self.store.add_event("cupti", f"{self._stale_said} CUPTI buffer(s) came back after "
+                                 "their session's finalize: not parsed")
         if self.bursts_only:  # may detach meanwhile: any CUPTI call would attach it again
             with self._lock:
                 dropped = _dropped_records_now(cupti) if self.attached else None

@@ -304,13 +304,25 @@ def find_libcupti() -> ctypes.CDLL:
 
 
 class RawBuffers:
-    """Buffer pool and the two C callbacks CUPTI calls; completed buffers are copied to ``sink``."""
+    """Buffer pool and the two C callbacks CUPTI calls; completed buffers are copied to ``sink``.
+
+    One pool serves every CUPTI session of a collector (attached, finalized, attached again):
+    its C callbacks and buffers live as long as the collector, since nothing says when CUPTI
+    lets go of a pointer it was given. A buffer remembers the session (``epoch``) it was handed
+    out in: one that comes back after that session's finalize is not parsed (its kernel names
+    point into memory the finalize freed) and is counted in ``stale``; one CUPTI never gives
+    back is never handed out again.
+    """
 
     def __init__(self, buffer_bytes: int, sink) -> None:
         self.buffer_bytes = buffer_bytes
         self.sink = sink
         self._free: list[int] = []
         self._arrays: dict[int, np.ndarray] = {}
+        self._out: dict[int, int] = {}  # address -> epoch it was handed out in
+        self.epoch = 0
+        self.stale = 0    # buffers completed after their session ended (not parsed)
+        self.unknown = 0  # completions of a pointer that was not out (never parsed, never reused)
         self.request_cb = REQUEST_FN(self._request)
         self.complete_cb = COMPLETE_FN(self._complete)
 
@@ -322,15 +334,31 @@ class RawBuffers:
             base = arr.ctypes.data
             addr = (base + 7) & ~7
             self._arrays[addr] = arr
+        self._out[addr] = self.epoch
         buf_pp[0] = addr
         size_p[0] = self.buffer_bytes
         max_records_p[0] = 0
 
     def _complete(self, ctx, stream_id, buf, size, valid) -> None:
-        if valid:
+        epoch = self._out.pop(buf, None) if buf else None
+        if epoch is None:
+            self.unknown += 1
+            return
+        if epoch != self.epoch:
+            self.stale += 1
+        elif valid:
             self.sink(ctypes.string_at(buf, valid))
-        if buf:
-            self._free.append(buf)
+        self._free.append(buf)
+
+    def held(self) -> int:
+        """Buffers CUPTI holds now."""
+        return len(self._out)
+
+    def end_epoch(self) -> int:
+        """The CUPTI session that holds the buffers out now was finalized: what it still
+        gives back is stale. Returns how many it holds."""
+        self.epoch += 1
+        return len(self._out)
 
     def register(self, lib: ctypes.CDLL) -> None:
         fn = lib.cuptiActivityRegisterCallbacks
