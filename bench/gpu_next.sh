@@ -115,6 +115,13 @@ case "${1:-}" in
     --configs none,detach-256,default-256 --deadline 200 --json "$OUT/procs_detach.json" \
     >"$OUT/procs_detach.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_detach.txt" | tail -14 ;;
+13)
+  # 17: compiled none against detach (the live sampling: a burst in every 4,096 steps, so
+  # one attach/finalize cycle and two graph drops in each timed run)
+  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 4096 \
+    --configs none,detach --deadline 480 --json "$OUT/procs_detach_live.json" \
+    >"$OUT/procs_detach_live.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/procs_detach_live.txt" | tail -26 ;;
 11)
   timeout 280 python bench/overhead.py --modes eager --blocks 8 --none --deadline 270 \
     --json "$OUT/windows_none.json" >"$OUT/windows_none.txt" 2>&1
@@ -123,5 +130,5 @@ case "${1:-}" in
     --json "$OUT/ui_windows_none.json" >"$OUT/ui_windows_none.txt" 2>&1
   tail -8 "$OUT/ui_windows_none.txt" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-12 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-13 (see the head of this file)"; exit 2 ;;
 esac
