@@ -122,6 +122,20 @@ case "${1:-}" in
     --configs none,detach --deadline 480 --json "$OUT/procs_detach_live.json" \
     >"$OUT/procs_detach_live.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_detach_live.txt" | tail -26 ;;
+14)
+  # 17, CUPTI attached for bursts only by default (eager too): the GPU tests of collection
+  # (eager and compiled sessions at the defaults) and of detaching, then eager windows in one
+  # process against none (auto attaches for its bursts only), headless and with the app open
+  timeout 260 python3 -m pytest -q -p no:cacheprovider -rA -k "not dropped_graphs" \
+    tests/gpu/test_collect_gpu.py tests/gpu/test_detach_gpu.py >"$OUT/gpu_tests.txt" 2>&1
+  grep -E "passed|failed|PASSED|FAILED|Error|error|detaches" "$OUT/gpu_tests.txt" | tail -12 \
+    | cut -c1-300
+  timeout 150 python bench/overhead.py --modes eager --blocks 6 --none --deadline 140 \
+    --json "$OUT/windows_none2.json" >"$OUT/windows_none2.txt" 2>&1
+  tail -6 "$OUT/windows_none2.txt"
+  timeout 150 python bench/ui_overhead.py --modes eager --blocks 4 --none \
+    --json "$OUT/ui_windows_none2.json" >"$OUT/ui_windows_none2.txt" 2>&1
+  tail -6 "$OUT/ui_windows_none2.txt" ;;
 11)
   timeout 280 python bench/overhead.py --modes eager --blocks 8 --none --deadline 270 \
     --json "$OUT/windows_none.json" >"$OUT/windows_none.txt" 2>&1
@@ -130,5 +144,5 @@ case "${1:-}" in
     --json "$OUT/ui_windows_none.json" >"$OUT/ui_windows_none.txt" 2>&1
   tail -8 "$OUT/ui_windows_none.txt" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-13 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-14 (see the head of this file)"; exit 2 ;;
 esac

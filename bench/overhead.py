@@ -193,11 +193,27 @@ class Windows:
             drop_cuda_graphs()
             c.detach()
 
-    def apply(self, cfg: str) -> None:
+    def _align(self, n: int) -> None:
+        """With CUPTI attached for bursts only (the default), an ``auto`` window starts 16
+        tokens (mod its length ``n``, which divides the sampling period) into the period, so no
+        window boundary splits the tokens CUPTI is attached for (2 before a burst's warm-up to
+        4 after it): each period costs one attach and one finalize, as in a session."""
+        c = self.prof.cupti
+        if c is None or not self.prof._may_detach or not c.bursts_only:
+            return
+        period = c.sample_every * BURST
+        phase = (self.prof.store.next_seq() - c._origin) % period
+        c._origin += (phase - 16) % n
+
+    def apply(self, cfg: str, n: int = 0) -> None:
         sp, prof = spec(cfg), self.prof
         if self.torch_prof is not None:
             self._stop_peer()
-        self._attached(sp["cupti"] != "detached")
+        if sp["cupti"] == "detached":
+            self._attached(False)
+        elif sp["cupti"] in ("off", "idle") or not prof._may_detach:
+            self._attached(True)
+        # auto/full with CUPTI attached for bursts only: the profiler attaches for the bursts
         if sp["cupti"] == "off":
             self._quiet()
         elif sp["cupti"] not in (None, "detached") and prof.cupti is not None:
@@ -208,6 +224,8 @@ class Windows:
                 c._set_device_kinds(False)
                 c._set_api_records(False)
             c.sample_every = 1 if sp["cupti"] == "full" else prof._sample_every(prof.status.mode)
+            if n:
+                self._align(n)
         if sp["peer"]:
             import torch  # noqa: PLC0415
 
@@ -251,7 +269,7 @@ class Windows:
         while not self.timing and self.plan:
             cfg, n = self.plan.popleft()
             t0 = time.perf_counter()
-            self.apply(cfg)
+            self.apply(cfg, n)
             self.apply_ms = (time.perf_counter() - t0) * 1e3
             if n > 0:
                 self.timing, self.need, self.intervals, self.gpu = True, n, [], []
@@ -339,7 +357,7 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict,
             n = a.eager_tokens if mode == "eager" else a.compiled_tokens
             rounds = max(2, period(mode) // n)  # auto windows of one block: one period
             rounds += rounds % 2                # even: a block ends where it began (bare)
-            win.run_plan([("bare", a.warmup)])  # clocks, allocator, caches in this mode
+            win.run_plan([(configs[0], a.warmup)])  # clocks, allocator, caches in this mode
             blocks = getattr(a, "mode_blocks", {}).get(mode, a.blocks)
             here = [c for c in configs if c != "none" or mode == "eager"]
             say(f"warmed up; {blocks} blocks of {rounds} rounds of {here} × {n} tokens")
@@ -443,6 +461,9 @@ def main(argv=None) -> int:
     p.add_argument("--none", action="store_true",
                    help="also none (eager windows): CUPTI finalized, no tuiprof at all; the "
                         "ratios are then to none")
+    p.add_argument("--no-bare", action="store_true",
+                   help="leave bare out (with --none: none and auto alternate, so no auto window "
+                        "starts with the CUPTI a bare window attached)")
     p.add_argument("--ablate", action="store_true",
                    help="also each part alone on top of bare: attached (memory records), nvml, "
                         "alloc (with the listener), listener, bursts (with the listener)")
@@ -460,6 +481,8 @@ def main(argv=None) -> int:
         + (["attached", "nvml", "alloc", "listener", "bursts"] if a.ablate else []) \
         + (["none"] if a.none else [])
     configs = list(dict.fromkeys(configs))
+    if a.no_bare:
+        configs.remove("bare")
     run_phase(a, configs, True, out)
     if a.peer:
         run_phase(a, ["bare", "torch.profiler"], False, out)

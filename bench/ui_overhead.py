@@ -79,13 +79,13 @@ def run(a: argparse.Namespace) -> dict:
                 n = a.eager_tokens if mode == "eager" else a.compiled_tokens
                 rounds = max(2, period(mode) // n)
                 rounds += rounds % 2
-                await plan([("bare", a.warmup)])
+                here = (["auto"] if a.no_bare else ["bare", "auto"]) \
+                    + (["none"] if a.none and mode == "eager" else [])
+                await plan([(here[0], a.warmup)])
                 pulls0 = ctl.pulls
                 t0 = time.monotonic()
                 for b in range(a.blocks):
-                    res = await plan(block_plan(
-                        ["bare", "auto"] + (["none"] if a.none and mode == "eager" else []),
-                        rounds, n))
+                    res = await plan(block_plan(here, rounds, n))
                     for i, w in enumerate(res):
                         w.update(block=b, round=i // 2, phase="app open")
                     out["windows"].extend(res)
@@ -126,6 +126,8 @@ def main(argv=None) -> int:
     p.add_argument("--cycle-tokens", type=int, default=1024)
     p.add_argument("--json", default=None)
     p.add_argument("--tmp", default="/tmp")
+    p.add_argument("--no-bare", action="store_true",
+                   help="leave bare out (bench/overhead.py --no-bare)")
     p.add_argument("--none", action="store_true",
                    help="also none in eager windows (CUPTI finalized: no tuiprof at all); "
                         "ratios are then to none (bench/overhead.py)")

@@ -48,13 +48,14 @@ class ProfilerOptions:
     # them on, a compiled qwen3-0.6b session segfaulted on the H100 (docs/gpu-verification.md
     # §27); every step's device time comes from its CUDA-event pair instead.
     graphs: bool = False
-    # Compiled mode: CUPTI attached only around its bursts and finalized between them, the
-    # CUDA graphs dropped (recorded again, no recompile) around each switch, since a CUPTI
-    # finalized under graphs it saw kills their next replay. The built-in engine on one GPU
-    # only (the graphs must be on the thread that reports the steps). Experimental, off and
-    # not on the command line: its first GPU run failed at the session's end (gpu-verification
-    # §32), though the same cycle driven from outside ran clean (bench/overhead_procs.py).
-    detach_between_bursts: bool = False
+    # CUPTI attached only around its sampling bursts (and a prefill due to be traced) and
+    # finalized between them: an attached CUPTI, even with every kind off, cost eager decode
+    # 15-30 % and compiled 2-15 % on the H100 (docs/performance.md). In compiled mode the CUDA
+    # graphs are dropped (recorded again, no recompile) around each switch, since a CUPTI
+    # finalized under graphs it saw kills their next replay; the steps that record them
+    # again are timed apart (TokenRow.rerecord). The built-in engine on one GPU only (the
+    # graphs must be on the thread that reports the steps); --cupti-attached turns it off.
+    detach_between_bursts: bool = True
     # Do the store's per-token work in token_launched, while the device computes the next step
     # (False: right after each token's sync, on the decode loop's critical path).
     overlap: bool = True
@@ -126,6 +127,7 @@ class Profiler(SessionControl):
         self._t_start = time.perf_counter()
         self._cpu0 = time.process_time()
         self.serve_s = 0.0            # CPU time answering a UI in another process (remote)
+        self.switch_s = 0.0           # wall time attaching and detaching CUPTI (engine thread)
         self.done = threading.Event()
         self._stopping = False
         self._old_switch: float | None = None
@@ -368,6 +370,7 @@ class Profiler(SessionControl):
                 self.cupti.restart_sampling(self.store.next_seq())
                 self.cupti.announce()
         # next_seq() is this token's: the previous token was begun in its token_launched
+        rerecord = False
         if self.cupti is None:
             sampled = not self._compiling
         elif self._compiling:
@@ -375,38 +378,44 @@ class Profiler(SessionControl):
         else:
             seq = self.store.next_seq()
             if self._may_detach:
-                self._cycle_cupti(seq)
+                dropped = self._cycle_cupti(seq, phase == "prefill")
+                if dropped is not None:  # the step begins after the switch
+                    start_ns = max(start_ns, self.cupti.clock())
+                    rerecord = dropped > 0
             sampled = self.cupti.on_token_start(seq, prefill=phase == "prefill")
         if batch is None:  # the engine: its configured batch is the step's configuration
             batch, config = self._batch, self._batch
         else:  # a program: its batch may change step by step, so one configuration for all
             config = PROGRAM_CONFIG
         self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled, batch,
-                                         config, self._compiling, positions)))
+                                         config, self._compiling, positions, rerecord)))
         if not self._overlap:
             self._catch_up()
 
-    def _cycle_cupti(self, seq: int) -> None:
-        """Attach or detach CUPTI before token ``seq`` (engine thread, at a boundary), the CUDA
-        graphs dropped after an attach and before a detach: graphs CUPTI saw must not be
-        replayed once it is finalized, and the burst's graphs are recorded under it, as
-        measured (docs/gpu-verification.md §32)."""
+    def _cycle_cupti(self, seq: int, prefill: bool) -> int | None:
+        """Attach or detach CUPTI before token ``seq`` (engine thread, at a boundary); returns
+        how many CUDA graphs were dropped (the step records them again), None if nothing
+        switched. The graphs are dropped after an attach and before a detach: graphs CUPTI saw
+        must not be replayed once it is finalized, and a burst's graphs are recorded under it
+        (docs/gpu-verification.md §32). Nothing switches while a compile runs beside decoding
+        (its steps are quiet anyway)."""
         c = self.cupti
-        bursts_only = self.status.mode == "compiled"
-        if bursts_only != c.bursts_only:
-            c.bursts_only = bursts_only
+        if self._compiling:
+            return None
+        if not c.bursts_only:
+            c.bursts_only = True
             c.announce()
-        want = c.attach_wanted(seq)
-        if want is None and not c.bursts_only and not c.attached:
-            want = True  # eager again: attached throughout
+        want = c.attach_wanted(seq, prefill)
         if want is None:
-            return
+            return None
+        t0 = time.perf_counter()
         if want:
-            if c.attach():
-                drop_cuda_graphs()
+            dropped = drop_cuda_graphs() if c.attach() else 0
         else:
-            drop_cuda_graphs()
+            dropped = drop_cuda_graphs()
             c.detach()
+        self.switch_s += time.perf_counter() - t0
+        return dropped
 
     def configuration_changed(self, batch: int, compiling: bool) -> None:
         """The engine's next steps run at ``batch``, beside a compile or not (engine thread,
@@ -515,19 +524,25 @@ class Profiler(SessionControl):
         c = self.cupti
         own = (c.callback_s + c.fold_s) if c is not None else 0.0
         nv = self.nvml.sample_cost_s if self.nvml is not None else 0.0
-        serve = self.serve_s
-        self.store.set_overhead(pct=round(100.0 * (own + nv + serve) / wall, 2),
+        serve, switch = self.serve_s, self.switch_s
+        self.store.set_overhead(pct=round(100.0 * (own + nv + serve + switch) / wall, 2),
                                 cupti_s=round(own, 3), nvml_s=round(nv, 3),
-                                serve_s=round(serve, 3), wall_s=round(wall, 1),
-                                method=overhead_method(c is not None, self.status.mode))
+                                serve_s=round(serve, 3), switch_s=round(switch, 3),
+                                wall_s=round(wall, 1),
+                                method=overhead_method(c is not None, self.status.mode,
+                                                       c is not None and c.bursts_only))
 
 
-def overhead_method(cupti_attached: bool, mode: str) -> str:
+def overhead_method(cupti_attached: bool, mode: str, bursts_only: bool = False) -> str:
     """What the live overhead figure counts, and what it cannot: an attached CUPTI works inside
     the CUDA calls of the decoding thread, which no thread's CPU time shows. In compiled mode
-    that is most of what a session costs (docs/performance.md, measured on the H100)."""
+    that is most of what a session costs (docs/performance.md, measured on the H100). With
+    CUPTI attached for bursts only, the switches' time is counted; the CUDA graphs recorded
+    again after them are not (those steps are timed apart)."""
     if not cupti_attached:
         return "tuiprof threads' CPU time / wall time"
+    if bursts_only:
+        return "threads' CPU + CUPTI switches / wall; CUPTI attached for bursts only"
     text = "threads' CPU / wall; not counted: CUPTI in CUDA calls"  # fits a 200-column header
     if mode == "compiled":
         text += f", {COMPILED_CUPTI_COST} compiled on an H100 (--no-cupti)"

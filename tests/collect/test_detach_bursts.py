@@ -93,20 +93,68 @@ def test_stop_while_detached_makes_no_cupti_call():
 def test_profiler_drops_graphs_after_attach_and_before_detach(monkeypatch):
     order: list[str] = []
     monkeypatch.setattr("tuiprof.profiler.drop_cuda_graphs", lambda: order.append("drop") or 0)
-    prof = Profiler(SessionStore(), ProfilerOptions(detach_between_bursts=True))
+    prof = Profiler(SessionStore(), ProfilerOptions())      # the default
     c, cupti = _attached(sample_every=8)
+    c.bursts_only = False
     real_detach, real_attach = c.detach, c.attach
     c.detach = lambda: (order.append("detach"), real_detach())[1]
     c.attach = lambda: (order.append("attach"), real_attach())[1]
-    prof.cupti, prof.status.mode = c, "compiled"
-    for seq in range(BURST + 1, 8 * BURST + BURST + 1):  # to the end of the second burst
-        prof._cycle_cupti(seq)
-    assert order == ["drop", "detach", "attach", "drop"]
-    prof.status.mode = "eager"                           # eager: attached throughout
-    c.detach()
-    order.clear()
-    prof._cycle_cupti(40)
-    assert order == ["attach", "drop"] and c.attached and not c.bursts_only
+    for mode in ("compiled", "eager"):                    # eager: bursts only too
+        prof.cupti, prof.status.mode = c, mode
+        order.clear()
+        for seq in range(BURST + 1, 8 * BURST + BURST + 1):  # to the end of the second burst
+            prof._cycle_cupti(seq, prefill=False)
+        assert order == ["drop", "detach", "attach", "drop"], mode
+        assert c.bursts_only and c.attached
+
+
+def test_a_due_prefill_attaches_and_a_compile_beside_decoding_switches_nothing(monkeypatch):
+    monkeypatch.setattr("tuiprof.profiler.drop_cuda_graphs", lambda: 0)
+    prof = Profiler(SessionStore(), ProfilerOptions())
+    c, cupti = _attached(sample_every=8)
+    prof.cupti, prof.status.mode = c, "eager"
+    prof._cycle_cupti(BURST + 1, prefill=False)
+    assert not c.attached
+    assert prof._cycle_cupti(10, prefill=True) == 0 and c.attached   # attached for it
+    assert c.on_token_start(10, prefill=True)                         # and traced
+    prof._cycle_cupti(11, prefill=False)
+    assert not c.attached
+    prof._cycle_cupti(12, prefill=True)      # another prefill within the period: not traced
+    assert not c.attached
+    prof._compiling = True                   # beside a compile: no switch
+    assert prof._cycle_cupti(8 * BURST - ATTACH_LEAD, prefill=False) is None
+    assert not c.attached
+
+
+def test_steps_after_a_graph_drop_are_timed_apart(monkeypatch):
+    """The step that records the CUDA graphs again begins after the switch and is kept out
+    of the clean figures (its time is tuiprof's); the others are not."""
+    from tuiprof.analysis.tokens import tokens_of
+    from tuiprof.ui.derive import done_rows, latency_series
+
+    monkeypatch.setattr("tuiprof.profiler.drop_cuda_graphs", lambda: 3)
+    store = SessionStore()
+    prof = Profiler(store, ProfilerOptions(), engine_factory=None)
+    c, cupti = _attached(sample_every=8)
+    c.store = store
+    prof.cupti, prof._may_detach, prof.status.mode = c, True, "compiled"
+    clock = iter(range(1_000_000, 10**9, 1_000_000))
+    c.clock = lambda: next(clock)            # detach() and the step start read it
+    rows = {}
+    for seq in range(BURST + 3):
+        prof.token_started("decode", "compiled", seq, 0, 10 * seq)
+        prof._catch_up()
+        rows[seq] = store.view().tokens[-1]
+        store.end_token(seq, 10 * seq + 9, host_ms=40.0 if seq == BURST + 1 else 3.0, gpu_ms=2.0)
+    switched = rows[BURST + 1]               # the first step after the burst: graphs dropped
+    assert switched.rerecord and switched.start_ns >= 1_000_000 and not c.attached
+    assert [r.seq for r in rows.values() if r.rerecord] == [BURST + 1]
+    view = store.view()
+    assert BURST + 1 not in [r.seq for r in done_rows(view, "decode")]
+    assert BURST + 1 not in [t.seq for t in tokens_of(view, "decode", sampled_only=False)]
+    ts = view.token_stats[("decode", "compiled")]
+    assert ts["rerecord_ms"].count == 1 and ts["host_ms"].max == 3.0
+    assert latency_series(view).rerecord == [(BURST + 1, 40.0)]
 
 
 def test_detach_folds_every_record_before_finalizing():

@@ -130,12 +130,12 @@ def detached() -> dict:
             if ev.cycle >= DETACH_CYCLES and self.engine is not None:
                 self.engine.stop()
 
-        def _cycle_cupti(self, seq):
+        def _cycle_cupti(self, seq, prefill=False):
             if VARIANT != "drop-only":
                 if VARIANT == "no-flush-period" and self.cupti.flush_period_ms:
                     self.cupti.flush_period_ms = 0
                     self.cupti._cupti.activity_flush_period(0)
-                return super()._cycle_cupti(seq)
+                return super()._cycle_cupti(seq, prefill)
             # the graphs dropped where "full" would switch, CUPTI attached throughout
             c = self.cupti
             period = c.sample_every * BURST
@@ -144,7 +144,8 @@ def detached() -> dict:
             if window != self.window:
                 self.window = window
                 self.drops += 1
-                drop_cuda_graphs()
+                return drop_cuda_graphs()
+            return None
 
     import os
 

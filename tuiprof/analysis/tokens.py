@@ -49,10 +49,11 @@ def token_timing(row) -> TokenTiming:
 def tokens_of(view, phase: str | None = None, mode: str | None = None,
               sampled_only: bool = True) -> list:
     """Finished tokens in the window, filtered by phase/mode (and sampling). Steps decoded
-    beside a compile are left out: the compile slowed them (their timing is kept apart)."""
+    beside a compile, or recording CUDA graphs again after tuiprof dropped them, are left
+    out (their timing is kept apart)."""
     return [t for t in view.tokens if t.done and (phase is None or t.phase == phase)
             and (mode is None or t.mode == mode) and (t.sampled or not sampled_only)
-            and not getattr(t, "compiling", False)]
+            and not t.apart]
 
 
 def steady_tokens(view, phase: str = "decode", mode: str | None = None, skip: int = 2) -> list:

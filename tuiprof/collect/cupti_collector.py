@@ -194,18 +194,23 @@ class CuptiCollector:
         self.attached = True
 
     # -------------------------------------------------- attached for bursts only
-    def attach_wanted(self, seq: int) -> bool | None:
+    def attach_wanted(self, seq: int, prefill: bool = False) -> bool | None:
         """With ``bursts_only``: True when CUPTI should attach before token ``seq`` (two tokens
-        before a burst's warm-up: one for the attach, one for the API kinds' lead), False
-        when it should detach (outside that window), None when nothing changes."""
+        before a burst's warm-up: one for the attach, one for the API kinds' lead; or a prefill
+        due to be traced, see :meth:`on_token_start`), False when it should detach (outside
+        that window), None when nothing changes."""
         if not self.bursts_only or not self.running or self.paused:
             return None
         period = self.sample_every * BURST
         phase = (seq - self._origin) % period
-        window = phase <= BURST or phase >= period - ATTACH_LEAD
+        window = (phase <= BURST or phase >= period - ATTACH_LEAD
+                  or (prefill and self._prefill_due(seq)))
         if window != self.attached:
             return window
         return None
+
+    def _prefill_due(self, seq: int) -> bool:
+        return self._prefill_seq is None or seq - self._prefill_seq >= self.sample_every * BURST
 
     def detach(self) -> None:
         """Hand every record over, switch every kind off and finalize CUPTI; the consumer
@@ -378,7 +383,7 @@ class CuptiCollector:
             return False
         n = self.sample_every
         period = n * BURST
-        due = prefill and (self._prefill_seq is None or seq - self._prefill_seq >= period)
+        due = prefill and self._prefill_due(seq)
         if n <= 1 or due:
             if due:
                 self._prefill_seq = seq

@@ -28,7 +28,8 @@ from ._atomic import atomic_write_bytes
 from .names import demangle
 from .summary import summary
 
-SCHEMA_VERSION = 2       # 2: batch configurations ("batch", "configurations", token "config")
+SCHEMA_VERSION = 3       # 2: batch configurations ("batch", "configurations", token "config");
+                         # 3: token "rerecord"
 FORMAT = "tuiprof-snapshot"
 RANKS_FORMAT = "tuiprof-ranks-snapshot"   # a tensor-parallel session: one snapshot per rank
 MAX_RANKS = 1024

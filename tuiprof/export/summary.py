@@ -27,7 +27,7 @@ def decode_tokens(view: StoreView, mode: str) -> list:
     """Completed decode steps of ``mode`` in the token series, oldest first (steps decoded
     beside a compile left out: the compile slowed them)."""
     return [t for t in view.tokens if t.phase == DECODE and t.mode == mode and t.done
-            and not t.compiling]
+            and not t.apart]
 
 
 def modes_of(view: StoreView) -> list[str]:

@@ -56,6 +56,9 @@ class TokenRow:
     positions: int = 1      # input positions of the step over all sequences (a prefill: the prompts')
     config: Any = 1         # the batch configuration the step belongs to (see the module doc)
     compiling: bool = False  # run while a compile ran in the background: timed apart
+    # recorded its CUDA graphs again: tuiprof dropped them at its start to attach or detach
+    # CUPTI (compiled sessions); timed apart like ``compiling``, its time is tuiprof's
+    rerecord: bool = False
     kernels: int = 0
     kernel_ns: int = 0
     busy_ns: int = 0
@@ -83,6 +86,12 @@ class TokenRow:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__ if k != "busy_cursor"}
+
+    @property
+    def apart(self) -> bool:
+        """Timed apart from the clean figures: slowed by a compile beside it, or by recording
+        CUDA graphs again after tuiprof dropped them."""
+        return self.compiling or self.rerecord
 
 
 @dataclass(slots=True, eq=False)
@@ -287,13 +296,14 @@ class SessionStore:
 
     def begin_token(self, phase: str, mode: str, start_ns: int, step: int, cycle: int = 0,
                     sampled: bool = True, batch: int = 1, config: Any = None,
-                    compiling: bool = False, positions: int = 1) -> int:
+                    compiling: bool = False, positions: int = 1, rerecord: bool = False) -> int:
         """Open a token window at ``start_ns`` (CUPTI clock); returns its sequence number.
 
         ``config``: the batch configuration of the step (default: the latest one given);
         ``compiling``: the step ran while a compile ran beside it (its timing is kept apart
         from the configuration's clean statistics); ``positions``: input positions of the
-        step over all sequences."""
+        step over all sequences; ``rerecord``: the step recorded its CUDA graphs again after
+        tuiprof dropped them (timed apart)."""
         with self._lock:
             seq = self._seq
             self._seq += 1
@@ -304,7 +314,7 @@ class SessionStore:
                 self._cur = self._part(config)
             row = TokenRow(seq=seq, step=step, phase=phase, mode=mode, start_ns=start_ns,
                            cycle=cycle, sampled=sampled, batch=batch, config=config,
-                           compiling=compiling, positions=positions)
+                           compiling=compiling, positions=positions, rerecord=rerecord)
             self._open = row
             if len(self._win_rows) == self._win_rows.maxlen:
                 self._fold_evicted(self._win_rows[0])
@@ -339,10 +349,11 @@ class SessionStore:
                 self._counters["window_steps"] += 1
             part = self._part(row.config)
             ts = _token_stats(part, row)
-            if row.compiling:  # slowed by the compile beside it: kept out of the clean figures
-                cs = ts.get("compiling_ms")
+            if row.compiling or row.rerecord:  # slowed by a compile beside it or by tuiprof's
+                key = "compiling_ms" if row.compiling else "rerecord_ms"  # graph drop: apart
+                cs = ts.get(key)
                 if cs is None:
-                    cs = ts["compiling_ms"] = RunningStats()
+                    cs = ts[key] = RunningStats()
                 cs.add(host_ms)
                 return
             ts["host_ms"].add(host_ms)
@@ -360,7 +371,7 @@ class SessionStore:
         # A token leaving the window is long complete: its kernel counts join the running stats.
         part = self._parts.get(row.config)
         ts = part.token_stats.get((row.phase, row.mode)) if part is not None else None
-        if ts is None or not row.done or row.compiling:
+        if ts is None or not row.done or row.compiling or row.rerecord:
             return
         if row.sampled:
             ts["kernels"].add(row.kernels)

@@ -103,7 +103,7 @@ class RunningStats:
     @property
     def stddev(self) -> float:
         """Sample standard deviation (n-1), 0 for fewer than two values."""
-        return math.sqrt(self._m2 / (self.count - 1)) if self.count > 1 else 0.0
+        return math.sqrt(max(0.0, self._m2) / (self.count - 1)) if self.count > 1 else 0.0
 
     @property
     def median(self) -> float:

@@ -120,9 +120,11 @@ def latest_traced(view: Any, phase: str, mode: str) -> TokenKernels | None:
 def done_rows(view: Any, phase: str | None = None, mode: str | None = None,
               compiling: bool = False) -> list:
     """Finished rows of the view's configuration; steps decoded beside a compile only when
-    ``compiling`` (they are timed apart: the compile slowed them)."""
+    ``compiling`` (they are timed apart: the compile slowed them); never a step that
+    recorded CUDA graphs again after tuiprof dropped them (timed apart too)."""
     return [r for r in view.tokens if r.done and (phase is None or r.phase == phase)
-            and (mode is None or r.mode == mode) and (compiling or not r.compiling)]
+            and (mode is None or r.mode == mode) and (compiling or not r.compiling)
+            and not r.rerecord]
 
 
 def config_label(batch: Any, mode: str | None = None) -> str:
@@ -240,6 +242,8 @@ class LatencySeries:
     mode_marks: list = field(default_factory=list)   # (seq, text): mode and batch switches
     modes: list = field(default_factory=list)
     compiling: list = field(default_factory=list)    # (seq, host_ms) of steps beside a compile
+    rerecord: list = field(default_factory=list)     # (seq, host_ms) of steps that recorded
+                                                     # CUDA graphs again (tuiprof's drop)
 
 
 def latency_series(view: Any, n: int = 256) -> LatencySeries:
@@ -255,6 +259,8 @@ def latency_series(view: Any, n: int = 256) -> LatencySeries:
         out.modes.append(r.mode)
         if r.compiling:
             out.compiling.append((r.seq, r.host_ms))
+        if r.rerecord:
+            out.rerecord.append((r.seq, r.host_ms))
         if prev_batch is not None and r.batch != prev_batch:
             out.mode_marks.append((r.seq, f"→b{r.batch}"))
         prev_batch = r.batch

@@ -67,7 +67,10 @@ class LatencyPane(Pane):
             plt.title("no tokens yet")
             plot.refresh()
             return
-        decode_vals = [h for h, sq in zip(s.host, s.seq) if sq not in {p for p, _ in s.prefill}]
+        # the scale is the decode steps', without prefills and the steps that recorded CUDA
+        # graphs again after tuiprof dropped them (tens of ms; drawn clipped, in red)
+        off = {p for p, _ in s.prefill} | {q for q, _ in s.rerecord}
+        decode_vals = [h for h, sq in zip(s.host, s.seq) if sq not in off]
         top = max(decode_vals) if decode_vals else max(s.host)
         top = top * 1.15 if top > 0 else 1.0
         host = [min(v, top) for v in s.host]
@@ -75,6 +78,9 @@ class LatencyPane(Pane):
         if s.compiling:
             plt.scatter([q for q, _ in s.compiling], [min(v, top) for _, v in s.compiling],
                         color="yellow", marker="braille")
+        if s.rerecord:
+            plt.scatter([q for q, _ in s.rerecord], [min(v, top) for _, v in s.rerecord],
+                        color="red", marker="braille")
         gx = [x for x, g in zip(s.seq, s.gpu) if g is not None]
         gy = [min(g, top) for g in s.gpu if g is not None]
         if gx:
