@@ -126,14 +126,14 @@ case "${1:-}" in
   # 17, CUPTI attached for bursts only by default (eager too): the GPU tests of collection
   # (eager and compiled sessions at the defaults) and of detaching, then eager windows in one
   # process against none (auto attaches for its bursts only), headless and with the app open
-  timeout 260 python3 -m pytest -q -p no:cacheprovider -rA -k "not dropped_graphs" \
+  timeout 240 python3 -m pytest -q -p no:cacheprovider -rA -k "not dropped_graphs" \
     tests/gpu/test_collect_gpu.py tests/gpu/test_detach_gpu.py >"$OUT/gpu_tests.txt" 2>&1
   grep -E "passed|failed|PASSED|FAILED|Error|error|detaches" "$OUT/gpu_tests.txt" | tail -12 \
     | cut -c1-300
-  timeout 150 python bench/overhead.py --modes eager --blocks 6 --none --deadline 140 \
+  timeout 160 python bench/overhead.py --modes eager --blocks 6 --none --no-bare \
     --json "$OUT/windows_none2.json" >"$OUT/windows_none2.txt" 2>&1
   tail -6 "$OUT/windows_none2.txt"
-  timeout 150 python bench/ui_overhead.py --modes eager --blocks 4 --none \
+  timeout 160 python bench/ui_overhead.py --modes eager --blocks 4 --none --no-bare \
     --json "$OUT/ui_windows_none2.json" >"$OUT/ui_windows_none2.txt" 2>&1
   tail -6 "$OUT/ui_windows_none2.txt" ;;
 11)
