@@ -136,6 +136,21 @@ case "${1:-}" in
   timeout 160 python bench/ui_overhead.py --modes eager --blocks 4 --none --no-bare \
     --json "$OUT/ui_windows_none2.json" >"$OUT/ui_windows_none2.txt" 2>&1
   tail -6 "$OUT/ui_windows_none2.txt" ;;
+15)
+  # 17: the live app at the defaults (CUPTI attached for bursts only) as a user: eager, c to
+  # compiled (graphs dropped around every attach), the latency pane, b, e, q; 200x50 and 80x24
+  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
+  export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
+  T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+  OUT=$OUT timeout 260 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
+    --name gpu_s10_keys_200x50 \
+    --steps "25:;0:c;15:;15:;15:;15:;15:;15:;0:1;5:;0:b;15:;10:;0:e;4:;0:q;6:" \
+    -- python -m tuiprof --model qwen3-0.6b --export-dir "$OUT" >/dev/null 2>&1
+  awk '/^=====/{n=4} n-->0' "$OUT/gpu_s10_keys_200x50.txt" | cut -c1-200 | head -60
+  OUT=$OUT timeout 150 python bench/tmux_capture.py --tmux "$T" --size 80x24 \
+    --name gpu_s10_keys_80x24 --steps "20:;0:c;20:;20:;20:;0:1;5:;0:q;5:" \
+    -- python -m tuiprof --model qwen3-0.6b --export-dir /tmp >/dev/null 2>&1
+  ls -la "$OUT" ;;
 11)
   timeout 280 python bench/overhead.py --modes eager --blocks 8 --none --deadline 270 \
     --json "$OUT/windows_none.json" >"$OUT/windows_none.txt" 2>&1
@@ -144,5 +159,5 @@ case "${1:-}" in
     --json "$OUT/ui_windows_none.json" >"$OUT/ui_windows_none.txt" 2>&1
   tail -8 "$OUT/ui_windows_none.txt" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-14 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-15 (see the head of this file)"; exit 2 ;;
 esac
