@@ -151,6 +151,27 @@ case "${1:-}" in
     --name gpu_s10_keys_80x24 --steps "20:;0:c;20:;20:;20:;0:1;5:;0:q;5:" \
     -- python -m tuiprof --model qwen3-0.6b --export-dir /tmp >/dev/null 2>&1
   ls -la "$OUT" ;;
+16)
+  # 17: 15 again after drop_cuda_graphs found the engine thread's graphs (the app's path:
+  # the compile worker imports the trees first); then what the snapshot says of the drops
+  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
+  export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
+  T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+  OUT=$OUT timeout 230 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
+    --name gpu_s10_drops_200x50 \
+    --steps "25:;0:c;15:;15:;15:;15:;15:;15:;15:;0:1;5:;0:e;4:;0:q;6:" \
+    -- python -m tuiprof --model qwen3-0.6b --export-dir "$OUT" >/dev/null 2>&1
+  awk '/^=====/{n=3} n-->0' "$OUT/gpu_s10_drops_200x50.txt" | cut -c1-200 | tail -12
+  python - "$OUT"/tuiprof-*.json <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    d = json.load(open(f))
+    rr = [(t["seq"], round(t["host_ms"], 1)) for t in d["tokens"] if t.get("rerecord")]
+    st = {f"{x['phase']}/{x['mode']}": {k: (v["count"], round(v["mean"], 2))
+          for k, v in x["stats"].items() if k.endswith("_ms")} for x in d["token_stats"]}
+    print(f.split("/")[-1], "rerecord rows in window:", rr[:8], st, d["overhead"].get("switch_s"))
+PY
+  ;;
 11)
   timeout 280 python bench/overhead.py --modes eager --blocks 8 --none --deadline 270 \
     --json "$OUT/windows_none.json" >"$OUT/windows_none.txt" 2>&1
@@ -159,5 +180,5 @@ case "${1:-}" in
     --json "$OUT/ui_windows_none.json" >"$OUT/ui_windows_none.txt" 2>&1
   tail -8 "$OUT/ui_windows_none.txt" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-15 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-16 (see the head of this file)"; exit 2 ;;
 esac

@@ -23,7 +23,11 @@ def drop_cuda_graphs() -> int:
     import torch
     from torch._inductor import cudagraph_trees as trees
 
-    if not torch._C._is_key_in_tls("tree_manager_containers"):
+    # the managers are in inductor's thread-local, or in torch's C++ thread-local state where
+    # inductor stashed them (the thread that imported cudagraph_trees first; see
+    # tuiprof.engine.generate._own_cudagraph_trees for the other threads)
+    if not (hasattr(trees.local, "tree_manager_containers")
+            or torch._C._is_key_in_tls("tree_manager_containers")):
         return 0
     dropped = 0
     for container in trees.get_obj(trees.local, "tree_manager_containers").values():
@@ -43,6 +47,6 @@ def drop_cuda_graphs() -> int:
             dropped += 1
         manager.roots = defaultdict(list)
         manager.path_state = trees.ExecutionState.NONE
-    if dropped:
+    if dropped and torch.cuda.is_available():
         torch.cuda.synchronize()
     return dropped
