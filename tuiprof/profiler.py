@@ -111,6 +111,7 @@ class Profiler(SessionControl):
         self.tracker.add(first_phase, 0.0, self.tracker.progress.elapsed())
         self._prefill_seen = False
         self._may_detach = False  # CUPTI detached between compiled bursts (set once loaded)
+        self._rerecord_due = False  # graphs dropped: the next compiled step records them again
         self._nvml_start: Any = None
         self.store.meta["step_time_sources"] = dict(STEP_TIME_SOURCES)
         if "model_spec" in options.engine_kwargs:  # the header's first frame
@@ -381,7 +382,11 @@ class Profiler(SessionControl):
                 dropped = self._cycle_cupti(seq, phase == "prefill")
                 if dropped is not None:  # the step begins after the switch
                     start_ns = max(start_ns, self.cupti.clock())
-                    rerecord = dropped > 0
+                    self._rerecord_due |= dropped > 0
+                # the first compiled step after a drop records the graphs again (a prefill
+                # is eager: it replays none)
+                if self._rerecord_due and phase == "decode" and mode == "compiled":
+                    rerecord, self._rerecord_due = True, False
             sampled = self.cupti.on_token_start(seq, prefill=phase == "prefill")
         if batch is None:  # the engine: its configured batch is the step's configuration
             batch, config = self._batch, self._batch

@@ -157,6 +157,27 @@ def test_steps_after_a_graph_drop_are_timed_apart(monkeypatch):
     assert latency_series(view).rerecord == [(BURST + 1, 40.0)]
 
 
+def test_after_a_drop_at_a_prefill_the_next_compiled_step_is_the_one_timed_apart(monkeypatch):
+    """A due prefill attaches CUPTI and drops the graphs; the prefill is eager and replays
+    none: the compiled step after it records them again (30 ms on the H100, §33)."""
+    monkeypatch.setattr("tuiprof.profiler.drop_cuda_graphs", lambda: 3)
+    store = SessionStore()
+    prof = Profiler(store, ProfilerOptions())
+    c, cupti = _attached(sample_every=8)
+    c.store = store
+    prof.cupti, prof._may_detach, prof.status.mode = c, True, "compiled"
+    c.detach()
+    steps = [("prefill", "eager"), ("decode", "compiled"), ("decode", "compiled")]
+    for seq, (phase, mode) in enumerate(steps, start=10):
+        prof.token_started(phase, mode, seq, 0, 10 * seq)
+        prof._catch_up()
+        store.end_token(seq - 10, 10 * seq + 9, host_ms=3.0)
+    rows = store.view().tokens
+    assert [r.phase for r in rows] == ["prefill", "decode", "decode"]
+    assert [r.rerecord for r in rows] == [False, True, False]
+    assert rows[0].sampled                   # the prefill was traced: it was due
+
+
 def test_detach_folds_every_record_before_finalizing():
     """Records still queued are parsed before the finalize: their kernel and API names are
     read through CUPTI (pointers into its memory, get_callback_name), which finalize frees."""
