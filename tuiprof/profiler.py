@@ -112,6 +112,7 @@ class Profiler(SessionControl):
         self._prefill_seen = False
         self._may_detach = False  # CUPTI detached between compiled bursts (set once loaded)
         self._rerecord_due = False  # graphs dropped: the next compiled step records them again
+        self._bursts_engaged = False  # CUPTI put in bursts-only mode (first switchable token)
         self._nvml_start: Any = None
         self.store.meta["step_time_sources"] = dict(STEP_TIME_SOURCES)
         if "model_spec" in options.engine_kwargs:  # the header's first frame
@@ -407,8 +408,8 @@ class Profiler(SessionControl):
         c = self.cupti
         if self._compiling:
             return None
-        if not c.bursts_only:
-            c.bursts_only = True
+        if not self._bursts_engaged:  # once: a refused attach turns bursts_only off for good
+            self._bursts_engaged = c.bursts_only = True
             c.announce()
         want = c.attach_wanted(seq, prefill)
         if want is None:

@@ -108,6 +108,29 @@ def test_profiler_drops_graphs_after_attach_and_before_detach(monkeypatch):
         assert c.bursts_only and c.attached
 
 
+def test_a_refused_attach_leaves_the_session_detached_without_retrying(monkeypatch):
+    monkeypatch.setattr("tuiprof.profiler.drop_cuda_graphs", lambda: 0)
+    prof = Profiler(SessionStore(), ProfilerOptions())
+    c, cupti = _attached(sample_every=8)
+    c.bursts_only = False
+    prof.cupti, prof.status.mode = c, "eager"
+    prof._cycle_cupti(BURST + 1, prefill=False)
+    assert not c.attached
+    tries = []
+
+    def refuse():
+        tries.append(1)
+        raise RuntimeError("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED")
+
+    cupti.get_timestamp = refuse                      # another profiler took CUPTI meanwhile
+    c.raw = True
+    for seq in range(8 * BURST - ATTACH_LEAD, 16 * BURST):
+        prof._cycle_cupti(seq, prefill=False)
+    assert len(tries) == 1 and not c.attached and not c.bursts_only
+    msg = c.store.view().collectors["cupti"]
+    assert not msg["ok"] and "another profiler holds CUPTI" in msg["message"]
+
+
 def test_a_due_prefill_attaches_and_a_compile_beside_decoding_switches_nothing(monkeypatch):
     monkeypatch.setattr("tuiprof.profiler.drop_cuda_graphs", lambda: 0)
     prof = Profiler(SessionStore(), ProfilerOptions())
