@@ -2,16 +2,14 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   bash bench/gpu_next.sh 12  # NEXT (17): 10's GPU test beside bench/detach_variants.py,
-#                              #     then compiled none, detach-256, default-256
-#   bash bench/gpu_next.sh 10  # (17): detach_between_bursts: the GPU test (failed at
-#                              #     stop() in session 9, changed since), then compiled
-#                              #     none, detach, detach-256, default-256 (whole processes)
-#   bash bench/gpu_next.sh 11  # 17: eager against none inside one process (CUPTI finalized
-#                              #     in the none windows), without and with the app open
+#   bash bench/gpu_next.sh 11  # NEXT (17): eager against none inside one process, headless
+#                              #     and app open, 8 and 6 blocks (in session 10 before
+#                              #     --no-bare, CUPTI attached throughout: 1.269 / 1.218;
+#                              #     14 is the same at the bursts-only default, 6 / 4 blocks)
 #   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
 #
-# Done (docs/gpu-verification.md §30-§32):
+# Done (docs/gpu-verification.md §30-§33): 10, 12-16 (§33: detach passes, eager 1.041 in one
+#   process, compiled 1.029, the app in tmux at the new default), and:
 #   bash bench/gpu_next.sh 1   # 17: compiled none, default, late-attach, torch.profiler
 #   bash bench/gpu_next.sh 2   # 18: the app's first step on screen (old tree vs new), tmux
 #   bash bench/gpu_next.sh 4   # 17: eager whole processes with the app open (none, default, app)
@@ -173,10 +171,10 @@ for f in sys.argv[1:]:
 PY
   ;;
 11)
-  timeout 280 python bench/overhead.py --modes eager --blocks 8 --none --deadline 270 \
+  timeout 280 python bench/overhead.py --modes eager --blocks 8 --none --no-bare --deadline 270 \
     --json "$OUT/windows_none.json" >"$OUT/windows_none.txt" 2>&1
   tail -8 "$OUT/windows_none.txt"
-  timeout 290 python bench/ui_overhead.py --modes eager --blocks 6 --none \
+  timeout 290 python bench/ui_overhead.py --modes eager --blocks 6 --none --no-bare \
     --json "$OUT/ui_windows_none.json" >"$OUT/ui_windows_none.txt" 2>&1
   tail -8 "$OUT/ui_windows_none.txt" ;;
 *)
