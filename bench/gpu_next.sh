@@ -28,6 +28,11 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 OUT=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 show() { tail -"$1" "$2"; echo; }
+tmx() {  # tmux from the carried .tmx packages, as $T
+  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
+  export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
+  T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+}
 
 case "${1:-}" in
 1)
@@ -36,9 +41,7 @@ case "${1:-}" in
     --json "$OUT/procs_compiled_states.json" >"$OUT/procs_compiled_states.txt" 2>&1
   show 30 "$OUT/procs_compiled_states.txt" ;;
 2)
-  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
-  export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
-  T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+  tmx
   timeout 400 python bench/verify_startup.py --tree .old --tmux "$T" --parts app \
     >"$OUT/startup.txt" 2>&1
   show 20 "$OUT/startup.txt" ;;
@@ -58,9 +61,7 @@ case "${1:-}" in
 5)
   # 17: a compiled session's header on the H100 (the overhead method), the counter during c;
   # then the app-open eager rounds again: the app with and without its findings pass.
-  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
-  export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
-  T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+  tmx
   OUT=$OUT timeout 150 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
     --name gpu_compiled_header_200x50 --steps "25:;0:c;10:;10:;10:;10:;10:;10:;15:;0:q;5:" \
     -- python -m tuiprof --model qwen3-0.6b >/dev/null 2>&1
@@ -137,9 +138,7 @@ case "${1:-}" in
 15)
   # 17: the live app at the defaults (CUPTI attached for bursts only) as a user: eager, c to
   # compiled (graphs dropped around every attach), the latency pane, b, e, q; 200x50 and 80x24
-  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
-  export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
-  T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+  tmx
   OUT=$OUT timeout 260 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
     --name gpu_s10_keys_200x50 \
     --steps "25:;0:c;15:;15:;15:;15:;15:;15:;0:1;5:;0:b;15:;10:;0:e;4:;0:q;6:" \
@@ -152,9 +151,7 @@ case "${1:-}" in
 16)
   # 17: 15 again after drop_cuda_graphs found the engine thread's graphs (the app's path:
   # the compile worker imports the trees first); then what the snapshot says of the drops
-  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
-  export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
-  T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+  tmx
   OUT=$OUT timeout 230 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
     --name gpu_s10_drops_200x50 \
     --steps "25:;0:c;15:;15:;15:;15:;15:;15:;15:;0:1;5:;0:e;4:;0:q;6:" \

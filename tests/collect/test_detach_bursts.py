@@ -216,3 +216,20 @@ def test_detach_folds_every_record_before_finalizing():
     c.detach()
     assert seen == [1] and not c._queue
     assert c._names is not old_names       # name pointers of the finalized CUPTI are forgotten
+
+
+def test_a_buffer_given_back_during_the_finalize_is_not_parsed():
+    """Its kernel names would point into memory the finalize frees: counted, not parsed."""
+    import ctypes
+
+    from tuiprof.collect.cupti_raw import RawBuffers
+
+    c, cupti = _attached()
+    pool = c._rawbufs = RawBuffers(4096, c._queue_raw)
+    buf, size, recs = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+    pool._request(ctypes.pointer(buf), ctypes.pointer(size), ctypes.pointer(recs))
+    finalize = cupti.finalize
+    cupti.finalize = lambda: (pool._complete(None, 0, buf.value, 4096, 8), finalize())
+    c.detach()
+    assert not c._queue and pool.stale == 1 and c.stranded_buffers == 1
+    assert c.buffer_stats()["stale"] == 1

@@ -229,12 +229,12 @@ class CuptiCollector:
             # (pointers into its memory, get_callback_name), which the finalize frees/re-inits.
             with self._parsing:
                 self._drain()
+            if self._rawbufs is not None:  # from here on, a buffer given back is not parsed
+                self.stranded_buffers += self._rawbufs.end_epoch()
             try:
                 self._cupti.finalize()
             except Exception:
                 pass
-            if self._rawbufs is not None:
-                self.stranded_buffers += self._rawbufs.end_epoch()
             self._names, self._libraries = NameCache(), LibraryResolver()
             self.attached = False
             self._device_on = self._api_on = self._api_kinds_on = self._graphs_on = False
