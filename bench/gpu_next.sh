@@ -28,6 +28,10 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 OUT=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 show() { tail -"$1" "$2"; echo; }
+app_capture() {  # NAME SIZE STEPS SECONDS EXPORT_DIR: the app on qwen3-0.6b in tmux ($T)
+  OUT=$OUT timeout "$4" python bench/tmux_capture.py --tmux "$T" --size "$2" --name "$1" \
+    --steps "$3" -- python -m tuiprof --model qwen3-0.6b --export-dir "$5" >/dev/null 2>&1
+}
 tmx() {  # tmux from the carried .tmx packages, as $T
   for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
   export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
@@ -62,9 +66,8 @@ case "${1:-}" in
   # 17: a compiled session's header on the H100 (the overhead method), the counter during c;
   # then the app-open eager rounds again: the app with and without its findings pass.
   tmx
-  OUT=$OUT timeout 150 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
-    --name gpu_compiled_header_200x50 --steps "25:;0:c;10:;10:;10:;10:;10:;10:;15:;0:q;5:" \
-    -- python -m tuiprof --model qwen3-0.6b >/dev/null 2>&1
+  app_capture gpu_compiled_header_200x50 200x50 "25:;0:c;10:;10:;10:;10:;10:;10:;15:;0:q;5:" \
+    150 .
   awk '/^=====/{n=3} n-->0' "$OUT/gpu_compiled_header_200x50.txt" | cut -c1-200 | head -40
   timeout 440 python bench/overhead_procs.py --mode eager --rounds 8 --tokens 128 \
     --configs none,app,app-no-findings --deadline 370 --json "$OUT/procs_app2.json" \
@@ -139,23 +142,17 @@ case "${1:-}" in
   # 17: the live app at the defaults (CUPTI attached for bursts only) as a user: eager, c to
   # compiled (graphs dropped around every attach), the latency pane, b, e, q; 200x50 and 80x24
   tmx
-  OUT=$OUT timeout 260 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
-    --name gpu_s10_keys_200x50 \
-    --steps "25:;0:c;15:;15:;15:;15:;15:;15:;0:1;5:;0:b;15:;10:;0:e;4:;0:q;6:" \
-    -- python -m tuiprof --model qwen3-0.6b --export-dir "$OUT" >/dev/null 2>&1
+  app_capture gpu_s10_keys_200x50 200x50 \
+    "25:;0:c;15:;15:;15:;15:;15:;15:;0:1;5:;0:b;15:;10:;0:e;4:;0:q;6:" 260 "$OUT"
   awk '/^=====/{n=4} n-->0' "$OUT/gpu_s10_keys_200x50.txt" | cut -c1-200 | head -60
-  OUT=$OUT timeout 150 python bench/tmux_capture.py --tmux "$T" --size 80x24 \
-    --name gpu_s10_keys_80x24 --steps "20:;0:c;20:;20:;20:;0:1;5:;0:q;5:" \
-    -- python -m tuiprof --model qwen3-0.6b --export-dir /tmp >/dev/null 2>&1
+  app_capture gpu_s10_keys_80x24 80x24 "20:;0:c;20:;20:;20:;0:1;5:;0:q;5:" 150 /tmp
   ls -la "$OUT" ;;
 16)
   # 17: 15 again after drop_cuda_graphs found the engine thread's graphs (the app's path:
   # the compile worker imports the trees first); then what the snapshot says of the drops
   tmx
-  OUT=$OUT timeout 230 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
-    --name gpu_s10_drops_200x50 \
-    --steps "25:;0:c;15:;15:;15:;15:;15:;15:;15:;0:1;5:;0:e;4:;0:q;6:" \
-    -- python -m tuiprof --model qwen3-0.6b --export-dir "$OUT" >/dev/null 2>&1
+  app_capture gpu_s10_drops_200x50 200x50 \
+    "25:;0:c;15:;15:;15:;15:;15:;15:;15:;0:1;5:;0:e;4:;0:q;6:" 230 "$OUT"
   awk '/^=====/{n=3} n-->0' "$OUT/gpu_s10_drops_200x50.txt" | cut -c1-200 | tail -12
   python - "$OUT"/tuiprof-*.json <<'PY'
 import json, sys
