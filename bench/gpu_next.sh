@@ -2,7 +2,10 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   bash bench/gpu_next.sh 11  # NEXT (17): eager against none inside one process, headless
+#   bash bench/gpu_next.sh 17  # NEXT (15): a program's CUPTI attached for bursts only: the
+#                              #     program GPU tests, then eager generate() overhead
+#   bash bench/gpu_next.sh 18  # 15: compiled generate() overhead at the new default
+#   bash bench/gpu_next.sh 11  # 17: eager against none inside one process, headless
 #                              #     and app open, 8 and 6 blocks (in session 10 before
 #                              #     --no-bare, CUPTI attached throughout: 1.269 / 1.218;
 #                              #     14 is the same at the bursts-only default, 6 / 4 blocks)
@@ -171,6 +174,23 @@ PY
   timeout 290 python bench/ui_overhead.py --modes eager --blocks 6 --none --no-bare \
     --json "$OUT/ui_windows_none.json" >"$OUT/ui_windows_none.txt" 2>&1
   tail -8 "$OUT/ui_windows_none.txt" ;;
+17)
+  # 15: a program's CUPTI attached for its bursts only (the default since session 11): the
+  # program GPU tests (compiled generate() detaching ~9 times, a graph of the program's own),
+  # then the script alone / under tuiprof run / under tuiprof run --cupti-attached, eager
+  timeout 320 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_program_gpu.py \
+    >"$OUT/gpu_program_tests.txt" 2>&1
+  grep -E "passed|failed|PASSED|FAILED|Error|detaches|traced" "$OUT/gpu_program_tests.txt" \
+    | tail -14 | cut -c1-400
+  timeout 240 python bench/overhead_program.py --mode eager --rounds 8 --deadline 190 \
+    --configs alone,tuiprof,cupti-attached --json "$OUT/ovp_eager.json" \
+    >"$OUT/ovp_eager.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/ovp_eager.txt" | tail -8 ;;
+18)
+  timeout 560 python bench/overhead_program.py --mode compiled --new-tokens 65 --rounds 10 \
+    --deadline 470 --configs alone,tuiprof,cupti-attached --json "$OUT/ovp_compiled.json" \
+    >"$OUT/ovp_compiled.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/ovp_compiled.txt" | tail -40 | cut -c1-300 ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-16 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-18 (see the head of this file)"; exit 2 ;;
 esac

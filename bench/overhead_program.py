@@ -7,6 +7,8 @@ Configurations (each run is its own process):
 * ``tuiprof``: ``tuiprof run --headless --sample-every live -- python SCRIPT ARGS`` (the real
   command: collectors before the program's first CUDA call, transformers' steps found
   automatically, output captured and teed, the live app's sampling);
+* ``cupti-attached``: ``tuiprof`` with ``--cupti-attached`` (CUPTI attached throughout, as
+  before it was attached for bursts only by default);
 * ``no-api``: the same without CUPTI's API records (where a program's own per-step launches
   outside a CUDA graph cost: CUPTI intercepts every API call while those kinds are on);
 * ``api-stay-on``: the same with the API kinds kept on between compiled bursts, as the
@@ -49,7 +51,7 @@ sys.path.insert(0, str(REPO))
 from bench.overhead_procs import (fork_run, interleaved_rounds, with_baseline,  # noqa: E402
                                   write_json)
 SCRIPT = REPO / "bench" / "programs" / "hf_qwen.py"
-CONFIGS = ("alone", "tuiprof", "no-api", "api-stay-on", "no-cupti", "attached", "hooks")
+CONFIGS = ("alone", "tuiprof", "cupti-attached", "no-api", "api-stay-on", "no-cupti", "attached", "hooks")
 FIGURE = re.compile(r"DECODE_MS_PER_STEP=([\d.]+)")
 
 
@@ -99,10 +101,11 @@ def child(name: str, script_args: list[str], work: Path, conn) -> None:
                         opts.api = False
                     if name == "attached":
                         opts.memory, opts.sample_every = False, 10**9
+                        opts.detach_between_bursts = False
                     return opts
 
                 command.program_options = program_options
-            extra = {"no-cupti": ["--no-cupti"],
+            extra = {"no-cupti": ["--no-cupti"], "cupti-attached": ["--cupti-attached"],
                      "hooks": ["--no-cupti", "--no-nvml", "--alloc-every", "0"]}.get(name, [])
             out["exit"] = cli.main(["run", "--headless", "--sample-every", "live",
                                     "--ring-tokens", "4", "--json",
@@ -133,9 +136,10 @@ def step_profile(snapshot_path: Path) -> dict:
     ms of the 1st, 2nd and 3rd decode step after each prefill against the rest, and how many
     prefills were traced (their records are folded beside the steps that follow)."""
     try:
-        tokens = json.loads(snapshot_path.read_text()).get("tokens") or []
+        doc = json.loads(snapshot_path.read_text())
     except (OSError, ValueError):
         return {}
+    tokens = doc.get("tokens") or []
     after: dict[int, list[float]] = {1: [], 2: [], 3: []}
     rest: list[float] = []
     prefills = traced = 0
@@ -150,7 +154,8 @@ def step_profile(snapshot_path: Path) -> dict:
             (after[k] if k in after else rest).append(t["host_ms"])
     med = lambda xs: round(statistics.median(xs), 3) if xs else None  # noqa: E731
     return {"after_prefill_ms": [med(after[i]) for i in (1, 2, 3)], "rest_ms": med(rest),
-            "prefills": prefills, "traced_prefills": traced}
+            "prefills": prefills, "traced_prefills": traced,
+            "detaches": (doc.get("overhead") or {}).get("detaches")}
 
 
 def run_one(name: str, script_args: list[str], work: Path, timeout: float) -> dict:
@@ -203,7 +208,8 @@ def main() -> int:
         lambda name: run_one(name, script_args, work, a.run_timeout),
         lambda res: f"{res.get('ms_per_step', '-')} ms/step, process {res['whole_s']:.1f} s"
         + (f"; decode ms after a prefill {res['after_prefill_ms']} vs {res['rest_ms']},"
-           f" prefills traced {res['traced_prefills']}/{res['prefills']}"
+           f" prefills traced {res['traced_prefills']}/{res['prefills']},"
+           f" CUPTI detaches {res.get('detaches')}"
            if "rest_ms" in res else ""))
     table = summarise(rounds, names)
     print(f"\n| {a.mode} | rounds | decode ms/step (median) | / alone: median (min-max) |")

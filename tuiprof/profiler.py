@@ -53,8 +53,9 @@ class ProfilerOptions:
     # 15-30 % and compiled 2-15 % on the H100 (docs/performance.md). In compiled mode the CUDA
     # graphs are dropped (recorded again, no recompile) around each switch, since a CUPTI
     # finalized under graphs it saw kills their next replay; the steps that record them
-    # again are timed apart (TokenRow.rerecord). The built-in engine on one GPU only (the
-    # graphs must be on the thread that reports the steps); --cupti-attached turns it off.
+    # again are timed apart (TokenRow.rerecord). One GPU only: the built-in engine, and a
+    # program whose steps are marked on the thread that launches them (transformers,
+    # tuiprof.step) and that records no CUDA graph of its own; --cupti-attached turns it off.
     detach_between_bursts: bool = True
     # Do the store's per-token work in token_launched, while the device computes the next step
     # (False: right after each token's sync, on the decode loop's critical path).
@@ -110,7 +111,8 @@ class Profiler(SessionControl):
         self.tracker = ProgressTracker(options.started_at, on_change=self._on_progress)
         self.tracker.add(first_phase, 0.0, self.tracker.progress.elapsed())
         self._prefill_seen = False
-        self._may_detach = False  # CUPTI detached between compiled bursts (set once loaded)
+        self._may_detach = False  # CUPTI detached between bursts (allow_bursts_only)
+        self._graph_guard: Callable[[], str] | None = None  # why CUPTI must stay attached
         self._rerecord_due = False  # graphs dropped: the next compiled step records them again
         self._bursts_engaged = False  # CUPTI put in bursts-only mode (first switchable token)
         self._nvml_start: Any = None
@@ -249,8 +251,8 @@ class Profiler(SessionControl):
         self.store.meta["mode"] = self.status.mode
         self._batch = getattr(self.engine, "batch", self._batch)
         self.store.meta["batch"] = self._batch
-        self._may_detach = bool(self.options.detach_between_bursts and self.cupti is not None
-                                and getattr(self.engine, "lockstep", False) is None)
+        if getattr(self.engine, "lockstep", False) is None:  # one rank
+            self.allow_bursts_only()
         st = self.status
         st.batch = st.want_batch = self._batch
         st.max_batch = int(getattr(self.engine, "max_batch", self._batch))
@@ -261,6 +263,16 @@ class Profiler(SessionControl):
             with phase("measuring peaks"):
                 self.store.meta["measured_peaks"] = (measure_peaks("cpu", copy_mib=64, n=512)
                                                      if small else measure_peaks("cuda"))
+
+    def allow_bursts_only(self, graph_guard: Callable[[], str] | None = None) -> bool:
+        """Let CUPTI be finalized between its bursts from the next step on, if the options
+        allow it and CUPTI runs (the built-in engine once loaded, on one rank; a program once
+        started). ``graph_guard`` says why CUPTI must stay attached ("" when it need not): a
+        program's CUDA graphs that :func:`drop_cuda_graphs` cannot drop."""
+        self._graph_guard = graph_guard
+        self._may_detach = bool(self.options.detach_between_bursts and self.cupti is not None
+                                and self.cupti.markers is None)
+        return self._may_detach
 
     def _on_progress(self, progress: LoadProgress) -> None:
         self.status.progress = progress
@@ -355,7 +367,7 @@ class Profiler(SessionControl):
     # computes the next step, so it is off the decode loop's critical path (docs/performance.md).
     # Until an engine has called token_launched, queued work is done at once.
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
-                      batch: int | None = None, positions: int = 1) -> None:
+                      batch: int | None = None, positions: int = 1, host: bool = True) -> None:
         if phase == "decode" and mode != self.status.mode:
             self._catch_up()
             self.status.mode = mode
@@ -379,7 +391,7 @@ class Profiler(SessionControl):
             sampled = self.cupti.quiet_token()
         else:
             seq = self.store.next_seq()
-            if self._may_detach:
+            if self._may_detach and host:  # CUPTI switches on the thread that launches
                 dropped = self._cycle_cupti(seq, phase == "prefill")
                 if dropped is not None:  # the step begins after the switch
                     start_ns = max(start_ns, self.cupti.clock())
@@ -408,6 +420,9 @@ class Profiler(SessionControl):
         c = self.cupti
         if self._compiling:
             return None
+        why = self._graph_guard() if self._graph_guard is not None else ""
+        if why:
+            return self._stay_attached(why)
         if not self._bursts_engaged:  # once: a refused attach turns bursts_only off for good
             self._bursts_engaged = c.bursts_only = True
             c.announce()
@@ -419,9 +434,24 @@ class Profiler(SessionControl):
             dropped = drop_cuda_graphs() if c.attach() else 0
         else:
             dropped = drop_cuda_graphs()
+            _sync_device()  # CUPTI's finalize wants the device idle (a program's loop may not be)
             c.detach()
         self.switch_s += time.perf_counter() - t0
         return dropped
+
+    def _stay_attached(self, why: str) -> int | None:
+        """CUPTI attached for good from this step: graphs exist that no drop can remove, and
+        a finalize under them would kill their next replay."""
+        c = self.cupti
+        self._may_detach = False
+        c.bursts_only = False
+        t0 = time.perf_counter()
+        ok = c.attached or c.attach()
+        self.switch_s += time.perf_counter() - t0
+        if ok:
+            c.announce()
+        self.store.add_event("cupti", f"CUPTI stays attached: {why}")
+        return 0 if ok else None
 
     def configuration_changed(self, batch: int, compiling: bool) -> None:
         """The engine's next steps run at ``batch``, beside a compile or not (engine thread,
@@ -534,6 +564,7 @@ class Profiler(SessionControl):
         self.store.set_overhead(pct=round(100.0 * (own + nv + serve + switch) / wall, 2),
                                 cupti_s=round(own, 3), nvml_s=round(nv, 3),
                                 serve_s=round(serve, 3), switch_s=round(switch, 3),
+                                detaches=c.detaches if c is not None else 0,
                                 wall_s=round(wall, 1),
                                 method=overhead_method(c is not None, self.status.mode,
                                                        c is not None and c.bursts_only))
@@ -553,6 +584,12 @@ def overhead_method(cupti_attached: bool, mode: str, bursts_only: bool = False) 
     if mode == "compiled":
         text += f", {COMPILED_CUPTI_COST} compiled on an H100 (--no-cupti)"
     return text
+
+
+def _sync_device() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def rank_facts() -> dict:

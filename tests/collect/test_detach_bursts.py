@@ -2,54 +2,22 @@
 burst's warm-up and finalizes after it, makes no CUPTI call while finalized (any call would
 initialize CUPTI again: its consumer's dropped-record poll and the token clock included), and
 the profiler drops the CUDA graphs after each attach and before each finalize. CUPTI cannot run
-on a CPU, so a stand-in refuses every call between ``finalize`` and the next registration;
-the real cycle runs on the H100 (tests/gpu/test_detach_gpu.py, docs/gpu-verification.md §32)."""
+on a CPU, so a stand-in refuses every call between ``finalize`` and the next registration
+(``tests/cupti_standin.py``); the real cycle runs on the H100 (tests/gpu/test_detach_gpu.py,
+docs/gpu-verification.md §32)."""
 from __future__ import annotations
 
 import pytest
+
+from cupti_standin import StandIn, attached_collector
 
 from tuiprof.collect.cupti_collector import ATTACH_LEAD, BURST, CuptiCollector
 from tuiprof.profiler import Profiler, ProfilerOptions
 from tuiprof.store import SessionStore
 
 
-class StandIn:
-    """Records CUPTI calls; any call between finalize() and the next registration fails."""
-
-    class ActivityKind:
-        CONCURRENT_KERNEL, MEMCPY, MEMSET, MEMORY2, MARKER = 1, 2, 3, 4, 5
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.finalized = False
-
-    def _call(self, name: str) -> None:
-        if self.finalized:
-            raise AssertionError(f"CUPTI {name}() called while finalized")
-        self.calls.append(name)
-
-    def activity_register_callbacks(self, *cbs) -> None:
-        self.finalized = False
-        self.calls.append("register")
-
-    def finalize(self) -> None:
-        self._call("finalize")
-        self.finalized = True
-
-    def __getattr__(self, name):  # activity_enable, activity_flush_all, get_timestamp, ...
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return lambda *a: self._call(name) or 0
-
-
 def _attached(sample_every: int = 8) -> tuple[CuptiCollector, StandIn]:
-    c = CuptiCollector(SessionStore(), sample_every=sample_every, api=False, raw=False)
-    cupti = StandIn()
-    c._cupti = cupti
-    c._attach()
-    c.running = True  # start() without the consumer thread: the test drives everything
-    c.bursts_only = True
-    return c, cupti
+    return attached_collector(sample_every=sample_every)
 
 
 def test_attached_around_bursts_only_and_silent_while_finalized():

@@ -88,3 +88,99 @@ def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
     assert 1 <= len(traced) <= 3 * periods and len(traced) < len(prefills) // 4
     assert all(t["kernels"] > 0 for t in traced)
     assert all(t["kernels"] == 0 for t in prefills if not t["sampled"])
+
+
+GREEDY = """
+import json, pathlib, sys, torch
+from transformers import AutoModelForCausalLM, Qwen3Config
+spec = json.loads((pathlib.Path(sys.argv[1]) / "models" / "qwen3-0.6b.json").read_text())
+torch.manual_seed(0)
+with torch.device("cuda"):
+    model = AutoModelForCausalLM.from_config(Qwen3Config(**spec["config"]),
+                                             dtype=torch.bfloat16).eval()
+ids = torch.randint(0, spec["config"]["vocab_size"], (1, 16), device="cuda")
+for call in range(3):
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=96,
+                         min_new_tokens=96, do_sample=False, pad_token_id=0,
+                         cache_implementation="static")
+    print("TOKENS", call, out[0, 16:].tolist(), flush=True)
+"""
+
+OWN_GRAPH = """
+import torch, tuiprof
+x = torch.randn(256, 256, device="cuda")
+w = torch.randn(256, 256, device="cuda") / 16
+g, y = None, None
+for i in range(160):
+    with tuiprof.step("decode"):
+        if i == 48:  # after a few detaches: a graph of the program's own
+            torch.cuda.synchronize()
+            s = torch.cuda.Stream()
+            with torch.cuda.stream(s):
+                y = torch.tanh(x @ w)                  # warm-up on a side stream
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                y = torch.tanh(x @ w)
+        if g is not None:
+            g.replay()
+        else:
+            y = torch.tanh(x @ w)
+        v = float(y.sum())
+ref = float(torch.tanh(x @ w).sum())
+print("REPLAY_OK", abs(v - ref) < 1e-3 * max(1.0, abs(ref)), flush=True)
+"""
+
+
+def _run(tmp_path: Path, name: str, code: str, *tuiprof_args: str) -> tuple[str, dict | None]:
+    """The script alone (no tuiprof_args) or under ``tuiprof run --headless``."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(code)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / f"{name}-{len(tuiprof_args)}.json"
+    cmd = ([sys.executable, "-m", "tuiprof", "run", "--headless", "--json", str(out),
+            *tuiprof_args, "--", "python"] if tuiprof_args else [sys.executable])
+    proc = subprocess.run([*cmd, str(script), str(REPO)], capture_output=True, text=True,
+                          timeout=420, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout, (json.loads(out.read_text()) if tuiprof_args else None)
+
+
+def test_program_compiled_detaches_between_bursts_and_decodes_the_same(tmp_path):
+    """A compiled generate() under `tuiprof run`, CUPTI attached for bursts only (a burst in
+    every 32 steps here: ~9 attach/finalize cycles): the graphs transformers' forward recorded
+    are dropped around each switch, recorded again, and decode the same tokens as the script
+    alone; every traced step carries the whole graph."""
+    alone, _ = _run(tmp_path, "greedy", GREEDY)
+    under, doc = _run(tmp_path, "greedy", GREEDY, "--sample-every", "8")
+    tokens = [ln for ln in under.splitlines() if ln.startswith("TOKENS")]
+    assert len(tokens) == 3 and tokens == [ln for ln in alone.splitlines()
+                                           if ln.startswith("TOKENS")]
+    events = [e[3] for e in doc["events"]]
+    assert not any("stays attached" in e for e in events), events
+    over = doc["overhead"]
+    dec = [t for t in doc["tokens"] if t["done"] and t["phase"] == "decode"
+           and t["mode"] == "compiled"]
+    traced = [t for t in dec if t["sampled"]]
+    graph = [t["graph_kernels"] for t in traced]
+    rerecord = [round(t["host_ms"], 1) for t in dec if t.get("rerecord")]
+    print("detaches", over.get("detaches"), "switch_s", over.get("switch_s"), "traced",
+          len(traced), "graph kernels", sorted(set(graph)), "rerecord ms", rerecord)
+    assert over["detaches"] >= 4
+    assert graph and min(graph) > 100 and statistics.median(graph) == max(graph), graph
+    assert all(not t["kernels"] for t in dec if not t["sampled"])
+    assert rerecord
+
+
+def test_a_programs_own_cuda_graph_keeps_cupti_attached(tmp_path):
+    """A graph no drop can remove: CUPTI must never be finalized under it again (its next
+    replay would die, §30), so the session stays attached from the capture on."""
+    alone, _ = _run(tmp_path, "own_graph", OWN_GRAPH)
+    under, doc = _run(tmp_path, "own_graph", OWN_GRAPH, "--sample-every", "8")
+    assert "REPLAY_OK True" in alone and "REPLAY_OK True" in under, under
+    events = [e[3] for e in doc["events"]]
+    print("detaches", doc["overhead"].get("detaches"), [e for e in events if "CUPTI" in e])
+    assert doc["overhead"]["detaches"] >= 1
+    assert "CUPTI stays attached: the program records CUDA graphs of its own" in events
+    dec = [t for t in doc["tokens"] if t["done"] and t["phase"] == "decode"]
+    assert any(t["sampled"] and t["kernels"] for t in dec if t["step"] > 60)

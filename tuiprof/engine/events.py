@@ -33,12 +33,14 @@ class EngineListener(Protocol):
     is queued and before the engine waits for the token (on a GPU the device is busy then: work
     done here is off the loop's critical path), ``token_finished`` once the token is on the host.
     ``batch``: sequences the step advances (None: the engine's configured batch, which is also
-    the step's configuration); ``positions``: input positions over all of them.
+    the step's configuration); ``positions``: input positions over all of them; ``host``: the
+    call comes from the thread that launches the step's work, at its boundary (a program's
+    steps seen from another thread, time windows or NVTX ranges, are not).
     A step source that cannot tell when the work is queued never calls ``token_launched``.
     """
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
-                      batch: int | None = None, positions: int = 1) -> None: ...
+                      batch: int | None = None, positions: int = 1, host: bool = True) -> None: ...
 
     def token_launched(self) -> None: ...
 
@@ -54,7 +56,7 @@ class NullListener:
     """A listener that ignores everything."""
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
-                      batch: int | None = None, positions: int = 1) -> None:
+                      batch: int | None = None, positions: int = 1, host: bool = True) -> None:
         pass
 
     def token_launched(self) -> None:
@@ -76,7 +78,7 @@ class CollectingListener(NullListener):
         self.started = 0
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
-                      batch: int | None = None, positions: int = 1) -> None:
+                      batch: int | None = None, positions: int = 1, host: bool = True) -> None:
         self.started += 1
 
     def token_finished(self, ev: TokenEvent) -> None:

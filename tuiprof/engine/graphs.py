@@ -6,10 +6,18 @@ CUPTI or only replayed under it: docs/gpu-verification.md §30, §32). Graphs re
 finalize replay cleanly. So a collector that detaches CUPTI between bursts drops the graphs
 first: inductor's cudagraph trees then record new ones at the compiled functions' next calls
 (tens of milliseconds; no recompile).
+
+A user's program may record CUDA graphs of its own (``torch.cuda.graph``,
+``make_graphed_callables``, transformers' continuous batching), which nobody can drop and
+record again: :class:`GraphCaptures` watches every capture so that a session keeps CUPTI
+attached once such a graph exists.
 """
 from __future__ import annotations
 
+import sys
+import threading
 from collections import defaultdict
+from typing import Any
 
 
 def drop_cuda_graphs() -> int:
@@ -50,3 +58,61 @@ def drop_cuda_graphs() -> int:
     if dropped and torch.cuda.is_available():
         torch.cuda.synchronize()
     return dropped
+
+
+INDUCTOR_TREES = "cudagraph_trees.py"
+
+
+class GraphCaptures:
+    """Watches ``torch.cuda.CUDAGraph.capture_begin`` while installed: which threads recorded
+    graphs through inductor's cudagraph trees (:func:`drop_cuda_graphs` can drop them, on that
+    thread), and whether any graph was recorded otherwise (nothing can drop it). A capture is
+    rare (once per graph), so looking at its caller's frames costs nothing that matters."""
+
+    def __init__(self) -> None:
+        self.tree_threads: set[int] = set()
+        self.foreign = 0                   # captures outside inductor's cudagraph trees
+        self._restore: tuple[Any, Any] | None = None
+
+    def install(self) -> None:
+        from torch.cuda.graphs import CUDAGraph as cls  # noqa: PLC0415
+
+        if self._restore is not None or "capture_begin" not in cls.__dict__:
+            return
+        orig = cls.__dict__["capture_begin"]
+        watcher = self
+
+        def capture_begin(graph, *args, **kwargs):
+            watcher.seen(sys._getframe(1))
+            return orig(graph, *args, **kwargs)
+
+        capture_begin.__wrapped__ = orig
+        capture_begin.__doc__ = orig.__doc__
+        self._restore = (cls, orig)
+        cls.capture_begin = capture_begin
+
+    def uninstall(self) -> None:
+        if self._restore is not None:
+            cls, orig = self._restore
+            cls.capture_begin = orig
+            self._restore = None
+
+    def seen(self, frame: Any) -> None:
+        """A capture begins, called from ``frame``: inductor's trees or the program's own."""
+        for _ in range(6):
+            if frame is None:
+                break
+            if frame.f_code.co_filename.endswith(INDUCTOR_TREES):
+                self.tree_threads.add(threading.get_ident())
+                return
+            frame = frame.f_back
+        self.foreign += 1
+
+    def undroppable(self) -> str:
+        """Why CUPTI must stay attached on this thread ("" if it need not): a graph that
+        :func:`drop_cuda_graphs`, called here, would not drop."""
+        if self.foreign:
+            return "the program records CUDA graphs of its own"
+        if self.tree_threads - {threading.get_ident()}:
+            return "torch.compile recorded CUDA graphs on another thread"
+        return ""

@@ -58,7 +58,8 @@ def program_options(args: argparse.Namespace, headless: bool):
     return ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
                            sample_every=se, alloc_every=args.alloc_every
                            if args.alloc_every == "auto" else int(args.alloc_every),
-                           compiled_api_kinds_stay_on=False)
+                           compiled_api_kinds_stay_on=False,
+                           detach_between_bursts=not args.cupti_attached)
 
 
 def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) -> int:

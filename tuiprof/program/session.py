@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import marks
-from ..profiler import Profiler, _device_facts
+from ..engine.graphs import GraphCaptures
+from ..profiler import Profiler, _device_facts, rank_facts
 from .hf import TransformersSteps
 from .launch import ProgramResult, ProgramSpec, run_program
 from .nvtx import NvtxSteps
@@ -50,6 +51,7 @@ class ProgramSession:
         self.windows: WindowSteps | None = None
         self.hf: Any = None
         self.capture = OutputCapture(prof.store, log_path, tee=tee)
+        self.captures = GraphCaptures()
         self.result: ProgramResult | None = None
         self.running = False
         self._described = False
@@ -69,6 +71,8 @@ class ProgramSession:
         prof.start_collectors(markers=self.nvtx)
         if self.nvtx is not None:
             self._start_nvtx()
+        elif not rank_facts() and prof.allow_bursts_only(self.captures.undroppable):
+            self.captures.install()  # one rank: CUPTI attached around its bursts only
         enabled = self.recorder.enabled
         if "transformers" in enabled:
             self.hf = TransformersSteps(self.recorder, describe=self._describe_model)
@@ -123,6 +127,7 @@ class ProgramSession:
             marks._sink = None
         if self.hf is not None:
             self.hf.uninstall()
+        self.captures.uninstall()
         if keep_capture:
             self.capture.flush()
         else:

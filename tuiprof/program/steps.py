@@ -128,7 +128,8 @@ class StepRecorder:
             self.counts[source] += 1
             self.listener.token_started(phase, mode, step, max(0, self._cycle), t,
                                         batch=max(0, int(batch)),
-                                        positions=max(0, int(positions)))
+                                        positions=max(0, int(positions)),
+                                        host=source in HOST_SOURCES)
             if phase != self._state:
                 self._state = phase
                 self.listener.state_changed(phase)
