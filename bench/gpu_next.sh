@@ -191,6 +191,17 @@ PY
     --deadline 470 --configs alone,tuiprof,cupti-attached --json "$OUT/ovp_compiled.json" \
     >"$OUT/ovp_compiled.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/ovp_compiled.txt" | tail -40 | cut -c1-300 ;;
+19)
+  # 15: the same with every child on CPUs 2-5 (eager processes differed by ±40 % unpinned)
+  lscpu -e=CPU,CORE,SOCKET,NODE | head -18 | tr '\n' ';'; echo
+  timeout 230 python bench/overhead_program.py --mode eager --rounds 8 --deadline 180 \
+    --cpus 2-5 --configs alone,tuiprof,cupti-attached --json "$OUT/ovp_eager_pinned.json" \
+    >"$OUT/ovp_eager_pinned.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/ovp_eager_pinned.txt" | tail -6
+  timeout 330 python bench/overhead_program.py --mode compiled --new-tokens 65 --rounds 10 \
+    --deadline 270 --cpus 2-5 --configs alone,tuiprof --json "$OUT/ovp_compiled_pinned.json" \
+    >"$OUT/ovp_compiled_pinned.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/ovp_compiled_pinned.txt" | tail -5 ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-18 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-19 (see the head of this file)"; exit 2 ;;
 esac

@@ -413,13 +413,33 @@ def _cpu_s(pid: int | None) -> float | None:
         return None
 
 
+CPUS: set[int] = set()  # --cpus: every child runs on these CPUs only (empty: wherever)
+
+
+def parse_cpus(text: str) -> set[int]:
+    """``"4-7,12"`` → {4, 5, 6, 7, 12}."""
+    cpus: set[int] = set()
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def _pinned(target, cpus: set[int], *args) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    target(*args)
+
+
 def fork_run(target, args: tuple, config: str, timeout: float) -> dict:
     """``target(*args, conn)`` in a forked child, which sends one dict on ``conn`` and exits;
-    returns it with the process's wall time (fork to exit) as ``whole_s``."""
+    returns it with the process's wall time (fork to exit) as ``whole_s``. With ``CPUS`` the
+    child and every thread it starts run on those CPUs only (the same for every configuration:
+    a process landing on other cores made eager runs differ by ±40 % on the H100 host)."""
     ctx = mp.get_context("fork")
     parent, kid = ctx.Pipe(duplex=False)
     t0 = time.perf_counter()
-    p = ctx.Process(target=target, args=(*args, kid))
+    p = ctx.Process(target=_pinned, args=(target, set(CPUS), *args, kid))
     p.start()
     kid.close()
     res: dict = {"config": config, "error": "no result"}

@@ -48,8 +48,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.overhead_procs import (fork_run, interleaved_rounds, with_baseline,  # noqa: E402
-                                  write_json)
+from bench import overhead_procs  # noqa: E402
+from bench.overhead_procs import (fork_run, interleaved_rounds, parse_cpus,  # noqa: E402
+                                  with_baseline, write_json)
 SCRIPT = REPO / "bench" / "programs" / "hf_qwen.py"
 CONFIGS = ("alone", "tuiprof", "cupti-attached", "no-api", "api-stay-on", "no-cupti", "attached", "hooks")
 FIGURE = re.compile(r"DECODE_MS_PER_STEP=([\d.]+)")
@@ -191,8 +192,10 @@ def main() -> int:
     p.add_argument("--deadline", type=float, default=0,
                    help="start no round after this many seconds (0: no limit)")
     p.add_argument("--run-timeout", type=float, default=300)
+    p.add_argument("--cpus", default="", help="run every child on these CPUs only, e.g. 4-7")
     p.add_argument("--json", default=None)
     a = p.parse_args()
+    overhead_procs.CPUS = parse_cpus(a.cpus)
     names = [n for n in a.configs.split(",") if n]
     if not with_baseline(names, "alone", CONFIGS):
         return 2
@@ -202,7 +205,8 @@ def main() -> int:
     t_start = time.perf_counter()
     preimport()
     print(f"# {SCRIPT.name} {' '.join(script_args)}; imports {time.perf_counter() - t_start:.1f}"
-          f" s; outputs in {work}", flush=True)
+          f" s; outputs in {work}" + (f"; children on CPUs {a.cpus}" if a.cpus else ""),
+          flush=True)
     rounds = interleaved_rounds(
         names, a.rounds, a.deadline, t_start,
         lambda name: run_one(name, script_args, work, a.run_timeout),
