@@ -202,6 +202,34 @@ PY
     --deadline 270 --cpus 2-5 --configs alone,tuiprof --json "$OUT/ovp_compiled_pinned.json" \
     >"$OUT/ovp_compiled_pinned.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/ovp_compiled_pinned.txt" | tail -5 ;;
+20)
+  # 15: eager generate() against no tuiprof inside one process (whole processes cannot
+  # resolve 5 %), then the live app on a program as a user: eager 200x50, compiled 80x24
+  timeout 200 python bench/overhead_program_windows.py --blocks 12 --deadline 170 \
+    --json "$OUT/ovp_windows.json" >"$OUT/ovp_windows.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/ovp_windows.txt" | tail -18 | cut -c1-400
+  tmx
+  P="python bench/programs/hf_qwen.py --new-tokens 65"
+  OUT=$OUT timeout 90 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
+    --name gpu_s11_program_eager_200x50 \
+    --steps "25:;0:l;4:;0:Escape;8:;0:c;3:;0:space;5:;0:space;10:;0:e;4:;0:q;6:" \
+    -- python -m tuiprof run --export-dir "$OUT" -- $P --mode eager --repeats 400 >/dev/null 2>&1
+  awk '/^=====/{n=3} n-->0' "$OUT/gpu_s11_program_eager_200x50.txt" | cut -c1-200 | head -40
+  OUT=$OUT timeout 170 python bench/tmux_capture.py --tmux "$T" --size 80x24 \
+    --name gpu_s11_program_compiled_80x24 --steps "80:;20:;20:;0:1;5:;0:e;4:;0:q;6:" \
+    -- python -m tuiprof run --export-dir "$OUT" -- $P --mode compiled --repeats 400 \
+    >/dev/null 2>&1
+  awk '/^=====/{n=3} n-->0' "$OUT/gpu_s11_program_compiled_80x24.txt" | head -30
+  python - "$OUT"/tuiprof-*.json <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    d = json.load(open(f))
+    o = d["overhead"]
+    ev = [e[3] for e in d["events"] if "CUPTI" in e[3]]
+    print(f.split("/")[-1], "steps", d["counters"]["tokens"], "kernels", d["counters"]["kernels"],
+          "detaches", o.get("detaches"), "switch_s", o.get("switch_s"), "pct", o.get("pct"), ev)
+PY
+  ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-19 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-20 (see the head of this file)"; exit 2 ;;
 esac
