@@ -230,6 +230,13 @@ for f in sys.argv[1:]:
           "detaches", o.get("detaches"), "switch_s", o.get("switch_s"), "pct", o.get("pct"), ev)
 PY
   ;;
+21)
+  # 17: compiled none, the default (CUPTI attached for bursts only) and the peer
+  # torch.profiler (CUDA activities around the same decode), whole processes
+  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,default,torch.profiler --deadline 430 --json "$OUT/procs_peer.json" \
+    >"$OUT/procs_peer.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/procs_peer.txt" | tail -12 | cut -c1-300 ;;
 *)
-  echo "usage: bash bench/gpu_next.sh 1-20 (see the head of this file)"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac
