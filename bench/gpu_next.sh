@@ -2,17 +2,14 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   bash bench/gpu_next.sh 17  # NEXT (15): a program's CUPTI attached for bursts only: the
-#                              #     program GPU tests, then eager generate() overhead
-#   bash bench/gpu_next.sh 18  # 15: compiled generate() overhead at the new default
-#   bash bench/gpu_next.sh 11  # 17: eager against none inside one process, headless
-#                              #     and app open, 8 and 6 blocks (in session 10 before
-#                              #     --no-bare, CUPTI attached throughout: 1.269 / 1.218;
-#                              #     14 is the same at the bursts-only default, 6 / 4 blocks)
-#   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (+ the prefill GPU test)
+#   bash bench/gpu_next.sh 11  # NEXT (17): eager against none inside one process, headless
+#                              #     and app open, 8 and 6 blocks: 1.108 / 1.059 in session 11
+#                              #     (§34), 1.041 / 1.079 in session 10: run it again
+#   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (what is left of 1.034)
 #
-# Done (docs/gpu-verification.md §30-§33): 10, 12-16 (§33: detach passes, eager 1.041 in one
-#   process, compiled 1.029, the app in tmux at the new default), and:
+# Done (docs/gpu-verification.md §30-§34): 10-21 (§34: a program's CUPTI attached for bursts
+#   only, its GPU tests, generate() eager 1.046 in one process, compiled 1.031 / 1.034 in whole
+#   processes; the engine compiled 1.019 beside torch.profiler 1.258), and:
 #   bash bench/gpu_next.sh 1   # 17: compiled none, default, late-attach, torch.profiler
 #   bash bench/gpu_next.sh 2   # 18: the app's first step on screen (old tree vs new), tmux
 #   bash bench/gpu_next.sh 4   # 17: eager whole processes with the app open (none, default, app)
