@@ -448,10 +448,11 @@ class Profiler(SessionControl):
         t0 = time.perf_counter()
         ok = c.attached or c.attach()
         self.switch_s += time.perf_counter() - t0
-        if ok:
-            c.announce()
+        if not ok:  # refused: attach() said why on the status line; the session goes on
+            return None
+        c.announce()
         self.store.add_event("cupti", f"CUPTI stays attached: {why}")
-        return 0 if ok else None
+        return 0
 
     def configuration_changed(self, batch: int, compiling: bool) -> None:
         """The engine's next steps run at ``batch``, beside a compile or not (engine thread,
