@@ -57,7 +57,11 @@ def test_keys_stay_fast_during_a_realtime_replay(recordings, tmp_path):
             assert ctl.status.state == "paused"
             await pilot.press("space")
             await pilot.press("q")
-            await app.workers.wait_for_complete()
+            # q stops the replay on a worker and the app exits when it is done; waiting on the
+            # worker itself races the exit (which cancels it): wait for the replay thread
+            t_stop = time.monotonic() + 10
+            while ctl._thread.is_alive() and time.monotonic() < t_stop:
+                await asyncio.sleep(0.05)
             await pilot.pause()
 
     try:
