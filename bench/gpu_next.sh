@@ -2,15 +2,19 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   bash bench/gpu_next.sh 11  # NEXT (17): eager against none inside one process, headless
-#                              #     and app open, 8 and 6 blocks: 1.108 / 1.059 in session 11
-#                              #     (§34), 1.041 / 1.079 in session 10: run it again
-#   bash bench/gpu_next.sh 3   # 15: compiled generate() parts again (what is left of 1.034)
+#   bash bench/gpu_next.sh 22  # NEXT (17): the engine eager at the 256-step period against none
+#                              #     inside one process: headless 14 blocks, app open 10
+#   bash bench/gpu_next.sh 23  # NEXT (15): compiled generate() against none inside one process
+#   bash bench/gpu_next.sh 24  # NEXT (17): the engine compiled with the app open, whole
+#                              #     processes (none, app)
 #
-# Done (docs/gpu-verification.md §30-§34): 10-21 (§34: a program's CUPTI attached for bursts
+# Done (docs/gpu-verification.md §30-§34): 11 (eager windows at the 128-step period: 1.108 /
+#   1.059, §34), 10-21 (§34: a program's CUPTI attached for bursts
 #   only, its GPU tests, generate() eager 1.046 in one process, compiled 1.031 / 1.034 in whole
 #   processes; the engine compiled 1.019 beside torch.profiler 1.258), and:
 #   bash bench/gpu_next.sh 1   # 17: compiled none, default, late-attach, torch.profiler
+#   bash bench/gpu_next.sh 3   # 15: compiled generate() parts, whole processes (not run: 23
+#                              #     measures inside one process)
 #   bash bench/gpu_next.sh 2   # 18: the app's first step on screen (old tree vs new), tmux
 #   bash bench/gpu_next.sh 4   # 17: eager whole processes with the app open (none, default, app)
 #   bash bench/gpu_next.sh 5   # 17: a session in tmux pressing c; app-open eager with and
@@ -164,6 +168,27 @@ for f in sys.argv[1:]:
     print(f.split("/")[-1], "rerecord rows in window:", rr[:8], st, d["overhead"].get("switch_s"))
 PY
   ;;
+22)
+  # 17: the engine, eager, at the default sampling (a burst every 256 steps since session 12),
+  # against no tuiprof inside one process; then the same with the app open
+  timeout 300 python bench/overhead.py --modes eager --blocks 14 --none --no-bare --deadline 235 \
+    --json "$OUT/windows_none256.json" >"$OUT/windows_none256.txt" 2>&1
+  tail -7 "$OUT/windows_none256.txt" | cut -c1-400
+  timeout 255 python bench/ui_overhead.py --modes eager --blocks 10 --none --no-bare \
+    --deadline 200 --json "$OUT/ui_windows_none256.json" >"$OUT/ui_windows_none256.txt" 2>&1
+  tail -7 "$OUT/ui_windows_none256.txt" | cut -c1-400 ;;
+23)
+  # 15: a compiled generate() (transformers' own compiled decode, CUDA graphs) under a real
+  # ProgramSession against no tuiprof, windows of one 64-token call inside one process
+  timeout 560 python bench/overhead_program_windows.py --mode compiled --blocks 12 \
+    --deadline 430 --json "$OUT/ovp_windows_compiled.json" >"$OUT/ovp_windows_compiled.txt" 2>&1
+  grep -v "Warning\|warn\|^DECODE" "$OUT/ovp_windows_compiled.txt" | tail -20 | cut -c1-400 ;;
+24)
+  # 17: the engine compiled with the app open against no tuiprof, whole processes
+  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,app --deadline 420 --json "$OUT/procs_compiled_app.json" \
+    >"$OUT/procs_compiled_app.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/procs_compiled_app.txt" | tail -14 | cut -c1-400 ;;
 11)
   timeout 280 python bench/overhead.py --modes eager --blocks 8 --none --no-bare --deadline 270 \
     --json "$OUT/windows_none.json" >"$OUT/windows_none.txt" 2>&1

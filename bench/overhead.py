@@ -9,7 +9,7 @@ goes untimed inside a block. Configurations:
               API, graph), the NVML sampler paused, the profiler's per-token listener bypassed, no
               allocator statistics;
 * ``auto``  — tuiprof's defaults for the mode, as ``tuiprof --model`` collects: bursts of 4
-              traced tokens (kernels, memcpy, memset, API subset) in every 128 eager / 1,024
+              traced tokens (kernels, memcpy, memset, API subset) in every 256 eager / 4,096
               compiled tokens, memory records always, NVML at 10 Hz, allocator statistics (every
               eager token, every 64th compiled one), per-token attribution;
 * ``full``  — (``--full``) every token traced, allocator statistics every token;
@@ -32,8 +32,8 @@ goes untimed inside a block. Configurations:
 
 The H100 host's speed drifts by ±10% over seconds, more than the effect measured, so windows
 are short and alternate A B, B A, … (``--eager-tokens`` 32 / ``--compiled-tokens`` 128), and
-results are grouped in **blocks**: a block holds one sampling period of ``auto`` tokens (128
-eager, 1,024 compiled: exactly one traced burst, as in a real session, since ``auto``'s token
+results are grouped in **blocks**: a block holds one sampling period of ``auto`` tokens (256
+eager, 4,096 compiled: exactly one traced burst, as in a real session, since ``auto``'s token
 sequence runs on across its windows) and as many ``bare`` tokens in between. A window's figure
 is its whole wall time: the sum of its tokens' start-to-next-start intervals (a loop's new
 prefill is left out), so stalls between tokens count, and the forced flush and folding of its

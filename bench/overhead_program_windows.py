@@ -1,24 +1,32 @@
-"""What `tuiprof run` costs an eager HF ``generate()`` program, inside one process.
+"""What `tuiprof run` costs an HF ``generate()`` program, inside one process.
 
 Whole eager processes on the H100 host differ by ±40 % from one to the next, pinned to CPUs or
-not (docs/gpu-verification.md §34), so ``bench/overhead_program.py`` cannot resolve the 5 %
-target in eager mode. Here one process holds a real ``tuiprof run`` session (``ProgramSession``:
-collectors, transformers' step source, output capture, the live app's sampling, CUPTI attached
-for its bursts only) around a ``generate()`` loop of qwen3-0.6b (random weights, static cache,
-eager), and alternates windows of one ``generate()`` call each:
+not (docs/gpu-verification.md §34), and compiled ones by ±20 %, so ``bench/overhead_program.py``
+resolves neither target (5 % eager, 3 % compiled) in fewer than tens of rounds. Here one process
+holds a real ``tuiprof run`` session (``ProgramSession``: collectors, transformers' step source,
+output capture, the live app's sampling, CUPTI attached for its bursts only) around a
+``generate()`` loop of qwen3-0.6b (random weights, static cache; ``--mode compiled``:
+transformers' own compiled decode forward replayed as CUDA graphs, as ``hf_qwen.py``), and
+alternates windows of one ``generate()`` call each:
 
 * ``tuiprof``: the session as ``tuiprof run`` runs it;
 * ``none``: no tuiprof at all in the window: transformers' patches removed (no step hooks, no
-  CUDA events, no store), CUPTI *finalized* (eager: no CUDA graph, a clean finalize), NVML
-  paused. CUPTI attaches again when the profiler next wants it (a burst, a due prefill).
+  store, no allocator reads), CUPTI *finalized*, NVML paused. Since session 11 a session's CUPTI
+  is finalized between its bursts anyway (compiled: its CUDA graphs dropped and recorded again
+  around each switch), so a ``none`` window differs from a ``tuiprof`` one by everything tuiprof
+  does per step and by the bursts, which fall inside ``tuiprof`` windows (below). A window that
+  would end attached is detached as the profiler does (graphs dropped first) and counted in
+  ``forced``: none should be.
 
 A window's figure is the wall time of the whole call (prefill, every decode step, the final
 sync): what the user waits for. Windows alternate A B B A inside **blocks** of one sampling
-period of ``tuiprof`` steps (128 eager steps: one burst and one due prefill, as in a session)
-and as many ``none`` steps; per block the ratio of the two configurations' total wall times;
-the table gives the median of the blocks (min–max) and the ratio of the totals::
+period of ``tuiprof`` steps (256 eager, 4,096 compiled: one burst and one due prefill, the burst
+in the middle of a window, as in a session) and as many ``none`` steps; per block the ratio of
+the two configurations' total wall times; the table gives the median of the blocks (min–max)
+and the ratio of the totals::
 
     python bench/overhead_program_windows.py --blocks 10
+    python bench/overhead_program_windows.py --mode compiled --blocks 8
     python bench/overhead_program_windows.py --device cpu --tiny --blocks 2   # the CPU path
 """
 from __future__ import annotations
@@ -56,18 +64,24 @@ def main() -> int:
     p.add_argument("--tiny", action="store_true", help="qwen3-tiny (a CPU run)")
     p.add_argument("--blocks", type=int, default=10)
     p.add_argument("--deadline", type=float, default=0, help="start no block after this many s")
-    p.add_argument("--new-tokens", type=int, default=32, help="steps per window (divides 128)")
+    p.add_argument("--mode", choices=("eager", "compiled"), default="eager")
+    p.add_argument("--new-tokens", type=int, default=0,
+                   help="steps per window, dividing the sampling period (default: 32 eager, "
+                        "64 compiled)")
     p.add_argument("--json", default=None)
     a = p.parse_args()
+    a.new_tokens = a.new_tokens or (32 if a.mode == "eager" else 64)
     t_start = time.perf_counter()
 
     import torch
 
     from tuiprof.cli import _run_defaults
+    from tuiprof.collect.cupti_collector import BURST
+    from tuiprof.engine.graphs import drop_cuda_graphs
     from tuiprof.program.command import program_options
     from tuiprof.program.launch import ProgramResult, parse_program
     from tuiprof.program.session import ProgramSession
-    from tuiprof.profiler import Profiler
+    from tuiprof.profiler import AUTO_SAMPLE_EVERY, Profiler
     from tuiprof.store import SessionStore
 
     args = argparse.Namespace(**_run_defaults())
@@ -79,8 +93,17 @@ def main() -> int:
     model, ids = build(a.tiny, a.device, 16)
     cuda = a.device.startswith("cuda")
     kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0,
-              cache_implementation="static", disable_compile=True,
-              max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens)
+              cache_implementation="static", max_new_tokens=a.new_tokens,
+              min_new_tokens=a.new_tokens)
+    if a.mode == "eager":
+        kw["disable_compile"] = True  # generate() would compile a static-cache forward itself
+    elif not cuda:  # transformers compiles by itself on a GPU only (hf_qwen.py does the same)
+        from transformers import CompileConfig
+
+        cc = CompileConfig(backend="eager")
+        cc._compile_all_devices = True
+        kw["compile_config"] = cc
+    forced = 0
 
     def window() -> float:
         t0 = time.perf_counter()
@@ -90,24 +113,30 @@ def main() -> int:
         return time.perf_counter() - t0
 
     def configure(on: bool) -> None:
+        nonlocal forced
         if on:
             session.hf.install()
         else:
             session.hf.uninstall()
             c = prof.cupti
-            if c is not None and c.attached:
+            if c is not None and c.attached:  # as Profiler._cycle_cupti: graphs CUPTI saw go first
+                forced += 1
+                drop_cuda_graphs()
+                torch.cuda.synchronize()
                 c.detach()
         if prof.nvml is not None:
             prof.nvml.paused = not on
 
-    for _ in range(3):  # warm-up: the steps' sequence numbers then start on a window boundary
-        window()
-    period = (prof.cupti.sample_every * 4) if prof.cupti is not None else 128
+    for _ in range(3):  # warm-up (compiled: the compile and the first graphs); the steps'
+        window()        # sequence numbers then start on a window boundary
+    period = BURST * (prof.cupti.sample_every if prof.cupti is not None
+                      else AUTO_SAMPLE_EVERY[a.mode])
     per_block = max(1, period // a.new_tokens)
     c = prof.cupti
     if c is not None:  # the burst in the middle of a window: no window boundary splits it
         c._origin = prof.store.next_seq() + a.new_tokens // 2
-    print(f"# {a.device}, {a.new_tokens} steps a window, {per_block} windows of each a block; "
+    print(f"# {a.device}, {a.mode}, {a.new_tokens} steps a window, {per_block} windows of each "
+          f"a block; "
           f"CUPTI: {prof.store.view().collectors.get('cupti', {}).get('message')}", flush=True)
     order = ["tuiprof", "none", "none", "tuiprof"]
     blocks: list[dict] = []
@@ -125,7 +154,7 @@ def main() -> int:
         print(f"[{time.perf_counter() - t_start:6.1f} s] block {b + 1}: tuiprof/none {ratio:.3f};"
               f" ms/step tuiprof {1e3 * statistics.median(sums['tuiprof']) / a.new_tokens:.2f}"
               f" none {1e3 * statistics.median(sums['none']) / a.new_tokens:.2f};"
-              f" CUPTI detaches so far {detaches}", flush=True)
+              f" CUPTI detaches so far {detaches}, forced {forced}", flush=True)
     configure(True)
     session.finish(ProgramResult(0, "exited"))
     if not blocks:
@@ -134,7 +163,7 @@ def main() -> int:
     ratios = [blk["ratio"] for blk in blocks]
     tot = {k: sum(sum(blk[k]) for blk in blocks) for k in ("tuiprof", "none")}
     view = prof.store.view()
-    print(f"\n| eager generate(), in one process | blocks | tuiprof / none: median of blocks "
+    print(f"\n| {a.mode} generate(), in one process | blocks | tuiprof / none: median of blocks "
           f"(min–max) | ratio of totals | ms/step tuiprof | ms/step none |")
     print("|---|---|---|---|---|---|")
     n = a.new_tokens * per_block * len(blocks)
@@ -142,9 +171,10 @@ def main() -> int:
           f"{statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f}) | "
           f"{tot['tuiprof'] / tot['none']:.3f} | {1e3 * tot['tuiprof'] / n:.2f} | "
           f"{1e3 * tot['none'] / n:.2f} |")
-    print(f"session: {json.dumps(view.counters)}; overhead {json.dumps(view.overhead)}")
+    print(f"session: {json.dumps(view.counters)}; overhead {json.dumps(view.overhead)}; "
+          f"windows detached by the bench: {forced}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"args": vars(a), "blocks": blocks,
+        Path(a.json).write_text(json.dumps({"args": vars(a), "blocks": blocks, "forced": forced,
                                             "counters": view.counters,
                                             "overhead": view.overhead}, indent=1))
     return 0

@@ -85,6 +85,9 @@ def run(a: argparse.Namespace) -> dict:
                 pulls0 = ctl.pulls
                 t0 = time.monotonic()
                 for b in range(a.blocks):
+                    if a.deadline and time.monotonic() - t_run > a.deadline:
+                        say(f"deadline: {b} blocks")
+                        break
                     res = await plan(block_plan(here, rounds, n))
                     for i, w in enumerate(res):
                         w.update(block=b, round=i // 2, phase="app open")
@@ -124,6 +127,8 @@ def main(argv=None) -> int:
     p.add_argument("--compiled-tokens", type=int, default=128)
     p.add_argument("--warmup", type=int, default=64)
     p.add_argument("--cycle-tokens", type=int, default=1024)
+    p.add_argument("--deadline", type=float, default=0,
+                   help="start no block after this many seconds (the table covers the rest)")
     p.add_argument("--json", default=None)
     p.add_argument("--tmp", default="/tmp")
     p.add_argument("--no-bare", action="store_true",

@@ -56,7 +56,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-every", default="auto",
                    help="trace device activity for 1 token in N on average (bursts of 4 tokens "
                         "every 4N; a prefill at most once as often, the first always); auto: "
-                        "bursts of 4 in every 128 in eager mode, 4 in every 4096 in compiled "
+                        "bursts of 4 in every 256 in eager mode, 4 in every 4096 in compiled "
                         "mode (measured overhead, docs/performance.md; a --headless run traces "
                         "every token); live: auto's bursts even in a --headless run (overhead "
                         "benchmarks); 1: every token")

@@ -74,11 +74,15 @@ class ProfilerOptions:
 # decode about 60% (539 CUDA-graph kernels every 3 ms; CUPTI's own tracing is most of it) and
 # eager decode about 50% (~1,850 kernel and as many launch records every 36 ms, parsed and
 # folded in Python), so both trace bursts of 4 tokens (API records included): eager in every
-# 128, compiled in every 4,096 (a compiled burst costs ~20-85 ms of decode time, 2.5% at one in
-# 1,024; a CUDA graph's kernels do not change between bursts). A prefill is traced unless one
-# was in the last period (a program's short generate() calls), and a mode switch starts a
-# period 8 tokens later, so the new mode's kernels are traced at once.
-AUTO_SAMPLE_EVERY = {"eager": 32, "compiled": 1024}
+# 256, compiled in every 4,096 (a compiled burst costs ~20-85 ms of decode time, 2.5% at one in
+# 1,024; a CUDA graph's kernels do not change between bursts). Eager's period was 128 until
+# session 12: its bursts then cost ~2.5 % of the mean step by themselves (a burst's attached
+# and traced steps, the switch, the parsing; docs/performance.md), too much of a 5 % budget on
+# a host whose run-to-run spread is wider; at 256 a burst comes about every 8 s of qwen3-0.6b
+# eager decode, as compiled's every ~12 s. A prefill is traced unless one was in the last
+# period (a program's short generate() calls), and a mode switch starts a period 8 tokens
+# later, so the new mode's kernels are traced at once.
+AUTO_SAMPLE_EVERY = {"eager": 64, "compiled": 1024}
 # torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
 # reading them every Nth token loses no allocation, only per-token resolution.
 AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}

@@ -61,7 +61,7 @@ def test_program_compiled_bursts_keep_valid_kernel_records(compiled_program):
 
 def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
     """A program calling generate() for a few tokens at a time brings a prefill every few
-    steps; at the live app's sampling only one prefill per period (128 eager steps) is traced,
+    steps; at the live app's sampling only one prefill per period (256 eager steps) is traced,
     the rest keep their timing without kernel records (each traced one cost the decode after
     it the flush and folding of its records: gpu-verification §29)."""
     out = tmp_path / "snap.json"
@@ -81,7 +81,10 @@ def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
     # periods count token sequence numbers, which a program's 100 ms windows between calls
     # (if any) use too
     span = max(t["seq"] for t in steps) - min(t["seq"] for t in steps) + 1
-    periods = span // 128 + 1
+    from tuiprof.collect.cupti_collector import BURST  # noqa: PLC0415
+    from tuiprof.profiler import AUTO_SAMPLE_EVERY  # noqa: PLC0415
+
+    periods = span // (BURST * AUTO_SAMPLE_EVERY["eager"]) + 1
     # one due prefill a period, plus those a decode burst's 4 steps happen to hold (here up to
     # 2 a burst: a 1-token call's prefill is followed at once by the next call's); on the H100
     # (gpu-verification §30) 209 steps held 41 prefills and 4 were traced
