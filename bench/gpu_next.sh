@@ -2,13 +2,14 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   bash bench/gpu_next.sh 22  # NEXT (17): the engine eager at the 256-step period against none
-#                              #     inside one process: headless 14 blocks, app open 10
+#   bash bench/gpu_next.sh 25  # NEXT (17): the engine eager at the 256-step period against none
+#                              #     inside one process, headless, 12 blocks; then its parts
 #   bash bench/gpu_next.sh 23  # NEXT (15): compiled generate() against none inside one process
 #   bash bench/gpu_next.sh 24  # NEXT (17): the engine compiled with the app open, whole
 #                              #     processes (none, app)
 #
-# Done (docs/gpu-verification.md §30-§34): 11 (eager windows at the 128-step period: 1.108 /
+# Done (docs/gpu-verification.md §30-§35): 22 (§35: app open 1.048 over 8 blocks; its
+#   headless run was cut by the old hard deadline), 11 (eager windows at the 128-step period: 1.108 /
 #   1.059, §34), 10-21 (§34: a program's CUPTI attached for bursts
 #   only, its GPU tests, generate() eager 1.046 in one process, compiled 1.031 / 1.034 in whole
 #   processes; the engine compiled 1.019 beside torch.profiler 1.258), and:
@@ -168,6 +169,13 @@ for f in sys.argv[1:]:
     print(f.split("/")[-1], "rerecord rows in window:", rr[:8], st, d["overhead"].get("switch_s"))
 PY
   ;;
+25)
+  # 17: the engine, eager, headless, at the default sampling against none inside one process
+  # (22's headless run ended at its old hard deadline), then each per-step part against none
+  timeout 560 python bench/overhead.py --modes eager --blocks 12 --none --no-bare --ablate-none \
+    --ablate-blocks 6 --deadline 400 --json "$OUT/windows_none256_parts.json" \
+    >"$OUT/windows_none256_parts.txt" 2>&1
+  tail -12 "$OUT/windows_none256_parts.txt" | cut -c1-400 ;;
 22)
   # 17: the engine, eager, at the default sampling (a burst every 256 steps since session 12),
   # against no tuiprof inside one process; then the same with the app open

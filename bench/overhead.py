@@ -78,7 +78,16 @@ CONFIGS = {
     "nvml": {"nvml": True},
     "bursts": {"cupti": "auto", "listener": True},
     "torch.profiler": {"cupti": None, "peer": True},
+    # --ablate-none: one part each on top of none (CUPTI finalized, as between the default's
+    # bursts): the per-step listener (store, CUDA-event times), with allocator reads, NVML
+    "none+listener": {"cupti": "detached", "listener": True},
+    "none+alloc": {"cupti": "detached", "listener": True, "alloc": "auto"},
+    "none+nvml": {"cupti": "detached", "nvml": True},
 }
+NONE_PARTS = ["none", "none+listener", "none+alloc", "none+nvml"]
+
+
+T0 = time.monotonic()  # the bench's start (main resets it): --deadline counts from here
 
 
 def spec(name: str) -> dict:
@@ -211,6 +220,8 @@ class Windows:
             self._stop_peer()
         if sp["cupti"] == "detached":
             self._attached(False)
+            if prof.cupti is not None:  # a listener must not attach CUPTI for a burst
+                prof.cupti.paused = True
         elif sp["cupti"] in ("off", "idle") or not prof._may_detach:
             self._attached(True)
         # auto/full with CUPTI attached for bursts only: the profiler attaches for the bursts
@@ -362,6 +373,8 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict,
             here = [c for c in configs if c != "none" or mode == "eager"]
             say(f"warmed up; {blocks} blocks of {rounds} rounds of {here} × {n} tokens")
             for b in range(blocks):
+                if past_deadline(a, f"{b} blocks"):
+                    break
                 res = win.run_plan(block_plan(here, rounds, n))
                 for i, w in enumerate(res):
                     w.update(block=b, round=i // len(here), phase=tag)
@@ -371,6 +384,8 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict,
                 say(f"[{mode}] block {b + 1:>2}: " + "  ".join(
                     f"{c} {v:.3f} ms/token" + (f" ({v / base:.3f})" if base and c != "bare"
                                                else "") for c, v in tot.items()))
+            if getattr(a, "ablate_none", False) and mode == "eager" and cupti:
+                ablate_none(a, win, n, tag, out, say)
         win.run_plan([("auto" if cupti else "bare", 0)])
     finally:
         prof.stop()
@@ -380,6 +395,30 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict,
         "collectors": v.collectors, "overhead": v.overhead}
     out["meta"] = {k: store.meta.get(k) for k in ("model", "device_name", "dtype", "torch",
                                                   "driver", "sample_every", "batch")}
+
+
+def past_deadline(a: argparse.Namespace, what: str) -> bool:
+    """True (and says so) once ``--deadline`` seconds have passed since the bench started."""
+    if a.deadline and time.monotonic() - T0 > a.deadline:
+        print(f"[{time.monotonic() - T0:6.1f} s] deadline: {what}", flush=True)
+        return True
+    return False
+
+
+def ablate_none(a: argparse.Namespace, win: "Windows", n: int, tag: str, out: dict, say) -> None:
+    """Blocks of ``NONE_PARTS`` windows (A B C D, D C B A, …): what each per-step part costs
+    against no tuiprof, without bursts (no window here attaches CUPTI)."""
+    say(f"parts: {a.ablate_blocks} blocks of 4 rounds of {NONE_PARTS} × {n} tokens")
+    for b in range(a.ablate_blocks):
+        if past_deadline(a, f"{b} blocks of parts"):
+            break
+        res = win.run_plan(block_plan(NONE_PARTS, 4, n))
+        for i, w in enumerate(res):
+            w.update(block=b, round=i // len(NONE_PARTS), phase=f"{tag}, parts")
+        out["windows"].extend(res)
+        tot = _totals(res)
+        say(f"[parts] block {b + 1:>2}: " + "  ".join(
+            f"{c} {v / tot['none']:.3f}" for c, v in tot.items() if c != "none"))
 
 
 def _totals(windows: list[dict]) -> dict[str, float]:
@@ -467,14 +506,21 @@ def main(argv=None) -> int:
     p.add_argument("--ablate", action="store_true",
                    help="also each part alone on top of bare: attached (memory records), nvml, "
                         "alloc (with the listener), listener, bursts (with the listener)")
+    p.add_argument("--ablate-none", action="store_true",
+                   help="eager: then blocks of none, none+listener, none+alloc, none+nvml")
+    p.add_argument("--ablate-blocks", type=int, default=6)
     p.add_argument("--deadline", type=float, default=0,
-                   help="seconds after which every thread's stack is printed and the run ends")
+                   help="start no block after this many seconds (the table covers the blocks "
+                        "run); a run still going 150 s later prints every thread's stack and "
+                        "ends")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
+    global T0
+    T0 = time.monotonic()
     if a.deadline:
         import faulthandler  # noqa: PLC0415
 
-        faulthandler.dump_traceback_later(a.deadline, exit=True)
+        faulthandler.dump_traceback_later(a.deadline + 150, exit=True)
     out: dict = {"windows": []}
     configs = ["bare", "auto"] + (["full"] if a.full else []) \
         + (["auto-now", "attached"] if a.parts else []) \
