@@ -193,8 +193,8 @@ PY
   grep -v "Warning\|warn\|^DECODE" "$OUT/ovp_windows_compiled.txt" | tail -20 | cut -c1-400 ;;
 24)
   # 17: the engine compiled with the app open against no tuiprof, whole processes
-  timeout 560 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
-    --configs none,app --deadline 420 --json "$OUT/procs_compiled_app.json" \
+  timeout 575 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,app --deadline 470 --json "$OUT/procs_compiled_app.json" \
     >"$OUT/procs_compiled_app.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_compiled_app.txt" | tail -14 | cut -c1-400 ;;
 11)
