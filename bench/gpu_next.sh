@@ -169,6 +169,15 @@ for f in sys.argv[1:]:
     print(f.split("/")[-1], "rerecord rows in window:", rr[:8], st, d["overhead"].get("switch_s"))
 PY
   ;;
+26)
+  # 17: the peer, eager: torch.profiler (CUDA activities) against no profiler in one process
+  # (the second phase: no tuiprof CUPTI subscriber); then the eager app on screen at 80x24
+  timeout 330 python bench/overhead.py --modes eager --blocks 1 --none --no-bare --peer \
+    --peer-blocks 8 --deadline 250 --json "$OUT/peer_eager.json" >"$OUT/peer_eager.txt" 2>&1
+  tail -9 "$OUT/peer_eager.txt" | cut -c1-330
+  tmx
+  app_capture gpu_s12_eager_80x24 80x24 "25:;10:;10:;0:?;3:;0:Escape;2:;0:q;6:" 80 "$OUT"
+  awk '/^=====/{n=26} n-->0' "$OUT/gpu_s12_eager_80x24.txt" | tail -27 ;;
 25)
   # 17: the engine, eager, headless, at the default sampling against none inside one process
   # (22's headless run ended at its old hard deadline), then each per-step part against none

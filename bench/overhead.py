@@ -497,6 +497,8 @@ def main(argv=None) -> int:
     p.add_argument("--parts", action="store_true",
                    help="also auto-now and attached (what auto is made of)")
     p.add_argument("--peer", action="store_true", help="also torch.profiler (CUDA activities)")
+    p.add_argument("--peer-blocks", type=int, default=0, help="blocks of the peer's phase "
+                   "(default: --blocks)")
     p.add_argument("--none", action="store_true",
                    help="also none (eager windows): CUPTI finalized, no tuiprof at all; the "
                         "ratios are then to none")
@@ -531,6 +533,7 @@ def main(argv=None) -> int:
         configs.remove("bare")
     run_phase(a, configs, True, out)
     if a.peer:
+        a.blocks = a.peer_blocks or a.blocks
         run_phase(a, ["bare", "torch.profiler"], False, out)
     rows = out["table"] = table(out["windows"])
     meta = out["meta"]
