@@ -2,14 +2,13 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   bash bench/gpu_next.sh 25  # NEXT (17): the engine eager at the 256-step period against none
-#                              #     inside one process, headless, 12 blocks; then its parts
-#   bash bench/gpu_next.sh 23  # NEXT (15): compiled generate() against none inside one process
-#   bash bench/gpu_next.sh 24  # NEXT (17): the engine compiled with the app open, whole
-#                              #     processes (none, app)
+#   Nothing is queued. Next, for issue 15's open point (kernels per decode step against the
+#   engine): count the model forward's kernels apart from generate()'s own (§29, §36).
 #
-# Done (docs/gpu-verification.md §30-§35): 22 (§35: app open 1.048 over 8 blocks; its
-#   headless run was cut by the old hard deadline), 11 (eager windows at the 128-step period: 1.108 /
+# Done (docs/gpu-verification.md §30-§36): 27-32 (§36: the GPU tests, 13 passed; the eager
+#   engine 1.025 headless / 1.022 app open; generate() eager 1.063 and 1.003, compiled 0.991),
+#   22-26 (§35: eager 1.045 headless and 1.048 app open, parts, compiled app open, the eager
+#   peer; 22's headless run was cut by the old hard deadline), 11 (eager windows at the 128-step period: 1.108 /
 #   1.059, §34), 10-21 (§34: a program's CUPTI attached for bursts
 #   only, its GPU tests, generate() eager 1.046 in one process, compiled 1.031 / 1.034 in whole
 #   processes; the engine compiled 1.019 beside torch.profiler 1.258), and:
@@ -169,6 +168,46 @@ for f in sys.argv[1:]:
     print(f.split("/")[-1], "rerecord rows in window:", rr[:8], st, d["overhead"].get("switch_s"))
 PY
   ;;
+31)
+  # 15: an eager generate() against none inside one process at the 256-step period (§34's
+  # 1.046 was at 128)
+  timeout 560 python bench/overhead_program_windows.py --blocks 12 --deadline 450 \
+    --json "$OUT/ovp_windows_eager256.json" >"$OUT/ovp_windows_eager256.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/ovp_windows_eager256.txt" | tail -6 | cut -c1-400 ;;
+32)
+  # 15: a compiled generate() against none inside one process again (23 read 0.992)
+  timeout 560 python bench/overhead_program_windows.py --mode compiled --blocks 10 \
+    --deadline 450 --json "$OUT/ovp_windows_compiled2.json" \
+    >"$OUT/ovp_windows_compiled2.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/ovp_windows_compiled2.txt" | tail -6 | cut -c1-400 ;;
+30)
+  # 17: the engine, eager, with the app open against none inside one process again (22's
+  # second half, with room for more blocks)
+  timeout 560 python bench/ui_overhead.py --modes eager --blocks 14 --none --no-bare \
+    --deadline 430 --json "$OUT/ui_windows_none256_again.json" \
+    >"$OUT/ui_windows_none256_again.txt" 2>&1
+  tail -8 "$OUT/ui_windows_none256_again.txt" | cut -c1-400 ;;
+27)
+  # the GPU tests on the session-12 code (the 256-step eager period), but the program's (28)
+  timeout 540 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA --durations=0 \
+    tests/gpu/test_collect_gpu.py tests/gpu/test_detach_gpu.py tests/gpu/test_engine_gpu.py \
+    tests/gpu/test_zz_torch_profiler_agreement.py >"$OUT/gpu_tests.txt" 2>&1
+  grep -E "^(PASSED|FAILED|ERROR)|passed|failed|s call" "$OUT/gpu_tests.txt" | tail -20 | cut -c1-300 ;;
+28)
+  # the program GPU tests on the session-12 code; then a program step's bookkeeping on this host
+  timeout 330 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA --durations=0 \
+    tests/gpu/test_program_gpu.py >"$OUT/gpu_program_tests.txt" 2>&1
+  grep -E "^(PASSED|FAILED|ERROR)|passed|failed|s call" "$OUT/gpu_program_tests.txt" | tail -12 \
+    | cut -c1-300
+  timeout 120 python bench/step_cost.py --rounds 8 >"$OUT/step_cost.txt" 2>&1
+  tail -4 "$OUT/step_cost.txt" ;;
+29)
+  # 17: the engine, eager, headless, against none inside one process again (a third run of 25's
+  # method, without the parts), for blocks pooled over the runs
+  timeout 560 python bench/overhead.py --modes eager --blocks 14 --none --no-bare \
+    --deadline 440 --json "$OUT/windows_none256_again.json" \
+    >"$OUT/windows_none256_again.txt" 2>&1
+  tail -10 "$OUT/windows_none256_again.txt" | cut -c1-400 ;;
 26)
   # 17: the peer, eager: torch.profiler (CUDA activities) against no profiler in one process
   # (the second phase: no tuiprof CUPTI subscriber); then the eager app on screen at 80x24
