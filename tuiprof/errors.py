@@ -27,6 +27,22 @@ def safe_text(value: object, limit: int = QUOTE_LIMIT) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
+def safe_tree(obj: object, limit: int = 4096, depth: int = 0) -> object:
+    """``obj`` (decoded JSON) with every string and key made printable by :func:`safe_text`
+    (each at most ``limit`` characters): a document read from a file may carry escape
+    sequences in any free-form field that a pane later shows."""
+    if isinstance(obj, str):
+        return safe_text(obj, limit)
+    if depth > 64:  # the loaders cap nesting long before this
+        return None
+    if isinstance(obj, dict):
+        return {safe_text(k, limit) if isinstance(k, str) else k: safe_tree(v, limit, depth + 1)
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [safe_tree(v, limit, depth + 1) for v in obj]
+    return obj
+
+
 def one_line(exc: BaseException, limit: int = 200) -> str:
     """An exception as one short, safe status-bar line."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]

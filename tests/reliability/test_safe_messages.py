@@ -52,3 +52,19 @@ def test_cli_prints_one_line_for_a_hostile_recording(tmp_path, capsys):
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("tuiprof: ")]
     assert len(lines) == 1 and "\x1b" not in err and "malformed record" in lines[0], err
+
+
+def test_a_recordings_meta_reaches_the_store_printable():
+    rec = validate_recording({"meta": {"model": "m\x1b[2J\x1b]0;owned\x07", "gpu": "H\u202e1"},
+                              "marks": [], "records": []}, "rec.json.gz")
+    assert rec.meta["model"].isprintable() and rec.meta["model"].startswith("m\\x1b[2J")
+    assert rec.meta["gpu"].isprintable()
+
+
+def test_a_collectors_message_is_stored_printable():
+    from tuiprof.store import SessionStore
+
+    st = SessionStore()
+    st.set_collector("cupti", False, "no CUPTI: \x1b[2Jlibcuda.so.1\n" + "x" * 1000)
+    msg = st.view().collectors["cupti"]["message"]
+    assert msg.isprintable() and len(msg) <= 400 and msg.startswith("no CUPTI: \\x1b[2J")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..control import SessionControl
-from ..errors import TuiprofError, one_line, safe_text
+from ..errors import TuiprofError, one_line, safe_text, safe_tree
 from ..store import SessionStore
 from ..store.records import DECODE, PREFILL, record_start
 
@@ -78,6 +78,7 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
         raise TuiprofError(f"{where}: recording version {safe_text(repr(version), 40)} is newer than this tuiprof "
                            f"reads ({RECORDING_VERSION}); upgrade tuiprof")
     _check_meta(meta, where)
+    meta = safe_tree(meta, 65536)  # its words reach the header and the panes
     marks = []
     for m in obj["marks"]:
         if not (isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import __version__
-from ..errors import TuiprofError, safe_text
+from ..errors import TuiprofError, safe_text, safe_tree
 from ..store import (ConfigData, KernelAggregate, RunningStats, StoreView, TokenRow, compose_view,
                      config_order)
 from ..store.ranks import RanksView
@@ -403,10 +403,11 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
             parts[c["batch"]] = _read_part(c, where)
         raw = [(r["seq"], [_record(x, where) for x in r["records"]]) for r in doc["raw"]]
         return compose_view(
-            dict(doc["meta"]), tokens, parts, key, raw=raw, nvml=list(doc["nvml"]),
-            counters=dict(doc["counters"]), collectors=dict(doc["collectors"]),
-            events=[tuple(e) for e in doc["events"]], overhead=dict(doc["overhead"]),
-            output=[str(line) for line in doc.get("output", ())])
+            safe_tree(dict(doc["meta"])), tokens, parts, key, raw=raw, nvml=list(doc["nvml"]),
+            counters=dict(doc["counters"]), collectors=safe_tree(dict(doc["collectors"])),
+            events=[tuple(safe_tree(list(e))) for e in doc["events"]],
+            overhead=safe_tree(dict(doc["overhead"])),
+            output=[safe_text(str(line), 4096) for line in doc.get("output", ())])
     except TuiprofError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:

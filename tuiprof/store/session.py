@@ -24,6 +24,7 @@ from itertools import islice
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..errors import safe_text
 from .records import (
     A_CORR, ALLOC, API, DIRECTION, G_END, G_START, GRAPH, KERNEL, MEMCPY, MEMOP_ALLOCATION,
     MEMSET, PREFILL,
@@ -599,6 +600,7 @@ class SessionStore:
 
     def set_collector(self, name: str, ok: bool, message: str = "") -> None:
         """Record a collector's state, e.g. ``("cupti", False, "no CUPTI: ...")``."""
+        message = safe_text(message, 400)  # exception text from libraries, a file's words
         with self._lock:
             self._collectors[name] = {"ok": ok, "message": message}
 

@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
+from ... import errors
 from .. import format as fmt
 from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_rows,
                       resolve_kernel_phase,
@@ -75,6 +76,18 @@ def _cells(rank: int, r: KernelRow) -> dict[str, str]:
     }
 
 
+def empty_reason(view: Any, phase: str, mode: str) -> str:
+    """Why the table of (phase, mode) has no kernel yet: a blank table tells a user nothing."""
+    if not view.kernels_traced:
+        cupti = view.collectors.get("cupti") or {}
+        why = errors.safe_text(cupti.get("message") or "CUPTI is off", 200)
+        return (f"No kernel records in this session: {why}\n\nStep times, latency, "
+                "allocations and utilisation go on without them.")
+    return (f"No {mode} {phase} step traced yet. Kernels are traced in short bursts of steps "
+            "(the status line's “traced:” says how often), so the first ones arrive after the "
+            "first burst; p switches the phase, m the mode.")
+
+
 class KernelsPane(Pane):
     PANE_TITLE = "top kernels"
     TAB_TITLE = "kernels"
@@ -84,6 +97,9 @@ class KernelsPane(Pane):
     KernelsPane DataTable { height: 1fr; }
     KernelsPane Input { display: none; height: 3; }
     KernelsPane.-filtering Input { display: block; }
+    KernelsPane #kernels-empty { display: none; height: auto; padding: 1 2; color: $text-muted; }
+    KernelsPane.-empty #kernels-empty { display: block; }
+    KernelsPane.-empty DataTable { height: 2; }
     """
 
     class OpenDetail(Message):
@@ -117,6 +133,7 @@ class KernelsPane(Pane):
         table: DataTable = DataTable(id="kernels-table", cursor_type="row", zebra_stripes=True)
         self._add_columns(table)
         yield table
+        yield Static(id="kernels-empty")
         yield Input(placeholder="filter kernels (name, library, category) — enter to apply, esc to clear",
                     id="kernels-filter")
 
@@ -259,6 +276,10 @@ class KernelsPane(Pane):
             cap.append(f" · filter “{self.filter_text}” ({len(sel)} match)", "yellow")
         cap.append("  [k] batch [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
         self.query_one("#kernels-caption", Static).update(cap)
+        empty = "" if rows else empty_reason(view, phase, mode)
+        self.set_class(bool(empty), "-empty")
+        if empty:
+            self.query_one("#kernels-empty", Static).update(empty)
         self._update_table(sel)
 
     def _update_table(self, sel: list[KernelRow]) -> None:
