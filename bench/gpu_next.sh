@@ -315,6 +315,20 @@ PY
     --configs none,default,torch.profiler --deadline 430 --json "$OUT/procs_peer.json" \
     >"$OUT/procs_peer.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_peer.txt" | tail -12 | cut -c1-300 ;;
+33)
+  # 17: the engine compiled at the default against no tuiprof, torch.profiler beside it, whole
+  # processes, 8 rounds in one call (21 fitted 7: the deadline now leaves room for the 8th)
+  timeout 580 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,default,torch.profiler --deadline 505 --json "$OUT/procs_peer8.json" \
+    >"$OUT/procs_peer8.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/procs_peer8.txt" | tail -12 | cut -c1-300 ;;
+34)
+  # 17: the engine compiled with the app open against no tuiprof, 8 rounds in one call (24
+  # fitted 7 twice)
+  timeout 580 python bench/overhead_procs.py --mode compiled --rounds 8 --tokens 2048 \
+    --configs none,app --deadline 510 --json "$OUT/procs_compiled_app8.json" \
+    >"$OUT/procs_compiled_app8.txt" 2>&1
+  grep -v "Warning\|warn" "$OUT/procs_compiled_app8.txt" | tail -14 | cut -c1-400 ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac
