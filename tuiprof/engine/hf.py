@@ -69,6 +69,9 @@ class HFDecoderAdapter:
         # transformers < 5 also wanted cache_position; 5.x derives the write slot from the cache.
         params = inspect.signature(model.forward).parameters
         self._pass_cache_position = "cache_position" in params
+        # transformers >= 5.24 names the cache argument ``cache`` (``past_key_values`` still
+        # works there, with a FutureWarning on every call's first use)
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     def new_cache(self, batch: int) -> object:
         """An empty static cache for ``batch`` sequences."""
@@ -119,8 +122,9 @@ class HFDecoderAdapter:
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: object) -> torch.Tensor:
         kwargs = {"cache_position": positions[0]} if self._pass_cache_position else {}
-        out = self.model(input_ids=ids, position_ids=positions, past_key_values=cache,
-                         use_cache=True, logits_to_keep=1, **kwargs)
+        kwargs[self._cache_kw] = cache
+        out = self.model(input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=1,
+                         **kwargs)
         return out.logits[:, -1, :]
 
     def prefill(self, input_ids: torch.LongTensor, cache: object | None = None) -> torch.Tensor:
