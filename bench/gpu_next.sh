@@ -329,6 +329,20 @@ PY
     --configs none,app --deadline 510 --json "$OUT/procs_compiled_app8.json" \
     >"$OUT/procs_compiled_app8.txt" 2>&1
   grep -v "Warning\|warn" "$OUT/procs_compiled_app8.txt" | tail -14 | cut -c1-400 ;;
+35)
+  # 15: kernels per decode step, the model forward's apart from the loop's (the engine against
+  # generate(), eager and compiled); 17: every compiled step timed over 10,000 steps on this
+  # code; the split's GPU test beside the collection tests
+  timeout 240 python bench/verify_program.py --no-overhead --no-screens \
+    >"$OUT/vp_table.txt" 2>&1
+  cat "$OUT/vp_table.txt" | cut -c1-250
+  timeout 170 python bench/verify_step_gpu.py --tokens 10000 --json "$OUT/step_gpu_10k.json" \
+    --deadline 165 >"$OUT/step_gpu_10k.txt" 2>&1
+  tail -14 "$OUT/step_gpu_10k.txt" | cut -c1-250
+  timeout 200 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA -s \
+    tests/gpu/test_collect_gpu.py >"$OUT/gpu_collect_split.txt" 2>&1
+  grep -E "^(PASSED|FAILED|ERROR)|passed|failed|model/loop" "$OUT/gpu_collect_split.txt" \
+    | tail -12 | cut -c1-300 ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac

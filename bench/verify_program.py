@@ -154,6 +154,22 @@ class Verify:
                          f"{h['kernel_ms']:.3f} ms ({r - 1:+.2%}); API calls/step "
                          f"{e['api']:.0f} vs {h['api']:.0f}")
             L.extend(_kernel_diff(eng, hf))
+            # the same comparison for the kernels each step's model forward launched (the
+            # store's split by launch); the loop's own kernels are listed apart
+            if e["split_steps"] and h["split_steps"]:
+                r = h["model"] / e["model"] if e["model"] else float("nan")
+                ok = "within 1%" if abs(r - 1) <= 0.01 else f"off by {r - 1:+.1%}"
+                L.append(f"   {'':<9} model forward kernels/step {e['model']:.0f} vs "
+                         f"{h['model']:.0f} ({r:.4f}: {ok}), time {e['model_ms']:.3f} vs "
+                         f"{h['model_ms']:.3f} ms; the loop's own {e['loop']:.0f} vs "
+                         f"{h['loop']:.0f} kernels ({e['loop_ms'] * 1e3:.0f} vs "
+                         f"{h['loop_ms'] * 1e3:.0f} µs); launches matched "
+                         f"{e['coverage']:.1%} / {h['coverage']:.1%} of "
+                         f"{e['split_steps']} / {h['split_steps']} steps")
+                L.extend(_kernel_diff(eng, hf, model_only=True))
+            else:
+                L.append(f"   {'':<9} model forward split: no traced step with a model window "
+                         f"(engine {e['split_steps']}, generate() {h['split_steps']})")
             for name, d in ((f"engine {mode}", e), (f"generate() {mode}", h)):
                 self.details.append(f"{name}: {json.dumps(d)}")
         cb = self._snap("cb.json")
@@ -315,15 +331,21 @@ class Verify:
 def _kernels_per_step(doc: dict | None, skip: int = 2) -> dict:
     """Median kernels (and CUDA-graph kernels) per traced decode step of the last run (cycle),
     without its first ``skip`` steps (warm-up, capture)."""
-    if doc is None:
-        return {"kernels": 0.0, "graph": 0.0, "steps": 0, "ms": 0.0}
-    steps = [t for t in doc["tokens"] if t["done"] and t["phase"] == "decode"]
+    steps = [t for t in (doc or {"tokens": []})["tokens"] if t["done"] and t["phase"] == "decode"]
     if steps:
         last = max(t["cycle"] for t in steps)
         steps = [t for t in steps if t["cycle"] == last][skip:]
     traced = [t for t in steps if t["sampled"]]
     med = (lambda xs: float(statistics.median(xs)) if xs else 0.0)
+    split = [t for t in traced if t.get("model_start_ns") and t["kernels"]]
+    matched = sum(t["model_kernels"] + t["loop_kernels"] for t in split)
     return {"kernels": med([t["kernels"] for t in traced]),
+            "model": med([t["model_kernels"] for t in split]),
+            "model_ms": med([t["model_kernel_ns"] / 1e6 for t in split]),
+            "loop": med([t["loop_kernels"] for t in split]),
+            "loop_ms": med([t["loop_kernel_ns"] / 1e6 for t in split]),
+            "split_steps": len(split),
+            "coverage": matched / max(1, sum(t["kernels"] for t in split)),
             "graph": med([t["graph_kernels"] for t in traced]), "steps": len(steps),
             "kernel_ms": med([t["kernel_ns"] / 1e6 for t in traced]),
             "api": med([t["api_calls"] for t in traced]),
@@ -331,8 +353,9 @@ def _kernels_per_step(doc: dict | None, skip: int = 2) -> dict:
             "batch": sorted({t["batch"] for t in steps})}
 
 
-def _per_step_names(doc: dict | None) -> dict[str, tuple[float, float]]:
-    """Decode kernels by name: (launches, µs) per traced decode step, over the whole run."""
+def _per_step_names(doc: dict | None, model_only: bool = False) -> dict[str, tuple[float, float]]:
+    """Decode kernels by name: (launches, µs) per traced decode step, over the whole run
+    (``model_only``: those launched inside the model forward)."""
     if doc is None:
         return {}
     n = sum(1 for t in doc["tokens"] if t["done"] and t["phase"] == "decode" and t["sampled"])
@@ -343,17 +366,22 @@ def _per_step_names(doc: dict | None) -> dict[str, tuple[float, float]]:
         st = k.get("stats") or {}
         name = (k.get("demangled") or k["name"])[:70]
         c, us = out.get(name, (0.0, 0.0))
-        out[name] = (c + st.get("count", 0) / n, us + st.get("total", 0) / n / 1e3)  # ns
+        count, ns = st.get("count", 0), st.get("total", 0)
+        if model_only:
+            count, ns = count - k.get("loop_launches", 0), ns - k.get("loop_ns", 0)
+        out[name] = (c + count / n, us + ns / n / 1e3)
     return out
 
 
-def _kernel_diff(eng: dict | None, hf: dict | None, top: int = 6) -> list[str]:
+def _kernel_diff(eng: dict | None, hf: dict | None, top: int = 6,
+                 model_only: bool = False) -> list[str]:
     """The kernels whose launches per step differ most between the engine and generate()."""
-    a, b = _per_step_names(eng), _per_step_names(hf)
+    a, b = _per_step_names(eng, model_only), _per_step_names(hf, model_only)
     rows = sorted(((b.get(k, (0, 0))[0] - a.get(k, (0, 0))[0],
                     b.get(k, (0, 0))[1] - a.get(k, (0, 0))[1], k) for k in set(a) | set(b)),
                   key=lambda r: -abs(r[0]))
-    return [f"     {dc:+6.2f}/step {dus:+8.1f} µs/step  {k}" for dc, dus, k in rows[:top]
+    tag = "model " if model_only else ""
+    return [f"     {tag}{dc:+6.2f}/step {dus:+8.1f} µs/step  {k}" for dc, dus, k in rows[:top]
             if abs(dc) >= 0.5]
 
 

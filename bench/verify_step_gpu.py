@@ -74,6 +74,9 @@ def main() -> int:
         return 1
     rows = [r for r in view.tokens if r.phase == "decode" and r.mode == "compiled" and r.done
             and not r.compiling]
+    no_gpu_time = [r.seq for r in rows if r.gpu_ms is None]
+    rerecord = [r for r in rows if r.rerecord]   # recorded graphs again: timed apart
+    rows = [r for r in rows if not r.rerecord]
     untraced = [r for r in rows if not r.sampled]
     graphed = [r for r in untraced if r.graphs]
     traced = [r for r in rows if r.sampled and r.kernels]
@@ -93,9 +96,14 @@ def main() -> int:
         "host_ms_untraced": quantiles(host), "graph_error": graph_error,
         "graph_records": view.counters.get("graphs"), "wall_s": time.perf_counter() - t0,
         "step_time_sources": view.meta.get("step_time_sources"),
+        "steps_without_gpu_time": len(no_gpu_time), "rerecord_steps": len(rerecord),
     }
     if graph_ms and kspan_ms:
         res["graph_over_kernel_span"] = statistics.median(graph_ms) / statistics.median(kspan_ms)
+    if ev_untraced and kspan_ms:  # the check: every step's time against the spans
+        res["events_untraced_over_kernel_span"] = {
+            "median": statistics.median(ev_untraced) / statistics.median(kspan_ms),
+            "mean": statistics.fmean(ev_untraced) / statistics.fmean(kspan_ms)}
     if ev_traced and kspan_ms:
         res["events_over_kernel_span"] = statistics.median(ev_traced) / statistics.median(kspan_ms)
     print(f"# {a.model} compiled, {len(rows)} decode steps ({len(traced)} traced, "
@@ -114,6 +122,13 @@ def main() -> int:
     for k in ("graph_over_kernel_span", "events_over_kernel_span"):
         if k in res:
             print(f"{k}: {res[k]:.4f}")
+    r = res.get("events_untraced_over_kernel_span")
+    if r:
+        ok = all(abs(v - 1) <= 0.02 for v in r.values())
+        print(f"untraced steps' CUDA-event time over the traced steps' kernel span: median "
+              f"{r['median']:.4f}, mean {r['mean']:.4f} ({'within' if ok else 'NOT within'} 2 %)")
+    print(f"decode steps without a GPU time: {len(no_gpu_time)} of {len(rows) + len(rerecord)}; "
+          f"{len(rerecord)} steps recording graphs again (timed apart)")
     print(f"untraced decode steps without graph records: "
           f"{len(untraced) - len(graphed)} (first: {res['untraced_without'][:8]})")
     if a.json:

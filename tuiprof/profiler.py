@@ -129,6 +129,7 @@ class Profiler(SessionControl):
         self._factory = engine_factory
         self._loader: threading.Thread | None = None
         self._open_seq: int | None = None
+        self._begun_seq: int | None = None  # the step begun last (its model window may follow)
         self._todo: deque = deque()   # (function, argument): store work queued per token
         self._overlap = False         # the engine calls token_launched: do queued work there
         self._tokens_seen = 0
@@ -478,8 +479,17 @@ class Profiler(SessionControl):
         if eng is not None:
             self.status.want_batch = eng.want_batch
 
-    def token_launched(self) -> None:
+    def token_launched(self, model_ns: tuple[int, int] | None = None) -> None:
         self._overlap = self.options.overlap
+        if model_ns is not None:  # the model window belongs to the step begun last
+            todo = self._todo
+            for i in range(len(todo) - 1, -1, -1):
+                fn, args = todo[i]
+                if fn == self._begin:
+                    todo[i] = (fn, args + (model_ns,))
+                    break
+            else:  # that step is in the store already
+                todo.append((self._model_window, model_ns))
         self._catch_up()
 
     def token_finished(self, ev) -> None:
@@ -501,7 +511,11 @@ class Profiler(SessionControl):
             fn(arg)
 
     def _begin(self, args: tuple) -> None:
-        self._open_seq = self.store.begin_token(*args)
+        self._open_seq = self._begun_seq = self.store.begin_token(*args)
+
+    def _model_window(self, window: tuple[int, int]) -> None:
+        if self._begun_seq is not None:
+            self.store.set_model_window(self._begun_seq, window[0], window[1])
 
     def _finish(self, item: tuple) -> None:
         ev, stats = item

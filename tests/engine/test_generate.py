@@ -56,8 +56,11 @@ def test_engine_tokens_and_events(tiny, prompt, reference):
     assert [e.phase for e in evs] == ["prefill"] + ["decode"] * (STEPS - 1)
     assert {e.mode for e in evs} == {"eager"} and {e.cycle for e in evs} == {0}
     assert all(e.gpu_ms is None and e.host_ms > 0 for e in evs)
-    # the injected clock is read exactly twice per token, start before end
-    assert [(e.start_ns, e.end_ns) for e in evs[:2]] == [(0, 10), (20, 30)]
+    # the injected clock is read four times per token: the step's start, its model forward's
+    # start and end (the window given with token_launched), the step's end
+    assert [(e.start_ns, e.end_ns) for e in evs[:2]] == [(0, 30), (40, 70)]
+    assert listener.model_windows[:2] == [(10, 20), (50, 60)]
+    assert len(listener.model_windows) == STEPS
     assert listener.started == STEPS
     assert [s for s, _ in listener.states] == ["prefill", "decode", "done"]
 

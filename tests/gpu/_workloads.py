@@ -27,7 +27,7 @@ AGREE_DECODE = 8    # agreement: decode steps per profiled run
 AGREE_ROUNDS = 5    # agreement: runs per profiler, alternating
 MARK = "WORKLOAD-RESULT "
 ROW_FIELDS = ("step", "phase", "mode", "done", "sampled", "kernels", "graph_kernels",
-              "busy_ns", "gpu_ms", "host_ms")
+              "busy_ns", "gpu_ms", "host_ms", "model_start_ns", "model_kernels", "loop_kernels")
 
 
 def log(*args) -> None:
@@ -238,7 +238,7 @@ class _Window:
     def token_started(self, *args) -> None:
         pass
 
-    def token_launched(self) -> None:
+    def token_launched(self, model_ns=None) -> None:
         pass
 
     def token_finished(self, ev) -> None:

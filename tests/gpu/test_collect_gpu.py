@@ -71,3 +71,18 @@ def test_compiled_burst_sampling_keeps_valid_kernel_records(compiled_run):
     busy = statistics.median(t["busy_ns"] / 1e6 for t in sampled)
     print("burst-sampled compiled tokens:", len(sampled), "busy ms median", busy)
     assert 0.5 < busy < 3.0
+
+
+def test_every_traced_kernel_is_split_by_its_launch(eager_run, compiled_run):
+    """Each traced step's kernels are counted for the step that launched them (CUPTI API
+    records, correlation ids), inside the engine's model forward or outside it (argmax, the
+    token copy and position update: a handful). None is left unmatched."""
+    eager, compiled = _decode(eager_run), _decode(compiled_run)
+    for name, traced in (("eager", eager[2:]), ("compiled", [t for t in compiled[2:]
+                                                              if t["sampled"]])):
+        assert traced and all(t["model_start_ns"] for t in traced), name
+        split = [(t["kernels"], t["model_kernels"], t["loop_kernels"]) for t in traced]
+        assert all(k == m + lp for k, m, lp in split), (name, split[:6])
+        loops = sorted({lp for _, _, lp in split})
+        assert 1 <= loops[0] and loops[-1] <= 8, (name, loops)
+        print(name, "model/loop kernels per step:", sorted({(m, lp) for _, m, lp in split}))

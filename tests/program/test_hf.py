@@ -166,3 +166,38 @@ def test_the_patch_waits_for_the_program_to_import_the_module(tmp_path, monkeypa
         sys.meta_path.remove(finder)
         sys.modules.pop("late_module", None)
     assert seen == [1]
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_each_step_marks_its_model_forward_apart_from_generates_own_work(model, hooked, prof,
+                                                                         cache):
+    """The host window given for a step's model forward holds the forward (module hooks at its
+    first and last Python line) and none of generate()'s own work after it (its logits
+    processors), and lies inside the step."""
+    marks: list[tuple[str, int]] = []
+    clock = hooked.recorder.clock   # the clock of the step marks
+
+    class Probe(transformers.LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            marks.append(("logits", clock()))
+            return scores
+
+    pre = model.register_forward_pre_hook(lambda *a: marks.append(("in", clock())))
+    post = model.register_forward_hook(lambda *a: marks.append(("out", clock())))
+    kw = {"cache_implementation": "static"} if cache == "static" else {}
+    try:
+        ids = torch.randint(0, 1024, (2, 8), generator=torch.Generator().manual_seed(5))
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5,
+                       min_new_tokens=5, do_sample=False, pad_token_id=0,
+                       logits_processor=transformers.LogitsProcessorList([Probe()]), **kw)
+    finally:
+        pre.remove()
+        post.remove()
+    steps = rows(prof)
+    assert len(steps) == 5
+    ins = [t for k, t in marks if k == "in"]
+    outs = [t for k, t in marks if k == "out"]
+    logits = [t for k, t in marks if k == "logits"]
+    for row, t_in, t_out, t_logits in zip(steps, ins, outs, logits):
+        assert row.start_ns <= row.model_start_ns <= t_in, row
+        assert t_out <= row.model_end_ns <= t_logits <= row.end_ns, row

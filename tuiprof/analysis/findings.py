@@ -14,9 +14,10 @@ from .batch import KNEE_GAIN, config_summaries, measured_knee, on_gpu, predicted
 from .breakdown import FUSABLE, category_shares, launch_bound
 from .gpus import gpu_spec
 from .intervals import union_length
-from .kernels import GEMM
+from .kernels import GEMM, kernel_info
 from .launch import small_grid_launches
 from .model import model_config
+from .model_split import COVERAGE_OK, model_split
 from .roofline import match_gemms, model_roofline
 from .tokens import mode_summaries, steady_tokens, token_timing
 
@@ -29,6 +30,7 @@ COMPILED_SLOWER = 1.05       # compiled median ms/token over eager median
 BELOW_ROOF = 0.5             # memory-regime GEMM at < 50% of peak bandwidth
 MALLOC_COST_MS = 0.01        # assumed cost of one cudaMalloc when no API timing is recorded
 DEFAULT_SKIP = 2             # warm-up decode tokens left out of steady-state numbers
+LOOP_SHARE = 0.05            # kernel time launched outside the model forward, share of a step
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ def find(view) -> list:
         out += _fusable(view, mode)
         out += _below_roof(view, mode)
         out += _allocs(view, mode)
+    out += _loop_kernels(view)
     out += _compiled_slower(summaries)
     out += _batch(view)
     out += _gpu_unused(view)
@@ -314,6 +317,43 @@ def _allocs(view, mode: str) -> list:
            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.")
     return [Finding("device-allocs", f"Device memory allocated in every decode step ({mode})",
                     _severity(impact, _median_ms(view, mode)), impact, None, nums, ev, adv)]
+
+
+def loop_label(meta: dict) -> str:
+    """Who runs the loop around the model: the program's generate(), its own loop, the engine."""
+    if meta.get("source") != "program":
+        return "tuiprof's engine"
+    return "generate()" if meta.get("step_source") == "transformers" else "the program's loop"
+
+
+def _loop_kernels(view) -> list:
+    """Kernels the decode loop launches outside the model's forward, when they cost."""
+    out = []
+    for mode, sp in model_split(view, "decode").items():
+        if sp.coverage < COVERAGE_OK or sp.loop_share < LOOP_SHARE:
+            continue
+        who = loop_label(view.meta)
+        names = ", ".join(f"{_short(n)} ×{k:.0f}" for n, k, _ms in sp.top_loop[:4])
+        nums = {"mode": mode, "steps": sp.steps, "loop_kernels_per_step": sp.loop_kernels,
+                "loop_ms_per_step": sp.loop_ms, "model_kernels_per_step": sp.model_kernels,
+                "model_ms_per_step": sp.model_ms, "loop_share": sp.loop_share}
+        ev = (f"{sp.loop_kernels:.0f} kernels a decode step ({sp.loop_ms * 1e3:.0f} µs) are "
+              f"launched outside the model's forward against {sp.model_kernels:,.0f} "
+              f"({sp.model_ms:.2f} ms) inside it, over {sp.steps} traced steps"
+              + (f"; most time: {names}" if names else ""))
+        adv = ("These are the decoding loop's own work (logits processors, stopping checks, "
+               "input and mask bookkeeping), outside any compiled region or CUDA graph. "
+               "Leave out logits processors a greedy or sampled decode does not need, or "
+               "compile the step with them; a minimal greedy loop launches about 3.")
+        out.append(Finding("loop-kernels", f"{who} launches {sp.loop_share:.0%} of the step's "
+                           f"kernel time outside the model ({mode})",
+                           _severity(sp.loop_ms, _median_ms(view, mode)), sp.loop_ms,
+                           sp.loop_share, nums, ev, adv))
+    return out
+
+
+def _short(name: str, width: int = 40) -> str:
+    return kernel_info(name).short[:width]
 
 
 def _compiled_slower(summaries: dict) -> list:

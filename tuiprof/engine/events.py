@@ -37,12 +37,16 @@ class EngineListener(Protocol):
     call comes from the thread that launches the step's work, at its boundary (a program's
     steps seen from another thread, time windows or NVTX ranges, are not).
     A step source that cannot tell when the work is queued never calls ``token_launched``.
+    ``model_ns`` (``token_launched``'s argument, when the source knows it): the host window
+    ``(start_ns, end_ns)`` in which the step's model forward launched its work, on the clock of
+    the step marks; kernels launched outside it are the loop's own (sampling, ``generate()``'s
+    bookkeeping).
     """
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
                       batch: int | None = None, positions: int = 1, host: bool = True) -> None: ...
 
-    def token_launched(self) -> None: ...
+    def token_launched(self, model_ns: tuple[int, int] | None = None) -> None: ...
 
     def token_finished(self, ev: TokenEvent) -> None: ...
 
@@ -59,7 +63,7 @@ class NullListener:
                       batch: int | None = None, positions: int = 1, host: bool = True) -> None:
         pass
 
-    def token_launched(self) -> None:
+    def token_launched(self, model_ns: tuple[int, int] | None = None) -> None:
         pass
 
     def token_finished(self, ev: TokenEvent) -> None:
@@ -76,10 +80,14 @@ class CollectingListener(NullListener):
         self.events: list[TokenEvent] = []
         self.states: list[tuple[str, str]] = []
         self.started = 0
+        self.model_windows: list[tuple[int, int] | None] = []   # per token_launched call
 
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
                       batch: int | None = None, positions: int = 1, host: bool = True) -> None:
         self.started += 1
+
+    def token_launched(self, model_ns: tuple[int, int] | None = None) -> None:
+        self.model_windows.append(model_ns)
 
     def token_finished(self, ev: TokenEvent) -> None:
         self.events.append(ev)

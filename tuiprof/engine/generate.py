@@ -8,8 +8,10 @@ thread while the current configuration keeps decoding; the tokens decoded meanwh
 
 The per-token path is hot: one ``.item()`` sync per step, no logging, and the only Python
 object built per step is the :class:`TokenEvent`. Between launching a step and waiting for its
-tokens the engine calls ``listener.token_launched()``: on a GPU the device is then busy, so a
-listener's bookkeeping done there costs the loop nothing.
+tokens the engine calls ``listener.token_launched((m0, m1))``: on a GPU the device is then
+busy, so a listener's bookkeeping done there costs the loop nothing; ``m0``-``m1`` is the host
+window of the model's forward (the rest of the step, sampling and the position update, is the
+engine's own loop).
 
 Tensor-parallel ranks run one engine each with a :class:`~tuiprof.engine.lockstep.Lockstep`:
 their commands then take effect only at boundaries where all ranks agree (rank 0's wishes),
@@ -337,16 +339,19 @@ class Engine:
             torch.cuda.nvtx.range_push("step")
             torch.cuda.nvtx.range_push(PREFILL)
             ev0.record()
+        m0 = clock()
         if self._compiling:
-            nxt = self._select(beside_compile(adapter.prefill, live.prompt, live.cache))
+            logits = beside_compile(adapter.prefill, live.prompt, live.cache)
         else:
-            nxt = self._select(adapter.prefill(live.prompt, live.cache))
+            logits = adapter.prefill(live.prompt, live.cache)
+        m1 = clock()
+        nxt = self._select(logits)
         live.tok.copy_(nxt.view(-1, 1))
         live.pos.fill_(plen)
         live.position = plen
         if self.cuda:
             ev1.record()
-        listener.token_launched()
+        listener.token_launched((m0, m1))
         if live.batch == 1:
             token_id, token_ids = nxt.item(), None
         else:
@@ -403,15 +408,19 @@ class Engine:
                     ev0.record()
                     if cg:
                         mark_step()
+                m0 = clock()  # the model's forward launches its work from here ...
                 if compiling:
-                    nxt = select(beside_compile(fn, tok, pos, cache))
+                    logits = beside_compile(fn, tok, pos, cache)
                 else:
-                    nxt = select(fn(tok, pos, cache))
+                    logits = fn(tok, pos, cache)
+                m1 = clock()  # ... to here; the rest is the loop's own (sampling, position)
+                nxt = select(logits)
                 tok.copy_(nxt.view(-1, 1))
                 pos.add_(1)
                 if cuda:
                     ev1.record()
-                listener.token_launched()  # the device is busy: listeners' bookkeeping goes here
+                # the device is busy: listeners' bookkeeping goes here
+                listener.token_launched((m0, m1))
                 # the one sync per step; ev1 is complete after it
                 if batch == 1:
                     token_id, token_ids = nxt.item(), None

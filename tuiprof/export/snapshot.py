@@ -28,8 +28,9 @@ from ._atomic import atomic_write_bytes
 from .names import demangle
 from .summary import summary
 
-SCHEMA_VERSION = 3       # 2: batch configurations ("batch", "configurations", token "config");
-                         # 3: token "rerecord"
+SCHEMA_VERSION = 4       # 2: batch configurations ("batch", "configurations", token "config");
+                         # 3: token "rerecord"; 4: token "model_*"/"loop_*" (a step's kernels
+                         # launched inside and outside its model forward), kernel "loop_*"
 FORMAT = "tuiprof-snapshot"
 RANKS_FORMAT = "tuiprof-ranks-snapshot"   # a tensor-parallel session: one snapshot per rank
 MAX_RANKS = 1024
@@ -150,6 +151,7 @@ def _part_sections(part: ConfigData) -> dict:
             "registers": a.registers, "shared_mem": a.shared_mem,
             "graph_launches": a.graph_launches,
             "configs": [[*cfg, n] for cfg, n in a.configs.items()],
+            "loop_launches": a.loop_launches, "loop_ns": a.loop_ns,
         })
     memcpy = [{"copy_kind": k[0], "kind_name": COPY_KINDS.get(k[0], "Unknown"),
                "direction": DIRECTION.get(k[0], "other"), "phase": k[1], "mode": k[2],
@@ -370,7 +372,8 @@ def _read_part(doc: dict, where: str) -> ConfigData:
         agg = KernelAggregate(k["name"], k["phase"], k["mode"], _stats(k["stats"], where),
                               tuple(k["grid"]), tuple(k["block"]), k["registers"],
                               k["shared_mem"], k["graph_launches"],
-                              {tuple(c[:6]): c[6] for c in k["configs"]})
+                              {tuple(c[:6]): c[6] for c in k["configs"]},
+                              k.get("loop_launches", 0), k.get("loop_ns", 0))
         kernels[(agg.name, agg.phase, agg.mode)] = agg
     memcpy = {(m["copy_kind"], m["phase"], m["mode"]): (_stats(m["ns"], where),
                                                         _stats(m["bytes"], where))

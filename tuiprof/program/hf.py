@@ -10,7 +10,9 @@ Where the boundary is (the same in transformers 5.17 and 5.23, and in 4.5x):
   a hook inside the compiled region would be traced by dynamo and never run per step. A step
   lasts from one such call to the next (the forward, logits processing, sampling and the
   stopping check that syncs), and the last one ends when ``generate()`` returns. The returned
-  model inputs give the batch (sequences) and the input positions.
+  model inputs give the batch (sequences) and the input positions. The model's forward runs
+  from that call's return to the next call of ``_update_model_kwargs_for_generation`` (also
+  wrapped on the instance): kernels launched outside that window are ``generate()``'s own.
 * continuous batching (``generate_batch``, ``ContinuousBatchingManager``):
   ``ContinuousBatchingManager._generation_step`` runs one forward over the scheduled requests;
   the step lasts for that call and its batch is the number of requests scheduled in it, which
@@ -176,6 +178,9 @@ class _GenerateScope:
         criteria = getattr(model, "_valid_auto_compile_criteria", None)
         if callable(criteria):
             self._set("_valid_auto_compile_criteria", self._wrap_criteria(criteria))
+        update = getattr(model, "_update_model_kwargs_for_generation", None)
+        if callable(update):
+            self._set("_update_model_kwargs_for_generation", self._wrap_update(update))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -202,11 +207,23 @@ class _GenerateScope:
             self.multi = self.multi and per_seq > 1
             phase = PREFILL if self.multi else DECODE
             compiled = self.compiled_forward or (phase == DECODE and self.auto_compile)
-            rec.begin(SOURCE, phase, batch=batch, positions=batch * per_seq,
-                      mode="compiled" if compiled else "eager", start_ns=t)
+            step = rec.begin(SOURCE, phase, batch=batch, positions=batch * per_seq,
+                             mode="compiled" if compiled else "eager", start_ns=t)
+            rec.model_begins(step)  # generate() calls the forward next
             return inputs
 
         return prepare_inputs_for_generation
+
+    def _wrap_update(self, update: Callable) -> Callable:
+        """generate() calls it right after each forward returns: the model's window ends."""
+        rec = self.steps.recorder
+
+        @functools.wraps(update)
+        def _update_model_kwargs_for_generation(*args, **kwargs):
+            rec.model_ends(SOURCE)
+            return update(*args, **kwargs)
+
+        return _update_model_kwargs_for_generation
 
     def _wrap_criteria(self, criteria: Callable) -> Callable:
         @functools.wraps(criteria)

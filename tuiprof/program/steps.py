@@ -19,6 +19,11 @@ processors run after the forward is launched, before the step's sync) calls :met
 the engine's ``token_launched``: the store's bookkeeping for the boundary is done there, while
 the device computes, instead of on the program's critical path. A step without that moment
 has its bookkeeping done at its end, as before.
+
+A source that sees where the model's forward begins and ends inside a step (transformers:
+``prepare_inputs_for_generation`` returning, ``_update_model_kwargs_for_generation`` called)
+calls :meth:`model_begins` and :meth:`model_ends`: the listener gets that host window with
+``token_launched`` and the store splits the step's kernels into the model's and the loop's.
 """
 from __future__ import annotations
 
@@ -44,6 +49,14 @@ class _Open:
     step: int
     cycle: int
     launched: bool = False  # its device work was reported queued (listener.token_launched)
+    model_start: int = 0    # the host window of its model forward (0: not marked)
+    model_end: int = 0
+
+    def model_window(self, end_ns: int) -> tuple[int, int] | None:
+        """(start, end) of its model forward; a forward still open ends at ``end_ns``."""
+        if not self.model_start:
+            return None
+        return self.model_start, self.model_end or max(end_ns, self.model_start)
 
 
 class StepRecorder:
@@ -113,10 +126,10 @@ class StepRecorder:
                 return None
             t = self.clock() if start_ns is None else start_ns
             if self._open is not None:
-                launched = self._open.launched
+                prev = self._open
                 self._finish(t)
-                if not launched:  # no busy-device moment: its bookkeeping is done at its end
-                    self.listener.token_launched()
+                if not prev.launched:  # no busy-device moment: its bookkeeping is done at its end
+                    self.listener.token_launched(prev.model_window(t))
             if phase == PREFILL:
                 if not self._fresh:
                     self._new_cycle()
@@ -142,22 +155,40 @@ class StepRecorder:
             op = self._open
             if op is not None and op.source == source and not op.launched:
                 op.launched = True
-                self.listener.token_launched()
+                self.listener.token_launched(op.model_window(self.clock()) if op.model_start
+                                             else None)
+
+    def model_begins(self, step: _Open | None) -> None:
+        """The model's forward of ``step`` (the open step, as :meth:`begin` returned it) starts
+        launching now (called on the program's thread, right before the forward)."""
+        if step is not None and self._open is step and not step.model_start:
+            step.model_start = self.clock()
+
+    def model_ends(self, source: str) -> None:
+        """The open step's model forward (``source`` opened it) has returned."""
+        op = self._open
+        if op is not None and op.source == source and op.model_start and not op.model_end:
+            op.model_end = self.clock()
 
     def end(self, source: str, end_ns: int | None = None, step: _Open | None = None) -> None:
         """End the open step if ``source`` opened it (and it is ``step``, when given)."""
         with self._lock:
             op = self._open
             if op is not None and op.source == source and (step is None or op is step):
-                self._finish(self.clock() if end_ns is None else end_ns)
-                self.listener.token_launched()  # no next step to wait for: store it now
+                t = self.clock() if end_ns is None else end_ns
+                self._finish(t)
+                # no next step to wait for: store it now
+                self.listener.token_launched(None if op.launched else op.model_window(t))
 
     def close(self) -> None:
         """End whatever step is open (the program ended)."""
         with self._lock:
-            if self._open is not None:
-                self._finish(self.clock())
-            self.listener.token_launched()
+            op, window = self._open, None
+            if op is not None:
+                t = self.clock()
+                self._finish(t)
+                window = None if op.launched else op.model_window(t)
+            self.listener.token_launched(window)
 
     def _finish(self, t: int) -> None:
         op = self._open
@@ -187,9 +218,11 @@ class StepRecorder:
 
     def _wait_resumed(self, source: str) -> None:
         with self._lock:
-            if self._open is not None and self._open.source == source:
-                self._finish(self.clock())
-                self.listener.token_launched()
+            op = self._open
+            if op is not None and op.source == source:
+                t = self.clock()
+                self._finish(t)
+                self.listener.token_launched(None if op.launched else op.model_window(t))
             self._state = "paused"
             self.listener.state_changed("paused")
         # short waits: a signal (Ctrl-C) still reaches a program paused on its main thread

@@ -97,11 +97,14 @@ def combined_view(rv: "RanksView") -> StoreView:
             if key in kernels:
                 kernels[key].stats.merge(agg.stats)
                 kernels[key].graph_launches += agg.graph_launches
+                kernels[key].loop_launches += agg.loop_launches
+                kernels[key].loop_ns += agg.loop_ns
             else:
                 kernels[key] = KernelAggregate(agg.name, agg.phase, agg.mode, agg.stats.copy(),
                                                agg.grid, agg.block, agg.registers,
                                                agg.shared_mem, agg.graph_launches,
-                                               dict(agg.configs))
+                                               dict(agg.configs), agg.loop_launches,
+                                               agg.loop_ns)
         for table, dst in ((v.memcpy, memcpy), (v.memset, memset)):
             for key, (a, b) in table.items():
                 if key in dst:

@@ -36,6 +36,7 @@ from .stats import RunningStats
 OTHER = "other"  # phase of records outside any token (start-up, compilation, idle)
 PROGRAM_CONFIG = "program"  # the configuration of a profiled program's steps (any batch)
 _API_CORR_LEN = 4096
+_LAUNCH_LEN = 16384  # launches remembered, and kernels waiting for their launch (a step: ~2,000)
 _TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2, GRAPH: 1}
 
 
@@ -71,6 +72,16 @@ class TokenRow:
     graphs: int = 0
     graph_first_ns: int = 0
     graph_last_end_ns: int = 0
+    # The host window in which the step's model forward launched its work (0: the source did
+    # not say), and the traced kernels split by where they were launched: inside it (the
+    # model's) or outside it (the loop's own: sampling, generate()'s bookkeeping); a kernel
+    # counts for the step that launched it (its CUPTI API record's start)
+    model_start_ns: int = 0
+    model_end_ns: int = 0
+    model_kernels: int = 0
+    model_kernel_ns: int = 0
+    loop_kernels: int = 0
+    loop_kernel_ns: int = 0
     memcpy_count: int = 0
     memcpy_bytes: dict = field(default_factory=dict)
     memset_count: int = 0
@@ -109,19 +120,24 @@ class KernelAggregate:
     shared_mem: int = 0
     graph_launches: int = 0
     configs: dict = field(default_factory=dict)  # (grid, block) -> launches, at most 16 kept
+    # launches from outside a step's model forward (the loop's own), and their kernel time
+    loop_launches: int = 0
+    loop_ns: int = 0
 
     def copy(self, light: bool = False) -> "KernelAggregate":
         stats = self.stats.light_copy() if light else self.stats.copy()
         return KernelAggregate(self.name, self.phase, self.mode, stats, self.grid,
                                self.block, self.registers, self.shared_mem, self.graph_launches,
-                               dict(self.configs))
+                               dict(self.configs), self.loop_launches, self.loop_ns)
 
 
 # per (phase, mode): "span_ns" is a traced step's kernel span (first kernel start to last kernel
 # end), "graph_span_ns" an untraced compiled step's span from CUPTI graph records, "busy_pct" a
 # traced step's kernel-busy share of its own wall time (derive.busy_fraction)
+# "model_*" and "loop_*": a traced step's kernels launched inside and outside its model forward
 TOKEN_STATS = ("host_ms", "gpu_ms", "kernels", "busy_ns", "kernel_ns", "seqs", "span_ns",
-               "graph_span_ns", "busy_pct")
+               "graph_span_ns", "busy_pct", "model_kernels", "model_kernel_ns", "loop_kernels",
+               "loop_kernel_ns")
 
 
 @dataclass(slots=True)
@@ -260,9 +276,16 @@ class SessionStore:
         # correlation id -> API name of recent runtime/driver records, to name the call that
         # made a memory record (bounded; CUPTI emits an API record before its memory record)
         self._api_corr: OrderedDict[int, str] = OrderedDict()
+        # Where kernels were launched (steps that mark their model forward, see
+        # ``set_model_window``): correlation id -> API record start, and kernels whose API
+        # record has not come yet: correlation id -> (aggregate, duration). Both bounded.
+        self._split = False
+        self._split_row: TokenRow | None = None
+        self._launch_ts: OrderedDict[int, int] = OrderedDict()
+        self._launch_pending: OrderedDict[int, tuple] = OrderedDict()
         self._counters = {"records": 0, "kernels": 0, "dropped": 0, "late": 0,
                           "unattributed": 0, "unsampled": 0, "tokens": 0, "graphs": 0,
-                          "window_steps": 0}
+                          "window_steps": 0, "launch_unmatched": 0}
         self._seq = 0
         # For :meth:`changes`: lowest token seq whose row changed since the last call, and a
         # generation that a reset moves on (a mirror then starts again from scratch).
@@ -297,14 +320,16 @@ class SessionStore:
 
     def begin_token(self, phase: str, mode: str, start_ns: int, step: int, cycle: int = 0,
                     sampled: bool = True, batch: int = 1, config: Any = None,
-                    compiling: bool = False, positions: int = 1, rerecord: bool = False) -> int:
+                    compiling: bool = False, positions: int = 1, rerecord: bool = False,
+                    model: tuple[int, int] | None = None) -> int:
         """Open a token window at ``start_ns`` (CUPTI clock); returns its sequence number.
 
         ``config``: the batch configuration of the step (default: the latest one given);
         ``compiling``: the step ran while a compile ran beside it (its timing is kept apart
         from the configuration's clean statistics); ``positions``: input positions of the
         step over all sequences; ``rerecord``: the step recorded its CUDA graphs again after
-        tuiprof dropped them (timed apart)."""
+        tuiprof dropped them (timed apart); ``model``: the host window of the step's model
+        forward (see :meth:`set_model_window`)."""
         with self._lock:
             seq = self._seq
             self._seq += 1
@@ -316,6 +341,9 @@ class SessionStore:
             row = TokenRow(seq=seq, step=step, phase=phase, mode=mode, start_ns=start_ns,
                            cycle=cycle, sampled=sampled, batch=batch, config=config,
                            compiling=compiling, positions=positions, rerecord=rerecord)
+            if model is not None:
+                row.model_start_ns, row.model_end_ns = model
+                self._split = True
             self._open = row
             if len(self._win_rows) == self._win_rows.maxlen:
                 self._fold_evicted(self._win_rows[0])
@@ -329,6 +357,20 @@ class SessionStore:
             self._raw.append((seq, raw))
             self._raw_by_seq[seq] = raw
             return seq
+
+    def set_model_window(self, seq: int, start_ns: int, end_ns: int) -> None:
+        """The host window (CUPTI clock) in which token ``seq``'s model forward launched its
+        work: its traced kernels are then split into the model's and the loop's own."""
+        with self._lock:
+            for row in reversed(self._win_rows):
+                if row.seq == seq:
+                    row.model_start_ns, row.model_end_ns = start_ns, end_ns
+                    self._split = True
+                    if seq < self._dirty_seq:
+                        self._dirty_seq = seq
+                    return
+                if row.seq < seq:
+                    return
 
     def end_token(self, seq: int, end_ns: int, host_ms: float, gpu_ms: float | None = None,
                   token_id: int | None = None) -> None:
@@ -382,6 +424,11 @@ class SessionStore:
                 ts["span_ns"].add(row.last_kernel_end_ns - row.first_kernel_ns)
             if row.kernels and "busy_pct" in ts and row.end_ns > row.start_ns:
                 ts["busy_pct"].add(100.0 * row.busy_ns / (row.end_ns - row.start_ns))
+            if row.kernels and row.model_start_ns and "model_kernels" in ts:
+                ts["model_kernels"].add(row.model_kernels)
+                ts["model_kernel_ns"].add(row.model_kernel_ns)
+                ts["loop_kernels"].add(row.loop_kernels)
+                ts["loop_kernel_ns"].add(row.loop_kernel_ns)
         elif row.graphs and "graph_span_ns" in ts:
             ts["graph_span_ns"].add(row.graph_last_end_ns - row.graph_first_ns)
 
@@ -427,6 +474,8 @@ class SessionStore:
         lo = hi = -1  # window of the cached row
         n = nk = 0
         skip = False
+        split = self._split
+        launch_ts = self._launch_ts
         for rec in records:
             n += 1
             kind = rec[0]
@@ -499,6 +548,12 @@ class SessionStore:
                         row.busy_cursor = end
                     if end > row.last_kernel_end_ns:
                         row.last_kernel_end_ns = end
+                if split:
+                    launched = launch_ts.get(rec[13])
+                    if launched is None:
+                        self._pend_launch(rec[13], agg, end - start)
+                    else:
+                        self._split_kernel(launched, agg, end - start)
                 continue
             if kind == GRAPH:  # never sampled out, never in the raw ring (not a raw record kind)
                 counters["graphs"] += 1
@@ -558,6 +613,45 @@ class SessionStore:
             corr[rec[4]] = rec[1]
             if len(corr) > _API_CORR_LEN:
                 corr.popitem(last=False)
+            if self._split:
+                launch_ts = self._launch_ts
+                launch_ts[rec[4]] = rec[2]
+                if len(launch_ts) > _LAUNCH_LEN:
+                    launch_ts.popitem(last=False)
+                pending = self._launch_pending.pop(rec[4], None)
+                if pending is not None:
+                    self._split_kernel(rec[2], *pending)
+
+    def _pend_launch(self, corr: int, agg: KernelAggregate, dur: int) -> None:
+        """A kernel whose API record has not been folded yet (another buffer may hold it)."""
+        pending = self._launch_pending
+        pending[corr] = (agg, dur)
+        if len(pending) > _LAUNCH_LEN:
+            pending.popitem(last=False)
+            self._counters["launch_unmatched"] += 1
+
+    def _split_kernel(self, launched: int, agg: KernelAggregate, dur: int) -> None:
+        """Count a kernel for the step that launched it at ``launched``: the model's when inside
+        that step's model window, else the loop's own."""
+        row = self._split_row  # the launching step of the previous kernel, while it holds
+        if row is None or not (row.start_ns <= launched <= row.end_ns):
+            row = self._find_row(launched)
+            if row is None:
+                return
+            if row.done:  # a closed window can be reused; an open one may yet be followed
+                self._split_row = row
+        if not row.model_start_ns:
+            return
+        if row.model_start_ns <= launched <= row.model_end_ns:
+            row.model_kernels += 1
+            row.model_kernel_ns += dur
+        else:
+            row.loop_kernels += 1
+            row.loop_kernel_ns += dur
+            agg.loop_launches += 1
+            agg.loop_ns += dur
+        if row.seq < self._dirty_seq:
+            self._dirty_seq = row.seq
 
     def _add_alloc(self, allocs: dict, rec: tuple, row: TokenRow | None) -> None:
         """Count one memory record into ``allocs`` (its configuration's): everything, true device

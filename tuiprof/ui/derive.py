@@ -320,6 +320,7 @@ class KernelRow:
     graph_launches: int
     configs: dict
     per_token: float | None = None
+    loop_launches: int = 0   # launched outside a step's model forward (the loop's own)
 
 
 def kernel_modes(view: Any, phase: str) -> dict[str, int]:
@@ -373,6 +374,8 @@ def kernel_rows(view: Any, mode: str, phase: str) -> list[KernelRow]:
         else:
             cur.stats.merge(agg.stats)
             cur.graph_launches += agg.graph_launches
+            cur.loop_launches += agg.loop_launches
+            cur.loop_ns += agg.loop_ns
             for cfg, c in agg.configs.items():
                 cur.configs[cfg] = cur.configs.get(cfg, 0) + c
     total = sum(a.stats.total for a in merged.values()) or 1
@@ -384,7 +387,8 @@ def kernel_rows(view: Any, mode: str, phase: str) -> list[KernelRow]:
             pct=100.0 * agg.stats.total / total, grid=agg.grid, block=agg.block,
             registers=agg.registers, shared_mem=agg.shared_mem,
             graph_launches=agg.graph_launches, configs=dict(agg.configs),
-            per_token=(agg.stats.count / ntok) if ntok else None))
+            per_token=(agg.stats.count / ntok) if ntok else None,
+            loop_launches=agg.loop_launches))
     return rows
 
 

@@ -15,6 +15,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from ... import errors
+from ...analysis.model_split import model_split
 from .. import format as fmt
 from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_rows,
                       resolve_kernel_phase,
@@ -270,8 +271,13 @@ class KernelsPane(Pane):
             cap.append(f" (no {self.phase} steps: every phase)", "dim")
         if mode != want:
             cap.append(f" (no {want} kernels in this phase)", "dim")
-        cap.append(f" · {len(rows)} kernels · {fmt.ns(total_ns)} GPU · sort {self.sort} "
-                   f"{'↓' if self.descending else '↑'}")
+        cap.append(f" · {len(rows)} kernels · {fmt.ns(total_ns)} GPU")
+        split = model_split(view, phase).get(mode) if phase != ALL else None
+        if split is not None:
+            cap.append(f" · per step: model {split.model_kernels:,.0f} "
+                       f"({fmt.ms(split.model_ms)}), loop {split.loop_kernels:,.0f} "
+                       f"({fmt.ms(split.loop_ms)})", "cyan")
+        cap.append(f" · sort {self.sort} {'↓' if self.descending else '↑'}")
         if self.filter_text:
             cap.append(f" · filter “{self.filter_text}” ({len(sel)} match)", "yellow")
         cap.append("  [k] batch [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
