@@ -343,6 +343,20 @@ PY
     tests/gpu/test_collect_gpu.py >"$OUT/gpu_collect_split.txt" 2>&1
   grep -E "^(PASSED|FAILED|ERROR)|passed|failed|model/loop" "$OUT/gpu_collect_split.txt" \
     | tail -12 | cut -c1-300 ;;
+36)
+  # 15: 35's kernel comparison again after the split's two fixes (launch records parsed before
+  # kernels; a graph's kernels share one launch), its snapshots for the screens here, and the
+  # split's GPU test
+  timeout 240 python bench/verify_program.py --no-overhead --no-screens \
+    >"$OUT/vp_table.txt" 2>&1
+  grep -v "^\[" "$OUT/vp_table.txt" | head -24 | cut -c1-250
+  for f in hf_eager hf_compiled engine_eager; do
+    cp "$(ls -d /tmp/verify-program-work-* | tail -1)/$f.json" "$OUT/" 2>/dev/null
+  done
+  timeout 200 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA -s \
+    tests/gpu/test_collect_gpu.py >"$OUT/gpu_collect_split.txt" 2>&1
+  grep -E "^(PASSED|FAILED|ERROR)|passed|failed|model/loop" "$OUT/gpu_collect_split.txt" \
+    | tail -12 | cut -c1-300 ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac

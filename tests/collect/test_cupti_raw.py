@@ -59,6 +59,9 @@ def test_parse_mixed_buffer(kver, cver, name_buffers):
     assert ("A", 1, 3, 2 << 20, 900, 0xDEAD000, 0, 0, 0, 0, 0) in out
     assert ("R", "cudaLaunchKernel", 950, 990, 10) in out
     assert len(out) == len(recs)
+    # launch records before the kernels they launched, though written after them: the store
+    # matches each kernel to its launch as it comes (the model/loop split)
+    assert out.index(("R", "cudaLaunchKernel", 950, 990, 10)) < out.index(ks[0])
 
 
 def test_garbage_is_rejected():

@@ -194,8 +194,10 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
                  libraries: LibraryResolver | None = None) -> list[tuple]:
     """Parse one completed buffer into record tuples (:mod:`tuiprof.store.records`).
 
-    Kernels come first, sorted by start time; the few other records follow, API records
-    before memory records (the store names a memory record's API by its correlation id).
+    API records come first (the store matches a kernel to its launch record, and names a
+    memory record's API, by correlation id: a kernel or memory record seen after its API
+    record needs no waiting), then kernels sorted by start time, then the few other records
+    (memory records last).
     NVTX marker records go to ``markers`` (when given) as ``("M", flags, timestamp, id, name,
     domain, thread_id)``, in buffer order; they are not activity records of the store.
     """
@@ -209,6 +211,17 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
     i32 = np.frombuffer(data, dtype=np.int32)
     w16 = np.frombuffer(data, dtype=np.uint16)
     out: list[tuple] = []
+    for kind in (KIND_RUNTIME, KIND_DRIVER):
+        offs = offsets.get(kind)
+        if offs:
+            o = np.asarray(offs, dtype=np.int64)
+            q = o >> 2
+            dom = 2 if kind == KIND_RUNTIME else 1
+            table = api_names or {}
+            cb = w32[q + 1].tolist()
+            out.extend(("R", table.get((dom, c), f"api#{c}"), s, e, k) for c, s, e, k in zip(
+                cb, w64[(o + 8) >> 3].tolist(), w64[(o + 16) >> 3].tolist(),
+                w32[q + 8].tolist()))
     koffs = offsets.get(KIND_CONCURRENT_KERNEL)
     if koffs:
         o = np.asarray(koffs, dtype=np.int64)
@@ -232,7 +245,7 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
         out.extend(zip(repeat("K"), *cols))
     libraries = libraries if libraries is not None else LibraryResolver()
     for kind, offs in sorted(offsets.items(), key=lambda kv: kv[0] == KIND_MEMORY2):
-        if kind == KIND_CONCURRENT_KERNEL:
+        if kind in (KIND_CONCURRENT_KERNEL, KIND_RUNTIME, KIND_DRIVER):
             continue
         o = np.asarray(offs, dtype=np.int64)
         q = o >> 2
@@ -261,13 +274,6 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
         elif kind == KIND_MARKER:
             if markers is not None:
                 markers.extend(_markers(data, o, q, w32, w64))
-        elif kind in (KIND_RUNTIME, KIND_DRIVER):
-            dom = 2 if kind == KIND_RUNTIME else 1
-            table = api_names or {}
-            cb = w32[q + 1].tolist()
-            out.extend(("R", table.get((dom, c), f"api#{c}"), s, e, k) for c, s, e, k in zip(
-                cb, w64[(o + 8) >> 3].tolist(), w64[(o + 16) >> 3].tolist(),
-                w32[q + 8].tolist()))
     return out
 
 

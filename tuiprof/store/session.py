@@ -36,7 +36,7 @@ from .stats import RunningStats
 OTHER = "other"  # phase of records outside any token (start-up, compilation, idle)
 PROGRAM_CONFIG = "program"  # the configuration of a profiled program's steps (any batch)
 _API_CORR_LEN = 4096
-_LAUNCH_LEN = 16384  # launches remembered, and kernels waiting for their launch (a step: ~2,000)
+_LAUNCH_LEN = 65536  # launches remembered, and kernels waiting for their launch (a step: ~2,000)
 _TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2, GRAPH: 1}
 
 
@@ -278,11 +278,13 @@ class SessionStore:
         self._api_corr: OrderedDict[int, str] = OrderedDict()
         # Where kernels were launched (steps that mark their model forward, see
         # ``set_model_window``): correlation id -> API record start, and kernels whose API
-        # record has not come yet: correlation id -> (aggregate, duration). Both bounded.
+        # record has not come yet: correlation id -> [(aggregate, duration), ...] (a CUDA
+        # graph's kernels share their graph launch's id). Both bounded.
         self._split = False
         self._split_row: TokenRow | None = None
         self._launch_ts: OrderedDict[int, int] = OrderedDict()
-        self._launch_pending: OrderedDict[int, tuple] = OrderedDict()
+        self._launch_pending: OrderedDict[int, list] = OrderedDict()
+        self._pending_n = 0
         self._counters = {"records": 0, "kernels": 0, "dropped": 0, "late": 0,
                           "unattributed": 0, "unsampled": 0, "tokens": 0, "graphs": 0,
                           "window_steps": 0, "launch_unmatched": 0}
@@ -620,15 +622,23 @@ class SessionStore:
                     launch_ts.popitem(last=False)
                 pending = self._launch_pending.pop(rec[4], None)
                 if pending is not None:
-                    self._split_kernel(rec[2], *pending)
+                    self._pending_n -= len(pending)
+                    for agg, dur in pending:
+                        self._split_kernel(rec[2], agg, dur)
 
     def _pend_launch(self, corr: int, agg: KernelAggregate, dur: int) -> None:
         """A kernel whose API record has not been folded yet (another buffer may hold it)."""
         pending = self._launch_pending
-        pending[corr] = (agg, dur)
-        if len(pending) > _LAUNCH_LEN:
-            pending.popitem(last=False)
-            self._counters["launch_unmatched"] += 1
+        waiting = pending.get(corr)
+        if waiting is None:
+            pending[corr] = [(agg, dur)]
+        else:
+            waiting.append((agg, dur))
+        self._pending_n += 1
+        while self._pending_n > _LAUNCH_LEN:
+            _, dropped = pending.popitem(last=False)
+            self._pending_n -= len(dropped)
+            self._counters["launch_unmatched"] += len(dropped)
 
     def _split_kernel(self, launched: int, agg: KernelAggregate, dur: int) -> None:
         """Count a kernel for the step that launched it at ``launched``: the model's when inside
