@@ -357,6 +357,22 @@ PY
     tests/gpu/test_collect_gpu.py >"$OUT/gpu_collect_split.txt" 2>&1
   grep -E "^(PASSED|FAILED|ERROR)|passed|failed|model/loop" "$OUT/gpu_collect_split.txt" \
     | tail -12 | cut -c1-300 ;;
+37)
+  # 15: the model/loop split as a user sees it: the live app on an eager generate() program
+  # (200x50: the kernels pane's caption, the findings) and the engine compiled (80x24)
+  tmx
+  P="python bench/programs/hf_qwen.py --new-tokens 65"
+  OUT=$OUT timeout 100 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
+    --name gpu_s14_program_split_200x50 --steps "45:;0:2;3:;15:;0:5;3:;0:Escape;2:;0:q;8:" \
+    -- python -m tuiprof run --export-dir "$OUT" -- $P --mode eager --repeats 400 >/dev/null 2>&1
+  awk '/^=====/{n=3} n-->0' "$OUT/gpu_s14_program_split_200x50.txt" | cut -c1-200 | head -12
+  grep -o "per step: model[^·]*" "$OUT/gpu_s14_program_split_200x50.txt" | sort | uniq -c
+  OUT=$OUT timeout 150 python bench/tmux_capture.py --tmux "$T" --size 80x24 \
+    --name gpu_s14_engine_compiled_80x24 --steps "95:;0:2;3:;15:;0:q;8:" \
+    -- python -m tuiprof --model qwen3-0.6b --mode compiled --export-dir "$OUT" >/dev/null 2>&1
+  grep -o "per step: model[^·]*\|model [0-9,]* ([^)]*), loop[^·]*" \
+    "$OUT/gpu_s14_engine_compiled_80x24.txt" | sort | uniq -c
+  ls "$OUT" ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac
