@@ -33,7 +33,7 @@ def _screens(store, tmp_path, keys=("2", "5")) -> list[str]:
 def test_the_split_is_on_the_kernels_pane_and_in_the_findings(tmp_path):
     store = split_store(loop_name=FILL)
     kernels, _, findings = _screens(store, tmp_path)
-    assert "per step: model 20 (0.08 ms), loop 20 (0.22 ms)" in kernels
+    assert "per step: model 20 (0.08 ms) + loop 20 (0.22 ms)" in kernels
     assert "generate() launches 73% of the step's kernel time outside the model" in findings
 
 

@@ -31,8 +31,8 @@ def render_detail(row: KernelRow, view: Any | None = None) -> Table:
     t.add_row("launches", fmt.count(s.count) + (f"  ({row.per_token:.1f} per traced token)" if row.per_token else ""))
     t.add_row("from CUDA graphs", fmt.count(row.graph_launches))
     if row.loop_launches:
-        t.add_row("outside the model", f"{fmt.count(row.loop_launches)} launches from the loop "
-                  "around the model forward (traced steps that mark it)")
+        t.add_row("outside the model", f"{fmt.count(row.loop_launches)} of them from the loop "
+                  "around the model's forward")
     t.add_row("total", f"{fmt.ns(s.total)}  ({row.pct:.1f}% of this phase's GPU time)")
     t.add_row("mean / median", f"{fmt.ns(s.mean)} / {fmt.ns(s.median)}")
     t.add_row("min / max", f"{fmt.ns(s.min)} / {fmt.ns(s.max)}")

@@ -271,13 +271,14 @@ class KernelsPane(Pane):
             cap.append(f" (no {self.phase} steps: every phase)", "dim")
         if mode != want:
             cap.append(f" (no {want} kernels in this phase)", "dim")
-        cap.append(f" · {len(rows)} kernels · {fmt.ns(total_ns)} GPU")
+        # first, so that 80 columns show it: a step's kernels, the model's and the loop's
         split = model_split(view, phase).get(mode) if phase != ALL else None
         if split is not None:
             cap.append(f" · per step: model {split.model_kernels:,.0f} "
-                       f"({fmt.ms(split.model_ms)}), loop {split.loop_kernels:,.0f} "
+                       f"({fmt.ms(split.model_ms)}) + loop {split.loop_kernels:,.0f} "
                        f"({fmt.ms(split.loop_ms)})", "cyan")
-        cap.append(f" · sort {self.sort} {'↓' if self.descending else '↑'}")
+        cap.append(f" · {len(rows)} kernels · {fmt.ns(total_ns)} GPU"
+                   f" · sort {self.sort} {'↓' if self.descending else '↑'}")
         if self.filter_text:
             cap.append(f" · filter “{self.filter_text}” ({len(sel)} match)", "yellow")
         cap.append("  [k] batch [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
