@@ -23,9 +23,11 @@ from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 
 
-def session(mode: str, tokens: int, sample_every) -> tuple:
+def session(mode: str, tokens: int, sample_every, attached: bool = False) -> tuple:
     store = SessionStore(ring_tokens=tokens + 8, series_len=tokens + 64)
-    prof = Profiler(store, ProfilerOptions(sample_every=sample_every, engine_kwargs=dict(
+    prof = Profiler(store, ProfilerOptions(sample_every=sample_every,
+                                           detach_between_bursts=not attached,
+                                           engine_kwargs=dict(
         model_spec="qwen3-0.6b", mode=mode, max_new_tokens=tokens + 1, loop=False)))
     t0 = time.perf_counter()
     prof.start()
@@ -93,11 +95,13 @@ def main() -> int:
     p.add_argument("--eager-tokens", type=int, default=40)
     p.add_argument("--compiled-tokens", type=int, default=1024)
     p.add_argument("--sample-every", type=int, default=16)
+    p.add_argument("--attached", action="store_true",
+                   help="CUPTI attached throughout (--cupti-attached), not only for bursts")
     a = p.parse_args()
     if a.eager_tokens:
         report("eager", *session("eager", a.eager_tokens, 1))
     if a.compiled_tokens:
-        report("compiled", *session("compiled", a.compiled_tokens, a.sample_every))
+        report("compiled", *session("compiled", a.compiled_tokens, a.sample_every, a.attached))
     return 0
 
 
