@@ -19,7 +19,7 @@ from .launch import small_grid_launches
 from .model import model_config
 from .model_split import COVERAGE_OK, model_split
 from .roofline import match_gemms, model_roofline
-from .tokens import mode_summaries, steady_tokens, token_timing
+from .tokens import mode_summaries, steady_tokens, token_timing, traced_tokens
 
 __all__ = ["Finding", "find", "SEVERITIES"]
 
@@ -170,8 +170,9 @@ def _graph_gaps(view, mode: str) -> dict:
 
 
 def _tokens_per_mode(view, mode: str) -> int:
-    ts = view.token_stats.get(("decode", mode))
-    return ts["host_ms"].count if ts else 0
+    """The divisor of per-token figures taken from kernel aggregates: the traced decode tokens
+    (with sampling, a few in every period; every token's wall time is not the divisor)."""
+    return traced_tokens(view, "decode", mode)
 
 
 def _small_grids(view, mode: str) -> list:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["TokenTiming", "token_timing", "ModeSummary", "mode_summaries", "tokens_of",
-           "steady_tokens"]
+           "steady_tokens", "traced_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,19 @@ def tokens_of(view, phase: str | None = None, mode: str | None = None,
     return [t for t in view.tokens if t.done and (phase is None or t.phase == phase)
             and (mode is None or t.mode == mode) and (t.sampled or not sampled_only)
             and not t.apart]
+
+
+def traced_tokens(view, phase: str, mode: str) -> int:
+    """Tokens of (phase, mode) whose kernels were traced: the ones the kernel aggregates come
+    from (sampling leaves the others without records), so the divisor of any per-token figure
+    taken from them. Tokens that left the series are counted by the store's running
+    statistics."""
+    if not view.kernels_traced:
+        return 0  # no CUPTI in this session: nothing was traced, whatever the sampling said
+    ts = view.token_stats.get((phase, mode)) or {}
+    gone = ts["kernels"].count if "kernels" in ts else 0
+    return gone + sum(1 for t in view.tokens
+                      if t.done and t.sampled and t.phase == phase and t.mode == mode)
 
 
 def steady_tokens(view, phase: str = "decode", mode: str | None = None, skip: int = 2) -> list:
@@ -109,7 +122,7 @@ def mode_summaries(view, phase: str = "decode") -> dict[str, ModeSummary]:
         n_k = (ev_k.count if ev_k else 0) + len(sampled)
         kernels = (ev_k.total if ev_k else 0) + sum(t.kernels for t in sampled)
         busy_ns = (ev_b.total if ev_b else 0) + sum(t.busy_ns for t in sampled)
-        ev_wall_ms = (host.total - sum(t.host_ms for t in win)) if host is not None and ev_k and ev_k.count else 0.0
+        ev_wall_ms = _traced_wall_left(ts, host, win) if ev_k and ev_k.count else 0.0
         wall_ms = ev_wall_ms + sum(t.host_ms for t in sampled)
         seqs = ts.get("seqs")
         batch = (seqs.total / seqs.count if seqs is not None and seqs.count
@@ -122,3 +135,17 @@ def mode_summaries(view, phase: str = "decode") -> dict[str, ModeSummary]:
             busy_ns / 1e6 / wall_ms if wall_ms > 0 else 0.0, len(win), len(win) - len(sampled),
             batch)
     return out
+
+
+def _traced_wall_left(ts: dict, host, win: list) -> float:
+    """Wall ms of the traced tokens that left the window: the busy share's denominator must
+    be the same tokens as its numerator. Snapshots before ``traced_ms``: from the traced
+    steps' mean busy share; without either, every token's wall time (right only when every
+    token was traced)."""
+    traced = ts.get("traced_ms")
+    if traced is not None and traced.count:
+        return traced.total
+    pct, busy = ts.get("busy_pct"), ts.get("busy_ns")
+    if pct is not None and pct.count and pct.mean > 0 and busy is not None:
+        return busy.total / 1e6 / (pct.mean / 100.0)
+    return (host.total - sum(t.host_ms for t in win)) if host is not None else 0.0

@@ -134,10 +134,11 @@ class KernelAggregate:
 # per (phase, mode): "span_ns" is a traced step's kernel span (first kernel start to last kernel
 # end), "graph_span_ns" an untraced compiled step's span from CUPTI graph records, "busy_pct" a
 # traced step's kernel-busy share of its own wall time (derive.busy_fraction)
-# "model_*" and "loop_*": a traced step's kernels launched inside and outside its model forward
+# "model_*" and "loop_*": a traced step's kernels launched inside and outside its model forward;
+# "traced_ms": a traced step's wall time (with sampling, "host_ms" covers every step instead)
 TOKEN_STATS = ("host_ms", "gpu_ms", "kernels", "busy_ns", "kernel_ns", "seqs", "span_ns",
                "graph_span_ns", "busy_pct", "model_kernels", "model_kernel_ns", "loop_kernels",
-               "loop_kernel_ns")
+               "loop_kernel_ns", "traced_ms")
 
 
 @dataclass(slots=True)
@@ -422,6 +423,8 @@ class SessionStore:
             ts["kernels"].add(row.kernels)
             ts["busy_ns"].add(row.busy_ns)
             ts["kernel_ns"].add(row.kernel_ns)
+            if "traced_ms" in ts:
+                ts["traced_ms"].add(row.host_ms)
             if row.kernels and "span_ns" in ts:
                 ts["span_ns"].add(row.last_kernel_end_ns - row.first_kernel_ns)
             if row.kernels and "busy_pct" in ts and row.end_ns > row.start_ns:

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..analysis.tokens import traced_tokens
 from ..store import RunningStats
 from ..store.records import COMPILED, DECODE, EAGER, PREFILL
 from .adapters import KernelName, kernel_name
@@ -348,18 +349,6 @@ def resolve_kernel_mode(view: Any, mode: str, phase: str) -> str:
     if modes:
         return max(modes, key=modes.get)
     return mode
-
-
-def traced_tokens(view: Any, phase: str, mode: str) -> int:
-    """Tokens of (phase, mode) whose kernels were traced: the ones kernel counts come from
-    (sampling leaves the others without records). Tokens that left the series are counted by
-    the store's running statistics."""
-    if not view.kernels_traced:
-        return 0  # no CUPTI in this session: nothing was traced, whatever the sampling said
-    ts = view.token_stats.get((phase, mode)) or {}
-    gone = ts["kernels"].count if "kernels" in ts else 0
-    return gone + sum(1 for t in view.tokens
-                      if t.done and t.sampled and t.phase == phase and t.mode == mode)
 
 
 def kernel_rows(view: Any, mode: str, phase: str) -> list[KernelRow]:
