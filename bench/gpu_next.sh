@@ -2,10 +2,13 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   Nothing is queued. Next, for issue 15's open point (kernels per decode step against the
-#   engine): count the model forward's kernels apart from generate()'s own (§29, §36).
+#   Nothing is queued. Next, for issue 15's open point (compiled kernels per decode step: the
+#   model forward's 537 engine vs 522 generate(), §37): have the engine's compiled HF step call
+#   the model as generate() does (mask, cache position), then 36 again.
 #
-# Done (docs/gpu-verification.md §30-§36): 27-32 (§36: the GPU tests, 13 passed; the eager
+# Done (docs/gpu-verification.md §30-§37): 33-37 (§37: compiled 0.974 with the peer 1.271, app
+#   open 1.028 over 8 rounds; 10,000 compiled steps timed, 0.915 of the traced spans; the
+#   model/loop split, eager 0.996 and compiled 0.972 of the engine), 27-32 (§36: the GPU tests, 13 passed; the eager
 #   engine 1.025 headless / 1.022 app open; generate() eager 1.063 and 1.003, compiled 0.991),
 #   22-26 (§35: eager 1.045 headless and 1.048 app open, parts, compiled app open, the eager
 #   peer; 22's headless run was cut by the old hard deadline), 11 (eager windows at the 128-step period: 1.108 /
