@@ -320,7 +320,7 @@ def _allocs(view, mode: str) -> list:
                     _severity(impact, _median_ms(view, mode)), impact, None, nums, ev, adv)]
 
 
-def loop_label(meta: dict) -> str:
+def _loop_label(meta: dict) -> str:
     """Who runs the loop around the model: the program's generate(), its own loop, the engine."""
     if meta.get("source") != "program":
         return "tuiprof's engine"
@@ -333,7 +333,7 @@ def _loop_kernels(view) -> list:
     for mode, sp in model_split(view, "decode").items():
         if sp.coverage < COVERAGE_OK or sp.loop_share < LOOP_SHARE:
             continue
-        who = loop_label(view.meta)
+        who = _loop_label(view.meta)
         names = ", ".join(f"{_short(n)} ×{k:.0f}" for n, k, _ms in sp.top_loop[:4])
         nums = {"mode": mode, "steps": sp.steps, "loop_kernels_per_step": sp.loop_kernels,
                 "loop_ms_per_step": sp.loop_ms, "model_kernels_per_step": sp.model_kernels,
@@ -345,7 +345,7 @@ def _loop_kernels(view) -> list:
         adv = ("These are the decoding loop's own work (logits processors, stopping checks, "
                "input and mask bookkeeping), outside any compiled region or CUDA graph. "
                "Leave out logits processors a greedy or sampled decode does not need, or "
-               "compile the step with them; a minimal greedy loop launches about 3.")
+               "compile the step with them; tuiprof's greedy loop launches 2 (argmax, copy).")
         out.append(Finding("loop-kernels", f"{who} launches {sp.loop_share:.0%} of the step's "
                            f"kernel time outside the model ({mode})",
                            _severity(sp.loop_ms, _median_ms(view, mode)), sp.loop_ms,
