@@ -376,6 +376,15 @@ PY
   grep -o "per step: model[^·]*\|model [0-9,]* ([^)]*), loop[^·]*" \
     "$OUT/gpu_s14_engine_compiled_80x24.txt" | sort | uniq -c
   ls "$OUT" ;;
+38)
+  # 15: the engine's HF step with its masks made before the forward (as generate() does):
+  # 36's kernel comparison again, then the engine's speed with masks before vs inside
+  timeout 300 python bench/verify_program.py --no-overhead --no-screens \
+    >"$OUT/vp_table.txt" 2>&1
+  grep -v "^\[" "$OUT/vp_table.txt" | head -24 | cut -c1-250
+  timeout 250 python bench/masks_ab.py --model qwen3-0.6b --tokens 256 --rounds 7 \
+    >"$OUT/masks_ab.txt" 2>&1
+  tail -8 "$OUT/masks_ab.txt" ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac

@@ -32,8 +32,8 @@ class _FreshDecode:
     def __getattr__(self, name):
         return getattr(self._real, name)
 
-    def decode(self, token, pos, cache=None):
-        return self._real.decode(token, pos, cache)
+    def decode(self, token, pos, cache=None, masks=None):
+        return self._real.decode(token, pos, cache, masks)
 
 
 def test_decoding_goes_on_while_compiling_and_those_steps_are_set_apart(tiny, prompt):

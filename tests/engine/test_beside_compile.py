@@ -60,9 +60,9 @@ def test_the_gil_switch_interval_is_restored_when_the_engine_stops_mid_compile(t
 
     release = threading.Event()
 
-    def slow_compile(tok, pos, cache):
+    def slow_compile(tok, pos, cache, masks=None):
         release.wait(30)
-        return tiny.adapter.decode(tok, pos, cache)
+        return tiny.adapter.decode(tok, pos, cache, masks)
 
     class OwnSteps:   # the real adapter with compiled steps of its own (not shared)
         compiled_steps: dict = {}

@@ -47,11 +47,11 @@ class OomAdapter:
             raise torch.cuda.OutOfMemoryError(TORCH_OOM)
         return self._real.prefill(ids, cache)
 
-    def decode(self, tok, pos, cache=None):
+    def decode(self, tok, pos, cache=None, masks=None):
         self.decodes += 1
         if self.decodes == self.decode_oom_at:
             raise torch.cuda.OutOfMemoryError(TORCH_OOM)
-        return self._real.decode(tok, pos, cache)
+        return self._real.decode(tok, pos, cache, masks)
 
 
 def _session(adapter, prompt, **engine_kw):

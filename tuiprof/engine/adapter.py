@@ -25,7 +25,10 @@ class DecoderAdapter(Protocol):
     * ``cache_bytes(batch) -> int``: size of a cache for ``batch`` sequences (for "what fits");
     * ``cache_tensors(cache) -> list[Tensor]``: the tensors whose first dimension is the batch
       (a compile marks it dynamic);
-    * ``compiled_steps: dict``: where compiled decode steps are kept, so they outlive an engine.
+    * ``compiled_steps: dict``: where compiled decode steps are kept, so they outlive an engine;
+    * ``decode_masks(cache, batch)``: an object whose ``at(pos, position)`` makes a step's
+      attention masks before the forward (the loop's work), passed to ``decode`` as a fourth
+      argument: a compiled step then takes them as inputs, as ``generate()``'s does.
     """
 
     vocab_size: int

@@ -74,9 +74,16 @@ class _Live:
     tok: torch.Tensor               # [batch, 1], the next input
     pos: torch.Tensor               # [1], its position
     mode: str = EAGER
-    fn: Callable | None = None      # fn(tok, pos, cache) -> logits [batch, V]
+    fn: Callable | None = None      # fn(tok, pos, cache[, masks]) -> logits [batch, V]
     cudagraphs: bool = False
     position: int = 0               # host copy of ``pos``
+    masks: Any = None               # the adapter's ``decode_masks`` (None: the forward's own)
+
+    def step_args(self) -> tuple:
+        """The step's arguments, its masks made for ``pos`` first (outside the forward)."""
+        if self.masks is None:
+            return self.tok, self.pos, self.cache
+        return self.tok, self.pos, self.cache, self.masks.at(self.pos, self.position)
 
 
 @dataclass
@@ -241,7 +248,7 @@ class Engine:
             raise RuntimeError("the static cache is full")
         if live.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
-        nxt = self._select(live.fn(live.tok, live.pos, live.cache))
+        nxt = self._select(live.fn(*live.step_args()))
         live.tok.copy_(nxt.view(-1, 1))
         live.pos.add_(1)
         live.position += 1
@@ -396,7 +403,7 @@ class Engine:
                     return action
                 live = self._live
                 self._tell_config()
-            tok, pos, cache, fn = live.tok, live.pos, live.cache, live.fn
+            tok, pos, cache, fn, masks = live.tok, live.pos, live.cache, live.fn, live.masks
             mode, cg, batch, compiling = live.mode, live.cudagraphs, live.batch, self._compiling
             start_ns = clock()
             listener.token_started(DECODE, mode, step, self.cycle, start_ns)
@@ -408,11 +415,14 @@ class Engine:
                     ev0.record()
                     if cg:
                         mark_step()
+                # the forward's inputs, made as generate() makes them: the loop's own work
+                args = ((tok, pos, cache) if masks is None else
+                        (tok, pos, cache, masks.at(pos, live.position)))
                 m0 = clock()  # the model's forward launches its work from here ...
                 if compiling:
-                    logits = beside_compile(fn, tok, pos, cache)
+                    logits = beside_compile(fn, *args)
                 else:
-                    logits = fn(tok, pos, cache)
+                    logits = fn(*args)
                 m1 = clock()  # ... to here; the rest is the loop's own (sampling, position)
                 nxt = select(logits)
                 tok.copy_(nxt.view(-1, 1))
@@ -557,7 +567,8 @@ class Engine:
         prompt = extend_prompt(self.prompt_ids, batch, self.adapter.vocab_size, self.seed)
         new = _Live(batch, cache, prompt, torch.zeros((batch, 1), dtype=torch.long, device=self.device),
                     torch.zeros(1, dtype=torch.long, device=self.device), mode,
-                    self.adapter.decode if mode == EAGER else None)
+                    self.adapter.decode if mode == EAGER else None,
+                    masks=self._decode_masks(cache, batch))
         self._fallback = old
         self._live = new
         self.batch, self.mode = batch, mode
@@ -627,11 +638,15 @@ class Engine:
         try:
             step = self._compiled_step()
             tok = torch.zeros((job.batch, 1), dtype=torch.long, device=self.device)
-            pos = torch.tensor([self.prompt_ids.shape[1]], device=self.device)
+            plen = self.prompt_ids.shape[1]
+            pos = torch.tensor([plen], device=self.device)
+            masks = self._decode_masks(job.cache, job.batch)
+            args = (tok, pos, job.cache) if masks is None else (
+                tok, pos, job.cache, masks.at(pos, plen))
             if job.batch > 1:  # one graph for every batch >= 2 (batch 1 keeps its own)
-                self._mark_batch_dynamic(tok, job.cache)
+                self._mark_batch_dynamic(tok, job.cache, args[3:])
             with _no_cudagraphs(self.cuda):
-                step.fn(tok, pos, job.cache)
+                step.fn(*args)
             if self.cuda:
                 torch.cuda.synchronize(self.device)
             step.batches.add(job.batch)
@@ -643,12 +658,14 @@ class Engine:
             with self._cond:
                 self._pending = True
 
-    def _mark_batch_dynamic(self, tok: torch.Tensor, cache: Any) -> None:
+    def _mark_batch_dynamic(self, tok: torch.Tensor, cache: Any, masks: tuple = ()) -> None:
         """Compile the batch dimension as dynamic from the start: a later batch (>= 2) then
         needs no compile of its own, only its CUDA graphs. ``maybe_``: no error where the
         model code specialises it."""
         tensors = getattr(self.adapter, "cache_tensors", None)
-        for t in [tok, *(tensors(cache) if tensors is not None else ())]:
+        mask_tensors = [t for m in masks for t in (m.values() if isinstance(m, dict) else [m])
+                        if isinstance(t, torch.Tensor)]
+        for t in [tok, *(tensors(cache) if tensors is not None else ()), *mask_tensors]:
             torch._dynamo.maybe_mark_dynamic(t, 0)
 
     def _finish_job(self, job: _CompileJob) -> None:
@@ -725,7 +742,7 @@ class Engine:
             for _ in range(3 if cudagraphs else 1):
                 if cudagraphs:
                     torch.compiler.cudagraph_mark_step_begin()
-                step.fn(live.tok, live.pos, live.cache)
+                step.fn(*live.step_args())
                 if truncate is not None:
                     truncate(live.position, live.cache)
             if self.cuda:
@@ -752,10 +769,16 @@ class Engine:
     # ------------------------------------------------------------- helpers
     def _new_live(self, batch: int, mode: str) -> _Live:
         prompt = extend_prompt(self.prompt_ids, batch, self.adapter.vocab_size, self.seed)
-        return _Live(batch, self.adapter.new_cache(batch), prompt,
+        cache = self.adapter.new_cache(batch)
+        return _Live(batch, cache, prompt,
                      torch.zeros((batch, 1), dtype=torch.long, device=self.device),
                      torch.zeros(1, dtype=torch.long, device=self.device), mode,
-                     self.adapter.decode)
+                     self.adapter.decode, masks=self._decode_masks(cache, batch))
+
+    def _decode_masks(self, cache: Any, batch: int) -> Any:
+        """The adapter's masks for ``cache``'s decode steps, where it makes them."""
+        make = getattr(self.adapter, "decode_masks", None)
+        return make(cache, batch) if make is not None else None
 
     def _selector(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """logits [B, V] -> next tokens [B] (greedy, or seeded temperature / top-k sampling)."""

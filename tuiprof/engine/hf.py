@@ -9,6 +9,7 @@ import torch
 from ..startup import advance, phase
 from ..errors import TuiprofError
 from .adapter import LinearInfo
+from .hf_masks import DecodeMasks, make_masks, mask_maker
 from .tensor_parallel import (
     RowParallelLinear, TPContext, fill_from_full, full_param_list, head_split, split_range,
 )
@@ -72,6 +73,7 @@ class HFDecoderAdapter:
         # transformers >= 5.24 names the cache argument ``cache`` (``past_key_values`` still
         # works there, with a FutureWarning on every call's first use)
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._make_masks = mask_maker(model)
 
     def new_cache(self, batch: int) -> object:
         """An empty static cache for ``batch`` sequences."""
@@ -120,9 +122,19 @@ class HFDecoderAdapter:
             elif counter is not None:
                 layer.cumulative_length = length
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: object) -> torch.Tensor:
+    def decode_masks(self, cache: object, batch: int) -> DecodeMasks | None:
+        """The attention masks of ``cache``'s decode steps, made outside the forward as
+        ``generate()`` makes them (None: the forward makes its own)."""
+        if self._make_masks is None:
+            return None
+        return DecodeMasks(self._make_masks, self.model, cache, batch, self.max_len, self.device)
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: object,
+                 masks: object = None) -> torch.Tensor:
         kwargs = {"cache_position": positions[0]} if self._pass_cache_position else {}
         kwargs[self._cache_kw] = cache
+        if masks is not None:
+            kwargs["attention_mask"] = masks
         out = self.model(input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=1,
                          **kwargs)
         return out.logits[:, -1, :]
@@ -132,12 +144,17 @@ class HFDecoderAdapter:
         self.truncate(0, cache)
         b, t = input_ids.shape
         positions = torch.arange(t, device=input_ids.device).unsqueeze(0).expand(b, t)
-        return self._forward(input_ids, positions, cache)
+        masks = None
+        if self._make_masks is not None:  # as generate()'s first step: made before the forward
+            masks = make_masks(self._make_masks, self.model, cache, positions,
+                               torch.ones_like(input_ids))
+        return self._forward(input_ids, positions, cache, masks)
 
     def decode(self, token: torch.LongTensor, pos: torch.LongTensor,
-               cache: object | None = None) -> torch.Tensor:
+               cache: object | None = None, masks: object = None) -> torch.Tensor:
+        """One step; ``masks`` from :meth:`decode_masks` (without them the forward makes its own)."""
         cache = self._own(token.shape[0]) if cache is None else cache
-        return self._forward(token, pos.view(1, 1).expand(token.shape[0], 1), cache)
+        return self._forward(token, pos.view(1, 1).expand(token.shape[0], 1), cache, masks)
 
     def forward(self, input_ids: torch.LongTensor) -> torch.Tensor:
         """Full causal forward without any cache: ``[B, T]`` -> logits ``[B, T, V]``."""

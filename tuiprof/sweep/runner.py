@@ -269,9 +269,12 @@ def _make_step(cell: Cell, adapter: Any, dev: torch.device, *, compile_mode: str
         adapter.reset_cache()
         adapter.prefill(ids)
         decode = compile_fn(adapter.decode) if compiled else adapter.decode
+        masks = getattr(adapter, "decode_masks", None)  # made once: the position stays
+        args = (token, pos) if masks is None else (
+            token, pos, adapter.cache, masks(adapter.cache, 1).at(pos, cell.seq_len))
 
         def step() -> Any:
-            return decode(token, pos)
+            return decode(*args)
 
         return step
 
