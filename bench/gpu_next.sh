@@ -342,7 +342,7 @@ PY
   timeout 170 python bench/verify_step_gpu.py --tokens 10000 --json "$OUT/step_gpu_10k.json" \
     --deadline 165 >"$OUT/step_gpu_10k.txt" 2>&1
   tail -14 "$OUT/step_gpu_10k.txt" | cut -c1-250
-  timeout 200 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA -s \
+  timeout 190 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA -s \
     tests/gpu/test_collect_gpu.py >"$OUT/gpu_collect_split.txt" 2>&1
   grep -E "^(PASSED|FAILED|ERROR)|passed|failed|model/loop" "$OUT/gpu_collect_split.txt" \
     | tail -12 | cut -c1-300 ;;
@@ -356,7 +356,7 @@ PY
   for f in hf_eager hf_compiled engine_eager; do
     cp "$(ls -d /tmp/verify-program-work-* | tail -1)/$f.json" "$OUT/" 2>/dev/null
   done
-  timeout 200 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA -s \
+  timeout 190 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA -s \
     tests/gpu/test_collect_gpu.py >"$OUT/gpu_collect_split.txt" 2>&1
   grep -E "^(PASSED|FAILED|ERROR)|passed|failed|model/loop" "$OUT/gpu_collect_split.txt" \
     | tail -12 | cut -c1-300 ;;
@@ -382,9 +382,22 @@ PY
   timeout 300 python bench/verify_program.py --no-overhead --no-screens \
     >"$OUT/vp_table.txt" 2>&1
   grep -v "^\[" "$OUT/vp_table.txt" | head -24 | cut -c1-250
-  timeout 250 python bench/masks_ab.py --model qwen3-0.6b --tokens 256 --rounds 7 \
+  bash "$0" 39 ;;
+39)
+  # 15: 38's speed half alone (38's 256-step eager runs did not fit its 250 s), the split's
+  # GPU test, the engine compiled in tmux (the kernels pane's caption)
+  timeout 230 python bench/masks_ab.py --model qwen3-0.6b --tokens 128 --rounds 5 \
     >"$OUT/masks_ab.txt" 2>&1
-  tail -8 "$OUT/masks_ab.txt" ;;
+  grep -v Warn "$OUT/masks_ab.txt" | tail -12
+  timeout 190 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA -s \
+    tests/gpu/test_collect_gpu.py >"$OUT/gpu_collect_split.txt" 2>&1
+  grep -E "^(PASSED|FAILED|ERROR)|passed|failed|model/loop" "$OUT/gpu_collect_split.txt" \
+    | tail -12 | cut -c1-300
+  tmx
+  OUT=$OUT timeout 100 python bench/tmux_capture.py --tmux "$T" --size 80x24 \
+    --name gpu_s15_engine_compiled_80x24 --steps "60:;0:2;3:;15:;0:q;8:" \
+    -- python -m tuiprof --model qwen3-0.6b --mode compiled --export-dir "$OUT" >/dev/null 2>&1
+  grep -o "per step: model[^·]*" "$OUT/gpu_s15_engine_compiled_80x24.txt" | sort | uniq -c ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac

@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             s, w = run(adapter, prompt, args.tokens, mode, compile_mode)
             step_ms[(mode, name)].append(s)
             wall_ms[(mode, name)].append(w)
+        print(f"round {r}: " + "  ".join(f"{m} {n} {step_ms[(m, n)][-1]:.3f}"
+                                         for m, n, _ in cases), flush=True)
     print(f"{'mode':<9} {'masks':<7} {'step ms (median)':>17} {'run ms/step':>12} "
           f"{'new/old step':>13} {'new/old run':>12}")
     for mode in ("eager", "compiled"):
