@@ -398,6 +398,11 @@ PY
     --name gpu_s15_engine_compiled_80x24 --steps "60:;0:2;3:;15:;0:q;8:" \
     -- python -m tuiprof --model qwen3-0.6b --mode compiled --export-dir "$OUT" >/dev/null 2>&1
   grep -o "per step: model[^·]*" "$OUT/gpu_s15_engine_compiled_80x24.txt" | sort | uniq -c ;;
+40)
+  # 15: 39's eager half again, more rounds (39: 1.062 with two outlier rounds of 52-57 ms)
+  timeout 300 python bench/masks_ab.py --model qwen3-0.6b --tokens 96 --rounds 11 \
+    --modes eager >"$OUT/masks_ab_eager.txt" 2>&1
+  grep -v Warn "$OUT/masks_ab_eager.txt" | tail -16 ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac

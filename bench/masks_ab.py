@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--device", default=None)
     ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--modes", default="eager,compiled")
     args = ap.parse_args(argv)
+    modes = args.modes.split(",")
 
     loaded = load_model(args.model, device=args.device, max_len=args.prompt_len + args.tokens + 1)
     new = loaded.adapter
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     cuda = loaded.device.startswith("cuda")
     compile_mode = "reduce-overhead" if cuda else "default"
     torch.set_grad_enabled(False)
-    cases = [(m, name, a) for m in ("eager", "compiled") for name, a in (("inside", old),
+    cases = [(m, name, a) for m in modes for name, a in (("inside", old),
                                                                             ("before", new))]
     t0 = time.perf_counter()
     for mode, _, adapter in cases:  # compile and capture first
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                                          for m, n, _ in cases), flush=True)
     print(f"{'mode':<9} {'masks':<7} {'step ms (median)':>17} {'run ms/step':>12} "
           f"{'new/old step':>13} {'new/old run':>12}")
-    for mode in ("eager", "compiled"):
+    for mode in modes:
         base_s = statistics.median(step_ms[(mode, "inside")])
         base_w = statistics.median(wall_ms[(mode, "inside")])
         for name in ("inside", "before"):
