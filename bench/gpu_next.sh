@@ -403,6 +403,18 @@ PY
   timeout 300 python bench/masks_ab.py --model qwen3-0.6b --tokens 96 --rounds 11 \
     --modes eager >"$OUT/masks_ab_eager.txt" 2>&1
   grep -v Warn "$OUT/masks_ab_eager.txt" | tail -16 ;;
+41)
+  # 15: the engine GPU tests on the masks-before code (collect's ran in 39), the eager engine
+  # at 200x50 in tmux (kernels pane, findings)
+  timeout 330 python3 -m pytest -q -p no:logging -p no:cacheprovider -rA --durations=0 \
+    tests/gpu/test_detach_gpu.py tests/gpu/test_engine_gpu.py \
+    tests/gpu/test_zz_torch_profiler_agreement.py >"$OUT/gpu_tests.txt" 2>&1
+  grep -E "^(PASSED|FAILED|ERROR)|passed|failed|s call" "$OUT/gpu_tests.txt" | tail -16 | cut -c1-300
+  tmx
+  OUT=$OUT timeout 110 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
+    --name gpu_s15_engine_eager_200x50 --steps "40:;0:2;3:;15:;0:5;3:;10:;0:Escape;2:;0:q;8:" \
+    -- python -m tuiprof --model qwen3-0.6b --export-dir "$OUT" >/dev/null 2>&1
+  grep -o "per step: model[^·]*" "$OUT/gpu_s15_engine_eager_200x50.txt" | sort | uniq -c ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac
