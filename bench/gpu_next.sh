@@ -415,6 +415,20 @@ PY
     --name gpu_s15_engine_eager_200x50 --steps "40:;0:2;3:;15:;0:5;3:;10:;0:Escape;2:;0:q;8:" \
     -- python -m tuiprof --model qwen3-0.6b --export-dir "$OUT" >/dev/null 2>&1
   grep -o "per step: model[^·]*" "$OUT/gpu_s15_engine_eager_200x50.txt" | sort | uniq -c ;;
+42)
+  # 15: 41's screens again with the masks settled in the prefill (41: a decode step carried
+  # the masks' one check, loop 20 once): the eager engine at 200x50, compiled at 80x24
+  tmx
+  OUT=$OUT timeout 110 python bench/tmux_capture.py --tmux "$T" --size 200x50 \
+    --name gpu_s15_engine_eager_settled_200x50 \
+    --steps "40:;0:2;3:;15:;0:5;3:;10:;0:Escape;2:;0:q;8:" \
+    -- python -m tuiprof --model qwen3-0.6b --export-dir "$OUT" >/dev/null 2>&1
+  grep -o "per step: model[^·]*" "$OUT/gpu_s15_engine_eager_settled_200x50.txt" | sort | uniq -c
+  OUT=$OUT timeout 110 python bench/tmux_capture.py --tmux "$T" --size 80x24 \
+    --name gpu_s15_engine_compiled_settled_80x24 --steps "60:;0:2;3:;15:;0:q;8:" \
+    -- python -m tuiprof --model qwen3-0.6b --mode compiled --export-dir "$OUT" >/dev/null 2>&1
+  grep -o "per step: model[^·]*" "$OUT/gpu_s15_engine_compiled_settled_80x24.txt" | sort | uniq -c
+  ls "$OUT" ;;
 *)
   echo "usage: bash bench/gpu_next.sh 1-21 (see the head of this file)"; exit 2 ;;
 esac

@@ -3,6 +3,7 @@ does: the same masks, the same logits, and a compiled step whose graph is ``gene
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import pathlib
 
@@ -117,3 +118,28 @@ def test_the_compiled_step_is_the_graph_generate_compiles():
     mine, gen = _computing(engine[0]), _computing(theirs[0])
     assert mine == gen, (mine - gen, gen - mine)
     assert "le" not in mine   # no mask built inside the graph
+
+
+def test_the_engine_settles_the_masks_in_its_prefill(tiny, prompt):
+    """The masks' one check (the model's own masks, read back) runs in the prefill step, so
+    no decode step carries its kernels; every decode step then rewrites one tensor."""
+    from tuiprof.engine.generate import Engine
+
+    calls = []
+    real = tiny.adapter._make_masks
+    engine = Engine(tiny.adapter, prompt, device="cpu", max_new_tokens=6)
+
+    @functools.wraps(real)   # its signature: the cache argument's name
+    def counting(**kw):   # (query length, steps finished when made)
+        calls.append((kw["inputs_embeds"].shape[1], engine.tokens))
+        return real(**kw)
+
+    tiny.adapter._make_masks = counting
+    try:
+        engine.run()
+    finally:
+        tiny.adapter._make_masks = real
+    assert engine.error is None and engine.tokens == 6
+    # the prefill's own masks, then the check's: both in the prefill step (0 steps finished)
+    assert calls == [(PROMPT_LEN, 0), (1, 0)], calls
+    assert engine._live.masks.fast

@@ -345,7 +345,8 @@ def _loop_kernels(view) -> list:
         adv = ("These are the decoding loop's own work (logits processors, stopping checks, "
                "input and mask bookkeeping), outside any compiled region or CUDA graph. "
                "Leave out logits processors a greedy or sampled decode does not need, or "
-               "compile the step with them; tuiprof's own greedy loop launches 2 a step.")
+               "compile the step with them; tuiprof's own greedy loop launches 3 a step "
+               "(the attention mask, argmax, the position).")
         out.append(Finding("loop-kernels", f"{who} launches {sp.loop_share:.0%} of the step's "
                            f"kernel time outside the model ({mode})",
                            _severity(sp.loop_ms, _median_ms(view, mode)), sp.loop_ms,

@@ -356,6 +356,8 @@ class Engine:
         live.tok.copy_(nxt.view(-1, 1))
         live.pos.fill_(plen)
         live.position = plen
+        if live.masks is not None:  # the masks' one check, here rather than in a decode step
+            live.masks.settle(live.pos, plen)
         if self.cuda:
             ev1.record()
         listener.token_launched((m0, m1))

@@ -87,6 +87,12 @@ class DecodeMasks:
         """The persistent tensors whose first dimension is the batch (a compile marks it)."""
         return [self._buf] if self._buf is not None else []
 
+    def settle(self, pos: torch.Tensor, position: int) -> None:
+        """Choose the path now, on the cache just prefilled up to ``position`` (else the first
+        step's masks choose it, and that step carries the check's kernels)."""
+        if self._unchecked:
+            self.at(pos, position)
+
     def at(self, pos: torch.Tensor, position: int) -> Any:
         """The masks for the step at ``pos`` (device ``[1]``; ``position`` its host copy, and
         the cache's length)."""
