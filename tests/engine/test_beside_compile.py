@@ -87,3 +87,56 @@ def test_the_gil_switch_interval_is_restored_when_the_engine_stops_mid_compile(t
         release.set()
         engine.join(30)
         sys.setswitchinterval(before)
+
+
+def test_a_repeated_step_rewinds_a_cache_that_counts_its_own_position(tiny, prompt):
+    """transformers' StaticLayer moves its own write counter on in each layer's update: a step
+    that failed on fx's patch after its layers ran, then repeated, wrote one slot further, and
+    the cycle's last step ran past the cache (``index_copy_(): index 64 is out of bounds``,
+    seen when a cold compile took 20 s on the CI CPU). Here the patch hits every 7th eager step
+    after the whole forward ran, while a compile is held open; the cycles decode the reference
+    tokens and never run past the cache."""
+    from tuiprof.engine.generate import FX_PATCHED, CompiledStep, Engine
+    from tuiprof.engine.events import CollectingListener
+
+    from ._helpers import run_engine, wait_for
+
+    reference = run_engine(tiny.adapter, prompt).token_ids
+    release = threading.Event()
+    calls = []
+
+    def held_compile(tok, pos, cache, masks=None):
+        release.wait(60)
+        return tiny.adapter.decode(tok, pos, cache, masks)
+
+    class Patched:   # the real adapter, its eager step hit by fx's patch now and then
+        compiled_steps: dict = {}
+
+        def __getattr__(self, name):
+            return getattr(tiny.adapter, name)
+
+        def decode(self, tok, pos, cache=None, masks=None):
+            out = tiny.adapter.decode(tok, pos, cache, masks)
+            calls.append(1)
+            if len(calls) % 7 == 0:
+                raise NameError(f"Module 'x' {FX_PATCHED}")
+            return out
+
+    adapter = Patched()
+    listener = CollectingListener()
+    engine = Engine(adapter, prompt, device="cpu", max_new_tokens=None, loop=True, max_batch=1,
+                    listener=listener)
+    adapter.compiled_steps[engine.compile_mode] = CompiledStep(held_compile)
+    engine.start()
+    try:
+        engine.request_mode("compiled")
+        wait_for(lambda: engine.cycle >= 3 or engine.error is not None, 60)
+        assert engine._compiling      # every step so far decoded beside the held compile
+    finally:
+        engine.stop()
+        release.set()
+        assert engine.join(60)
+    assert engine.error is None, engine.error
+    n = len(reference)
+    cycles = [listener.token_ids[i:i + n] for i in range(0, 3 * n, n)]
+    assert cycles == [reference] * 3

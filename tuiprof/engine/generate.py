@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -422,7 +423,8 @@ class Engine:
                         (tok, pos, cache, masks.at(pos, live.position)))
                 m0 = clock()  # the model's forward launches its work from here ...
                 if compiling:
-                    logits = beside_compile(fn, *args)
+                    logits = beside_compile(fn, *args, rewind=partial(
+                        self._rewind, live.position, cache))
                 else:
                     logits = fn(*args)
                 m1 = clock()  # ... to here; the rest is the loop's own (sampling, position)
@@ -777,6 +779,12 @@ class Engine:
                      torch.zeros(1, dtype=torch.long, device=self.device), mode,
                      self.adapter.decode, masks=self._decode_masks(cache, batch))
 
+    def _rewind(self, position: int, cache: Any) -> None:
+        """Make ``cache``'s next write land at ``position`` again (a step that is repeated)."""
+        truncate = getattr(self.adapter, "truncate", None)
+        if truncate is not None:
+            truncate(position, cache)
+
     def _decode_masks(self, cache: Any, batch: int) -> Any:
         """The adapter's masks for ``cache``'s decode steps, where it makes them."""
         make = getattr(self.adapter, "decode_masks", None)
@@ -837,15 +845,17 @@ FX_PATCHED = "module is not installed as a submodule"
 FX_RETRY_S = 10.0
 
 
-def beside_compile(fn: Callable, *args: Any) -> Any:
+def beside_compile(fn: Callable, *args: Any, rewind: Callable[[], None] | None = None) -> Any:
     """``fn(*args)`` on the engine thread while a compile runs on the worker.
 
     torch.fx's symbolic tracer (inductor traces its pattern-matcher replacements with it on a
     process's first compile) patches ``nn.Module.__call__`` for every thread while it traces:
     an eager forward on this thread then fails with fx's NameError (seen on an H100 with
-    qwen3-0.6b). The patch lasts milliseconds; the forward is repeated once it is gone. That
-    is safe: a step only writes its own position of the static KV cache, with the same values
-    again, and its token is selected after the forward returns."""
+    qwen3-0.6b). The patch lasts milliseconds; the forward is repeated once it is gone, after
+    ``rewind``: the layers that ran before the failure have written their K/V (the same values
+    again) but, with a cache that counts its own write position (transformers' ``StaticLayer``),
+    also moved their counter on; without the rewind the repeat wrote one slot further and the
+    cycle's last step ran past the cache. Its token is selected after the forward returns."""
     deadline = time.monotonic() + FX_RETRY_S
     while True:
         try:
@@ -854,6 +864,8 @@ def beside_compile(fn: Callable, *args: Any) -> Any:
             if FX_PATCHED not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.002)
+            if rewind is not None:
+                rewind()
 
 
 def _own_cudagraph_trees() -> None:
