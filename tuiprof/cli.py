@@ -606,7 +606,8 @@ def _cmd_view(args: argparse.Namespace) -> int:
     from .ui.app import run_app, view_control  # noqa: PLC0415
 
     view = read_any_snapshot(args.snapshot)
-    return run_app(view_control(view), title=f"tuiprof view {Path(args.snapshot).name}",
+    name = safe_text(Path(args.snapshot).name)
+    return run_app(view_control(view, name), title=f"tuiprof view {name}",
                    export_dir=Path("."), auto_snapshot=False)
 
 

@@ -89,3 +89,24 @@ def test_view_reopens_a_multi_configuration_snapshot(tmp_path):
             text = screen_text(app)
             assert "b1 eager" in text and "b4 eager" in text
     asyncio.run(main())
+
+
+def test_tuiprof_view_names_the_file_on_the_status_line(store, tmp_path, monkeypatch):
+    """``tuiprof view FILE`` said "snapshot snapshot": the control was made without the file's
+    name. The name (made printable) follows "snapshot" now."""
+    import tuiprof.ui.app as ui_app
+    from tuiprof import cli
+
+    path = _roundtrip(store.view(), tmp_path)
+    odd = path.with_name("run\x1b[2J.json")
+    path.rename(odd)
+    seen = {}
+
+    def run_app(control, **kw):
+        seen["message"], seen["title"] = control.status.message, kw["title"]
+        return 0
+
+    monkeypatch.setattr(ui_app, "run_app", run_app)
+    assert cli.main(["view", str(odd)]) == 0
+    assert seen["message"] == "snapshot run\\x1b[2J.json", seen
+    assert seen["title"] == "tuiprof view run\\x1b[2J.json"

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from ..control import SessionControl, SourceStatus
+from ..errors import safe_text
 
 
 class FrozenStore:
@@ -37,7 +38,7 @@ class StaticViewControl(SessionControl):
     def from_path(cls, path: str | Path) -> "StaticViewControl":
         """Open a JSON snapshot written by ``e`` (needs :mod:`tuiprof.export`)."""
         from .adapters import read_snapshot
-        return cls(read_snapshot(path), Path(path).name)
+        return cls(read_snapshot(path), safe_text(Path(path).name))
 
     def reset(self) -> str:
         return "read-only snapshot: nothing to reset"
