@@ -2,11 +2,11 @@
 # GPU runs for issues 15, 17 and 18, one device call each (each < 10 min on the H100 host;
 # carry .whl, and .tmx .old for calls 2 and 5). From the repository root:
 #
-#   Nothing is queued. Next, for issue 15's open point (compiled kernels per decode step: the
-#   model forward's 537 engine vs 522 generate(), §37): have the engine's compiled HF step call
-#   the model as generate() does (mask, cache position), then 36 again.
+#   Nothing is queued.
 #
-# Done (docs/gpu-verification.md §30-§37): 33-37 (§37: compiled 0.974 with the peer 1.271, app
+# Done (docs/gpu-verification.md §30-§38): 38-42 (§38: the engine's HF masks made before the
+#   forward; model forward kernels per decode step engine = generate(), eager 1,839 and compiled
+#   522; the compiled engine step 0.977 of before; GPU tests 10 passed; screens), 33-37 (§37: compiled 0.974 with the peer 1.271, app
 #   open 1.028 over 8 rounds; 10,000 compiled steps timed, 0.915 of the traced spans; the
 #   model/loop split, eager 0.996 and compiled 0.972 of the engine), 27-32 (§36: the GPU tests, 13 passed; the eager
 #   engine 1.025 headless / 1.022 app open; generate() eager 1.063 and 1.003, compiled 0.991),

@@ -5,9 +5,9 @@ adapter's forward; a program's ``generate()``: from ``prepare_inputs_for_generat
 returning to ``_update_model_kwargs_for_generation``) gives it to the store, which counts
 each traced kernel for the step that launched it (its CUPTI API record): inside the window it
 is the model's, outside it the loop's own (``generate()``'s logits processing, stopping check
-and bookkeeping; the engine's attention mask, argmax and position update). The split compares a user's loop
-with the built-in engine's on the same model: the model's kernels should agree, and the loop's
-are what the user's loop adds.
+and bookkeeping; the engine's attention mask, argmax and position update). The split compares
+a user's loop with the built-in engine's on the same model: the model's kernels should agree,
+and the loop's are what the user's loop adds.
 """
 from __future__ import annotations
 

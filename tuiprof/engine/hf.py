@@ -152,7 +152,7 @@ class HFDecoderAdapter:
 
     def decode(self, token: torch.LongTensor, pos: torch.LongTensor,
                cache: object | None = None, masks: object = None) -> torch.Tensor:
-        """One step; ``masks`` from :meth:`decode_masks` (without them the forward makes its own)."""
+        """One step; ``masks`` from :meth:`decode_masks` (without, the forward makes its own)."""
         cache = self._own(token.shape[0]) if cache is None else cache
         return self._forward(token, pos.view(1, 1).expand(token.shape[0], 1), cache, masks)
 
