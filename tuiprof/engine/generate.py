@@ -406,7 +406,7 @@ class Engine:
                     return action
                 live = self._live
                 self._tell_config()
-            tok, pos, cache, fn, masks = live.tok, live.pos, live.cache, live.fn, live.masks
+            tok, pos, cache, fn = live.tok, live.pos, live.cache, live.fn
             mode, cg, batch, compiling = live.mode, live.cudagraphs, live.batch, self._compiling
             start_ns = clock()
             listener.token_started(DECODE, mode, step, self.cycle, start_ns)
@@ -418,9 +418,7 @@ class Engine:
                     ev0.record()
                     if cg:
                         mark_step()
-                # the forward's inputs, made as generate() makes them: the loop's own work
-                args = ((tok, pos, cache) if masks is None else
-                        (tok, pos, cache, masks.at(pos, live.position)))
+                args = live.step_args()  # masks made here, as generate() does: the loop's work
                 m0 = clock()  # the model's forward launches its work from here ...
                 if compiling:
                     logits = beside_compile(fn, *args, rewind=partial(
