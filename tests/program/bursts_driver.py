@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # cupti_standin
 from cupti_standin import attached_collector  # noqa: E402
 
 from tuiprof.program.launch import parse_program  # noqa: E402
-from tuiprof.program.session import ProgramSession  # noqa: E402
+from tuiprof.program.program_session import ProgramSession  # noqa: E402
 from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 

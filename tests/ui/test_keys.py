@@ -11,7 +11,7 @@ from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.compare import CompareScreen
 from tuiprof.ui.screens.detail import KernelDetailScreen
 from tuiprof.ui.screens.help import HelpScreen
-from tuiprof.ui.widgets.kernels import KernelsPane
+from tuiprof.ui.widgets.kernels_pane import KernelsPane
 
 from .conftest import FakeControl, screen_text
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from .gpus import gpu_spec
 from .kernels import ATTENTION, COPY, ELEMENTWISE, MEMCPY, REDUCTION, KernelInfo, kernel_info
-from .launch import launch_info
+from .occupancy import launch_info
 from .tokens import steady_tokens, token_timing
 
 __all__ = ["Share", "shares", "category_shares", "library_shares", "gpu_time_ns",

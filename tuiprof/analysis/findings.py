@@ -15,7 +15,7 @@ from .breakdown import FUSABLE, category_shares, launch_bound
 from .gpus import gpu_spec
 from .intervals import union_length
 from .kernels import GEMM, kernel_info
-from .launch import small_grid_launches
+from .occupancy import small_grid_launches
 from .model import model_config
 from .model_split import COVERAGE_OK, model_split
 from .roofline import match_gemms, model_roofline

@@ -22,7 +22,7 @@ from .. import __version__
 from ..errors import TuiprofError, safe_text, safe_tree
 from ..store import (ConfigData, KernelAggregate, RunningStats, StoreView, TokenRow, compose_view,
                      config_order)
-from ..store.ranks import RanksView
+from ..store.rank_set import RanksView
 from ..store.records import COPY_KINDS, DIRECTION
 from ._atomic import atomic_write_bytes
 from .names import demangle
@@ -229,7 +229,7 @@ def world_meta(rv: RanksView) -> dict:
 
 
 def default_rank_findings(rv: RanksView) -> list:
-    """``tuiprof.analysis.ranks.find_ranks(rv)``, or ``[]`` when it fails."""
+    """``tuiprof.analysis.cross_rank.find_ranks(rv)``, or ``[]`` when it fails."""
     return _findings("..analysis.ranks", "find_ranks", rv)
 
 

@@ -98,7 +98,7 @@ def findings(view: Any) -> tuple[list, str]:
 
 def ranks_summary(ranks: Any) -> Any | None:
     """``analysis.ranks.ranks_summary`` of a RanksView, or None."""
-    fn = _get("tuiprof.analysis.ranks", "ranks_summary")
+    fn = _get("tuiprof.analysis.cross_rank", "ranks_summary")
     if fn is None:
         return None
     try:
@@ -110,8 +110,8 @@ def ranks_summary(ranks: Any) -> Any | None:
 def rank_findings(ranks: Any) -> tuple[list, Any]:
     """Cross-rank findings and the summary they come from (``analysis.ranks``), or
     ``([], None)`` when the analysis is missing or fails."""
-    summarize = _get("tuiprof.analysis.ranks", "ranks_summary")
-    find = _get("tuiprof.analysis.ranks", "find_ranks")
+    summarize = _get("tuiprof.analysis.cross_rank", "ranks_summary")
+    find = _get("tuiprof.analysis.cross_rank", "find_ranks")
     if summarize is None or find is None:
         return [], None
     try:

@@ -32,7 +32,7 @@ from textual.widgets import Footer, Static
 
 from ..control import SessionControl
 from ..errors import one_line
-from ..store.ranks import RanksView, is_rank_set
+from ..store.rank_set import RanksView, is_rank_set
 from . import adapters
 from .actions import ACTIONS
 from .derive import view_signature
@@ -40,15 +40,15 @@ from .screens.compare import CompareScreen
 from .screens.detail import KernelDetailScreen
 from .screens.help import HelpScreen
 from .screens.log import LogScreen
-from .screens.ranks import RanksScreen
-from .widgets.allocs import AllocPane
+from .screens.all_ranks import RanksScreen
+from .widgets.allocs_pane import AllocPane
 from .widgets.base import Pane, RefreshContext
-from .widgets.findings import FindingsPane
+from .widgets.findings_pane import FindingsPane
 from .widgets.header import HeaderPane
-from .widgets.kernels import KernelsPane
-from .widgets.latency import LatencyPane
+from .widgets.kernels_pane import KernelsPane
+from .widgets.latency_pane import LatencyPane
 from .widgets.statusline import StatusLine
-from .widgets.util import UtilPane
+from .widgets.util_pane import UtilPane
 
 WIDE_AT = (150, 40)          # columns, rows from which all panes show at once
 FINDINGS_RAW_TOKENS = 16     # findings read the raw records of the last N traced tokens

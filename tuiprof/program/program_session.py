@@ -17,7 +17,7 @@ from typing import Any
 from .. import marks
 from ..engine.graphs import GraphCaptures
 from ..profiler import Profiler, _device_facts, rank_facts
-from .hf import TransformersSteps
+from .transformers_steps import TransformersSteps
 from .launch import ProgramResult, ProgramSpec, run_program
 from .nvtx import NvtxSteps
 from .output import OutputCapture, clean_line

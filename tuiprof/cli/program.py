@@ -1,4 +1,5 @@
-"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]``: headless and live."""
+"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]``: a program of one's own, headless
+or live (the program's side is :mod:`tuiprof.program`)."""
 from __future__ import annotations
 
 import argparse
@@ -8,12 +9,22 @@ import signal
 from pathlib import Path
 
 from ..errors import TuiprofError
-from .launch import ProgramSpec, SessionStop, parse_program
+from ..program.launch import ProgramSpec, SessionStop, parse_program
+from .common import print_summary, say, write_outputs
+from .run import run_defaults
 
 # Options of the built-in engine: a program loads and runs its own model.
 ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "mode",
                   "compile_mode", "prompt", "prompt_len", "max_new_tokens", "max_len", "no_loop",
                   "temperature", "top_k", "seed", "record", "measure_peaks", "tp")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``tuiprof run … -- PROGRAM``."""
+    check_options(args, run_defaults())
+    if args.headless:
+        return run_headless(args, say, print_summary, write_outputs)
+    return run_live(args)
 
 
 def check_options(args: argparse.Namespace, defaults: dict) -> None:
@@ -66,7 +77,7 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     """Run the program here, write the snapshot whatever happened, return its exit status."""
     from ..profiler import Profiler  # noqa: PLC0415
     from ..store import SessionStore  # noqa: PLC0415
-    from .session import ProgramSession  # noqa: PLC0415
+    from ..program.program_session import ProgramSession  # noqa: PLC0415
 
     spec = parse_program(args.program)
     out = Path(args.json or f"tuiprof-{stem(spec)}.json")
