@@ -16,6 +16,7 @@ from typing import Any, Callable
 from .collect.allocator import read_allocator_stats
 from .collect.cupti_collector import CuptiCollector, CuptiUnavailable, MarkerSink
 from .collect.nvml_sampler import NvmlSampler, NvmlUnavailable
+from .collect.device import device_facts, rank_facts
 from .control import SessionControl
 from .engine.graphs import drop_cuda_graphs
 from .errors import one_line, safe_text
@@ -261,7 +262,7 @@ class Profiler(SessionControl):
         st = self.status
         st.batch = st.want_batch = self._batch
         st.max_batch = int(getattr(self.engine, "max_batch", self._batch))
-        self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
+        self.store.meta.update(device_facts(self.engine.info.get("device", "cpu")))
         if self.options.measure_peaks:
             from .collect.peaks import measure_peaks  # noqa: PLC0415
             small = not str(self.engine.info.get("device", "cpu")).startswith("cuda")
@@ -609,27 +610,3 @@ def _sync_device() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-
-
-def rank_facts() -> dict:
-    """This process's place in a distributed job, from the torchrun environment (empty outside
-    one): whatever runs the steps (tuiprof's engine or a user's program), each rank's store
-    says which rank it is, so the UI process can put the ranks side by side."""
-    from .engine.distributed import RankInfo  # noqa: PLC0415 - no torch at import
-
-    info = RankInfo.from_env()
-    if info is None or info.world_size < 2:
-        return {}
-    return {"rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
-            "device_index": info.local_rank}
-
-
-def _device_facts(device: str) -> dict:
-    """SM count and device name for launch analysis (empty on CPU)."""
-    if not str(device).startswith("cuda"):
-        return {}
-    import torch  # noqa: PLC0415
-
-    props = torch.cuda.get_device_properties(torch.device(device))
-    return {"sm_count": props.multi_processor_count, "device_name": props.name}
-

@@ -123,19 +123,19 @@ def _finding_dict(f: Any) -> Any:
     return {"text": str(f)}
 
 
-def _findings(module: str, name: str, arg: Any) -> list:
-    """``tuiprof.<module>.<name>(arg)`` as a list, or ``[]`` when it is missing or fails."""
+def _findings(fn, arg: Any) -> list:
+    """``fn(arg)`` as a list, or ``[]`` when the analysis fails: a bug there must not lose a
+    snapshot."""
     try:
-        import importlib  # noqa: PLC0415 - optional, lands separately
-        fn = getattr(importlib.import_module(module, __package__), name)
         return list(fn(arg))
     except Exception:
         return []
 
 
 def default_findings(view: StoreView) -> list:
-    """``tuiprof.analysis.find(view)`` when the analysis package is there, else ``[]``."""
-    return _findings("..analysis", "find", view)
+    """The findings of ``view`` (``[]`` when the analysis fails)."""
+    from ..analysis.findings import find  # noqa: PLC0415 - the analysis loads numpy
+    return _findings(find, view)
 
 
 # ------------------------------------------------------------------ writing
@@ -229,8 +229,9 @@ def world_meta(rv: RanksView) -> dict:
 
 
 def default_rank_findings(rv: RanksView) -> list:
-    """``tuiprof.analysis.cross_rank.find_ranks(rv)``, or ``[]`` when it fails."""
-    return _findings("..analysis.ranks", "find_ranks", rv)
+    """The cross-rank findings of ``rv`` (``[]`` when the analysis fails)."""
+    from ..analysis.cross_rank import find_ranks  # noqa: PLC0415
+    return _findings(find_ranks, rv)
 
 
 def ranks_snapshot_dict(rv: RanksView, findings: Iterable | None = None,

@@ -16,7 +16,8 @@ from typing import Any
 
 from .. import marks
 from ..engine.graphs import GraphCaptures
-from ..profiler import Profiler, _device_facts, rank_facts
+from ..collect.device import device_facts, rank_facts
+from ..profiler import Profiler
 from .transformers_steps import TransformersSteps
 from .launch import ProgramResult, ProgramSpec, run_program
 from .nvtx import NvtxSteps
@@ -195,7 +196,7 @@ class ProgramSession:
             if lib in mods:
                 meta[lib] = getattr(mods[lib], "__version__", None)
         if device:
-            meta.update(_device_facts(device))
+            meta.update(device_facts(device))
             self._described = True
 
     def _describe_device(self) -> None:
@@ -211,7 +212,7 @@ class ProgramSession:
             if torch.cuda.is_initialized():
                 dev = f"cuda:{torch.cuda.current_device()}"
                 meta["device"] = dev
-                meta.update(_device_facts(dev))
+                meta.update(device_facts(dev))
             elif "device" not in meta:
                 meta["device"] = "cpu"
         except Exception:

@@ -36,7 +36,7 @@ from typing import Callable
 from ..engine.events import EngineListener, TokenEvent
 
 SOURCES = ("transformers", "api", "nvtx", "windows")
-PREFILL, DECODE, WINDOW = "prefill", "decode", "window"
+from ..phases import DECODE, PREFILL, WINDOW  # noqa: F401
 HOST_SOURCES = ("transformers", "api")   # marked on the program's own threads: can pause there
 
 

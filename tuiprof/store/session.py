@@ -33,7 +33,7 @@ from .alloc_classes import (MAX_CLASSES, OVERFLOW, class_key, has_detail, is_dev
                             memory_class)
 from .stats import RunningStats
 
-OTHER = "other"  # phase of records outside any token (start-up, compilation, idle)
+from ..phases import OTHER
 PROGRAM_CONFIG = "program"  # the configuration of a profiled program's steps (any batch)
 _API_CORR_LEN = 4096
 _LAUNCH_LEN = 65536  # launches remembered, and kernels waiting for their launch (a step: ~2,000)
