@@ -194,6 +194,8 @@ def snapshot_dict(view: StoreView, findings: Iterable | None = None,
         **_part_sections(view.part()),
         "configurations": others,
         "nvml": [_jsonable(s) for s in view.nvml],
+        **({"series": {k: [_jsonable(s) for s in v] for k, v in view.series.items()}}
+           if view.series else {}),
         "raw": [{"seq": seq, "records": [list(r) for r in recs]} for seq, recs in raw],
         "counters": _jsonable(view.counters),
         "collectors": _jsonable(view.collectors),
@@ -318,7 +320,7 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
     if obj.get("format") != FORMAT:
         raise _bad(where, f"format is {str(obj.get('format'))[:40]!r}, not {FORMAT!r}")
     _check_version(obj.get("schema_version"), where)
-    for key in ("meta", "overhead", "findings", "allocs", "nvml", "tokens", "counters",
+    for key in ("meta", "overhead", "findings", "allocs", "nvml", "series", "tokens", "counters",
                 "collectors", "summary", "events", "api", "nvtx", "output",
                 "configurations"):
         problem = _free_form_problem(obj[key], MAX_DEPTH) if key in obj else None
@@ -411,7 +413,8 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
             counters=dict(doc["counters"]), collectors=safe_tree(dict(doc["collectors"])),
             events=[tuple(safe_tree(list(e))) for e in doc["events"]],
             overhead=safe_tree(dict(doc["overhead"])),
-            output=[safe_text(str(line), 4096) for line in doc.get("output", ())])
+            output=[safe_text(str(line), 4096) for line in doc.get("output", ())],
+            series={str(k): list(v) for k, v in doc.get("series", {}).items()})
     except TuiprofError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:

@@ -14,15 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import marks
 from ..engine.graphs import GraphCaptures
 from ..collect.device import device_facts, rank_facts
 from ..profiler import Profiler
-from .transformers_steps import TransformersSteps
 from .launch import ProgramResult, ProgramSpec, run_program
-from .nvtx import NvtxSteps
+from .nvtx import NoNvtx
 from .output import OutputCapture, clean_line
-from .steps import SOURCES, StepRecorder
+from .sources import STEP_SOURCES, factory
+from .steps import HOST_SOURCES, SOURCES, StepRecorder
 from .windows import WindowSteps
 
 DEFAULT_WINDOW_MS = 100.0
@@ -46,11 +45,14 @@ class ProgramSession:
         self.window_ms = float(window_ms)
         self.step_ranges = tuple(step_ranges)
         self.tee = tee
-        sources = ("nvtx",) if step_ranges else ("transformers", "api", "windows")
-        self.recorder = StepRecorder(prof, prof.clock, sources)
-        self.nvtx = NvtxSteps(self.recorder, self.step_ranges) if step_ranges else None
-        self.windows: WindowSteps | None = None
-        self.hf: Any = None
+        self.recorder = StepRecorder(prof, prof.clock)
+        # the step sources of this run, in precedence order (tuiprof.program.sources)
+        self.sources: dict[str, Any] = {}
+        for spec in STEP_SOURCES:
+            source = factory(spec)(self)
+            if source is not None:
+                self.sources[spec.name] = source
+        self.recorder.enabled = frozenset(self.sources)
         self.capture = OutputCapture(prof.store, log_path, tee=tee)
         self.captures = GraphCaptures()
         self.result: ProgramResult | None = None
@@ -69,46 +71,38 @@ class ProgramSession:
         })
         if self.step_ranges:
             store.meta["step_range"] = list(self.step_ranges)
-        prof.start_collectors(markers=self.nvtx)
-        if self.nvtx is not None:
-            self._start_nvtx()
-        elif not rank_facts() and prof.allow_bursts_only(self.captures.undroppable):
+        markers = next((m for m in (getattr(s, "markers", None) for s in self.sources.values())
+                        if m is not None), None)
+        prof.start_collectors(markers=markers)
+        if markers is None and not rank_facts() and prof.allow_bursts_only(
+                self.captures.undroppable):
             self.captures.install()  # one rank: CUPTI attached around its bursts only
-        enabled = self.recorder.enabled
-        if "transformers" in enabled:
-            self.hf = TransformersSteps(self.recorder, describe=self._describe_model)
-            self.hf.install()
-        if "api" in enabled:
-            marks._sink = self.recorder
-        if "windows" in enabled:
-            self.windows = WindowSteps(self.recorder, self.window_ms)
         self.capture.start()
-        if self.windows is not None:
-            self.windows.start()
+        for name, source in list(self.sources.items()):
+            try:
+                self._install(name, source)
+            except NoNvtx as exc:  # its ranges cannot come: windows instead
+                prof.store.set_collector("nvtx", False, str(exc))
+                del self.sources[name]
+        if not self.sources:
+            self.sources["windows"] = WindowSteps(self.recorder, self.window_ms)
+            self.recorder.enabled = frozenset({"windows"})
+            self.sources["windows"].install()
         self.running = True
         prof.status.state = "running"
         prof.status.message = f"{spec.name} running · log {Path(self.log_path).name}"
         prof._t_start = time.perf_counter()
 
-    def _start_nvtx(self) -> None:
-        prof = self.prof
-        if prof.cupti is None:  # NVTX ranges arrive only through CUPTI
-            prof.store.set_collector("nvtx", False, "no NVTX steps: --step-range needs CUPTI; "
-                                     f"using {self.window_ms:g} ms windows")
-            self.recorder.enabled = frozenset({"windows"})
-            self.nvtx = None
+    def _install(self, name: str, source: Any) -> None:
+        if name == "nvtx":
+            if self.prof.cupti is None:  # NVTX ranges arrive only through CUPTI
+                raise NoNvtx(f"no NVTX steps: --step-range needs CUPTI; using "
+                             f"{self.window_ms:g} ms windows")
+            source.install()
+            self.prof.store.set_collector("nvtx", True, "NVTX: steps at ranges "
+                                          + ", ".join(self.step_ranges))
             return
-        from ..collect.cupti_raw import find_libcupti  # noqa: PLC0415
-
-        lib = find_libcupti()._name
-        current = os.environ.get("NVTX_INJECTION64_PATH")
-        if current and os.path.realpath(current) != os.path.realpath(lib):
-            prof.store.set_collector("nvtx", False, "NVTX_INJECTION64_PATH points at another "
-                                     "tool; --step-range sees no ranges (unset it)")
-        else:
-            os.environ["NVTX_INJECTION64_PATH"] = lib  # read at the program's first NVTX call
-            prof.store.set_collector("nvtx", True, "NVTX: steps at ranges "
-                                     + ", ".join(self.step_ranges))
+        source.install()
 
     # -------------------------------------------------------------------- run
     def run(self) -> ProgramResult:
@@ -121,13 +115,9 @@ class ProgramSession:
         ``keep_capture``: leave fds 1 and 2 on the log (the live session process goes on)."""
         self.running = False
         self.result = result
-        if self.windows is not None:
-            self.windows.stop()
+        for source in reversed(list(self.sources.values())):
+            source.uninstall()
         self.recorder.close()
-        if marks._sink is self.recorder:
-            marks._sink = None
-        if self.hf is not None:
-            self.hf.uninstall()
         self.captures.uninstall()
         if keep_capture:
             self.capture.flush()
@@ -157,7 +147,7 @@ class ProgramSession:
         rec = self.recorder
         if not self.running:
             return "the program has ended"
-        if not (rec.enabled & {"transformers", "api"}) or rec.source in ("nvtx", "windows", None):
+        if not (rec.enabled & set(HOST_SOURCES)) or rec.source not in HOST_SOURCES:
             return NO_PAUSE
         if rec.paused:
             rec.resume()
@@ -175,7 +165,7 @@ class ProgramSession:
         return "Ctrl-C sent to the program (Ctrl-C again stops the session)"
 
     # -------------------------------------------------------------- describe
-    def _describe_model(self, model: Any) -> None:
+    def describe_model(self, model: Any) -> None:
         """What the header shows, from the first model that generates."""
         meta = self.prof.store.meta
         cfg = getattr(model, "config", None)

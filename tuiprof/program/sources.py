@@ -1,0 +1,60 @@
+"""The step-source seam: every way of finding a profiled program's steps, one row each, in
+precedence order (docs/extending.md).
+
+A step source marks the program's steps through the session's
+:class:`~tuiprof.program.steps.StepRecorder` (``begin``/``end``, ``enter_scope``/``exit_scope``,
+``launched``, ``model_begins``/``model_ends``). Its row names a factory
+``make(session) -> StepSource | None`` in a module under ``tuiprof/program/``; it returns None
+when the source does not apply to this run (``--step-range`` given or not, say). A source
+earlier in :data:`STEP_SOURCES` wins over a later one: its steps end theirs, and marks of a
+later source inside its scope are ignored (``steps.py`` has the rules).
+
+Contract of a :class:`StepSource`:
+
+* ``name``: its row's name;
+* ``install()``: start marking (patches in place, threads started); called once the
+  collectors run and the program's output is captured, before the program starts;
+* ``uninstall()``: stop marking and end its open step; safe to call twice;
+* ``markers`` (optional): a :class:`~tuiprof.collect.cupti_collector.MarkerSink` the CUPTI
+  collector feeds with NVTX marker records (started before the collectors).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+
+class StepSource(Protocol):
+    name: str
+
+    def install(self) -> None: ...
+
+    def uninstall(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StepSourceSpec:
+    name: str        # its name in snapshots (meta.step_source) and in the precedence
+    make: str        # "module:function" under tuiprof.program
+    host: bool       # marks steps on the program's own threads: pause can hold it there
+    help: str
+
+
+STEP_SOURCES: tuple[StepSourceSpec, ...] = (
+    StepSourceSpec("transformers", "transformers_steps:make", True,
+                   "every forward of transformers' generate() and continuous batching"),
+    StepSourceSpec("api", "api_steps:make", True,
+                   "tuiprof.step() / tuiprof.mark_prefill() in the program's own loop"),
+    StepSourceSpec("nvtx", "nvtx:make", False,
+                   "NVTX ranges the program pushes, named with --step-range"),
+    StepSourceSpec("windows", "windows:make", False,
+                   "fixed time windows (--window-ms) while nothing else marks steps"),
+)
+NAMES = tuple(s.name for s in STEP_SOURCES)
+HOST = tuple(s.name for s in STEP_SOURCES if s.host)
+
+
+def factory(spec: StepSourceSpec) -> Callable[[Any], StepSource | None]:
+    module, fn = spec.make.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), fn)
