@@ -87,11 +87,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "--device cpu), started with torch.distributed's launcher")
     g = p.add_argument_group("a program of your own (tuiprof run [options] -- python SCRIPT.py "
                              "[ARGS...]; see docs/programs.md)")
-    g.add_argument("--step-range", action="append", metavar="NAME", default=[],
-                   help="cut steps at the program's NVTX ranges named NAME (again for more "
-                        "names; a name with 'prefill' in it marks prefill steps)")
-    g.add_argument("--window-ms", type=float, default=100.0,
-                   help="when the program marks no steps: windows of this many ms (default 100)")
+    from ..program.sources import OPTIONS  # noqa: PLC0415 - the step sources' options
+    for opt in OPTIONS:
+        opt.add_to(g)
 
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:

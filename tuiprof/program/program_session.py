@@ -20,11 +20,10 @@ from ..profiler import Profiler
 from .launch import ProgramResult, ProgramSpec, run_program
 from .nvtx import NoNvtx
 from .output import OutputCapture, clean_line
-from .sources import STEP_SOURCES, factory
+from .sources import STEP_SOURCES, factory, option_values
 from .steps import HOST_SOURCES, SOURCES, StepRecorder
 from .windows import WindowSteps
 
-DEFAULT_WINDOW_MS = 100.0
 NO_PAUSE = "pause needs step boundaries on the program's thread (transformers or tuiprof.step)"
 ENGINE_ONLY = {
     "toggle_mode": "c is for tuiprof's own engine: the program's code decides eager or compiled",
@@ -37,13 +36,21 @@ class ProgramSession:
     """Collectors, step sources and output capture around one run of a program."""
 
     def __init__(self, prof: Profiler, spec: ProgramSpec, log_path: str | Path, *,
-                 window_ms: float = DEFAULT_WINDOW_MS, step_ranges: tuple[str, ...] = (),
-                 tee: bool = False) -> None:
+                 options: dict | None = None, window_ms: float | None = None,
+                 step_ranges: tuple[str, ...] | None = None, tee: bool = False) -> None:
+        """``options``: the step sources' options by ``dest`` (``program.sources.OPTIONS``;
+        ``window_ms`` and ``step_ranges`` are shorthands for two of them)."""
         self.prof = prof
         self.spec = spec
         self.log_path = str(log_path)
-        self.window_ms = float(window_ms)
-        self.step_ranges = tuple(step_ranges)
+        given = dict(options or {})
+        if window_ms is not None:
+            given["window_ms"] = window_ms
+        if step_ranges is not None:
+            given["step_range"] = list(step_ranges)
+        self.options = option_values(given)
+        self.window_ms = float(self.options["window_ms"])
+        self.step_ranges = tuple(self.options["step_range"] or ())
         self.tee = tee
         self.recorder = StepRecorder(prof, prof.clock)
         # the step sources of this run, in precedence order (tuiprof.program.sources)
