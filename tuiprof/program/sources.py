@@ -82,6 +82,14 @@ STEP_SOURCES: tuple[StepSourceSpec, ...] = (
                    "every forward of transformers' generate() and continuous batching"),
     StepSourceSpec("api", "api_steps:make", True,
                    "tuiprof.step() / tuiprof.mark_prefill() in the program's own loop"),
+    StepSourceSpec("function", "function_steps:make", True,
+                   "the calls of a function of the program named with --step-function",
+                   (SourceOption("--step-function", "step_function",
+                                 "cut steps at the calls of this function of the program, "
+                                 "MODULE:FUNCTION or MODULE:Class.method (again for more; a "
+                                 "name with 'prefill' in it marks prefill steps)",
+                                 default=[], action="append", metavar="MODULE:FUNCTION",
+                                 check="function_steps:check"),)),
     StepSourceSpec("nvtx", "nvtx:make", False,
                    "NVTX ranges the program pushes, named with --step-range",
                    (SourceOption("--step-range", "step_range",
