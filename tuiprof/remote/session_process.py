@@ -183,7 +183,7 @@ def _serve_program(conn: Any, spec: SessionSpec) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the UI's Ctrl-C, forwarded
     prog = spec.program
     prof = Profiler(SessionStore(**spec.store), spec.options)
-    session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog["options"],
+    session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog.get("options"),
                              tee=False)
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     try:
