@@ -44,11 +44,13 @@ MIN_STEPS = 3          # launches of a name before it proposes a period
 TOL = 0.10             # spacing tolerance, share of the period
 REGULAR = 0.8          # share of regular spacings for a period
 COVERAGE = 0.3         # share of the stream a period's launches must span
+UNIFORM = 0.6          # share of a period's segments alike (not two loops sharing a name)
 SIMILAR = 0.9          # multiset similarity of a decode step to the consensus
+VARYING = 0.75         # ... of a decode step that differs (counted apart, lowers confidence)
 GAP_RATIO = 4.0        # a step's leading gap vs the median idle gap (time support)
 PHASE_SHARE = 0.7      # share of steps whose largest gap sits at the same place
 PREFILL_RATIO = 2.0    # a first step this much longer than the median decode step: prefill
-MIN_CONFIDENCE = 0.5   # below this, a cut is not used for steps
+MIN_CONFIDENCE = 0.6   # below this ("low"), a cut is not used for steps
 FULL_STEPS = 8         # decode steps for full confidence
 PREFILL, DECODE = "prefill", "decode"
 
@@ -76,6 +78,7 @@ class Step:
     end: int
     phase: str
     identical: bool = False
+    varying: bool = False    # a decode step whose kernels match the consensus less closely
 
 
 @dataclass
@@ -157,7 +160,7 @@ def _candidates(ids: np.ndarray) -> list[_Cand]:
         period = int(np.median(gaps))
         if period < 2:
             continue
-        tol = max(1, int(TOL * period))
+        tol = int(TOL * period)  # 0 below 10 kernels: a 5-6-5-6 spacing is two loops, not one
         regular = float(np.mean(np.abs(gaps - period) <= tol))
         if regular >= REGULAR and len(pos) * period >= COVERAGE * n:
             out.append(_Cand(int(ids[pos[0]]), period, tol, regular, pos, gaps))
@@ -211,14 +214,16 @@ def _time_phase(c: _Cand, idle: np.ndarray | None) -> int | None:
     regular = np.flatnonzero(np.abs(c.gaps - c.period) <= c.tol)
     if len(regular) < MIN_STEPS:
         return None
-    positive = idle[idle > 0]
-    base = float(np.median(positive)) if len(positive) else 0.0
-    offs, peaks = [], []
+    offs, peaks, inside = [], [], []
     for j in regular:
         seg = idle[pos[j] + 1: pos[j + 1] + 1]
         k = int(np.argmax(seg))
         offs.append(k + 1)
         peaks.append(seg[k])
+        inside.append(seg)
+    gaps = np.concatenate(inside)          # the loop's own gaps, not those around it
+    positive = gaps[gaps > 0]
+    base = float(np.median(positive)) if len(positive) else 0.0
     mode, count = Counter(offs).most_common(1)[0]
     near = sum(1 for o in offs if abs(o - mode) <= c.tol)
     if near < PHASE_SHARE * len(offs) or float(np.median(peaks)) < GAP_RATIO * max(base, 1.0):
@@ -226,10 +231,26 @@ def _time_phase(c: _Cand, idle: np.ndarray | None) -> int | None:
     return mode
 
 
-def _pick(groups: list[_Cand], idle: np.ndarray | None) -> tuple[_Cand, int | None]:
+def _uniform(ids: np.ndarray, c: _Cand) -> bool:
+    """Most of the candidate's regular segments hold the same kernels (one loop, not two
+    alternating ones that share a name)."""
+    segs = [tuple(ids[c.pos[j]: c.pos[j + 1]].tolist())
+            for j in range(len(c.gaps)) if abs(c.gaps[j] - c.period) <= c.tol]
+    if not segs:
+        return False
+    mode = Counter(segs).most_common(1)[0][0]
+    same = sum(1 for g in segs if g == mode or similarity(g, mode) >= SIMILAR)
+    return same > UNIFORM * len(segs)
+
+
+def _pick(ids: np.ndarray, groups: list[_Cand],
+          idle: np.ndarray | None) -> tuple[_Cand, int | None] | None:
     """From the longest period down: a shorter one replaces it when a host gap opens before
     each of its steps, or (unless the longer one has such gaps and it has not) when its
     spacing stays regular across the longer one's boundaries."""
+    groups = [g for g in groups if _uniform(ids, g)]
+    if not groups:
+        return None
     cur = groups[0]
     cur_phase = _time_phase(cur, idle)
     for b in groups[1:]:
@@ -242,8 +263,10 @@ def _pick(groups: list[_Cand], idle: np.ndarray | None) -> tuple[_Cand, int | No
 
 
 def _consensus(ids: np.ndarray, c: _Cand) -> tuple[int, ...]:
+    """The most common segment among the regular ones (a noisy step is one of a kind; the
+    clean step repeats), starting at the anchor."""
     segs = Counter(tuple(ids[c.pos[j]: c.pos[j + 1]].tolist())
-                   for j in range(len(c.gaps)) if c.gaps[j] == c.period)
+                   for j in range(len(c.gaps)) if abs(c.gaps[j] - c.period) <= c.tol)
     if not segs:
         return tuple(ids[c.pos[0]: c.pos[0] + c.period].tolist())
     return segs.most_common(1)[0][0]
@@ -290,7 +313,10 @@ def find_loop(names: Sequence[str], starts: Sequence[int] | None = None,
     idle = None
     if starts is not None and ends is not None:
         idle = _idle(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
-    c, offset = _pick(_groups(cands), idle)
+    picked = _pick(ids, _groups(cands), idle)
+    if picked is None:
+        return None
+    c, offset = picked
     seg = _consensus(ids, c)
     period = len(seg)
     if offset is not None:
@@ -355,16 +381,16 @@ def cut(names: Sequence[str], loop: Loop, starts: Sequence[int] | None = None,
             steps.extend(_prefill(pending, a, idle))
             steps.append(Step(a, a + p, DECODE, tuple(seg[:p]) == loop.consensus))
             pending = a + p
-        elif sim >= 0.5 and pending == a and steps and steps[-1].phase == DECODE:
-            # a decode step with other kernels than the consensus's (varying, counted)
-            steps.append(Step(a, b, DECODE))
-            result.unmatched += 1
+        elif sim >= VARYING and pending == a and steps and steps[-1].phase == DECODE:
+            # a decode step with some other kernels than the consensus's (counted)
+            steps.append(Step(a, b, DECODE, varying=True))
             pending = b
         # else: matches nothing; stays pending (a prefill if a decode step follows)
     _prefill_by_time(steps, starts, ends)
     result.steps = steps
     dec = [s for s in steps if s.phase == DECODE]
     result.identical = sum(1 for s in dec if s.identical)
+    result.unmatched = sum(1 for s in dec if s.varying)
     similar = len(dec) - result.unmatched
     if similar > 0:
         result.confidence = similar / len(dec) * min(1.0, similar / FULL_STEPS)
@@ -387,19 +413,21 @@ def _prefill(a: int, b: int, idle: np.ndarray | None) -> list[Step]:
 
 
 def _prefill_by_time(steps: list[Step], starts, ends) -> None:
-    """A run's first decode step with no prefill before it that takes over PREFILL_RATIO × the
-    median decode step is its prefill (a prefill launching the decode kernels' names)."""
+    """A step that takes over PREFILL_RATIO × the median decode step is a prefill when it is
+    the first step, or a decode step whose kernels differ from the consensus: a prefill that
+    launches (some of) the decode kernels' names."""
     if starts is None or ends is None:
         return
-    dec = [s for s in steps if s.phase == DECODE]
+    dec = [s for s in steps if s.phase == DECODE and not s.varying]
     if len(dec) < MIN_STEPS:
         return
     med = float(np.median([int(ends[s.end - 1]) - int(starts[s.first]) for s in dec]))
     for i, s in enumerate(steps):
-        first_of_run = i == 0 or (steps[i - 1].phase == DECODE and steps[i - 1].end != s.first)
-        if s.phase == DECODE and first_of_run and med > 0 \
-                and int(ends[s.end - 1]) - int(starts[s.first]) > PREFILL_RATIO * med:
+        if s.phase != DECODE or not (i == 0 or s.varying) or med <= 0:
+            continue
+        if int(ends[s.end - 1]) - int(starts[s.first]) > PREFILL_RATIO * med:
             s.phase = PREFILL
+            s.varying = False
 
 
 # ---------------------------------------------------------------------- streams

@@ -14,9 +14,9 @@ What it is built against, in this order:
 
 The library is linked against nothing but libc (``libcupti`` is opened at run time, from the
 path the session passes), so it always loads in the target and can say why CUPTI did not.
-The cache key covers the source, the stub, the headers' CUPTI version and the compiler, so an
-upgrade rebuilds; a build is written under a temporary name and renamed, so concurrent
-sessions never load half a file.
+The cache key covers the source, the stub, the CUPTI headers (their directory and version) and
+the ``cuda.h`` used, so an upgrade rebuilds; a cached build needs no compiler. A build is
+written under a temporary name and renamed, so concurrent sessions never load half a file.
 """
 from __future__ import annotations
 
@@ -175,11 +175,13 @@ def cache_dir() -> Path:
     return d
 
 
-def _key(cupti: Cupti, compiler: str, cuda_h: str) -> str:
+def _key(cupti: Cupti, cuda_h: str) -> str:
+    """The cache entry: the source, the stub, the headers and the cuda.h used (not the
+    compiler: a library built once serves where no compiler is left)."""
     h = hashlib.sha256()
     for f in (SOURCE, STUB / "cuda.h", STUB / "builtin_types.h"):
         h.update(f.read_bytes())
-    for part in (str(cupti.include), cupti.version, compiler, cuda_h):
+    for part in (str(cupti.include), cupti.version, cuda_h):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:16]
 
@@ -191,12 +193,11 @@ def _compile(compiler: str, includes: list[Path], out: Path) -> subprocess.Compl
 
 
 def build(force: bool = False, cuda_h: str = "auto") -> NativeBuild:
-    """The injection library, compiled now if the cache has none for this CUPTI and compiler.
+    """The injection library, compiled now if the cache has none for these CUPTI headers.
 
     ``cuda_h``: ``auto`` (the stub, then a toolkit's cuda.h if the stub does not compile),
     ``stub`` or ``toolkit``. Raises a one-line :class:`TuiprofError` on any failure."""
     cupti = find_cupti()
-    compiler = find_compiler()
     toolkit = _toolkit_cuda_h()
     tries: list[tuple[str, list[Path]]] = []
     if cuda_h in ("auto", "stub"):
@@ -205,11 +206,14 @@ def build(force: bool = False, cuda_h: str = "auto") -> NativeBuild:
         tries.append((str(toolkit), [cupti.include, toolkit]))  # CUPTI's own headers first
     if not tries:
         raise TuiprofError("no CUDA toolkit cuda.h found (asked for cuda_h=toolkit)")
+    for which, _ in tries:
+        target = cache_dir() / _key(cupti, which) / LIB_NAME
+        if target.is_file() and not force:
+            return NativeBuild(target, cupti, which, _built_with(target))
+    compiler = find_compiler()
     errors = []
     for which, includes in tries:
-        target = cache_dir() / _key(cupti, compiler, which) / LIB_NAME
-        if target.is_file() and not force:
-            return NativeBuild(target, cupti, which, compiler)
+        target = cache_dir() / _key(cupti, which) / LIB_NAME
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=target.parent)
         os.close(fd)
@@ -233,6 +237,13 @@ def build(force: bool = False, cuda_h: str = "auto") -> NativeBuild:
     first, log = errors[-1]
     raise TuiprofError(f"building tuiprof's injection library failed ({safe_text(first, 160)}); "
                        f"the compiler's output is in {log}")
+
+
+def _built_with(target: Path) -> str:
+    try:
+        return str(json.loads((target.parent / "build.json").read_text()).get("compiler", "?"))
+    except (OSError, ValueError, AttributeError):
+        return "?"
 
 
 # ------------------------------------------------------------------ API callback ids

@@ -39,7 +39,8 @@ def check_options(args: argparse.Namespace, defaults: dict) -> None:
 
 def stem(spec: ProgramSpec) -> str:
     """A file-name stem for the program's snapshot and log."""
-    base = Path(spec.target).stem if spec.kind == "path" else spec.target.split(".")[-1]
+    base = (Path(spec.target).stem if spec.kind in ("path", "native")
+            else spec.target.split(".")[-1])
     if spec.kind == "code":
         base = "code"
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-")[:40] or "program"
@@ -110,6 +111,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     write_outputs(view, out, None)
     print_summary(view, None)
     say(f"tuiprof: {result.line()}")
+    for note in session.notes():
+        say(f"tuiprof: {note}")
     return result.status
 
 

@@ -19,6 +19,7 @@ from ..engine.graphs import GraphCaptures
 from ..profiler import Profiler, _device_facts, rank_facts
 from .hf import TransformersSteps
 from .launch import ProgramResult, ProgramSpec, run_program
+from .native_session import NativeSide
 from .nvtx import NvtxSteps
 from .output import OutputCapture, clean_line
 from .steps import SOURCES, StepRecorder
@@ -45,8 +46,11 @@ class ProgramSession:
         self.window_ms = float(window_ms)
         self.step_ranges = tuple(step_ranges)
         self.tee = tee
-        sources = ("nvtx",) if step_ranges else ("transformers", "api", "windows")
-        self.recorder = StepRecorder(prof, prof.clock, sources)
+        self.native = NativeSide(self) if spec.kind == "native" else None
+        sources = (("nvtx",) if step_ranges else ("auto", "windows") if self.native
+                   else ("transformers", "api", "windows"))
+        self.recorder = StepRecorder(prof, self.native.clock if self.native else prof.clock,
+                                     sources)
         self.nvtx = NvtxSteps(self.recorder, self.step_ranges) if step_ranges else None
         self.windows: WindowSteps | None = None
         self.hf: Any = None
@@ -68,6 +72,14 @@ class ProgramSession:
         })
         if self.step_ranges:
             store.meta["step_range"] = list(self.step_ranges)
+        if self.native is not None:  # a child process: its collectors are its own
+            self.native.start()
+            self.capture.start()
+            self.running = True
+            prof.status.state = "running"
+            prof.status.message = f"{spec.name} running · log {Path(self.log_path).name}"
+            prof._t_start = time.perf_counter()
+            return
         prof.start_collectors(markers=self.nvtx)
         if self.nvtx is not None:
             self._start_nvtx()
@@ -112,7 +124,7 @@ class ProgramSession:
     # -------------------------------------------------------------------- run
     def run(self) -> ProgramResult:
         """Run the program on this thread (the main thread: its signals behave as usual)."""
-        self.result = run_program(self.spec)
+        self.result = self.native.run() if self.native else run_program(self.spec)
         return self.result
 
     def finish(self, result: ProgramResult, keep_capture: bool = False) -> None:
@@ -122,6 +134,8 @@ class ProgramSession:
         self.result = result
         if self.windows is not None:
             self.windows.stop()
+        if self.native is not None:  # everything the program sent, cut into its last steps
+            self.native.finish()
         self.recorder.close()
         if marks._sink is self.recorder:
             marks._sink = None
@@ -150,12 +164,17 @@ class ProgramSession:
         prof.status.message = f"{result.line()} · log {Path(self.log_path).name}"
         if result.how == "raised":
             prof.store.add_event("error", clean_line(result.line()))
+        if self.native is not None and self.native.gpu_line:
+            meta["program"]["gpu"] = self.native.gpu_line
+            prof.status.message = f"{result.line()}; {self.native.gpu_line}"
 
     # ------------------------------------------------------------------ keys
     def toggle_pause(self) -> str:
         rec = self.recorder
         if not self.running:
             return "the program has ended"
+        if self.native is not None:
+            return self.native.toggle_pause()
         if not (rec.enabled & {"transformers", "api"}) or rec.source in ("nvtx", "windows", None):
             return NO_PAUSE
         if rec.paused:
@@ -169,9 +188,18 @@ class ProgramSession:
         """Ctrl-C for the program (KeyboardInterrupt on its main thread); None once it ended."""
         if not self.running:
             return None
-        self.recorder.resume()
-        os.kill(os.getpid(), signal.SIGINT)
+        if self.native is not None:
+            self.native.interrupt()
+        else:
+            self.recorder.resume()
+            os.kill(os.getpid(), signal.SIGINT)
         return "Ctrl-C sent to the program (Ctrl-C again stops the session)"
+
+    def stop_program(self) -> None:
+        """The session stops (the live app quits): a native program is ended with it; a
+        Python program runs on this process's main thread and ends with the process."""
+        if self.native is not None:
+            self.native.stop()
 
     # -------------------------------------------------------------- describe
     def _describe_model(self, model: Any) -> None:
@@ -216,6 +244,10 @@ class ProgramSession:
                 meta["device"] = "cpu"
         except Exception:
             pass
+
+    def notes(self) -> list[str]:
+        """Lines a headless run prints after the program's end line."""
+        return [self.native.gpu_line] if self.native is not None and self.native.gpu_line else []
 
     def status_extra(self) -> dict:
         """Program facts the UI process shows (``SourceStatus.extra``)."""
