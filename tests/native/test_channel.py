@@ -285,7 +285,8 @@ def test_protocol_numbers_match_the_c_source():
 
     text = SOURCE.read_text()
     for name in ("MAGIC", "PROTO", "MSG_HELLO", "MSG_STRINGS", "MSG_SIZES", "MSG_BUFFER",
-                 "MSG_STATS", "MSG_ERROR", "MSG_END", "MSG_CONFIG", "FLAG_API", "FLAG_MEMORY",
+                 "MSG_STATS", "MSG_ERROR", "MSG_END", "MSG_CONFIG", "MSG_FLUSH", "MSG_FLUSHED",
+                 "FLAG_API", "FLAG_MEMORY",
                  "FLAG_MARKERS"):
         value = getattr(ch, name)
         assert f"#define TP_{name} {value:#x}u" in text or f"#define TP_{name} {value}" in text

@@ -18,7 +18,9 @@ length`` and ``length`` bytes.
   BUFFER (CUPTI's bytes as they are), STATS and END (``u64 dropped, refused, buffers, bytes,
   lost``, cumulative; END after the exit flush), ERROR (one line of text).
 - session → program: CONFIG (``u32 accept, flags, buffer bytes, max buffers, flush period ms,
-  exit wait ms, runtime ids, driver ids``, then the callback ids of the API subset).
+  exit wait ms, runtime ids, driver ids``, then the callback ids of the API subset); FLUSH
+  (no payload: before the session signals the program, whose default action would end it
+  without its exit flush), answered with FLUSHED (STATS' payload) once every buffer is sent.
 
 Bounded: the program's pool holds ``max_buffers`` buffers of ``buffer_bytes``; here one frame
 is read at a time (at most ``MAX_FRAME`` bytes), and the string tables hold what the program's
@@ -46,6 +48,7 @@ MAGIC = 0x46525054
 PROTO = 1
 MSG_HELLO, MSG_STRINGS, MSG_SIZES, MSG_BUFFER = 1, 2, 3, 4
 MSG_STATS, MSG_ERROR, MSG_END, MSG_CONFIG = 5, 6, 7, 8
+MSG_FLUSH, MSG_FLUSHED = 9, 10
 FLAG_API, FLAG_MEMORY, FLAG_MARKERS = 1, 2, 4
 HEADER = struct.Struct("=IIQ")
 CONFIG = struct.Struct("=8I")
@@ -57,6 +60,7 @@ MAX_BUFFERS = 16           # the program's pool: at most 64 MiB of records in fl
 FLUSH_PERIOD_MS = 500      # records reach a live display at least this often
 EXIT_WAIT_MS = 10_000      # at exit, the program waits this long at most for the session
 MAX_FRAME = 256 << 20
+FLUSH_WAIT_S = 2.0         # how long a flush asked before a signal may take
 
 
 class ChannelError(RuntimeError):
@@ -106,6 +110,7 @@ class NativeCollector:
         self.connected = threading.Event()
         self.ended = threading.Event()       # END received: everything measured arrived
         self.closed = threading.Event()      # the connection is over (END, EOF or error)
+        self.flushed = threading.Event()     # FLUSHED received (after a FLUSH)
         self.errors: list[str] = []
         self.refused_processes = 0
         self.buffers = 0
@@ -145,6 +150,19 @@ class NativeCollector:
     def clock(self) -> int:
         """The program's CUPTI clock, from here (CLOCK_REALTIME plus the offset it sent)."""
         return time.time_ns() + self.offset_ns
+
+    def flush(self, timeout: float = FLUSH_WAIT_S) -> bool:
+        """Ask the program for every record it holds (before it is signalled); True once they
+        all arrived. The program's sender answers within a tenth of a second."""
+        conn = self._conn
+        if conn is None or self.closed.is_set():
+            return False
+        self.flushed.clear()
+        try:
+            conn.sendall(HEADER.pack(MAGIC, MSG_FLUSH, 0))
+        except OSError:
+            return False
+        return self.flushed.wait(timeout)
 
     def wait_end(self, timeout: float) -> bool:
         """Wait until the program's connection is over; True if its END came."""
@@ -251,10 +269,12 @@ class NativeCollector:
                 self._layout.sizes[k] = size
         elif kind == MSG_HELLO:
             self._hello(conn, data)
-        elif kind in (MSG_STATS, MSG_END):
+        elif kind in (MSG_STATS, MSG_END, MSG_FLUSHED):
             self._stats(data)
             if kind == MSG_END:
                 self.ended.set()
+            elif kind == MSG_FLUSHED:
+                self.flushed.set()
         elif kind == MSG_ERROR:
             self._say_error(f"in {self.name}: " + safe_text(data.decode("utf-8", "replace"),
                                                             300))

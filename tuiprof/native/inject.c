@@ -53,6 +53,8 @@
 #define TP_MSG_ERROR 6
 #define TP_MSG_END 7
 #define TP_MSG_CONFIG 8
+#define TP_MSG_FLUSH 9   /* session -> program: flush CUPTI now (before it signals the program) */
+#define TP_MSG_FLUSHED 10
 #define TP_FLAG_API 1u
 #define TP_FLAG_MEMORY 2u
 #define TP_FLAG_MARKERS 4u
@@ -339,14 +341,48 @@ static void send_buffer(uint8_t *buf, size_t valid) {
     }
 }
 
+/* A FLUSH from the session (it is about to signal the program): CUPTI's buffers are completed
+ * here, queued, sent by this thread, then FLUSHED says so. */
+static int flush_asked(void) {
+    struct tp_header h;
+    ssize_t n = recv(sock, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK);
+    if (n < (ssize_t)sizeof h) return 0;
+    if (recv(sock, &h, sizeof h, MSG_DONTWAIT) != (ssize_t)sizeof h) return 0;
+    return h.magic == TP_MAGIC && h.type == TP_MSG_FLUSH;
+}
+
 static void *sender_main(void *arg) {
     (void)arg;
+    int flushed_due = 0;
     for (;;) {
+        if (!broken && sock >= 0 && flush_asked()) {
+            p_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+            flushed_due = 1;
+        }
         pthread_mutex_lock(&mu);
-        while (!q_len && !closing) pthread_cond_wait(&cv_work, &mu);
-        if (!q_len) {
+        if (!q_len && flushed_due) {
             pthread_mutex_unlock(&mu);
-            return NULL;
+            struct tp_stats s;
+            stats_copy(&s);
+            send_frame(TP_MSG_FLUSHED, &s, sizeof s, NULL, 0);
+            flushed_due = 0;
+            continue;
+        }
+        if (!q_len && !closing) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 100000000L;  /* look at the socket ten times a second */
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&cv_work, &mu, &until);
+        }
+        if (!q_len) {
+            int done = closing;
+            pthread_mutex_unlock(&mu);
+            if (done) return NULL;
+            continue;
         }
         uint8_t *buf = queue[q_head].buf;
         size_t valid = queue[q_head].valid;

@@ -1,4 +1,5 @@
-"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]``: headless and live."""
+"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]`` (or ``-- ./binary [ARGS...]``):
+headless and live."""
 from __future__ import annotations
 
 import argparse
@@ -63,6 +64,15 @@ def program_options(args: argparse.Namespace, headless: bool):
                            detach_between_bursts=not args.cupti_attached)
 
 
+def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
+    """A native program's injection library, built now (cached after the first time): a
+    missing compiler or missing headers is one line before anything starts."""
+    if spec.kind == "native" and not args.no_cupti:
+        from ..native.build import build  # noqa: PLC0415
+
+        build()
+
+
 def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) -> int:
     """Run the program here, write the snapshot whatever happened, return its exit status."""
     from ..profiler import Profiler  # noqa: PLC0415
@@ -70,6 +80,7 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     from .session import ProgramSession  # noqa: PLC0415
 
     spec = parse_program(args.program)
+    _prepare_native(spec, args)
     out = Path(args.json or f"tuiprof-{stem(spec)}.json")
     log = out.with_suffix(".log")
     prof = Profiler(SessionStore(ring_tokens=args.ring_tokens), program_options(args, True))
@@ -122,6 +133,7 @@ def run_live(args: argparse.Namespace) -> int:
     from ..ui.app import run_app  # noqa: PLC0415
 
     spec = parse_program(args.program)
+    _prepare_native(spec, args)
     export = Path(args.export_dir)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     log = export / f"tuiprof-{stem(spec)}-{stamp}.log"

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 from .launch import ProgramResult, ProgramSpec, SessionStop
 
@@ -32,11 +33,15 @@ class NativeRun:
     """One run of a native binary; :meth:`run` blocks until it ends."""
 
     def __init__(self, spec: ProgramSpec, env: dict[str, str], *, stdin_null: bool = False,
-                 connected: threading.Event | None = None) -> None:
+                 connected: threading.Event | None = None,
+                 before_signal: Callable[[], object] | None = None) -> None:
         self.spec = spec
         self.env = env
         self.stdin_null = stdin_null
         self.connected = connected     # set once the injection library reported
+        # called before tuiprof signals the binary (SIGINT, SIGTERM): its records come first,
+        # since a signal's default action ends it without its exit flush
+        self.before_signal = before_signal
         self.proc: subprocess.Popen | None = None
         self.cuda_loaded = False       # the CUDA driver library was mapped in the child
         self._stop = threading.Event()
@@ -67,6 +72,7 @@ class NativeRun:
                     break
             except KeyboardInterrupt:   # the first Ctrl-C: the binary's
                 interrupted = True
+                self.flush_records()
                 self.signal(signal.SIGINT)
             except SessionStop:         # a second Ctrl-C, SIGTERM, SIGHUP
                 stopped = True
@@ -92,6 +98,11 @@ class NativeRun:
                 self.cuda_loaded = _maps_cuda(proc.pid)
             return None
 
+    def flush_records(self) -> None:
+        if self.before_signal is not None and self.proc is not None \
+                and self.proc.returncode is None:
+            self.before_signal()
+
     def _connected(self) -> bool:
         return self.connected is not None and self.connected.is_set()
 
@@ -99,6 +110,7 @@ class NativeRun:
         """SIGTERM to the child's group, SIGKILL if it lingers; its status."""
         proc = self.proc
         self.signal(signal.SIGCONT)
+        self.flush_records()
         self.signal(signal.SIGTERM)
         try:
             return proc.wait(KILL_AFTER_S)

@@ -77,8 +77,9 @@ class NativeSide:
             if s.nvtx is not None:
                 store.set_collector("nvtx", True, "NVTX: steps at ranges "
                                     + ", ".join(s.step_ranges))
-        self.run_ = NativeRun(s.spec, env, connected=self.collector.connected
-                              if self.collector is not None else None)
+        c = self.collector
+        self.run_ = NativeRun(s.spec, env, connected=c.connected if c is not None else None,
+                              before_signal=c.flush if c is not None else None)
 
     def run(self) -> ProgramResult:
         return self.run_.run()
@@ -104,6 +105,7 @@ class NativeSide:
         if self.run_ is not None:
             import signal  # noqa: PLC0415
 
+            self.run_.flush_records()
             self.run_.signal(signal.SIGINT)
 
     def stop(self) -> None:
