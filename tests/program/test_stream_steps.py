@@ -136,3 +136,19 @@ def test_windows_until_the_loop_shows_then_its_steps(prof):
     assert sum(t.kernels for t in toks) == 4000 + len(PREFILL) + 40 * len(STEP)
     starts = [t.start_ns for t in toks]
     assert starts == sorted(starts)       # one timeline: windows, then the loop's steps
+
+
+def test_a_pause_between_steps_is_no_steps_time(prof):
+    rec = StepRecorder(prof, sources=("auto", "windows"))
+    sink = StreamSteps(rec, 100.0, meta=prof.store.meta)
+    s = Stream()
+    s.step(PREFILL)
+    for burst in range(3):               # requests 1 s apart, the decode goes on each time
+        for _ in range(12):
+            s.step(STEP)
+        s.t += 1_000_000_000
+    feed_all(prof, sink, s.records)
+    decode = [t for t in rows(prof) if t.phase == "decode"]
+    assert len(decode) == 36 and all(t.kernels == len(STEP) for t in decode)
+    assert max(t.end_ns - t.start_ns for t in decode) < 1_000_000   # no step holds the wait
+    assert all(t.api_calls == len(STEP) + 1 and t.memcpy_count == 1 for t in decode)

@@ -133,6 +133,10 @@ class NativeRun:
         """End the binary (the session stops); :meth:`run` returns its status."""
         self._stop.set()
 
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
     def toggle_pause(self) -> str:
         if self.proc is None or self.proc.returncode is not None:
             return "the program has ended"

@@ -113,4 +113,9 @@ class NativeSide:
             self.run_.stop()
 
     def toggle_pause(self) -> str:
-        return self.run_.toggle_pause() if self.run_ is not None else "the program has not started"
+        if self.run_ is None:
+            return "the program has not started"
+        msg = self.run_.toggle_pause()
+        status = self.session.prof.status
+        status.state = "paused" if self.run_.paused else "running"
+        return msg

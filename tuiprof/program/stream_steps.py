@@ -33,6 +33,7 @@ SEARCH_EVERY_S = 1.0      # at most one search per second while none is found
 MIN_NEW = 64              # new kernels before another search
 LAUNCHES = 65_536         # launch times kept (correlation id -> API start)
 MAX_PENDING = 200_000     # kernels of the loop's stream waiting for a boundary
+IDLE_STEPS = 10           # a gap after a step longer than this many median steps ends it early
 
 
 class StreamSteps:
@@ -134,7 +135,12 @@ class StreamSteps:
         steps = res.steps if final else res.steps[:-1]  # the last may still grow
         for s in steps:
             start = self._boundary(pend, s.first)
-            end = self._boundary(pend, s.end) if s.end < len(pend) else self._last_end(pend)
+            if s.end < len(pend):
+                end = self._boundary(pend, s.end)
+                if self._idle_after(pend, s, end):  # the program paused after this step
+                    end = self._last_end(pend[:s.end])
+            else:
+                end = self._last_end(pend)
             if start < self._watermark:   # windows were cut there already
                 continue
             self._windows(start, final=True)  # records before the step (loading): windows
@@ -156,6 +162,12 @@ class StreamSteps:
             self.loop = None
             self._pending = []
             self._describe()
+
+    def _idle_after(self, ks: list, s, next_start: int) -> bool:
+        """The next step begins long after this one's last kernel (over IDLE_STEPS median
+        steps): the program waited (between requests, for input); that wait is no step's."""
+        durs = sorted(self._durations)
+        return bool(durs) and next_start - ks[s.end - 1][1] > IDLE_STEPS * durs[len(durs) // 2]
 
     def _last_end(self, ks: list) -> int:
         """The end of the program's last step: after its last kernel, the records that follow

@@ -8,6 +8,7 @@
  *   driver wait SCRIPT PER_BUF       emit, say "waiting", exit 5 at SIGINT
  *   driver deaf SCRIPT PER_BUF       emit, say "waiting", ignore SIGINT until killed
  *   driver spawn SCRIPT PER_BUF      emit, run "driver run SCRIPT PER_BUF 0" as a child, exit 0
+ *   driver drip PREFIX N PER_BUF MS  emit PREFIX.0 .. PREFIX.N-1, one every MS ms (a live run)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -40,6 +41,20 @@ int main(int argc, char **argv) {
     }
     const char *cupti = getenv("TUIPROF_NATIVE_CUPTI");
     void *c = cupti ? dlopen(cupti, RTLD_NOW) : NULL;  /* the library's own handle */
+    if (c && !strcmp(mode, "drip")) {
+        int (*emit)(const char *, int) = (int (*)(const char *, int))dlsym(c, "fake_cupti_emit");
+        int (*flush)(unsigned) = (int (*)(unsigned))dlsym(c, "cuptiActivityFlushAll");
+        char path[4096];
+        for (int i = 0; i < atoi(argv[3]); i++) {
+            snprintf(path, sizeof path, "%s.%d", argv[2], i);
+            emit(path, atoi(argv[4]));
+            flush(0);  /* what CUPTI's flush period does */
+            printf("driver: chunk %d\n", i);
+            fflush(stdout);
+            usleep(atoi(argv[5]) * 1000);
+        }
+        leave(0);
+    }
     if (c) {
         void (*report)(void) = (void (*)(void))dlsym(c, "fake_cupti_report");
         int (*emit)(const char *, int) = (int (*)(const char *, int))dlsym(c, "fake_cupti_emit");
