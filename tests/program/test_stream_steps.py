@@ -152,3 +152,28 @@ def test_a_pause_between_steps_is_no_steps_time(prof):
     assert len(decode) == 36 and all(t.kernels == len(STEP) for t in decode)
     assert max(t.end_ns - t.start_ns for t in decode) < 1_000_000   # no step holds the wait
     assert all(t.api_calls == len(STEP) + 1 and t.memcpy_count == 1 for t in decode)
+
+
+def test_a_python_program_in_windows_hears_of_the_loop_in_its_kernels(prof):
+    """The detector on a Python program that marks no steps: its windows' kernels (the raw
+    ring) are searched, and the no-step-boundaries finding says what a step would be."""
+    from tuiprof.analysis import find
+    from tuiprof.program.steps import WINDOW
+
+    prof.store.meta.update({"source": "program", "step_source": "windows", "window_ms": 2})
+    rec = StepRecorder(prof, sources=("windows",))
+    s = Stream()
+    s.step(PREFILL)
+    for _ in range(40):
+        s.step(STEP)
+    t0 = s.records[0][2]
+    for w in range(8):                     # 8 windows of 2 ms over the run
+        step = rec.begin("windows", WINDOW, start_ns=t0 + w * 2_000_000)
+        rec.end("windows", end_ns=t0 + (w + 1) * 2_000_000 - 1, step=step)
+    rec.close()
+    prof.store.add_records(s.records)
+    f = next(f for f in find(prof.store.view()) if f.id == "no-step-boundaries")
+    loop = f.numbers["kernel_loop"]
+    assert loop["kernels_per_step"] == len(STEP) and loop["confidence_label"] == "high"
+    assert f"its kernels repeat a loop of {len(STEP)} kernels" in f.evidence
+    assert "docs/native.md" in f.advice
