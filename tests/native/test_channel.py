@@ -45,7 +45,7 @@ class Capture:
 
 def _collector(native, store, **kw) -> NativeCollector:
     c = NativeCollector(store, cupti_lib=str(native.fake), include=str(native.build.cupti.include),
-                        name="driver", **kw)
+                        program="driver", **kw)
     c.start()
     return c
 
@@ -144,7 +144,7 @@ def test_a_cupti_refusal_is_one_line_and_the_rest_is_collected(native, tmp_path)
 
 def test_libcupti_that_does_not_load_is_one_line(native, tmp_path):
     store = SessionStore()
-    c = NativeCollector(store, cupti_lib="/nonexistent/libcupti.so.13", name="driver")
+    c = NativeCollector(store, cupti_lib="/nonexistent/libcupti.so.13", program="driver")
     c.start()
     s = Script()
     s.kernel("k", 10, 20, 1)

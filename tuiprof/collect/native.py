@@ -68,14 +68,19 @@ class ChannelError(RuntimeError):
 
 
 class NativeCollector:
-    """Receives a native program's CUPTI buffers and folds them into ``store``."""
+    """Receives a native program's CUPTI buffers and folds them into ``store``.
+
+    A collector (:mod:`tuiprof.collect.base`): its state is the session's CUPTI state
+    (``name``), since it is CUPTI, in another process; ``cost_s`` is the parsing and folding."""
+
+    name = "cupti"
 
     def __init__(self, store: SessionStore, *, cupti_lib: str, include: str | None = None,
                  sink: MarkerSink | None = None, nvtx: bool = False, api: bool = True,
                  memory: bool = True,
                  buffer_bytes: int = BUFFER_BYTES, max_buffers: int = MAX_BUFFERS,
                  flush_period_ms: int = FLUSH_PERIOD_MS, exit_wait_ms: int = EXIT_WAIT_MS,
-                 name: str = "the program") -> None:
+                 program: str = "the program") -> None:
         self.store = store
         self.cupti_lib = str(cupti_lib)
         self.sink = sink   # every parsed buffer's markers and records go through it
@@ -83,7 +88,7 @@ class NativeCollector:
         self.api, self.memory = api, memory
         self.buffer_bytes, self.max_buffers = int(buffer_bytes), int(max_buffers)
         self.flush_period_ms, self.exit_wait_ms = int(flush_period_ms), int(exit_wait_ms)
-        self.name = name
+        self.program = program      # the binary's name, in messages
         ids: dict = {}
         if include is not None:
             from ..native.build import callback_ids  # noqa: PLC0415
@@ -147,6 +152,10 @@ class NativeCollector:
             env["NVTX_INJECTION64_PATH"] = self.cupti_lib
         return env
 
+    @property
+    def cost_s(self) -> float:
+        return self.fold_s
+
     def clock(self) -> int:
         """The program's CUPTI clock, from here (CLOCK_REALTIME plus the offset it sent)."""
         return time.time_ns() + self.offset_ns
@@ -195,7 +204,7 @@ class NativeCollector:
         try:
             self._serve()
         except Exception as exc:  # never a traceback from a thread: one line, data kept
-            self._say_error(f"the channel from {self.name} broke: {safe_text(exc, 160)}")
+            self._say_error(f"the channel from {self.program} broke: {safe_text(exc, 160)}")
         finally:
             self.closed.set()
 
@@ -216,7 +225,7 @@ class NativeCollector:
                     if not self._frame(self._conn):
                         self._conn_over()
                 except ChannelError as exc:
-                    self._say_error(f"the channel from {self.name} broke: {exc}")
+                    self._say_error(f"the channel from {self.program} broke: {exc}")
                     self._conn_over()
             now = time.monotonic()
             if self.sink is not None and now - tick >= 0.5:  # held records whose time came
@@ -228,7 +237,7 @@ class NativeCollector:
         if conn is not None:
             conn.close()
         if not self.ended.is_set() and self.connected.is_set():
-            self.store.add_event("cupti", f"{self.name} ended without tuiprof's exit flush "
+            self.store.add_event("cupti", f"{self.program} ended without tuiprof's exit flush "
                                  "(killed, _exit or a crash): its last records may be missing")
         self.closed.set()
 
@@ -244,7 +253,7 @@ class NativeCollector:
                 conn.sendall(HEADER.pack(MAGIC, MSG_CONFIG, CONFIG.size)
                              + CONFIG.pack(0, 0, 0, 0, 0, 0, 0, 0))
                 self.refused_processes += 1
-                self.store.add_event("cupti", f"process {pid} (started by {self.name}) also "
+                self.store.add_event("cupti", f"process {pid} (started by {self.program}) also "
                                      "uses CUDA: not profiled (one process per session)")
         except (OSError, ChannelError, struct.error):
             pass
@@ -276,7 +285,7 @@ class NativeCollector:
             elif kind == MSG_FLUSHED:
                 self.flushed.set()
         elif kind == MSG_ERROR:
-            self._say_error(f"in {self.name}: " + safe_text(data.decode("utf-8", "replace"),
+            self._say_error(f"in {self.program}: " + safe_text(data.decode("utf-8", "replace"),
                                                             300))
         else:
             raise ChannelError(f"unknown frame type {kind}")
@@ -302,7 +311,7 @@ class NativeCollector:
         conn.sendall(HEADER.pack(MAGIC, MSG_CONFIG, len(payload)) + payload)
         self.store.meta["native"] = {"pid": pid, "cupti_version": version,
                                      "clock_offset_ns": self.offset_ns}
-        self.store.set_collector("cupti", True, f"CUPTI in {self.name} (pid {pid}, injected): "
+        self.store.set_collector("cupti", True, f"CUPTI in {self.program} (pid {pid}, injected): "
                                  "kernels, memcpy, memset, memory" + (", API subset" if self.api
                                                                        else "")
                                  + "; every step traced")
@@ -357,10 +366,10 @@ class NativeCollector:
             self.store.note_dropped(dropped)
         if refused > 0:
             self.store.add_event("cupti", f"{refused} CUPTI buffer request(s) refused in "
-                                 f"{self.name}: the session fell behind (records dropped, "
+                                 f"{self.program}: the session fell behind (records dropped, "
                                  "counted)")
         if lost > 0:
-            self.store.add_event("cupti", f"{lost} CUPTI buffer(s) of {self.name} not sent "
+            self.store.add_event("cupti", f"{lost} CUPTI buffer(s) of {self.program} not sent "
                                  "(the channel broke or the exit wait ran out)")
 
     def _say_error(self, text: str) -> None:

@@ -17,7 +17,6 @@ from ..collect.native import EXIT_WAIT_MS, NativeCollector
 from ..errors import TuiprofError
 from .launch import ProgramResult
 from .native import NativeRun, no_gpu_line
-from .stream_steps import StreamSteps
 
 if TYPE_CHECKING:
     from .session import ProgramSession
@@ -37,8 +36,10 @@ class NativeSide:
         c = self.collector
         return c.clock() if c is not None else time.time_ns()
 
-    def start(self) -> None:
-        """Build the library (a one-line TuiprofError if it cannot), start NVML and the channel."""
+    def start(self, sink) -> None:
+        """Build the library (a one-line TuiprofError if it cannot), start NVML and the channel;
+        ``sink``: the step source the parsed records go through (NVTX ranges or the kernel
+        stream's loop)."""
         s = self.session
         prof, store = s.prof, s.prof.store
         inject = prof.options.cupti
@@ -53,12 +54,11 @@ class NativeSide:
             store.meta["device_name"] = prof.nvml.info["name"]
         store.meta.setdefault("device", "cuda (the program's)")
         env: dict[str, str] = {}
+        nvtx = "nvtx" in s.sources
         if build is not None:
-            sink = s.nvtx if s.nvtx is not None else StreamSteps(s.recorder, s.window_ms,
-                                                                 meta=store.meta)
             c = NativeCollector(store, cupti_lib=str(build.cupti.lib),
-                                include=str(build.cupti.include), sink=sink,
-                                nvtx=s.nvtx is not None, name=s.spec.name)
+                                include=str(build.cupti.include), sink=sink, nvtx=nvtx,
+                                program=s.spec.name)
             try:
                 c.start()
             except OSError as exc:
@@ -67,14 +67,15 @@ class NativeSide:
                                    f"socket in {tempfile.gettempdir()}): "
                                    f"{exc.strerror or exc}") from None
             self.collector = c
+            prof.collectors["native"] = c   # stopped with the others, its cost counted
             env = c.env(str(build.path))
             store.meta["native"] = {
                 "library": str(build.path), "cuda_h": build.cuda_h,
                 "cupti": f"{build.cupti.source} {build.cupti.version}", "steps":
-                    "nvtx" if s.nvtx is not None else "auto (kernel stream), else windows"}
+                    "nvtx" if nvtx else "auto (kernel stream), else windows"}
             store.set_collector("cupti", True, "CUPTI: injected into the program at its first "
                                 "CUDA call (waiting for it)")
-            if s.nvtx is not None:
+            if nvtx:
                 store.set_collector("nvtx", True, "NVTX: steps at ranges "
                                     + ", ".join(s.step_ranges))
         c = self.collector

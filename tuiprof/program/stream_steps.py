@@ -37,7 +37,11 @@ IDLE_STEPS = 10           # a gap after a step longer than this many median step
 
 
 class StreamSteps:
-    """Decode steps found in the kernel stream, else windows; see the module docstring."""
+    """Decode steps found in the kernel stream, else windows; see the module docstring.
+    A step source (``tuiprof.program.sources``) whose marker sink the native collector feeds:
+    ``install`` has nothing to start, ``uninstall`` nothing to end (the collector drains it)."""
+
+    name = SOURCE
 
     def __init__(self, recorder: StepRecorder, window_ms: float = 100.0, *,
                  hold_s: float = HOLD_S, monotonic=time.monotonic, meta: dict | None = None) -> None:
@@ -58,6 +62,16 @@ class StreamSteps:
         self._searched_at = -1e18
         self.counts = {"decode": 0, "prefill": 0, "identical": 0, "varying": 0, "windows": 0}
         self._durations: deque = deque(maxlen=64)   # recent decode steps' lengths (ns)
+
+    @property
+    def markers(self) -> "StreamSteps":
+        return self
+
+    def install(self) -> None:
+        pass
+
+    def uninstall(self) -> None:
+        pass
 
     # ------------------------------------------------------------------- sink
     def feed(self, markers: list, records: list) -> list:
@@ -247,3 +261,10 @@ def _record_end(rec: tuple) -> int:
     if kind in ("R", "C"):
         return rec[3] if kind == "R" else rec[4]
     return record_start(rec)
+
+
+def make(session) -> StreamSteps | None:
+    """For a native program whose steps are not NVTX ranges (``--step-range``)."""
+    if session.step_ranges:
+        return None
+    return StreamSteps(session.recorder, session.window_ms, meta=session.prof.store.meta)
