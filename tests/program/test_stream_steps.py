@@ -44,6 +44,14 @@ class Stream:
         self.t += 4_000
 
 
+def auto_sink(prof, window_ms=100.0, **kw):
+    """The native session's step source over ``prof``, on a clock the test moves."""
+    clock = [0.0]
+    rec = StepRecorder(prof, sources=("auto", "windows"))
+    return clock, StreamSteps(rec, window_ms, monotonic=lambda: clock[0], meta=prof.store.meta,
+                              **kw)
+
+
 def feed_all(prof, sink, records, chunk=300, clock=None, tick=0.5):
     store = prof.store
     for i in range(0, len(records), chunk):
@@ -55,9 +63,8 @@ def feed_all(prof, sink, records, chunk=300, clock=None, tick=0.5):
 
 
 def test_a_decode_loop_becomes_exact_steps(prof):
-    rec = StepRecorder(prof, sources=("auto", "windows"))
-    clock = [0.0]
-    sink = StreamSteps(rec, 100.0, monotonic=lambda: clock[0], meta=prof.store.meta)
+    clock, sink = auto_sink(prof, 100.0)
+    rec = sink.recorder
     s = Stream()
     for _ in range(10):
         s.kernel("init_weights", 1_000)
@@ -82,9 +89,7 @@ def test_a_decode_loop_becomes_exact_steps(prof):
 
 
 def test_records_are_folded_as_steps_close_not_at_the_end(prof):
-    rec = StepRecorder(prof, sources=("auto", "windows"))
-    clock = [0.0]
-    sink = StreamSteps(rec, 100.0, monotonic=lambda: clock[0], meta=prof.store.meta)
+    clock, sink = auto_sink(prof, 100.0)
     s = Stream()
     s.step(PREFILL)
     for _ in range(30):
@@ -97,13 +102,11 @@ def test_records_are_folded_as_steps_close_not_at_the_end(prof):
 
 
 def test_no_loop_means_windows_on_the_records_clock(prof):
-    rec = StepRecorder(prof, sources=("auto", "windows"))
-    clock = [0.0]
-    sink = StreamSteps(rec, 10.0, hold_s=0.05, monotonic=lambda: clock[0], meta=prof.store.meta)
+    clock, sink = auto_sink(prof, 10.0, hold_s=0.05)
     rnd = random.Random(5)
     s = Stream()
     for i in range(3000):                 # 100 ms of kernels with no repeating sequence ...
-        s.kernel(rnd.choice("abcdefghijklmnop"), 30_000 if i == 1500 else 30_000)
+        s.kernel(rnd.choice("abcdefghijklmnop"), 30_000)
     s.t += 10_000_000_000                 # ... then 10 s idle ...
     for i in range(300):                  # ... then 10 ms more
         s.kernel(rnd.choice("abcdefghijklmnop"), 30_000)
@@ -117,9 +120,7 @@ def test_no_loop_means_windows_on_the_records_clock(prof):
 
 
 def test_windows_until_the_loop_shows_then_its_steps(prof):
-    rec = StepRecorder(prof, sources=("auto", "windows"))
-    clock = [0.0]
-    sink = StreamSteps(rec, 20.0, hold_s=0.1, monotonic=lambda: clock[0], meta=prof.store.meta)
+    clock, sink = auto_sink(prof, 20.0, hold_s=0.1)
     rnd = random.Random(2)
     s = Stream()
     for _ in range(4000):                 # 400 ms of loading kernels: windows

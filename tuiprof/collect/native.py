@@ -122,7 +122,6 @@ class NativeCollector:
         self.records = 0
         self.kernels = 0
         self.fold_s = 0.0
-        self.callback_s = 0.0
         self._last = (0, 0, 0, 0, 0)  # STATS seen last
         self.running = False
 

@@ -21,7 +21,7 @@ import time
 from bisect import bisect_left
 from collections import OrderedDict, deque
 
-from ..analysis.period import DECODE, PREFILL, Cut, Loop, cut, detect
+from ..analysis.period import DECODE, Cut, Loop, cut, detect
 from ..store.records import record_start
 from .steps import WINDOW, StepRecorder
 
