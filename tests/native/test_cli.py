@@ -165,6 +165,14 @@ def test_what_cannot_run_is_one_line(tmp_path, what, says):
     assert len(lines) == 1 and says in lines[0], proc.stderr
 
 
+def test_python_only_step_options_are_refused_with_a_binary(tmp_path):
+    proc, doc = tuiprof(tmp_path, "/bin/true", options=("--step-function", "m:f"))
+    assert proc.returncode == 2 and doc is None
+    assert proc.stderr.strip() == ("tuiprof: --step-function applies to Python programs; a "
+                                   "native program's steps come from --step-range or its "
+                                   "kernel stream (docs/native.md)")
+
+
 def test_no_compiler_is_one_line(tmp_path):
     bare = tmp_path / "bin"
     bare.mkdir()

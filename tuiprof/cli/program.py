@@ -47,7 +47,7 @@ def check_options(args: argparse.Namespace, defaults: dict) -> None:
         raise TuiprofError("--in-process: a program runs on the session process's main thread "
                            "(its signals behave as usual there); drop --in-process")
     for o in OPTIONS:
-        why = o.check(getattr(args, o.dest)) if o.check is not None else ""
+        why = o.problem(getattr(args, o.dest))
         if why:
             raise TuiprofError(f"{o.flag} {why}")
 
@@ -86,9 +86,22 @@ def program_options(args: argparse.Namespace, headless: bool):
 
 
 def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
-    """A native program's injection library, built now (cached after the first time): a
-    missing compiler or missing headers is one line before anything starts."""
-    if spec.kind == "native" and not args.no_cupti:
+    """A native program: refuse the options of step sources that only see Python programs,
+    and build its injection library now (cached after the first time): a missing compiler or
+    missing headers is one line before anything starts."""
+    if spec.kind != "native":
+        return
+    from ..program.sources import STEP_SOURCES  # noqa: PLC0415
+
+    for src in STEP_SOURCES:
+        for o in src.options:
+            # --window-ms also sizes the windows a native program falls back to
+            if "native" not in src.programs and o.dest != "window_ms" \
+                    and getattr(args, o.dest) != o.default:
+                raise TuiprofError(f"{o.flag} applies to Python programs; a native program's "
+                                   "steps come from --step-range or its kernel stream "
+                                   "(docs/native.md)")
+    if not args.no_cupti:
         from ..native.build import build  # noqa: PLC0415
 
         build()
