@@ -149,7 +149,8 @@ def overhead(results, args, binary, out):
                 _, fig = program_line(p.stdout)
                 alone.append(fig)
             else:
-                p, _ = tuiprof(out / f"overhead_{r}.json", binary, str(args.overhead_steps))
+                p, _ = tuiprof(Path(f"/tmp/tuiprof_native_overhead_{r}.json"), binary,
+                               str(args.overhead_steps))
                 _, fig = program_line(p.stdout)
                 under.append(fig)
     res = {}
@@ -169,18 +170,22 @@ def overhead(results, args, binary, out):
 def live(results, args, binary, out):
     t = args.tmux.split()
     sess = "tpnative"
-    exp = out / "live"
+    exp = Path("/tmp/tuiprof_native_live")
     exp.mkdir(exist_ok=True)
     subprocess.run([*t, "kill-session", "-t", sess], capture_output=True)
     cmd = (f"cd {REPO} && {sys.executable} -m tuiprof run --export-dir {exp} -- {binary} "
            f"{args.live_steps} --sleep-us 300; sleep 30")
     subprocess.run([*t, "new-session", "-d", "-s", sess, "-x", "200", "-y", "50", cmd], check=True)
 
+    screens = out / "native_live.txt"   # every capture, one after the other
+    screens.write_text("")
+
     def cap(name, wait):
         time.sleep(wait)
         text = subprocess.run([*t, "capture-pane", "-p", "-t", sess], capture_output=True,
                               text=True).stdout
-        (out / f"native_live_{name}.txt").write_text(text)
+        with screens.open("a") as fh:
+            fh.write(f"===== {name}\n{text}\n")
         return text
 
     def key(k):
@@ -270,7 +275,8 @@ def main() -> int:
             if "nsys" in only and args.nsys:
                 nsys_compare(results, args, binary, args.steps, doc, out)
     if "nvtx" in only:
-        proc, doc = tuiprof(out / "nvtx.json", binary, str(args.steps), "--nvtx",
+        proc, doc = tuiprof(Path("/tmp/tuiprof_native_nvtx.json"), binary, str(args.steps),
+                            "--nvtx",
                             options=("--ring-tokens", str(args.steps + 8), "--step-range",
                                      "decode", "--step-range", "prefill"))
         if doc is None:

@@ -7,8 +7,9 @@
 #
 #   bash bench/verify_native.sh
 #
-# Everything lands in $OUT: verify_native.json (every figure and check), the snapshots, the
-# nsys CSV, the tmux captures (native_live_*.txt), verify_native.txt (this script's output).
+# Six files land in $OUT: verify_native.json (every figure and check), verify_native.txt (this
+# script's output), steps.json (the snapshot of the auto-steps run) and steps_stdout.txt,
+# nsys_kern_sum.csv, native_live.txt (the tmux captures, one after the other).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
