@@ -79,6 +79,8 @@ class SessionServer:
             prof.status.message = msg
             return msg
         if op == "stop":
+            if program is not None:  # a native program's child process ends with the session
+                program.stop_program()
             prof.stop(*args)
             return None
         if op == "busy":
