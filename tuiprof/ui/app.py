@@ -29,6 +29,7 @@ from textual.containers import Container
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
+from textual.worker import Worker, WorkerState
 
 from ..control import SessionControl
 from ..errors import one_line
@@ -172,6 +173,7 @@ class TuiprofApp(App):
         self._findings_busy = False
         self._findings_token = 0
         self._quitting = False
+        self._exit_args: dict | None = None   # the stop worker's result, for the exit
         self._main: MainScreen | None = None
         self.view: Any = None
         self._program_ended = False
@@ -667,7 +669,16 @@ class TuiprofApp(App):
             name = signal.Signals(self._signalled[0]).name
             msg = f"tuiprof: {name}: session stopped" + (f"; {msg[9:]}" if msg else "")
         code = 128 + self._signalled[0] if self._signalled else 0
-        self.exit(result=m.snapshot, return_code=code, message=msg or None)
+        self._exit_args = dict(result=m.snapshot, return_code=code, message=msg or None)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Quit once the stop worker has finished, not when its message arrives: the message
+        is posted from the worker's thread before the worker is done, and exiting then
+        cancels it."""
+        if (event.worker.group == "quit" and event.state in (WorkerState.SUCCESS,
+                                                             WorkerState.ERROR)
+                and self._exit_args is not None):
+            self.exit(**self._exit_args)
 
     # ------------------------------------------------------------------ palette
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
