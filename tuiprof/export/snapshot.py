@@ -50,7 +50,7 @@ META_KEYS = frozenset({
     "measured_peaks", "startup", "program", "step_source", "step_sources", "window_ms",
     "step_range",
     "rank", "world_size", "local_rank", "tp", "backend", "clock_sync", "lockstep", "tp_shard",
-    "model_params",
+    "model_params", "test_tp_delay",
     "max_batch", "step_time_sources",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
@@ -230,7 +230,7 @@ def world_meta(rv: RanksView) -> dict:
 
 def default_rank_findings(rv: RanksView) -> list:
     """``tuiprof.analysis.cross_rank.find_ranks(rv)``, or ``[]`` when it fails."""
-    return _findings("..analysis.ranks", "find_ranks", rv)
+    return _findings("..analysis.cross_rank", "find_ranks", rv)
 
 
 def ranks_snapshot_dict(rv: RanksView, findings: Iterable | None = None,

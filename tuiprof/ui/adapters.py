@@ -97,7 +97,7 @@ def findings(view: Any) -> tuple[list, str]:
 
 
 def ranks_summary(ranks: Any) -> Any | None:
-    """``analysis.ranks.ranks_summary`` of a RanksView, or None."""
+    """``analysis.cross_rank.ranks_summary`` of a RanksView, or None."""
     fn = _get("tuiprof.analysis.cross_rank", "ranks_summary")
     if fn is None:
         return None
@@ -108,17 +108,40 @@ def ranks_summary(ranks: Any) -> Any | None:
 
 
 def rank_findings(ranks: Any) -> tuple[list, Any]:
-    """Cross-rank findings and the summary they come from (``analysis.ranks``), or
-    ``([], None)`` when the analysis is missing or fails."""
+    """Cross-rank findings and the summary they come from (``analysis.cross_rank``); a summary
+    whose findings failed comes with none, and ``([], None)`` when the summary itself is
+    missing or fails (a bug in analysis must not take the UI down)."""
     summarize = _get("tuiprof.analysis.cross_rank", "ranks_summary")
     find = _get("tuiprof.analysis.cross_rank", "find_ranks")
     if summarize is None or find is None:
         return [], None
     try:
         summary = summarize(ranks)
-        return list(find(ranks, summary)), summary
-    except Exception:  # a bug in analysis must not take the UI down
+    except Exception:
         return [], None
+    try:
+        return list(find(ranks, summary)), summary
+    except Exception:
+        return [], summary
+
+
+def comm_split(summary: Any, rank: int) -> dict | None:
+    """``analysis.cross_rank.comm_split`` (the kernels pane's NCCL split), or None."""
+    fn = _get("tuiprof.analysis.cross_rank", "comm_split")
+    if fn is None or summary is None:
+        return None
+    try:
+        return fn(summary, rank)
+    except Exception:
+        return None
+
+
+def rank_help() -> str:
+    """The one line that defines the cross-rank words (``analysis.cross_rank.HELP_LINE``)."""
+    try:
+        return str(importlib.import_module("tuiprof.analysis.cross_rank").HELP_LINE)
+    except Exception:
+        return ""
 
 
 def diff_modes(view: Any, a: str = "eager", b: str = "compiled") -> Any | None:

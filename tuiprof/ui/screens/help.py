@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from .. import adapters
 from ..actions import ACTIONS, key_label
 
 
@@ -56,6 +57,12 @@ class HelpScreen(ModalScreen):
             "4 allocations: cudaMalloc/cudaFree and the PyTorch caching allocator\n"
             "5 findings: ranked findings from the analysis\n"
             "Below about 150×40 the panes become tabs: tab / 1–5 switch."))
+        words = adapters.rank_help()
+        if words:
+            body.add_row(Text(""))
+            body.add_row(Text("Across ranks (a, the kernels pane's NCCL split, --headless --tp)",
+                              "bold underline"))
+            body.add_row(Text(words))
         body.add_row(Text(""))
         body.add_row(Text("UI cost", "bold underline"))
         if s.get("hidden"):
