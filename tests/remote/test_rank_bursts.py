@@ -56,14 +56,15 @@ def test_bursts_arriving_in_a_different_order_on_each_rank_fill_the_split_and_st
         rv = RanksView(tuple(m.view() for m in mirrors))
         s = ranks_summary(rv, "eager")
         shown = newer_rank_analysis(shown, (s, []))
-        history.append((step, s.steps, shown[0].steps))
+        history.append((step, s.steps, shown[0].steps, s.late_basis))
         if filled_at is None and shown[0].steps:
             filled_at = step
     # rank 1's first burst arrives at step 8: the split fills then, with all four steps
     assert filled_at == 5 + LAG[1]
     assert dict((h[0], h[1]) for h in history)[filled_at] == 4
-    # until then rank 0's traced steps alone give no split
+    # until then rank 0's traced steps alone give no split, and the view says why
     assert all(h[1] == 0 for h in history if h[0] < filled_at)
+    assert history[5][3] == "no step traced on every rank yet (traced steps per rank: 4, 0)"
     # the ring holds 8 tokens: the first burst left it by step 14, yet its steps stay
     assert all(h[1] == 4 for h in history if filled_at <= h[0] < 43)
     # the second burst: compared as soon as rank 1's records arrive, 8 steps of both

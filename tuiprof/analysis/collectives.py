@@ -121,6 +121,7 @@ class Collectives:
     steps: list               # per rank: [StepFigures, ...] in ``keys`` order
     incomplete: int           # calls some rank has no kernel for
     by_kernel: list = field(default_factory=list)   # per rank: raw name -> [transfer, wait, n]
+    traced: tuple = ()        # per rank: its traced steps of the mode in the raw window
 
     @property
     def complete(self) -> list:
@@ -374,4 +375,5 @@ def collectives(views: Sequence, mode: str, offsets: Sequence[int] | None = None
         calls += step_calls
         for r in range(n):
             steps[r].append(_figures(key, rs[r], step_calls, r))
-    return Collectives(mode, n, keys, calls, steps, incomplete, by_kernel)
+    return Collectives(mode, n, keys, calls, steps, incomplete, by_kernel,
+                       tuple(len(d) for d in per_rank))

@@ -257,6 +257,9 @@ def _late_rank(ranks: list, comm: Collectives | None, skew: StepSkew | None
                       f"(most often rank {top.rank}: {top.late_share or 0:.0%})")
     if comm is not None and comm.keys:
         return None, "no collective call matched on every rank"
+    if comm is not None and any(comm.traced):
+        return None, ("no step traced on every rank yet (traced steps per rank: "
+                      + ", ".join(map(str, comm.traced)) + ")")
     if skew is not None and skew.steps and len(ranks) > 1:
         top = int(np.argmax(skew.last_counts))
         if (skew.last_counts[top] >= LAST_SHARE * skew.steps

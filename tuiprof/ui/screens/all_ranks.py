@@ -20,6 +20,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from ... import errors
 from .. import adapters
 
 
@@ -31,10 +32,11 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.0f}%"
 
 
-def render_ranks(light: Any, split: Any, selected: int) -> Any:
+def render_ranks(light: Any, split: Any, selected: int, no_kernels: str = "") -> Any:
     """The comparison, one column per rank (fits 80 columns up to 8 ranks): ``light`` (a
     RanksSummary of the views, no raw records) for the timing, ``split`` (from raw records,
-    may be None) for compute / transfer / wait / idle and the late rank."""
+    may be None) for compute / transfer / wait / idle and the late rank; ``no_kernels``: why
+    this session has no kernel records at all ("" when it has or may have)."""
     if light is None or light.mode is None:
         return Text("no decode steps yet", "dim")
     ok = split is not None and split.mode == light.mode and split.steps
@@ -74,7 +76,8 @@ def render_ranks(light: Any, split: Any, selected: int) -> Any:
     row("DRAM util %", ["–" if r.dram_util is None else f"{r.dram_util:.0f}" for r in ranks])
     if ok:
         (c0, s0), (c1, s1) = split.step_range
-        steps = f"steps {s0}–{s1}" + (f" of cycle {c1}" if c0 == c1 else f" (cycles {c0}–{c1})")
+        steps = (f"steps {s0}–{s1} of cycle {c0}" if c0 == c1 else
+                 f"cycle {c0} step {s0} to cycle {c1} step {s1}")
         head = (f"{light.mode} decode · per step: means over {split.steps} steps traced on every "
                 f"rank ({steps}) · ms/step: median of all decode steps")
     else:
@@ -117,7 +120,9 @@ def render_ranks(light: Any, split: Any, selected: int) -> Any:
     res = clock.get("residual_ns")
     info.append(f"clocks: residual {('%d ns' % res) if res is not None else 'unknown'}, "
                 f"{'aligned' if clock.get('applied') else 'one clock, not shifted'}\n", "dim")
-    if not ok:
+    if not ok and no_kernels:
+        info.append(f"compute / transfer / wait need kernel records: {no_kernels}\n", "dim")
+    elif not ok:
         info.append("compute / transfer / wait: waiting for steps traced on every rank (kernels "
                     "are traced in bursts; the status line's “traced:” says how often)\n", "dim")
     help_line = adapters.rank_help()
@@ -125,6 +130,15 @@ def render_ranks(light: Any, split: Any, selected: int) -> Any:
         info.append(help_line, "dim italic")
     lines.append(info)
     return Group(*lines)
+
+
+def _no_kernels(views: Any) -> str:
+    """Why no rank can have kernel records (CUPTI off or failed), or ""."""
+    for v in getattr(views, "views", ()):
+        if not v.kernels_traced:
+            cupti = v.collectors.get("cupti") or {}
+            return errors.safe_text(cupti.get("message") or "CUPTI is off", 160)
+    return ""
 
 
 class RanksScreen(Screen):
@@ -153,7 +167,7 @@ class RanksScreen(Screen):
             return
         light = adapters.ranks_summary(views)
         split, cross = analysis if analysis is not None else (None, None)
-        table.update(render_ranks(light, split, selected))
+        table.update(render_ranks(light, split, selected, _no_kernels(views)))
         if cross is None:
             cross, _ = adapters.rank_findings(views)
         t = Text()
