@@ -7,6 +7,8 @@ import signal
 import sys
 from pathlib import Path
 
+from ..phases import MODES
+
 
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP before a command installs its own handler (e.g. while importing torch)."""
@@ -115,7 +117,7 @@ def print_summary(view, prof=None) -> None:
     for key in view.config_keys:
         sub = view.select(key)
         dec = [t for t in sub.tokens if t.phase == "decode" and t.done and not t.apart]
-        for mode in ("eager", "compiled"):
+        for mode in MODES:
             ts = [t for t in dec if t.mode == mode]
             if not ts:
                 continue

@@ -127,8 +127,6 @@ def comm_lines(rows: list[KernelRow], ctx: RefreshContext, mode: str, phase: str
 
 class KernelsPane(Pane):
     PANE_TITLE = "top kernels"
-    TAB_TITLE = "kernels"
-    PANE_KEY = "2"
     DEFAULT_CSS = """
     KernelsPane #kernels-caption { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     KernelsPane #kernels-comm { display: none; height: auto; max-height: 2; }
