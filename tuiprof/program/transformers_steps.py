@@ -39,7 +39,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from .import_hooks import PostImport
+from .import_hooks import Patches
 from .steps import DECODE, PREFILL, StepRecorder
 
 GENERATION = "transformers.generation.utils"
@@ -56,38 +56,22 @@ class TransformersSteps:
     def __init__(self, recorder: StepRecorder, describe: Callable[[Any], None] | None = None) -> None:
         self.recorder = recorder
         self.describe = describe or (lambda model: None)  # called once per model seen
-        self._restore: list[tuple[Any, str, Any]] = []
-        self._finder: PostImport | None = None
+        self._patches = Patches()
         self._local = threading.local()
         self._seen: set[int] = set()
 
     # ----------------------------------------------------------------- install
     def install(self) -> None:
         """Patch now what is imported, and the rest when the program imports it."""
-        hooks = {GENERATION: self._patch_generate, LOGITS: self._patch_logits,
-                 BATCHING: self._patch_batching}
-        for name, patch in hooks.items():
-            mod = sys.modules.get(name)
-            if mod is not None:
-                patch(mod)
-        self._finder = PostImport({n: p for n, p in hooks.items() if n not in sys.modules})
-        sys.meta_path.insert(0, self._finder)
+        self._patches.on_import({GENERATION: self._patch_generate, LOGITS: self._patch_logits,
+                                 BATCHING: self._patch_batching})
 
     def uninstall(self) -> None:
         """Restore every patched attribute and drop the import hook."""
-        if self._finder is not None:
-            try:
-                sys.meta_path.remove(self._finder)
-            except ValueError:
-                pass
-            self._finder = None
-        for owner, name, orig in reversed(self._restore):
-            setattr(owner, name, orig)
-        self._restore.clear()
+        self._patches.restore()
 
     def _replace(self, owner: Any, name: str, new: Any) -> None:
-        self._restore.append((owner, name, owner.__dict__[name]))
-        setattr(owner, name, new)
+        self._patches.replace(owner, name, new)
 
     def _patch_generate(self, mod: Any) -> None:
         cls = getattr(mod, "GenerationMixin", None)
