@@ -179,7 +179,9 @@ class TuiprofApp(App):
         self._program_ended = False
         self._keys = {k: a.action for a in ACTIONS for k in a.key.split(",")}
         self.rank = 0                   # the rank every pane shows (sessions of several ranks)
-        self.rank_analysis: Any = None  # (summary, findings) across ranks (findings worker)
+        # (summary, findings) across ranks (findings worker): the latest that had steps traced
+        # on every rank, kept while newer pulls have none (bursts come every few seconds)
+        self.rank_analysis: Any = None
 
     # ------------------------------------------------------------------ lifecycle
     def get_default_screen(self) -> Screen:
@@ -321,7 +323,7 @@ class TuiprofApp(App):
         changed = force or sig != self._sig
         self._sig = sig
         ctx = RefreshContext(status=status, mode=status.mode, deterministic=self.deterministic,
-                             changed=changed)
+                             changed=changed, **self._rank_context())
         screen = self.screen
         main = self.main
         with self.batch_update():
@@ -349,6 +351,15 @@ class TuiprofApp(App):
         rs["mean_ms"] = rs["total_ms"] / rs["count"]
         rs["max_ms"] = max(rs["max_ms"], dt)
 
+    def _rank_context(self) -> dict:
+        """What the panes get of the cross-rank analysis (a session of several ranks)."""
+        ranks = self.ranks
+        if ranks is None:
+            return {}
+        summary = self.rank_analysis[0] if self.rank_analysis is not None else None
+        return {"ranks": ranks.world_size, "rank": self.rank,
+                "comm_split": adapters.comm_split(summary, self.rank)}
+
     def _analyse(self) -> tuple[list, str, Any]:
         """Findings of the selected rank (and across ranks) and the cross-rank summary."""
         ranks = self.ranks
@@ -359,7 +370,9 @@ class TuiprofApp(App):
         rv = ranks.views(raw=True, raw_tokens=FINDINGS_RAW_TOKENS)
         found, msg = adapters.findings(rv[self.rank])
         cross, summary = adapters.rank_findings(rv)
-        return cross + found, msg, (summary, cross) if summary is not None else None
+        kept = newer_rank_analysis(self.rank_analysis,
+                                   (summary, cross) if summary is not None else None)
+        return (kept[1] if kept is not None else []) + found, msg, kept
 
     def _maybe_findings(self, sig: tuple, sync: bool) -> None:
         if sync:
@@ -388,7 +401,7 @@ class TuiprofApp(App):
     def on_tuiprof_app_findings_ready(self, m: "TuiprofApp.FindingsReady") -> None:
         self._findings_busy = False
         if m.token == self._findings_token:
-            self.rank_analysis = m.summary
+            self.rank_analysis = newer_rank_analysis(self.rank_analysis, m.summary)
             self.main.query_one(FindingsPane).set_findings(m.found, m.message)
 
     def _notice_program_end(self, status: Any) -> None:
@@ -531,7 +544,8 @@ class TuiprofApp(App):
     def _show_one(self, p: Pane) -> None:
         view = self.view if self.view is not None else self.store.view(raw=False)
         p.show(view, RefreshContext(status=self.control.status, mode=self.control.status.mode,
-                                    deterministic=self.deterministic, changed=True))
+                                    deterministic=self.deterministic, changed=True,
+                                    **self._rank_context()))
 
     def action_next_pane(self) -> None:
         self._step_pane(1)
@@ -730,6 +744,17 @@ def run_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path
         except Exception:
             pass
     return int(app.return_code or 0)
+
+
+def newer_rank_analysis(old: Any, new: Any) -> Any:
+    """The cross-rank analysis to show: ``new`` unless it has no step traced on every rank
+    while ``old`` (of the same mode) has: the ranks' raw records of a burst leave their stores
+    after a while, and the split of the latest burst stays the one to show until the next."""
+    if new is None:
+        return old
+    if old is None or new[0].steps or old[0].mode != new[0].mode or not old[0].steps:
+        return new
+    return old
 
 
 def is_rank_set_view(view: Any) -> bool:
