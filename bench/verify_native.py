@@ -231,6 +231,71 @@ def nsys_compare(results, args, binary, steps, doc, out):
     kernel_checks(results, res)
 
 
+def nsys_repeat(results, args, binary, out):
+    """tuiprof and nsys each run ``--repeat`` times, alternating: per kernel, each tool's mean
+    in every run, the spread of each tool's own runs, and the ratio of the two tools' medians.
+    Two profilers cannot trace one run, so a ratio from one run of each mixes measurement with
+    run-to-run change; the spread of nsys's own runs says how much of that change there is."""
+    per = {"tuiprof": [], "nsys": []}
+    for r in range(args.repeat):
+        for tool in (("tuiprof", "nsys") if r % 2 == 0 else ("nsys", "tuiprof")):
+            if tool == "tuiprof":
+                _, doc = tuiprof(Path(f"/tmp/tuiprof_native_rep_{r}.json"), binary,
+                                 str(args.steps), options=("--ring-tokens", "8"))
+                means = {}
+                for k in (doc or {}).get("kernels", []):
+                    c = means.setdefault(base_name(k.get("demangled") or k["name"]), [0, 0.0])
+                    c[0] += k["stats"]["count"]
+                    c[1] += k["stats"]["total"]
+                per["tuiprof"].append({n: t / c for n, (c, t) in means.items() if c})
+            else:
+                rep = Path(f"/tmp/tuiprof_native_nsys_rep_{r}")
+                sh([args.nsys, "profile", "-o", str(rep), "--force-overwrite", "true",
+                    "--trace", "cuda", binary, str(args.steps)], timeout=240)
+                env = dict(os.environ, LD_LIBRARY_PATH=args.dw_lib or "")
+                sh([args.importer, "-i", str(rep.with_suffix(".qdstrm"))], timeout=240, env=env)
+                st = sh([args.nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
+                         str(rep.with_suffix(".nsys-rep"))], timeout=240)
+                csv_path = Path(f"/tmp/tuiprof_native_nsys_rep_{r}.csv")
+                csv_path.write_text(st.stdout)
+                from tuiprof.export.check_nsys import read_nsys_csv
+                header, rows = read_nsys_csv(csv_path)
+                means = {}
+                for row in rows:
+                    cell = dict(zip(header, row))
+                    means[base_name(cell["Name"])] = (
+                        float(cell["Total Time (ns)"].replace(",", ""))
+                        / float(cell["Instances"].replace(",", "")))
+                per["nsys"].append(means)
+    table = []
+    shares = (results.get("nsys") or {}).get("table") or []
+    share = {r["kernel"]: r["share_of_gpu_time"] for r in shares}
+    for name in sorted({n for runs in per.values() for m in runs for n in m},
+                       key=lambda n: -share.get(n, 0)):
+        a = [m[name] for m in per["tuiprof"] if name in m]
+        b = [m[name] for m in per["nsys"] if name in m]
+        if not a or not b:
+            continue
+        ma, mb = statistics.median(a), statistics.median(b)
+        table.append({"kernel": name, "share": share.get(name), "tuiprof_means_ns": a,
+                      "nsys_means_ns": b, "tuiprof_spread": max(a) / min(a) - 1,
+                      "nsys_spread": max(b) / min(b) - 1, "median_ratio": ma / mb})
+    results["nsys_repeat"] = {"runs": args.repeat, "table": table}
+    print(f"    {'kernel':<18} {'share':>6} {'ratio of medians':>17} {'tuiprof spread':>15} "
+          f"{'nsys spread':>12}")
+    for r in table:
+        print(f"    {r['kernel'][:18]:<18} {(r['share'] or 0):>6.1%} {r['median_ratio']:>17.4f} "
+              f"{r['tuiprof_spread']:>15.2%} {r['nsys_spread']:>12.2%}")
+    big = [r for r in table if (r["share"] or 0) >= MIN_SHARE]
+    worst = max(big, key=lambda r: abs(r["median_ratio"] - 1), default=None)
+    check(results, f"nsys x{args.repeat}: medians of repeated runs within 1 % "
+                   f"(kernels >= 0.5 % of GPU time)",
+          worst is not None and abs(worst["median_ratio"] - 1) <= MEAN_TOL,
+          "no kernel compared" if worst is None else
+          f"worst {worst['kernel']} {worst['median_ratio']:.4f} (tuiprof's own runs spread "
+          f"{worst['tuiprof_spread']:.2%}, nsys's {worst['nsys_spread']:.2%})")
+
+
 def overhead(results, args, binary, out):
     alone, under = [], []
     for r in range(args.rounds):
@@ -343,6 +408,9 @@ def main() -> int:
     ap.add_argument("--importer", default="")
     ap.add_argument("--dw-lib", default="")
     ap.add_argument("--only", default="steps,nvtx,nsys,overhead,live,cpu")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="also run tuiprof and nsys this many times each, alternating, and "
+                         "compare the medians of their kernel means (with each one's spread)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -396,6 +464,8 @@ def main() -> int:
             check(results, "finding grid-too-small applies", "grid-too-small" in ids, ids)
             if "nsys" in only and args.nsys:
                 nsys_compare(results, args, binary, args.steps, doc, out)
+                if args.repeat:
+                    nsys_repeat(results, args, binary, out)
     if "nvtx" in only:
         proc, doc = tuiprof(Path("/tmp/tuiprof_native_nvtx.json"), binary, str(args.steps),
                             "--nvtx",
