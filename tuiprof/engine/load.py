@@ -88,50 +88,111 @@ def expected_meta(model_spec: str, *, device: str | None = None, dtype: str | No
             "weights": f"loaded from {path}" if path else f"random (seed {seed})"}
 
 
-def start_device(device: str | None) -> tuple[str, Callable[[], None]]:
-    """Pick the device; on CUDA, initialise torch's CUDA state here and create the context and
-    the cuBLAS handle on a thread, overlapping the model code's imports.
+def start_device(device: str | None, warm: Callable[[str], None] | None = None
+                 ) -> tuple[str | None, Callable[[], str]]:
+    """Pick the device; on CUDA, create the context and the cuBLAS handle on a thread,
+    overlapping the model code's imports.
 
-    Returns the device and a function that waits for that thread (re-raising its error, which
-    the first CUDA operation would have raised otherwise).
+    Returns the device if known already (else None) and a function that waits for that thread
+    and returns the device (re-raising its error, which the first CUDA operation would have
+    raised otherwise). With the ``cuda-thread`` way (:mod:`tuiprof.engine.imports`) CUDA's
+    initialisation (``cuInit``, the device count) runs on the thread as well, and ``warm(dev)``
+    after the context: work done there while transformers imports is off the first token's path.
     """
     import torch
 
+    from . import imports
+
     if device == "cpu":
-        return device, lambda: None
-    with phase("CUDA init"):
-        dev = pick_device(device)
-        if not dev.startswith("cuda"):
-            return dev, lambda: None
-        torch.cuda.init()
+        return device, lambda: device
+    on_thread = imports.on("cuda-thread")
+    dev: str | None = None
+    if not on_thread:
+        with phase("CUDA init"):
+            dev = pick_device(device)
+            if not dev.startswith("cuda"):
+                return dev, lambda: dev
+            torch.cuda.init()
     failed: list[BaseException] = []
+    picked: list[str] = [dev] if dev else []
 
     def context() -> None:
-        with phase("CUDA context"):
-            try:
-                torch.cuda.synchronize(dev)  # creates the primary context (GIL released)
-            except BaseException as exc:  # re-raised on the loading thread by wait()
-                failed.append(exc)
-                return
-            try:  # a warm-up only: the handle goes back to torch's pool when this thread ends,
-                torch.cuda.current_blas_handle()  # and the prefill's first matmul takes it
-            except Exception:
-                pass
+        try:
+            if not picked:
+                with phase("CUDA init"):
+                    picked.append(pick_device(device))
+                    if not picked[0].startswith("cuda"):
+                        return
+                    torch.cuda.init()
+            with phase("CUDA context"):
+                torch.cuda.synchronize(picked[0])  # creates the primary context (GIL released)
+        except BaseException as exc:  # re-raised on the loading thread by wait()
+            failed.append(exc)
+            return
+        try:  # a warm-up only: the handle goes back to torch's pool when this thread ends,
+            torch.cuda.current_blas_handle()  # and the prefill's first matmul takes it
+            if warm is not None:
+                with phase("warming cuBLAS"):
+                    warm(picked[0])
+        except Exception:
+            pass
 
     thread = in_thread(context, "tuiprof-cuda-init")
 
-    def wait() -> None:
+    def wait() -> str:
         thread.join()
         if failed:
             raise failed[0]
+        return picked[0]
 
     return dev, wait
 
 
+def gemm_warmup(config: dict, dtype: str, tokens: int) -> Callable[[str], None] | None:
+    """Run the matrix products of a decoder's prefill and first decode step once, on random
+    tensors of the model's shapes and dtype (nothing of the model's): cuBLAS/cuBLASLt pick and
+    load their kernels then, not in the first prefill. None without the usual config keys or
+    when a shape is too large to hold twice beside the model (lm heads of huge vocabularies)."""
+    try:
+        h, inter = int(config["hidden_size"]), int(config["intermediate_size"])
+        nq = int(config["num_attention_heads"])
+        nkv = int(config.get("num_key_value_heads") or nq)
+        hd = int(config.get("head_dim") or h // nq)
+        vocab = int(config["vocab_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    outs = sorted({nq * hd, nkv * hd, inter, vocab, (nq + 2 * nkv) * hd})
+    shapes = [(m, h, n) for m in sorted({1, max(1, tokens)}) for n in outs]
+    shapes += [(m, k, h) for m in sorted({1, max(1, tokens)}) for k in sorted({nq * hd, inter})]
+    limit = 512 * 2**20
+
+    def warm(dev: str) -> None:
+        import torch
+
+        dt = getattr(torch, dtype)
+        if not dt.is_floating_point:
+            return
+        for m, k, n in shapes:
+            if k * n * dt.itemsize > limit:
+                continue
+            a = torch.empty((m, k), dtype=dt, device=dev).normal_()
+            w = torch.empty((n, k), dtype=dt, device=dev).normal_()
+            torch.nn.functional.linear(a, w)
+            del a, w
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()  # the model's build is not yet allocating: nothing else frees
+
+    return warm
+
+
 def load_model(model_spec: str, *, device: str | None = None, dtype: str | None = None,
                seed: int = 0, max_len: int | None = None, trust_remote_code: bool = False,
-               weights: str | None = None, tp: object = None) -> LoadedModel:
+               weights: str | None = None, tp: object = None,
+               warm_tokens: int = 16) -> LoadedModel:
     """Resolve ``model_spec`` and build its adapter (random weights unless some are found).
+
+    ``warm_tokens``: the prompt length whose matrix products are warmed on CUDA while the model
+    code imports (:func:`gemm_warmup`).
 
     ``tp``: a :class:`~tuiprof.engine.tensor_parallel.TPContext`: build this rank's shard.
     Reports its phases to the start-up tracker, if one listens (:mod:`tuiprof.startup`).
@@ -142,18 +203,26 @@ def load_model(model_spec: str, *, device: str | None = None, dtype: str | None 
     with phase("importing torch"):
         import torch
 
+        from . import imports
         from .families import get_family
-    dev, device_ready = start_device(device)
-    dt = pick_dtype(dtype, dev, source)
-    note("device", dev)
-    note("dtype", dt)
+    warm = None
+    if device != "cpu" and imports.on("warm-blas") and nvidia_gpu_present():
+        warm = gemm_warmup(dict(source.model_def.config), pick_dtype(dtype, "cuda", source),
+                           warm_tokens)
+    dev, device_ready = start_device(device, warm)
+    if dev is not None:
+        note("device", dev)
+        note("dtype", pick_dtype(dtype, dev, source))
     weights_path = weights or source.weights
     with phase("importing model code"):
         family = get_family(source.family)
         preload = getattr(family, "preload", None)
         if preload is not None:
             preload()
-    device_ready()
+    dev = device_ready()
+    dt = pick_dtype(dtype, dev, source)
+    note("device", dev)
+    note("dtype", dt)
     options = {"max_len": max_len, "trust_remote_code": trust_remote_code}
     accepted = inspect.signature(family.build).parameters
     kwargs = {k: v for k, v in options.items() if k in accepted}
@@ -269,7 +338,8 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
         shard = TPContext(group.rank, group.world_size, group.group)
         lock = Lockstep(group.side, group.rank, group.world_size)
     loaded = load_model(model_spec, device=device, dtype=dtype, seed=seed, max_len=want_len,
-                        trust_remote_code=trust_remote_code, weights=weights, tp=shard)
+                        trust_remote_code=trust_remote_code, weights=weights, tp=shard,
+                        warm_tokens=prompt_len)
     import torch
 
     from .generate import Engine
