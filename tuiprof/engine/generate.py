@@ -17,6 +17,11 @@ Tensor-parallel ranks run one engine each with a :class:`~tuiprof.engine.lockste
 their commands then take effect only at boundaries where all ranks agree (rank 0's wishes),
 so every rank switches, pauses and stops at the same step, and compiles in the foreground
 (all ranks together), at the batch they started with.
+
+A background compile may first be done by a helper process (:mod:`tuiprof.engine.compile_helper`)
+that fills inductor's cache while this process decodes at full speed; the compile here then
+finds every graph and kernel in the cache. ``compile_cache`` prepares the persistent cache
+directory (:mod:`tuiprof.engine.compile_cache`) before this process's first compile.
 """
 from __future__ import annotations
 
@@ -63,6 +68,12 @@ class CompiledStep:
 
     fn: Callable
     batches: set = field(default_factory=set)
+    order: list = field(default_factory=list)   # the batches in the order they were compiled
+
+    def add(self, batch: int) -> None:
+        if batch not in self.batches:
+            self.batches.add(batch)
+            self.order.append(batch)
 
 
 @dataclass
@@ -98,6 +109,19 @@ class _CompileJob:
     error: BaseException | None = None
     t0: float = field(default_factory=time.perf_counter)
     seconds: float = 0.0
+    helper: Any = None              # a CompileHelper filling the cache first, if one runs
+    helper_s: float | None = None   # how long it took (None: no helper)
+    helper_note: str = ""           # one line when it failed (the compile goes on here)
+    helper_done: threading.Event = field(default_factory=threading.Event)
+    noted: bool = False
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        """The session stops: end the helper; a compile in this process cannot be stopped."""
+        self.cancelled = True
+        helper = self.helper
+        if helper is not None:
+            helper.stop()
 
 
 class Engine:
@@ -107,6 +131,9 @@ class Engine:
     including the prefill's; a cycle also ends when the static cache is full. With ``loop`` the
     engine then starts again from the prompt. ``background_compile=False`` compiles on the
     engine thread instead (generation waits: benchmarks and sweeps want that).
+    ``compile_helper(batches)``: a started :class:`~tuiprof.engine.compile_helper.CompileHelper`
+    compiling ``batches`` in that order, or None (then the compile runs here from the start).
+    ``compile_cache()``: called once before the first compile (points inductor at a directory).
     """
 
     def __init__(self, adapter: DecoderAdapter, prompt_ids: torch.Tensor, *,
@@ -115,7 +142,9 @@ class Engine:
                  temperature: float = 0.0, top_k: int = 0, seed: int = 0,
                  clock: Callable[[], int] | None = None, listener: EngineListener | None = None,
                  info: dict | None = None, lockstep: Lockstep | None = None,
-                 max_batch: int = DEFAULT_MAX_BATCH, background_compile: bool = True) -> None:
+                 max_batch: int = DEFAULT_MAX_BATCH, background_compile: bool = True,
+                 compile_helper: Callable[[list], Any] | None = None,
+                 compile_cache: Callable[[], Any] | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if prompt_ids.ndim != 2 or prompt_ids.shape[0] < 1 or prompt_ids.shape[1] < 1:
@@ -138,6 +167,8 @@ class Engine:
         self.info: dict = dict(info or {})
         self.max_batch = max(int(max_batch), int(prompt_ids.shape[0]))
         self.background_compile = background_compile
+        self.compile_helper = compile_helper
+        self._prepare_cache = compile_cache
         self.state = "loading"
         self.message = ""
         self.mode = EAGER               # mode in effect; a compiled request switches at a boundary
@@ -145,6 +176,7 @@ class Engine:
         self.tokens = 0                 # steps run in this engine's life
         self.cycle = 0
         self.compile_s: float | None = None
+        self.compile_helper_s: float | None = None   # the helper's part of the last compile
         self.error: str | None = None
         self.notes: list[str] = []      # one-line reports of switches that did not happen
         self._want_mode = mode
@@ -218,7 +250,19 @@ class Engine:
             self._stop = True
             self._pending = True
             self._cond.notify_all()
+        job = self._job
+        if job is not None:
+            job.cancel()  # a helper process ends with the session, never after it
+        self._close_helper()
         return "stopping"
+
+    def _close_helper(self) -> None:
+        close = getattr(self.compile_helper, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                pass
 
     def request_mode(self, mode: str) -> str:
         """Switch to ``mode`` at the next token boundary (compiling on first use)."""
@@ -273,6 +317,7 @@ class Engine:
                 self._fail(f"{type(exc).__name__}: {one_line(exc)}")
         finally:  # stopped or failed with a compile still running: the interval is per process
             self._restore_switch_interval()
+            self._close_helper()
 
     def _restore_switch_interval(self) -> None:
         saved, self._switch_saved = self._switch_saved, None
@@ -378,6 +423,13 @@ class Engine:
                                            end_ns, (t1 - t0) * 1e3, gpu_ms, self.cycle,
                                            live.batch, self._compiling, token_ids))
         self.tokens += 1
+        if self.tokens == 1 and self.background_compile and self.compile_helper is not None:
+            prestart = getattr(self.compile_helper, "prestart", None)
+            if prestart is not None:  # its imports take seconds: done before a compile is asked
+                try:
+                    prestart()
+                except Exception:
+                    pass
         if live.mode == COMPILED and live.fn is None:  # a compiled batch: capture after prefill
             self._use_compiled(live)
         self._set_state("compiling" if self._compiling else DECODE)
@@ -486,6 +538,10 @@ class Engine:
             if not can_switch:
                 return True
         live = self._live
+        if job is not None and job.helper_note and not job.noted and (
+                job.helper_done.is_set() or job.helper is None):
+            job.noted = True
+            self._note(job.helper_note)
         if job is not None and job.done.is_set():
             self._job = None
             self._finish_job(job)
@@ -603,6 +659,12 @@ class Engine:
     def _compiled_step(self) -> CompiledStep:
         step = self._compiled.get(self.compile_mode)
         if not isinstance(step, CompiledStep):
+            prepare, self._prepare_cache = self._prepare_cache, None
+            if prepare is not None:
+                try:
+                    prepare()
+                except Exception:  # inductor's default cache directory then
+                    pass
             fn = torch.compile(self.adapter.decode, mode=self.compile_mode, dynamic=None)
             step = self._compiled[self.compile_mode] = CompiledStep(fn)
         return step
@@ -620,6 +682,14 @@ class Engine:
             return
         self._job = job
         self._compiling = True
+        if self.compile_helper is not None:
+            step = self._compiled.get(self.compile_mode)
+            done = list(step.order) if isinstance(step, CompiledStep) else []
+            try:
+                job.helper = self.compile_helper([*done, batch])
+            except Exception as exc:  # could not start: compile here, as before
+                job.helper_note = (f"compile helper not started ({type(exc).__name__}: "
+                                   f"{one_line(exc, 100)}); compiling in this process")
         # Dynamo and inductor run Python for tens of seconds on the worker: at the default
         # 5 ms switch interval the engine thread waits that long for the GIL at each of a
         # step's many Python-level calls (H100, qwen3-0.6b: 3 ms compiled steps became 415 ms).
@@ -630,28 +700,28 @@ class Engine:
         job.thread = threading.Thread(target=self._run_job, args=(job,), daemon=True,
                                       name="tuiprof-compile")
         job.thread.start()
-        self._set_state("compiling", f"{what} in the background; decoding goes on in "
+        where = "in a helper process" if job.helper is not None else "in the background"
+        self._set_state("compiling", f"{what} {where}; decoding goes on in "
                                      f"{self.mode} at batch {self.batch}")
 
     def _run_job(self, job: _CompileJob) -> None:
         """The compile itself: the first call of the compiled step, on a scratch cache of the
-        job's batch (never the live one). CUDA graphs are left to the engine thread."""
+        job's batch (never the live one). CUDA graphs are left to the engine thread. A helper,
+        if one runs, is waited for first (the GIL is free meanwhile): its compile fills the
+        cache that this one then reads."""
         torch.set_grad_enabled(False)
         try:
-            step = self._compiled_step()
-            tok = torch.zeros((job.batch, 1), dtype=torch.long, device=self.device)
-            plen = self.prompt_ids.shape[1]
-            pos = torch.tensor([plen], device=self.device)
-            masks = self._decode_masks(job.cache, job.batch)
-            args = (tok, pos, job.cache) if masks is None else (
-                tok, pos, job.cache, masks.at(pos, plen))
-            if job.batch > 1:  # one graph for every batch >= 2 (batch 1 keeps its own)
-                self._mark_batch_dynamic(tok, job.cache, args[3:])
-            with _no_cudagraphs(self.cuda):
-                step.fn(*args)
-            if self.cuda:
-                torch.cuda.synchronize(self.device)
-            step.batches.add(job.batch)
+            helper = job.helper
+            if helper is not None:
+                result = helper.wait()
+                job.helper_s = result.seconds
+                job.helper = None
+                if not result.ok and not job.cancelled:
+                    job.helper_note = f"{result.reason}; compiling in this process"
+            if job.cancelled:
+                raise RuntimeError("the session stopped during the compile")
+            job.helper_done.set()  # the engine thread tells a failed helper's note
+            self.compile_batch(job.batch, job.cache)
         except BaseException as exc:  # reported at the next boundary, on the engine thread
             job.error = exc
         finally:
@@ -659,6 +729,25 @@ class Engine:
             job.done.set()
             with self._cond:
                 self._pending = True
+
+    def compile_batch(self, batch: int, cache: Any = None) -> None:
+        """Compile the decode step for ``batch`` by calling it once on ``cache`` (a scratch
+        cache of that batch, made here when None), without recording CUDA graphs. The compile
+        helper process calls this too, so that both compile the very same graphs."""
+        step = self._compiled_step()
+        cache = self.adapter.new_cache(batch) if cache is None else cache
+        tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
+        plen = self.prompt_ids.shape[1]
+        pos = torch.tensor([plen], device=self.device)
+        masks = self._decode_masks(cache, batch)
+        args = (tok, pos, cache) if masks is None else (tok, pos, cache, masks.at(pos, plen))
+        if batch > 1:  # one graph for every batch >= 2 (batch 1 keeps its own)
+            self._mark_batch_dynamic(tok, cache, args[3:])
+        with _no_cudagraphs(self.cuda):
+            step.fn(*args)
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        step.add(batch)
 
     def _mark_batch_dynamic(self, tok: torch.Tensor, cache: Any, masks: tuple = ()) -> None:
         """Compile the batch dimension as dynamic from the start: a later batch (>= 2) then
@@ -680,13 +769,14 @@ class Engine:
             self._compile_failed(job.error, job.batch)
             return
         self.compile_s = job.seconds
+        self.compile_helper_s = job.helper_s
         want_mode, want_batch = self._want_mode, self._want_batch
         if (want_mode, want_batch) != (COMPILED, job.batch):
-            self._set_state(DECODE, f"compiled for batch {job.batch} in {job.seconds:.1f} s")
+            self._set_state(DECODE, f"compiled for batch {job.batch} in {_took(job)}")
             return  # asked for something else meanwhile: the next boundary handles it
         if job.batch != live.batch:  # captured after the new batch's prefill
             self._begin_batch(job.batch, COMPILED, job.cache)
-            self._set_state(DECODE, f"compiled in {job.seconds:.1f} s")
+            self._set_state(DECODE, f"compiled in {_took(job)}")
             return
         try:
             self._compiled_now(live)
@@ -696,7 +786,7 @@ class Engine:
             self._refuse_batch(job.batch, exc)
             return
         if live.mode == COMPILED:
-            self._set_state(DECODE, f"compiled in {job.seconds:.1f} s")
+            self._set_state(DECODE, f"compiled in {_took(job)}")
 
     def _compile_failed(self, exc: BaseException, batch: int | None = None) -> None:
         """A compile that failed is not fatal: one line, and the live configuration goes on."""
@@ -762,7 +852,7 @@ class Engine:
             first = (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])[:160]
             self._note(f"compile failed ({type(exc).__name__}: {first}); continuing in eager mode")
             return
-        step.batches.add(live.batch)
+        step.add(live.batch)
         if fresh:
             self.compile_s = time.perf_counter() - t0
             self._set_state(DECODE, f"compiled in {self.compile_s:.1f} s")
@@ -804,6 +894,12 @@ class Engine:
             return torch.multinomial(torch.softmax(scaled, -1), 1, generator=gen).view(-1)
 
         return sample
+
+
+def _took(job: _CompileJob) -> str:
+    if job.helper_s is None or job.helper_note:
+        return f"{job.seconds:.1f} s"
+    return f"{job.seconds:.1f} s ({job.helper_s:.1f} s of it in a helper process)"
 
 
 def _events() -> tuple:

@@ -364,11 +364,17 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
             info["model_params"] = param_count(loaded.source.model_def)
         except Exception:
             pass
+    compiling = CompileSetup(loaded, model_spec, seed=seed, max_len=want_len,
+                             prompt_len=int(ids.shape[1]), weights=weights,
+                             trust_remote_code=trust_remote_code, info=info)
     engine = Engine(loaded.adapter, ids, device=loaded.device, max_new_tokens=max_new_tokens,
                     loop=loop, mode=mode, compile_mode=compile_mode, temperature=temperature,
                     top_k=top_k, seed=seed, clock=clock, listener=listener, info=info,
                     lockstep=lock, max_batch=max(limit, batch),
-                    background_compile=background_compile)
+                    background_compile=background_compile,
+                    compile_helper=compiling if group is None else None,
+                    compile_cache=compiling.prepare)
+    compiling.engine = engine
     engine.info["compile_mode"] = engine.compile_mode
     try:  # the starting batch's KV cache: at start-up (its own phase), not in the first prefill
         engine.allocate()
@@ -377,6 +383,107 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
                              f"{batch} sequence(s)", "a smaller --batch, or a shorter --max-len "
                              "or --max-new-tokens") from None
     return engine
+
+
+class CompileSetup:
+    """What an engine built here needs for its compiles: the persistent inductor cache of this
+    model (:mod:`tuiprof.engine.compile_cache`) and a helper process that fills it
+    (:mod:`tuiprof.engine.compile_helper`) with the same model, shapes and compile mode."""
+
+    HELPER_MARGIN = 2 * 1024**3   # GPU memory left free beside the helper's copy
+
+    def __init__(self, loaded: LoadedModel, model_spec: str, *, seed: int, max_len: int,
+                 prompt_len: int, weights: str | None, trust_remote_code: bool,
+                 info: dict) -> None:
+        self.loaded, self.model_spec, self.seed, self.max_len = loaded, model_spec, seed, max_len
+        self.prompt_len, self.weights, self.trust = prompt_len, weights, trust_remote_code
+        self.info = info
+        self.engine = None
+        self.cache_dir: Path | None = None
+        self._idle = None             # a prestarted helper, waiting
+        self._prepared = False
+
+    def prepare(self) -> None:
+        """Before this process's first compile (or helper): the key directory, pointed at (and
+        pruned). Once."""
+        from . import compile_cache
+
+        if self._prepared:
+            return
+        self._prepared = True
+        mode = getattr(self.engine, "compile_mode", "")
+        fields = compile_cache.key_fields(self.loaded.source.model_def, self.loaded.dtype,
+                                          self.info.get("device_name", self.loaded.device), mode)
+        self.cache_dir = compile_cache.prepare(fields)
+        compile_cache.activate(self.cache_dir)
+        if self.engine is not None:
+            self.engine.info["inductor_cache"] = str(self.cache_dir) if self.cache_dir else None
+
+    def prestart(self) -> None:
+        """Start the helper now, to wait with its imports done (policy ``prestart``)."""
+        from . import compile_helper
+
+        if compile_helper.policy(self.loaded.device.startswith("cuda")) != "prestart":
+            return
+        self.prepare()
+        if self._idle is None or not self._idle.alive:
+            self._idle = self._new_helper()
+
+    def close(self) -> None:
+        """The session ends: an idle helper goes with it."""
+        idle, self._idle = self._idle, None
+        if idle is not None:
+            idle.stop()
+
+    def __call__(self, batches: list[int]):
+        """A helper compiling ``batches`` in order (the prestarted one if it still runs); None
+        when switched off. Raises :class:`TuiprofError` (one line) when it cannot run here."""
+        from . import compile_helper
+
+        if compile_helper.policy(self.loaded.device.startswith("cuda")) == "off":
+            return None
+        self.prepare()
+        need = self._helper_bytes(max(batches))
+        if need is not None:
+            import torch
+
+            free, _ = torch.cuda.mem_get_info(torch.device(self.loaded.device))
+            if free < need + self.HELPER_MARGIN:
+                self.close()
+                raise TuiprofError(f"{free / 1024**3:.1f} GiB of GPU memory free, a second copy "
+                                   f"of the model needs {need / 1024**3:.1f} + "
+                                   f"{self.HELPER_MARGIN / 1024**3:.0f}")
+        request = {"model": self.model_spec, "device": self.loaded.device,
+                   "dtype": self.loaded.dtype, "seed": self.seed, "max_len": self.max_len,
+                   "prompt_len": self.prompt_len, "weights": self.weights,
+                   "trust_remote_code": self.trust, "batches": [int(b) for b in batches],
+                   "compile_mode": getattr(self.engine, "compile_mode", None)}
+        h, self._idle = self._idle, None
+        if h is None or not h.alive:
+            h = self._new_helper()
+        try:
+            h.send(request)
+        except OSError:  # it ended between the check and the request: one more try
+            h.stop()
+            h = self._new_helper()
+            h.send(request)
+        return h
+
+    def _new_helper(self):
+        from . import compile_helper
+
+        log = self.cache_dir / "helper.log" if self.cache_dir else None
+        h = compile_helper.CompileHelper(self.loaded.source.family, self.loaded.device,
+                                         str(self.cache_dir) if self.cache_dir else None, log)
+        h.start()
+        return h
+
+    def _helper_bytes(self, batch: int) -> int | None:
+        if not self.loaded.device.startswith("cuda"):
+            return None
+        per_seq = getattr(self.loaded.adapter, "cache_bytes", None)
+        cache = per_seq(batch) if per_seq is not None else 0
+        return self.loaded.params * DTYPE_BYTES[self.loaded.dtype] + cache
 
 
 def fitting_batch(loaded: LoadedModel, cap: int | None = None, share: float = 0.5) -> int:
