@@ -7,7 +7,7 @@ import torch
 
 from ..tensor_parallel import TPContext
 from ..imports import import_model_classes
-from ..hf import HFDecoderAdapter, build_random, config_dict, resolve_max_len
+from ..hf_adapter import HFDecoderAdapter, build_random, config_dict, resolve_max_len
 from ..weights import load_safetensors, safetensors_files
 
 
