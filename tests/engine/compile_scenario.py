@@ -64,7 +64,8 @@ def main(scenario: str) -> dict:
         wait(lambda: engine.mode == "compiled" or engine.error, 600, "compiled mode")
         out.update(mode=engine.mode, notes=list(engine.notes), message=engine.message,
                    error=engine.error, helper_s=engine.compile_helper_s,
-                   eager_beside=engine.tokens - t0, first_helper_alive=alive(pid))
+                   eager_beside=engine.tokens - t0, first_helper_alive=alive(pid),
+                   cache_hits=engine.compile_cache_hits)
         engine.request_batch(2)   # `b` in compiled mode: a helper again
         wait(lambda: helper_pid(engine) is not None and helper_pid(engine) != pid, 30,
              "the batch's helper")

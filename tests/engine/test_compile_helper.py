@@ -129,6 +129,8 @@ def test_helper_then_warm_compile_and_q_during_the_next_compile(cache_root):
     assert out["mode"] == "compiled" and out["error"] is None and out["notes"] == [], out
     assert out["helper_s"] is not None and "in a helper process" in out["message"]
     assert out["eager_beside"] > 0                   # decoding went on meanwhile
+    hits = out["cache_hits"]                         # the session's compile found the helper's
+    assert hits["fxgraph_hit"] >= 1 and hits["fxgraph_miss"] == 0, hits
     assert not out["first_helper_alive"]             # done: it ended
     assert out["batch_helper_request"] == [1, 2]     # `b`: the batches in the session's order
     # `q` while the batch's helper compiled: stopped at once, nothing left running

@@ -96,3 +96,16 @@ def test_hidden_packages_come_back_after_the_import():
 def test_ways_from_the_environment(monkeypatch, raw, expected):
     monkeypatch.setenv(imports.ENV, raw)
     assert imports.ways() == expected
+
+
+def test_a_process_that_imported_transformers_already_imports_the_plain_way():
+    """transformers caches some of its probes: hiding a package after one said "installed"
+    broke the guarded import ("'scipy' is not a package")."""
+    code = ("import transformers\n"
+            "from transformers.utils import import_utils\n"
+            "import_utils.is_scipy_available()\n"
+            "from tuiprof.engine.imports import import_model_classes\n"
+            "print(import_model_classes('qwen3')[1].__name__)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "Qwen3ForCausalLM"

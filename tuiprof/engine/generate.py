@@ -175,6 +175,7 @@ class Engine:
         self.cycle = 0
         self.compile_s: float | None = None
         self.compile_helper_s: float | None = None   # the helper's part of the last compile
+        self.compile_cache_hits: dict = {}   # inductor's cache hits/misses in the last compile
         self.error: str | None = None
         self.notes: list[str] = []      # one-line reports of switches that did not happen
         self._want_mode = mode
@@ -680,9 +681,11 @@ class Engine:
             return
         self._job = job
         self._compiling = True
-        if self.compile_helper is not None:
-            step = self._compiled.get(self.compile_mode)
-            done = list(step.order) if isinstance(step, CompiledStep) else []
+        step = self._compiled.get(self.compile_mode)
+        done = list(step.order) if isinstance(step, CompiledStep) else []
+        # batch 1 has a graph of its own; every batch >= 2 shares the first one's (dynamic)
+        new_graph = batch not in done and (batch == 1 or not any(b >= 2 for b in done))
+        if self.compile_helper is not None and new_graph:
             try:
                 job.helper = self.compile_helper([*done, batch])
             except Exception as exc:  # could not start: compile here, as before
@@ -709,17 +712,17 @@ class Engine:
         cache that this one then reads."""
         torch.set_grad_enabled(False)
         try:
-            helper = job.helper
-            if helper is not None:
-                result = helper.wait()
-                job.helper_s = result.seconds
-                job.helper = None
-                if not result.ok and not job.cancelled:
-                    job.helper_note = f"{result.reason}; compiling in this process"
-            if job.cancelled:
-                raise RuntimeError("the session stopped during the compile")
-            job.helper_done.set()  # the engine thread tells a failed helper's note
-            self.compile_batch(job.batch, job.cache)
+            if job.helper is None:
+                self.compile_batch(job.batch, job.cache)
+            elif compile_overlap():
+                # dynamo traces here while the helper compiles; inductor's part waits for it
+                wait = _Once(partial(self._await_helper, job))
+                with _inductor_gate(wait):
+                    self.compile_batch(job.batch, job.cache)
+                wait()  # no graph reached inductor: the helper is still waited for (or ended)
+            else:
+                self._await_helper(job)
+                self.compile_batch(job.batch, job.cache)
         except BaseException as exc:  # reported at the next boundary, on the engine thread
             job.error = exc
         finally:
@@ -727,6 +730,19 @@ class Engine:
             job.done.set()
             with self._cond:
                 self._pending = True
+
+    def _await_helper(self, job: _CompileJob) -> None:
+        """Wait for the job's helper (the GIL is free meanwhile); raises if the session stopped."""
+        helper = job.helper
+        if helper is not None:
+            result = helper.wait()
+            job.helper_s = result.seconds
+            job.helper = None
+            if not result.ok and not job.cancelled:
+                job.helper_note = f"{result.reason}; compiling in this process"
+        job.helper_done.set()  # the engine thread tells a failed helper's note
+        if job.cancelled:
+            raise RuntimeError("the session stopped during the compile")
 
     def compile_batch(self, batch: int, cache: Any = None) -> None:
         """Compile the decode step for ``batch`` by calling it once on ``cache`` (a scratch
@@ -741,10 +757,13 @@ class Engine:
         args = (tok, pos, cache) if masks is None else (tok, pos, cache, masks.at(pos, plen))
         if batch > 1:  # one graph for every batch >= 2 (batch 1 keeps its own)
             self._mark_batch_dynamic(tok, cache, args[3:])
+        before = _cache_counters()
         with _no_cudagraphs(self.cuda):
             step.fn(*args)
         if self.cuda:
             torch.cuda.synchronize(self.device)
+        after = _cache_counters()
+        self.compile_cache_hits = {k: after[k] - before.get(k, 0) for k in after}
         step.add(batch)
 
     def _mark_batch_dynamic(self, tok: torch.Tensor, cache: Any, masks: tuple = ()) -> None:
@@ -892,6 +911,81 @@ class Engine:
             return torch.multinomial(torch.softmax(scaled, -1), 1, generator=gen).view(-1)
 
         return sample
+
+
+OVERLAP_ENV = "TUIPROF_COMPILE_OVERLAP"
+_gate = threading.local()
+_gate_installed = False
+_gate_lock = threading.Lock()
+
+
+def compile_overlap() -> bool:
+    """Trace here while the helper compiles (``TUIPROF_COMPILE_OVERLAP=0``: wait for the helper
+    first, then compile here from start to end)."""
+    import os
+
+    return os.environ.get(OVERLAP_ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+class _Once:
+    """``fn()`` once; later calls return at once (graph breaks reach inductor more than once)."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn, self.called = fn, False
+
+    def __call__(self) -> None:
+        if not self.called:
+            self.called = True
+            self.fn()
+
+
+class _inductor_gate:
+    """While active on this thread, inductor's compile of each graph dynamo hands it first calls
+    ``wait()``: dynamo's trace goes on here while the helper fills the cache, and inductor
+    then finds the graph in it. Inductor's backend object is wrapped once per process, by its
+    ``__call__``; on every other thread, and here outside the block, it is unchanged."""
+
+    def __init__(self, wait: Callable[[], None]) -> None:
+        self.wait = wait
+
+    def __enter__(self) -> None:
+        _install_gate()
+        _gate.wait = self.wait
+
+    def __exit__(self, *exc: Any) -> None:
+        _gate.wait = None
+
+
+def _install_gate() -> None:
+    global _gate_installed
+    with _gate_lock:
+        if _gate_installed:
+            return
+        wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+        original = getattr(wrapper, "__call__", None)
+        if original is None:
+            return
+
+        def gated(self, *args: Any, **kwargs: Any) -> Any:
+            wait = getattr(_gate, "wait", None)
+            if wait is not None:
+                wait()
+            return original(self, *args, **kwargs)
+
+        wrapper.__call__ = gated
+        _gate_installed = True
+
+
+def _cache_counters() -> dict:
+    """Inductor's FX-graph and AOT-autograd cache hits and misses so far in this process."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return {}
+    return {"fxgraph_hit": counters["inductor"]["fxgraph_cache_hit"],
+            "fxgraph_miss": counters["inductor"]["fxgraph_cache_miss"],
+            "aot_hit": counters["aot_autograd"]["autograd_cache_hit"],
+            "aot_miss": counters["aot_autograd"]["autograd_cache_miss"]}
 
 
 def _took(job: _CompileJob) -> str:

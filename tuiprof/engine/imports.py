@@ -76,7 +76,10 @@ def import_model_classes(family: str) -> tuple[type, type]:
     ways in force (:func:`ways`)."""
     w = ways()
     names = {"qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}[family]
-    with hidden(PROBED_ONLY if "hide" in w else ()):
+    # Once transformers is imported its probes may have answered (some are cached): hiding a
+    # package then would only break the import that the probe allows.
+    hide = "hide" in w and "transformers" not in sys.modules
+    with hidden(PROBED_ONLY if hide else ()):
         if "direct" in w:
             import importlib
 
