@@ -105,12 +105,52 @@ def per_5s(samples, t_from: float, t_to: float) -> list[float | None]:
     return out
 
 
+def kernels_by_config(path: Path) -> dict:
+    """Median kernels per traced decode step (whole step and model forward) for each (mode,
+    batch) of the snapshot, steps beside a compile left out: the compiled mode reached through
+    the helper must launch what the one-process compile launched (522 a step, batch 1)."""
+    import statistics
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    out: dict = {}
+    groups: dict = {}
+    for t in doc.get("tokens", []):
+        if t.get("done") and t.get("phase") == "decode" and t.get("sampled") \
+                and not t.get("compiling"):
+            groups.setdefault(f"{t['mode']} b{t['batch']}", []).append(t)
+    for key, ts in groups.items():
+        model = [t["model_kernels"] for t in ts if t.get("model_start_ns") and t.get("kernels")]
+        out[key] = {"steps": len(ts), "kernels": statistics.median(t["kernels"] for t in ts),
+                    "model": statistics.median(model) if model else None,
+                    "graph": statistics.median(t.get("graph_kernels", 0) for t in ts)}
+    return out
+
+
+def switch(run: Run, tmux: Tmux, name: str, key: str, batch: int, timeout: float,
+           res: dict) -> float | None:
+    """Press ``key``, wait for compiled mode at ``batch``; into ``res``: ``<key>_to_compiled_s``,
+    the steps/s decoded meanwhile (``<key>_rate``) and per 5 s (``<key>_per_5s``)."""
+    t0 = time.monotonic() - run.t0
+    tmux("send-keys", "-t", name, key)
+    t_done, _ = run.wait(lambda s, a, b: settled(a, batch), timeout, f"after {key}")
+    res[f"{key}_to_compiled_s"] = None if t_done is None else round(t_done - t0, 1)
+    end = t_done if t_done is not None else time.monotonic() - run.t0
+    res[f"{key}_rate"] = rate(run.samples, t0, end)
+    res[f"{key}_per_5s"] = per_5s(run.samples, t0, end)
+    return t_done
+
+
 def one(tmux: Tmux, args, code: str, kind: str, env: dict, screens: list[str]) -> dict:
     name = f"cl-{code}-{kind}"
     tmux("kill-session", "-t", name)
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    exp = Path(tempfile.mkdtemp(prefix=f"tuiprof-snap-{code}-{kind}-"))
     cmd = (f"cd {shlex.quote(str(HERE))} && env {envs} TERM=xterm-256color "
-           f"{shlex.quote(sys.executable)} -m tuiprof --model {shlex.quote(args.model)}; sleep 3")
+           f"{shlex.quote(sys.executable)} -m tuiprof --model {shlex.quote(args.model)} "
+           f"--export-dir {shlex.quote(str(exp))}; sleep 3")
     tmux("new-session", "-d", "-s", name, "-x", "200", "-y", "50", cmd)
     run = Run(tmux, name, screens)
     res: dict = {"code": code, "kind": kind, "env": env}
@@ -124,25 +164,14 @@ def one(tmux: Tmux, args, code: str, kind: str, env: dict, screens: list[str]) -
     run.wait(lambda s, a, b: time.monotonic() >= end_eager, args.eager_s + 5, "eager")
     t_c = time.monotonic() - run.t0
     res["eager_rate"] = rate(run.samples, t_c - min(10.0, args.eager_s - 1), t_c)
-    tmux("send-keys", "-t", name, "c")
-    t_done, _ = run.wait(lambda s, a, b: settled(a, 1), args.compile_timeout, "after c")
-    res["c_to_compiled_s"] = None if t_done is None else round(t_done - t_c, 1)
-    end = t_done if t_done is not None else time.monotonic() - run.t0
-    res["eager_beside_rate"] = rate(run.samples, t_c, end)
-    res["eager_beside_per_5s"] = per_5s(run.samples, t_c, end)
-    if res["eager_rate"] and res["eager_beside_rate"] is not None:
-        res["beside_share"] = round(res["eager_beside_rate"] / res["eager_rate"], 3)
+    t_done = switch(run, tmux, name, "c", 1, args.compile_timeout, res)
+    if res["eager_rate"] and res.get("c_rate") is not None:
+        res["beside_share"] = round(res["c_rate"] / res["eager_rate"], 3)
     if t_done is not None:
         run.wait(lambda s, a, b: time.monotonic() - run.t0 >= t_done + 5, 8, "compiled")
         res["compiled_rate"] = rate(run.samples, t_done + 1, t_done + 5)
         if args.batch:
-            t_b = time.monotonic() - run.t0
-            tmux("send-keys", "-t", name, "b")
-            t_bd, _ = run.wait(lambda s, a, b: settled(a, 2), args.compile_timeout, "after b")
-            res["b_to_compiled_s"] = None if t_bd is None else round(t_bd - t_b, 1)
-            bend = t_bd if t_bd is not None else time.monotonic() - run.t0
-            res["beside_b_rate"] = rate(run.samples, t_b, bend)
-            res["beside_b_per_5s"] = per_5s(run.samples, t_b, bend)
+            switch(run, tmux, name, "b", 2, args.compile_timeout, res)
     lines = tmux.screen(name)
     res["last_header"] = lines[:2]
     res["status_line"] = next((ln.strip()[:240] for ln in lines if "compile" in ln), "")
@@ -155,6 +184,8 @@ def one(tmux: Tmux, args, code: str, kind: str, env: dict, screens: list[str]) -
     helpers = subprocess.run(["pgrep", "-f", "tuiprof.engine.compile_helper"],
                              capture_output=True, text=True).stdout.split()
     res["helpers_left"] = len(helpers)
+    snaps = sorted(exp.glob("tuiprof-*.json"))
+    res["kernels"] = kernels_by_config(snaps[-1]) if snaps else None
     res["samples"] = run.samples
     return res
 
@@ -196,8 +227,13 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['code']} | {r['kind']} | {r.get('c_to_compiled_s')} | {r.get('eager_rate')} | "
-              f"{r.get('eager_beside_rate')} ({r.get('beside_share')}) | {r.get('compiled_rate')} | "
-              f"{r.get('b_to_compiled_s')} | {r.get('beside_b_rate')} |")
+              f"{r.get('c_rate')} ({r.get('beside_share')}) | {r.get('compiled_rate')} | "
+              f"{r.get('b_to_compiled_s')} | {r.get('b_rate')} |")
+    for r in results:
+        print(f"{r['code']} {r['kind']}: per 5 s beside `c` {r.get('c_per_5s')}; "
+              f"beside `b` {r.get('b_per_5s')}; helpers left {r.get('helpers_left')}; "
+              f"quit {r.get('quit_s')} s; kernels/step {r.get('kernels')}; "
+              f"status: {r.get('status_line')}")
     (out / f"compile_live_{args.code}.json").write_text(json.dumps(results, indent=1))
     (out / f"compile_live_{args.code}_screens.txt").write_text("\n".join(screens))
     return 0

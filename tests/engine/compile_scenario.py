@@ -76,8 +76,14 @@ def main(scenario: str) -> dict:
         engine.stop()                      # `q`
         joined = engine.join(30)
         out.update(stopped_s=round(time.monotonic() - t_stop, 2), joined=joined,
-                   state=engine.state, stop_error=engine.error, busy=engine.busy,
+                   state=engine.state, stop_error=engine.error,
                    batch_helper_alive=alive(pid2))
+        # this process's own trace may still run (dynamo cannot be interrupted); it ends at
+        # inductor's gate, which the stopped helper opens with an error
+        end = time.monotonic() + 120
+        while engine.busy and time.monotonic() < end:
+            time.sleep(0.05)
+        out["compile_thread_ended"] = not engine.busy
     out["cache"] = engine.info.get("inductor_cache")
     engine.stop()
     engine.join(30)
@@ -86,3 +92,5 @@ def main(scenario: str) -> dict:
 
 if __name__ == "__main__":
     print(json.dumps(main(sys.argv[1])), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # as the session process leaves: a compile thread still in C++ must not abort it

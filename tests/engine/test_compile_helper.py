@@ -136,6 +136,7 @@ def test_helper_then_warm_compile_and_q_during_the_next_compile(cache_root):
     # `q` while the batch's helper compiled: stopped at once, nothing left running
     assert out["joined"] and out["state"] == "stopped" and out["stop_error"] is None, out
     assert out["stopped_s"] < 15 and not out["batch_helper_alive"]
+    assert out["compile_thread_ended"]
     cache = Path(out["cache"])
     assert (cache / cc.KEY_FILE).exists() and (cache / "helper.log").exists()
 
