@@ -8,8 +8,9 @@ to compiled mode, eager steps/s before `c` and beside the compile (whole window 
 and the same for `b`.
 
 "cold": a fresh, empty inductor cache; "warm": the same cache again (the second session on the
-machine). ``--code after`` is this tree's default (a helper process fills the persistent
-cache, see tuiprof/engine/compile_helper.py); ``--code before`` is the compile beside decoding
+machine). ``--code after`` is this tree's default (cold: a helper process fills the persistent
+cache while this process traces, see tuiprof/engine/compile_helper.py; warm: the compile is
+marked in the cache and runs from it with decoding paused); ``--code before`` is the compile beside decoding
 in one process (TUIPROF_COMPILE_HELPER=off) with inductor's cache in a fresh directory of its
 own (TORCHINDUCTOR_CACHE_DIR), i.e. the earlier behaviour. On the H100, each call about
 4-5 minutes::
@@ -200,6 +201,10 @@ def main() -> int:
     ap.add_argument("--compile-timeout", type=float, default=100.0)
     ap.add_argument("--start-timeout", type=float, default=60.0)
     ap.add_argument("--no-batch", dest="batch", action="store_false", help="skip `b`")
+    ap.add_argument("--env", action="append", default=[],
+                    help="KEY=VALUE for the app (e.g. TUIPROF_COMPILE_OVERLAP=0, "
+                         "TUIPROF_WARM_COMPILE=beside); repeatable")
+    ap.add_argument("--tag", default="", help="appended to the output files' names")
     args = ap.parse_args()
     out = Path(os.environ.get("OUT", ".")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -213,6 +218,8 @@ def main() -> int:
     else:
         env = {**base, "TUIPROF_COMPILE_HELPER": "off", "TUIPROF_INDUCTOR_CACHE": "off",
                "TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
+    env.update(kv.split("=", 1) for kv in args.env)
+    tag = f"{args.code}{('_' + args.tag) if args.tag else ''}"
     screens: list[str] = []
     results = []
     t_all = time.monotonic()
@@ -234,8 +241,8 @@ def main() -> int:
               f"beside `b` {r.get('b_per_5s')}; helpers left {r.get('helpers_left')}; "
               f"quit {r.get('quit_s')} s; kernels/step {r.get('kernels')}; "
               f"status: {r.get('status_line')}")
-    (out / f"compile_live_{args.code}.json").write_text(json.dumps(results, indent=1))
-    (out / f"compile_live_{args.code}_screens.txt").write_text("\n".join(screens))
+    (out / f"compile_live_{tag}.json").write_text(json.dumps(results, indent=1))
+    (out / f"compile_live_{tag}_screens.txt").write_text("\n".join(screens))
     return 0
 
 

@@ -3,6 +3,7 @@ own (a clean dynamo state, real helper processes). Prints one JSON line of what 
 
     python tests/engine/compile_scenario.py dies     # `c`; the helper is killed mid-compile
     python tests/engine/compile_scenario.py quit     # `c` (cached), then `b`, then `q` mid-compile
+    python tests/engine/compile_scenario.py warm     # `c` with the compile marked in the cache
 """
 from __future__ import annotations
 
@@ -50,6 +51,17 @@ def main(scenario: str) -> dict:
     wait(lambda: engine.tokens >= 3, 60, "eager tokens")
     out: dict = {"scenario": scenario}
     engine.request_mode("compiled")
+    if scenario == "warm":
+        t0 = time.monotonic()
+        wait(lambda: engine.mode == "compiled" or engine.error, 600, "compiled mode")
+        out.update(mode=engine.mode, notes=list(engine.notes), message=engine.message,
+                   error=engine.error, helper_s=engine.compile_helper_s,
+                   cache_hits=engine.compile_cache_hits, seconds=time.monotonic() - t0,
+                   helper_started=engine.compile_helper._idle is not None,
+                   cache=engine.info.get("inductor_cache"))
+        engine.stop()
+        engine.join(30)
+        return out
     wait(lambda: helper_pid(engine) is not None, 30, "the helper")
     pid = helper_pid(engine)
     out["helper_pid"] = pid

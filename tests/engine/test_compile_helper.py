@@ -99,9 +99,10 @@ def cache_root(tmp_path_factory):
     return tmp_path_factory.mktemp("inductor-cache")
 
 
-def _scenario(name: str, cache_root: Path) -> dict:
+def _scenario(name: str, cache_root: Path, **extra: str) -> dict:
     env = dict(os.environ, TUIPROF_INDUCTOR_CACHE=str(cache_root), TUIPROF_COMPILE_HELPER="on",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               **extra)
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     env.pop("TRITON_CACHE_DIR", None)
     r = subprocess.run([sys.executable, str(HERE / "compile_scenario.py"), name], env=env,
@@ -111,9 +112,15 @@ def _scenario(name: str, cache_root: Path) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def filled(cache_root):
+    """A session whose helper was killed: it compiled in its own process, filling the cache."""
+    return _scenario("dies", cache_root)
+
+
 @pytest.mark.slow
-def test_a_helper_that_dies_leaves_one_line_and_the_session_compiles_itself(cache_root):
-    out = _scenario("dies", cache_root)
+def test_a_helper_that_dies_leaves_one_line_and_the_session_compiles_itself(filled, cache_root):
+    out = filled
     assert out["mode"] == "compiled" and out["error"] is None, out
     assert len(out["notes"]) == 1, out["notes"]
     note = out["notes"][0]
@@ -124,8 +131,22 @@ def test_a_helper_that_dies_leaves_one_line_and_the_session_compiles_itself(cach
 
 
 @pytest.mark.slow
-def test_helper_then_warm_compile_and_q_during_the_next_compile(cache_root):
-    out = _scenario("quit", cache_root)
+def test_a_compile_marked_in_the_cache_runs_from_it_with_no_helper(filled, cache_root):
+    out = _scenario("warm", cache_root)
+    assert out["mode"] == "compiled" and out["error"] is None and out["notes"] == [], out
+    assert out["helper_s"] is None and not out["helper_started"]
+    assert "from the cache (decoding paused)" not in out["message"]  # done: "compiled in …"
+    hits = out["cache_hits"]
+    assert hits["fxgraph_hit"] >= 1 and hits["fxgraph_miss"] == 0, hits
+    assert out["cache"] == filled["cache"]
+    marks = json.loads((Path(out["cache"]) / "compiled.json").read_text())
+    assert {"max_len": 1088, "prompt_len": 16, "batches": [1]} in marks
+
+
+@pytest.mark.slow
+def test_helper_then_warm_compile_and_q_during_the_next_compile(filled, cache_root):
+    # beside decoding even though the cache has it: the helper path, from a warm cache
+    out = _scenario("quit", cache_root, TUIPROF_WARM_COMPILE="beside")
     assert out["mode"] == "compiled" and out["error"] is None and out["notes"] == [], out
     assert out["helper_s"] is not None and "in a helper process" in out["message"]
     assert out["eager_beside"] > 0                   # decoding went on meanwhile

@@ -674,6 +674,16 @@ class Engine:
         job = _CompileJob(batch, scratch)
         what = f"torch.compile(mode={self.compile_mode!r}) for batch {batch}"
         foreground, self._foreground_compile = self._foreground_compile, False
+        step = self._compiled.get(self.compile_mode)
+        done = list(step.order) if isinstance(step, CompiledStep) else []
+        # batch 1 has a graph of its own; every batch >= 2 shares the first one's (dynamic)
+        new_graph = batch not in done and (batch == 1 or not any(b >= 2 for b in done))
+        warm = getattr(self.compile_helper, "warm", None)
+        if (not foreground and self.background_compile and new_graph and warm is not None
+                and _warm_foreground() and warm([*done, batch])):
+            # Everything is in the persistent cache already: a few seconds with decoding
+            # paused reach compiled mode sooner than a compile sharing the GIL with decoding.
+            foreground, what = True, f"{what} from the cache (decoding paused)"
         if foreground or not self.background_compile:
             self._set_state("compiling", what)
             self._run_job(job)
@@ -681,10 +691,6 @@ class Engine:
             return
         self._job = job
         self._compiling = True
-        step = self._compiled.get(self.compile_mode)
-        done = list(step.order) if isinstance(step, CompiledStep) else []
-        # batch 1 has a graph of its own; every batch >= 2 shares the first one's (dynamic)
-        new_graph = batch not in done and (batch == 1 or not any(b >= 2 for b in done))
         if self.compile_helper is not None and new_graph:
             try:
                 job.helper = self.compile_helper([*done, batch])
@@ -787,6 +793,13 @@ class Engine:
             return
         self.compile_s = job.seconds
         self.compile_helper_s = job.helper_s
+        record = getattr(self.compile_helper, "compiled", None)
+        if record is not None:  # the next session of this model finds it in the cache
+            step = self._compiled.get(self.compile_mode)
+            try:
+                record(list(step.order) if isinstance(step, CompiledStep) else [job.batch])
+            except Exception:
+                pass
         want_mode, want_batch = self._want_mode, self._want_batch
         if (want_mode, want_batch) != (COMPILED, job.batch):
             self._set_state(DECODE, f"compiled for batch {job.batch} in {_took(job)}")
@@ -917,6 +930,14 @@ OVERLAP_ENV = "TUIPROF_COMPILE_OVERLAP"
 _gate = threading.local()
 _gate_installed = False
 _gate_lock = threading.Lock()
+
+
+def _warm_foreground() -> bool:
+    """A compile whose graphs are all cached runs with decoding paused
+    (``TUIPROF_WARM_COMPILE=beside``: beside decoding, like a cold one)."""
+    import os
+
+    return os.environ.get("TUIPROF_WARM_COMPILE", "foreground").strip().lower() != "beside"
 
 
 def compile_overlap() -> bool:

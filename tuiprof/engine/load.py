@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -426,8 +427,38 @@ class CompileSetup:
         if compile_helper.policy(self.loaded.device.startswith("cuda")) != "prestart":
             return
         self.prepare()
+        if self.warm([int(self.info.get("batch") or 1)]):
+            return  # the likely first compile is cached: no helper to wait for it
         if self._idle is None or not self._idle.alive:
             self._idle = self._new_helper()
+
+    MARKS = 64   # compile signatures kept in a cache directory's marks file
+
+    def _signature(self, batches: list[int]) -> dict:
+        return {"max_len": self.max_len, "prompt_len": self.prompt_len,
+                "batches": [int(b) for b in batches]}
+
+    def warm(self, batches: list[int]) -> bool:
+        """True when a compile of ``batches`` (in this order, with these shapes) has completed
+        with this cache directory before: its graphs and kernels are all there."""
+        self.prepare()
+        if self.cache_dir is None:
+            return False
+        return self._signature(batches) in _read_marks(self.cache_dir / "compiled.json")
+
+    def compiled(self, batches: list[int]) -> None:
+        """A compile of ``batches`` completed: mark it in the cache directory (bounded)."""
+        if self.cache_dir is None:
+            return
+        path = self.cache_dir / "compiled.json"
+        marks = [m for m in _read_marks(path) if m != self._signature(batches)]
+        marks = (marks + [self._signature(batches)])[-self.MARKS:]
+        tmp = path.with_name(f".compiled.{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(marks))
+            os.replace(tmp, path)
+        except OSError:
+            pass
 
     def close(self) -> None:
         """The session ends: an idle helper goes with it."""
@@ -484,6 +515,14 @@ class CompileSetup:
         per_seq = getattr(self.loaded.adapter, "cache_bytes", None)
         cache = per_seq(batch) if per_seq is not None else 0
         return self.loaded.params * DTYPE_BYTES[self.loaded.dtype] + cache
+
+
+def _read_marks(path: Path) -> list:
+    try:
+        marks = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return marks if isinstance(marks, list) else []
 
 
 def fitting_batch(loaded: LoadedModel, cap: int | None = None, share: float = 0.5) -> int:
