@@ -18,9 +18,9 @@ their commands then take effect only at boundaries where all ranks agree (rank 0
 so every rank switches, pauses and stops at the same step, and compiles in the foreground
 (all ranks together), at the batch they started with.
 
-A background compile may first be done by a helper process (:mod:`tuiprof.engine.compile_helper`)
-that fills inductor's cache while this process decodes at full speed; the compile here then
-finds every graph and kernel in the cache. ``compile_cache`` prepares the persistent cache
+A background compile may be done first by a helper process (:mod:`tuiprof.engine.compile_helper`)
+that fills inductor's cache while this process goes on decoding without sharing its interpreter
+with inductor; the compile here then finds every graph and kernel in the cache. ``compile_cache`` prepares the persistent cache
 directory (:mod:`tuiprof.engine.compile_cache`) before this process's first compile.
 """
 from __future__ import annotations
@@ -713,9 +713,10 @@ class Engine:
 
     def _run_job(self, job: _CompileJob) -> None:
         """The compile itself: the first call of the compiled step, on a scratch cache of the
-        job's batch (never the live one). CUDA graphs are left to the engine thread. A helper,
-        if one runs, is waited for first (the GIL is free meanwhile): its compile fills the
-        cache that this one then reads."""
+        job's batch (never the live one). CUDA graphs are left to the engine thread. With a
+        helper, dynamo traces here meanwhile and inductor's part waits for the helper (the GIL
+        free), then reads what the helper put in the cache (``TUIPROF_COMPILE_OVERLAP=0``: the
+        helper is waited for first)."""
         torch.set_grad_enabled(False)
         try:
             if job.helper is None:
