@@ -198,7 +198,7 @@ def main() -> int:
     ap.add_argument("--code", choices=("after", "before"), default="after")
     ap.add_argument("--kinds", default="cold,warm")
     ap.add_argument("--eager-s", type=float, default=20.0, help="eager decoding before `c`")
-    ap.add_argument("--compile-timeout", type=float, default=100.0)
+    ap.add_argument("--compile-timeout", type=float, default=140.0)
     ap.add_argument("--start-timeout", type=float, default=60.0)
     ap.add_argument("--no-batch", dest="batch", action="store_false", help="skip `b`")
     ap.add_argument("--env", action="append", default=[],
