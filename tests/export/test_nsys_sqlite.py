@@ -14,7 +14,7 @@ from tuiprof.export.nsys_sqlite import write_nsys_sqlite
 
 from ._independent import parse_nsys_csv, round_half_away
 
-# Columns each report reads (reference §2.5), by table.
+# Columns each report reads (nsys 2025.3.1's report SQL), by table.
 NEEDED = {
     "StringIds": {"id", "value"},
     "CUPTI_ACTIVITY_KIND_KERNEL": {"start", "end", "deviceId", "contextId", "greenContextId",

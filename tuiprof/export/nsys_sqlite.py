@@ -1,7 +1,7 @@
 """SQLite export of the recorded window in the Nsight Systems export schema.
 
-Only the tables and columns that ``nsys stats`` reports read are written (the reference's
-§2.5/§2.7): ``StringIds``, ``CUPTI_ACTIVITY_KIND_KERNEL``/``_MEMCPY``/``_MEMSET``,
+Only the tables and columns that ``nsys stats`` reports read are written (as the 2025.3.1
+reports' SQL reads them; docs/exports.md#sqlite-export-write_nsys_sqlite): ``StringIds``, ``CUPTI_ACTIVITY_KIND_KERNEL``/``_MEMCPY``/``_MEMSET``,
 ``CUPTI_ACTIVITY_KIND_RUNTIME``, ``NVTX_EVENTS``, ``TARGET_INFO_GPU`` and the ``ENUM_*`` tables,
 so ``nsys stats tuiprof.sqlite`` runs ``cuda_gpu_kern_sum``, ``cuda_gpu_mem_time_sum``,
 ``cuda_gpu_mem_size_sum``, ``cuda_gpu_trace``, ``cuda_api_sum`` and ``nvtx_sum`` on it. Like

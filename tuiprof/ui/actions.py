@@ -1,5 +1,6 @@
 """The single registry of user actions: it feeds the bindings, the footer, the command
-palette and the help screen (reference §0.8)."""
+palette and the help screen, so a key is defined once and every list of keys agrees
+(docs/ui.md#keys)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
