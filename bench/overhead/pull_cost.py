@@ -1,13 +1,13 @@
 """What one UI pull costs the session process: ``SessionStore.changes`` plus pickling, the work
 done on the session's GIL for every refresh (4 Hz) and every findings pass (2 s).
 
-The store holds the real H100 eager recording (``../shared/fixtures``: 65 traced tokens of
+The store holds the real H100 eager recording (``tests/data``: 65 traced tokens of
 Qwen3-0.6B, ~1,850 kernels a token); then one more traced token arrives between pulls, as in a
 burst. ``findings, whole`` resends the raw records of the last 16 traced tokens every time (what
 the session did before raw records crossed once, ``_raw_changes``); ``findings`` is what it does
 now. Medians over ``--repeat`` pulls, interleaved::
 
-    python bench/pull_cost.py --repeat 30
+    python bench/overhead/pull_cost.py --repeat 30
 """
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / \
-    "h100_qwen3-0.6b_eager_decode64.json.gz"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench._common import recording  # noqa: E402
 
 
 def main() -> None:
@@ -30,7 +29,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeat", type=int, default=30)
-    p.add_argument("--fixture", type=Path, default=FIXTURE)
+    p.add_argument("--fixture", type=Path, default=recording("eager"))
     a = p.parse_args()
     rec = load_recording(a.fixture)
     store = SessionStore()

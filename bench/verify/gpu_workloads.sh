@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Issue #7, remaining GPU points, in one short run (about 1.5-2 minutes on an H100):
+# The study workloads' GPU points (docs/workloads.md), in one short run (about 1.5-2 minutes on an H100):
 #  (a) the CS336 size sweep: gpt2-small..gpt2-2.7b x L=128,256,512,1024 x inference,
 #      train-forward, train-backward, eager, bf16, batch 4, under --memory-limit 12 (GiB), so
 #      the large training cells really run out of memory while the small ones run;
 #  (b) deepseek-ocr-decoder, headless eager decode of 32 tokens: its top kernels and the MoE
 #      routing kernels (top-k, sort, index gather/scatter).
 #
-# Usage (repository root, package importable): OUT=/tmp/out bash bench/gpu_workloads2.sh
+# Usage (repository root, package importable): OUT=/tmp/out bash bench/verify/gpu_workloads.sh
 # Files in $OUT: deepseek-ocr-decoder.json (snapshot), sweep/ (sweep.csv, sweep.md,
 # sweep.json, time.csv, kernels.csv, attention.csv), sweep_progress.log, deepseek.log.
 # Overrides: BATCH (4), WARMUP (1), ITERS (3), DTYPE (bfloat16), MEMLIMIT (12), TOKENS (32),

@@ -11,10 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from keytiming import KeyTimer  # noqa: E402
+from bench._common import KeyTimer  # noqa: E402
 
 from tuiprof.profiler import ProfilerOptions  # noqa: E402
 from tuiprof.remote import RemoteControl  # noqa: E402

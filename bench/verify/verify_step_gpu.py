@@ -1,4 +1,4 @@
-"""Issue 17: does every compiled decode step carry a device time, at the live app's sampling?
+"""Does every compiled decode step carry a device time, at the live app's sampling?
 
 A compiled session of ``--tokens`` decode steps with the live app's defaults (bursts of 4 traced
 steps in every 4,096; CUPTI graph records in between), its store wide enough to keep every
@@ -11,7 +11,7 @@ step. Per step three device figures, each from its own source:
 The check: the untraced steps' graph spans against the burst-traced steps' kernel spans (median
 within 2 %), and how many decode steps have no device span at all. On the H100::
 
-    python bench/verify_step_gpu.py --tokens 10000 --json $OUT/step_gpu.json
+    python bench/verify/verify_step_gpu.py --tokens 10000 --json $OUT/step_gpu.json
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
@@ -45,7 +45,7 @@ def main() -> int:
     p.add_argument("--sample-every", default="auto")
     p.add_argument("--json", default=None)
     p.add_argument("--graph-records", action="store_true",
-                   help="CUPTI GRAPH_TRACE between bursts (segfaulted on the H100: §27)")
+                   help="CUPTI GRAPH_TRACE between bursts (segfaulted on the H100: docs/performance.md#cupti-and-cuda-graphs)")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds after which every thread's stack is printed and the run ends")
     a = p.parse_args()
@@ -100,7 +100,7 @@ def main() -> int:
     }
     if graph_ms and kspan_ms:
         res["graph_over_kernel_span"] = statistics.median(graph_ms) / statistics.median(kspan_ms)
-    if ev_untraced and kspan_ms:  # the issue's check: every step's time against the spans
+    if ev_untraced and kspan_ms:  # every step's time against the spans
         res["events_untraced_over_kernel_span"] = {
             "median": statistics.median(ev_untraced) / statistics.median(kspan_ms),
             "mean": statistics.fmean(ev_untraced) / statistics.fmean(kspan_ms)}

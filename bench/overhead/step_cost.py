@@ -9,8 +9,8 @@ hooks absent, interleaved in rounds; the figure is µs a step (median of rounds)
 and no collectors started (no CUPTI, NVML or allocator statistics: CUDA is never initialised),
 it is the host bookkeeping alone, on a CPU or a GPU machine alike::
 
-    python bench/step_cost.py                 # 8 rounds of 20,000 steps
-    python bench/step_cost.py --steps 5000 --rounds 4
+    python bench/overhead/step_cost.py                 # 8 rounds of 20,000 steps
+    python bench/overhead/step_cost.py --steps 5000 --rounds 4
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Start-up time, before and after (issue 18): command start -> first frame -> first token.
+"""Start-up time, before and after a change: command start -> first frame -> first token.
 
 For each model and each code tree (``--tree OLD`` is the code before the change, measured the
 same way; the tree this script is in is "after"):
@@ -16,8 +16,8 @@ so that "before" and "after" both run warm (the warm-up's own time is reported a
 import figure). Prints one table; details go to $OUT (startup.json, startup_screens.txt,
 startup_runs.log) when OUT is set.
 
-  H100:  python bench/verify_startup.py --tree /path/to/old --tmux "$T"
-  CPU:   python bench/verify_startup.py --tiny --tree /tmp/old
+  H100:  python bench/verify/verify_startup.py --tree /path/to/old --tmux "$T"
+  CPU:   python bench/verify/verify_startup.py --tiny --tree /tmp/old
 
 Expected on the H100: about 3 minutes (warm-up ~15 s; per model and tree a headless run and an
 app run with its quit, ~55 s before and ~25 s after if the old code takes ~25 s). ``--parts app``
@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parents[2]
 TOKENS = re.compile(r"(?:tokens|steps) ([\d,]+)")  # the header: "steps N" (batch), "tokens N" (older)
 POLL_S = 0.1
 

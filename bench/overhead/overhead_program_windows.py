@@ -1,7 +1,7 @@
 """What `tuiprof run` costs an HF ``generate()`` program, inside one process.
 
 Whole eager processes on the H100 host differ by ±40 % from one to the next, pinned to CPUs or
-not (docs/gpu-verification.md §34), and compiled ones by ±20 %, so ``bench/overhead_program.py``
+not (docs/performance.md#against-no-tuiprof-at-all), and compiled ones by ±20 %, so ``bench/overhead/overhead_program.py``
 resolves neither target (5 % eager, 3 % compiled) in fewer than tens of rounds. Here one process
 holds a real ``tuiprof run`` session (``ProgramSession``: collectors, transformers' step source,
 output capture, the live app's sampling, CUPTI attached for its bursts only) around a
@@ -11,7 +11,7 @@ alternates windows of one ``generate()`` call each:
 
 * ``tuiprof``: the session as ``tuiprof run`` runs it;
 * ``none``: no tuiprof at all in the window: transformers' patches removed (no step hooks, no
-  store, no allocator reads), CUPTI *finalized*, NVML paused. Since session 11 a session's CUPTI
+  store, no allocator reads), CUPTI *finalized*, NVML paused. A session's CUPTI
   is finalized between its bursts anyway (compiled: its CUDA graphs dropped and recorded again
   around each switch), so a ``none`` window differs from a ``tuiprof`` one by everything tuiprof
   does per step and by the bursts, which fall inside ``tuiprof`` windows (below). A window that
@@ -25,9 +25,9 @@ in the middle of a window, as in a session) and as many ``none`` steps; per bloc
 the two configurations' total wall times; the table gives the median of the blocks (min–max)
 and the ratio of the totals::
 
-    python bench/overhead_program_windows.py --blocks 10
-    python bench/overhead_program_windows.py --mode compiled --blocks 8
-    python bench/overhead_program_windows.py --device cpu --tiny --blocks 2   # the CPU path
+    python bench/overhead/overhead_program_windows.py --blocks 10
+    python bench/overhead/overhead_program_windows.py --mode compiled --blocks 8
+    python bench/overhead/overhead_program_windows.py --device cpu --tiny --blocks 2   # the CPU path
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 

@@ -5,8 +5,8 @@ eager ``adapter.decode``, greedy, static cache, one ``.item()`` per token. B: th
 in the same mode on the same adapter. Rounds run interleaved A B A B ...; each round's figure
 is whole-run tokens / wall clock; the table prints medians and B/A.
 
-    python bench/engine_overhead.py --model qwen3-0.6b --tokens 256 --rounds 5
-    python bench/engine_overhead.py --model qwen3-tiny --tokens 32 --rounds 5 --device cpu
+    python bench/overhead/engine_overhead.py --model qwen3-0.6b --tokens 256 --rounds 5
+    python bench/overhead/engine_overhead.py --model qwen3-tiny --tokens 32 --rounds 5 --device cpu
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 

@@ -7,9 +7,9 @@ Every torch op releases the GIL around its dispatch and must take it back, so ea
 step waits for the other thread to give the GIL up (one switch interval, or the OS's handoff
 latency when the interval is tiny). Run on the CPU (qwen3-tiny) or a GPU (``--model``)::
 
-    python bench/beside_compile.py --part gil                 # spinning thread, 4 intervals
-    python bench/beside_compile.py --part compile --share 1   # a real compile, not throttled
-    python bench/beside_compile.py --part compile --share 0.5 # throttled to half the time
+    python bench/probes/beside_compile.py --part gil                 # spinning thread, 4 intervals
+    python bench/probes/beside_compile.py --part compile --share 1   # a real compile, not throttled
+    python bench/probes/beside_compile.py --part compile --share 0.5 # throttled to half the time
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tuiprof.engine.generate import beside_compile  # noqa: E402
 from tuiprof.engine.load import load_model  # noqa: E402
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tuiprof.analysis import (category_shares, find, mode_summaries, model_roofline,  # noqa: E402
                                top_kernels)

@@ -5,7 +5,7 @@ For each tiny model with 8 KV heads (written to a temporary models folder): a he
 steps), and the greedy token ids of every rank compared with one process's TP=1 engine on the
 same seeded weights. Prints one table.
 
-    python bench/verify_tp8_cpu.py [--tp 8] [--new-tokens 12]
+    python bench/verify/verify_tp8_cpu.py [--tp 8] [--new-tokens 12]
 """
 from __future__ import annotations
 

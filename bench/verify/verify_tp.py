@@ -1,4 +1,4 @@
-"""GPU verification of tensor-parallel profiling (issue #16): one command, one table.
+"""GPU verification of tensor-parallel profiling (docs/multi-gpu.md): one command, one table.
 
 For each model and TP degree one live session of ranks (what ``tuiprof --model M --tp N``
 runs: torch.distributed ranks, NCCL on GPUs, each rank a session process with CUPTI, NVML and
@@ -8,17 +8,17 @@ the traced steps (tuiprof's default sampling: bursts of 4 tokens) compute / comm
 idle ms per step, the NCCL share and how much of it overlaps compute; the step-end skew
 across ranks, the slowest rank, the cross-rank findings, and the TP scaling efficiency against
 the TP=1 session of the same model and mode. The collection overhead per rank comes from
-bench/overhead.py's interleaved windows (``bare`` vs ``auto``) run in every rank at once.
+bench/overhead/overhead.py's interleaved windows (``bare`` vs ``auto``) run in every rank at once.
 
 On 2 GPUs (nvidia-h200-x2), estimated 6-7.5 minutes (not measured: four sessions of ~15 s
 start-up and ~20 s load each, three compiles of 45-90 s, ~45 s of overhead windows)::
 
-    python bench/verify_tp.py                      # qwen3-0.6b TP 1,2 eager+compiled,
+    python bench/verify/verify_tp.py                      # qwen3-0.6b TP 1,2 eager+compiled,
                                                    # nanochat-d34 TP 1,2 eager, compiled at TP 2
-    python bench/verify_tp.py --models qwen3-0.6b  # ~4.5 min, then --models nanochat-d34 ~3 min
+    python bench/verify/verify_tp.py --models qwen3-0.6b  # ~4.5 min, then --models nanochat-d34 ~3 min
 On the CPU (gloo, tiny models, the same code path)::
 
-    python bench/verify_tp.py --device cpu --tiny
+    python bench/verify/verify_tp.py --device cpu --tiny
 
 ``$OUT`` (when set) receives ``verify_tp.json``, ``tp_scaling.csv``, the multi-rank snapshot of
 each TP>1 session (with its TP=1 reference: ``tuiprof view`` shows the scaling) and three
@@ -33,9 +33,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.overhead import Windows, table  # noqa: E402
+from bench.overhead.overhead import Windows, table  # noqa: E402
 from tuiprof.collect.cupti_collector import BURST  # noqa: E402
 from tuiprof.profiler import AUTO_SAMPLE_EVERY  # noqa: E402
 from tuiprof.sweep.tp import ModeResult, TPRun, TPSession, scaling_rows, write_outputs  # noqa: E402
@@ -49,7 +49,7 @@ def say(text: str) -> None:
 
 
 class AlignedWindows(Windows):
-    """bench/overhead.py's windows, started at a decode step every rank reaches at once (a
+    """bench/overhead/overhead.py's windows, started at a decode step every rank reaches at once (a
     multiple of ``ALIGN``), so that all ranks switch collection on and off together."""
 
     ALIGN = 16
@@ -70,11 +70,11 @@ class AlignedWindows(Windows):
 
 # ------------------------------------------------------------------ overhead per rank
 def overhead(a: argparse.Namespace, session: TPSession, res: ModeResult) -> None:
-    """Interleaved bare/auto windows in every rank at once (bench/overhead.py's method): per
+    """Interleaved bare/auto windows in every rank at once (bench/overhead/overhead.py's method): per
     rank, the median over blocks of auto's wall time per token over bare's."""
     mode = res.mode
     n = a.eager_window if mode == "eager" else a.compiled_window
-    # a block holds one sampling period of auto (one traced burst), as in bench/overhead.py
+    # a block holds one sampling period of auto (one traced burst), as in bench/overhead/overhead.py
     rounds = a.rounds or max(2, BURST * AUTO_SAMPLE_EVERY[mode] // n)
     rounds += rounds % 2
     blocks = a.eager_blocks if mode == "eager" else a.compiled_blocks
@@ -281,7 +281,7 @@ def main(argv=None) -> int:
     for model in models:
         for tp in tps:
             modes = ["eager"] + (["compiled"] if tp in want_compiled.get(model, set()) else [])
-            hook = "bench.verify_tp:AlignedWindows" if overhead_at == (model, tp) else None
+            hook = "bench.verify.verify_tp:AlignedWindows" if overhead_at == (model, tp) else None
             session = TPSession(model, tp, device=a.device, dtype=a.dtype,
                                 eager_tokens=a.eager_tokens, compiled_tokens=a.compiled_tokens,
                                 cycle_tokens=a.cycle_tokens, ring_tokens=a.ring_tokens,

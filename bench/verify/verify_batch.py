@@ -1,13 +1,13 @@
-"""Issue #14 on the GPU in one call: batch sweeps, the knee, and collection overhead at batch 32.
+"""Batched decode on the GPU in one call: batch sweeps, the knee, and collection overhead at batch 32.
 
 1. ``tuiprof sweep --batches`` (the live engine; decode only): qwen3-0.6b and nanochat-d34,
    batches 1 … 256, eager and compiled; per cell tokens/s, ms/step, MBU, MFU, the bound and the
    busy share; per model and mode the knee measured beside the one predicted from the matmul
    shapes. Compiled cells share one dynamic-batch compile per model for every batch >= 2; batch
    1 would need a static compile of its own (45–60 s on the H100), so compiled batch 1 is left
-   out unless ``--full`` (its figure is in docs/gpu-verification.md from earlier runs).
+   out unless ``--full`` (its figure is in docs/results.md#batch).
 2. Collection overhead at ``--overhead-batch`` (32) on qwen3-0.6b, eager and compiled, with the
-   interleaved method of ``bench/overhead.py`` (bare vs auto in alternating windows, one
+   interleaved method of ``bench/overhead/overhead.py`` (bare vs auto in alternating windows, one
    sampling period per block), on the model the sweep loaded and compiled: no second load, no
    second compile. Targets: <= 5 % eager, <= 3 % compiled.
 
@@ -18,8 +18,8 @@ instead of every 256: the ratios are an upper bound. On the H100 (estimated from
 shared/device/README.md: load ~20 s, a compile 45–70 s, eager ~50 ms and compiled ~3–5 ms
 per step): ~6 minutes.
 
-    python bench/verify_batch.py                     # H100
-    python bench/verify_batch.py --device cpu --tiny # the same code path on a CPU, ~2 min
+    python bench/verify/verify_batch.py                     # H100
+    python bench/verify/verify_batch.py --device cpu --tiny # the same code path on a CPU, ~2 min
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import overhead  # noqa: E402  (bench/overhead.py)
+from bench.overhead import overhead  # noqa: E402
 
 from tuiprof.engine.generate import Engine  # noqa: E402
 from tuiprof.engine.load import engine_info, prompt_ids  # noqa: E402
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
 
 
 def _overhead(loaded, plan: dict, device: str | None, say, out_dir: Path | None) -> list[dict]:
-    """bench/overhead.py's interleaved windows at the overhead batch, on ``loaded``."""
+    """bench/overhead/overhead.py's interleaved windows at the overhead batch, on ``loaded``."""
     batch = plan["overhead_batch"]
     ids, desc = prompt_ids(loaded, None, 16, 0, batch)
     info = engine_info(loaded)
@@ -147,7 +147,7 @@ def _print_table(sweeps, overhead_rows, phase_s, total_s) -> None:
                     else (f"still scaling at {k['largest']}" if k["largest"] else "–"))
             print(f"| {k['model']} | {k['mode']} | {pred} | {meas} | {s.spec.name} ({s.spec.source}) |")
     if overhead_rows:
-        print("\n## Collection overhead (bench/overhead.py method; ratio = auto / bare wall time)\n")
+        print("\n## Collection overhead (bench/overhead/overhead.py method; ratio = auto / bare wall time)\n")
         print("| mode | batch | ms/step bare | ms/step auto | ratio (median of blocks) | blocks × steps | target |")
         print("|---|---|---|---|---|---|---|")
         by = {(r["mode"], r["config"]): r for r in overhead_rows}

@@ -1,6 +1,6 @@
 """Resident memory over a long session: replay the compiled H100 recording again and again
 (timestamps shifted each pass) into one store until N decode tokens, and report RSS growth
-after warm-up. Target: < 100 MB for 50,000 decode tokens."""
+after warm-up (MiB). Target: < 100 MB for 50,000 decode tokens."""
 from __future__ import annotations
 
 import argparse
@@ -8,18 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench._common import recording, rss_mb  # noqa: E402
 from tuiprof.collect.replay import Recording, load_recording, replay_into  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
-
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * 4096 / 1e6
-
 
 def shifted(rec: Recording, dt: int) -> Recording:
     recs = []
@@ -42,7 +35,7 @@ def shifted(rec: Recording, dt: int) -> Recording:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=50_000)
-    ap.add_argument("--recording", default=str(FIXTURES / "h100_qwen3-0.6b_compiled_decode64.json.gz"))
+    ap.add_argument("--recording", default=str(recording("compiled")))
     args = ap.parse_args()
     rec = load_recording(args.recording)
     span = rec.marks[-1][2] - rec.marks[0][2] + 1_000_000

@@ -21,11 +21,11 @@ goes untimed inside a block. Configurations:
               merely quiet: its activity API detached, as in a process that never loaded it; a
               ``cuptiFinalize`` is clean in eager mode, which has no CUDA graphs) and attached
               again for the next window, NVML paused, no listener, no allocator statistics.
-              With it, ratios are to ``none``: the user's baseline (issue 17) measured inside
+              With it, ratios are to ``none``: the user's baseline (no tuiprof at all) measured inside
               one process, free of the ±30 % that separates one eager process from the next
-              on the H100 host (docs/gpu-verification.md §32). Compiled windows leave it out:
+              on the H100 host (docs/performance.md#against-no-tuiprof-at-all). Compiled windows leave it out:
               detaching there drops the CUDA graphs, whose re-recording would land in the
-              windows (bench/overhead_procs.py measures compiled);
+              windows (bench/overhead/overhead_procs.py measures compiled);
 * ``torch.profiler`` — (``--peer``) the peer, CUDA activities only, in a second phase whose
               process has no tuiprof CUPTI subscriber; it is started and stopped around its
               window, and its trace processing at stop is reported apart, not in the window.
@@ -42,10 +42,10 @@ ratio to ``bare``; the table gives the median of the block ratios (min–max) an
 the totals. Per window the bench also keeps the median token interval (the steady cost), mean
 minus median (bursts and stalls) and the median CUDA-event time of a step. On the H100::
 
-    python bench/overhead.py --blocks 12 --json $OUT/overhead.json
-    python bench/overhead.py --batch 32 --blocks 4 --json $OUT/overhead-b32.json   # batched
+    python bench/overhead/overhead.py --blocks 12 --json $OUT/overhead.json
+    python bench/overhead/overhead.py --batch 32 --blocks 4 --json $OUT/overhead-b32.json   # batched
 
-``bench/ui_overhead.py`` runs the same :class:`Windows` in a session process with the app open.
+``bench/overhead/ui_overhead.py`` runs the same :class:`Windows` in a session process with the app open.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tuiprof.collect.cupti_collector import BURST  # noqa: E402
 from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
@@ -97,7 +97,7 @@ def spec(name: str) -> dict:
 class Windows:
     """Engine-thread side: runs a plan of ``(configuration, tokens)`` windows back to back.
 
-    Also a session-process hook (``RemoteControl(hook="bench.overhead:Windows")``): the ops
+    Also a session-process hook (``RemoteControl(hook="bench.overhead.overhead:Windows")``): the ops
     ``("start", [[cfg, n], ...])`` and ``("poll",)`` run a plan without blocking the server."""
 
     def __init__(self, prof: Profiler) -> None:

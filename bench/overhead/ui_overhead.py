@@ -4,7 +4,7 @@
 the Textual app in its own (``tuiprof.remote``). This benchmark runs exactly that pair: the
 app, headless under ``run_test`` at 200×50 (every pane visible and redrawn at 4 Hz, findings
 every 2 s), over a RemoteControl, open and pulling for the whole run. In the session process
-the windows of ``bench/overhead.py`` (:class:`bench.overhead.Windows`, loaded as the session's
+the windows of ``bench/overhead/overhead.py`` (:class:`bench.overhead.overhead.Windows`, loaded as the session's
 hook) alternate ``bare`` (no collection: CUPTI's kinds off, NVML paused, the per-token listener
 bypassed) and ``auto`` (tuiprof's defaults) in blocks that hold one sampling period of ``auto``
 tokens, exactly as there; the plan runs on the engine thread while the session server goes on
@@ -12,7 +12,7 @@ answering the app's pulls. So ``auto``'s ratio to ``bare`` is the decode slowdow
 with the app open, against the same engine without tuiprof's collection (in ``bare`` windows the
 app still pulls, but finds nothing new). On the H100::
 
-    python bench/ui_overhead.py --blocks 8 --json $OUT/ui_overhead.json
+    python bench/overhead/ui_overhead.py --blocks 8 --json $OUT/ui_overhead.json
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.overhead import block_plan, period, print_table, table  # noqa: E402
+from bench.overhead.overhead import block_plan, period, print_table, table  # noqa: E402
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -36,7 +36,7 @@ def run(a: argparse.Namespace) -> dict:
     opts = ProfilerOptions(engine_kwargs=dict(model_spec=a.model, device=a.device, loop=True,
                                               max_new_tokens=a.cycle_tokens, mode="eager",
                                               prompt_len=16))
-    ctl = RemoteControl(opts, {"ring_tokens": 32}, hook="bench.overhead:Windows")
+    ctl = RemoteControl(opts, {"ring_tokens": 32}, hook="bench.overhead.overhead:Windows")
     ctl.start()
     app = make_app(ctl, title="ui-overhead", export_dir=a.tmp, refresh_hz=4.0)
     out: dict = {"windows": []}
@@ -132,10 +132,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--tmp", default="/tmp")
     p.add_argument("--no-bare", action="store_true",
-                   help="leave bare out (bench/overhead.py --no-bare)")
+                   help="leave bare out (bench/overhead/overhead.py --no-bare)")
     p.add_argument("--none", action="store_true",
                    help="also none in eager windows (CUPTI finalized: no tuiprof at all); "
-                        "ratios are then to none (bench/overhead.py)")
+                        "ratios are then to none (bench/overhead/overhead.py)")
     a = p.parse_args(argv)
     out = run(a)
     meta = out.get("meta", {})

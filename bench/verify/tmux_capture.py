@@ -3,7 +3,7 @@
 One GPU call can drive a whole session: start ``tuiprof ...`` in a detached tmux session of
 the given size, then for each step wait, send keys and capture the pane into one text file.
 
-    python bench/tmux_capture.py --tmux "$T" --size 200x50 --name tp2 \\
+    python bench/verify/tmux_capture.py --tmux "$T" --size 200x50 --name tp2 \\
         --steps "40:;0:g;5:a;5:Escape;2:q" -- python -m tuiprof --model qwen3-0.6b --tp 2
 
 A step is ``SECONDS:KEYS`` (keys separated by spaces, as tmux send-keys takes them; empty:

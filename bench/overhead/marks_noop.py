@@ -1,7 +1,7 @@
 """What ``tuiprof.step`` / ``tuiprof.mark_prefill`` cost a program that runs without tuiprof
 (target: < 1 µs a step), and what a marked step costs under a session (no collectors).
 
-    python bench/marks_noop.py [--n 1000000]
+    python bench/overhead/marks_noop.py [--n 1000000]
 
 Per call: the best of 7 repeats of ``n`` calls, minus an empty loop of the same length.
 """
@@ -13,7 +13,7 @@ import sys
 import timeit
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SETUP = "import tuiprof"
 CASES = {

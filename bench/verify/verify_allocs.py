@@ -1,4 +1,4 @@
-"""GPU check for #13: what CUPTI's memory records are, and the compiled per-token footer.
+"""GPU check: what CUPTI's memory records are, and the compiled per-token footer.
 
 Runs two short headless sessions through the real CLI, Profiler and CUPTI (each in its own
 process, as ``tuiprof run --headless`` runs them): eager, then compiled. Prints
@@ -11,8 +11,8 @@ process, as ``tuiprof run --headless`` runs them): eager, then compiled. Prints
 Details (every class, the snapshots) go to $OUT when set. ``--tiny --device cpu`` runs the same
 path with a tiny model on a CPU (no CUPTI there: it says so).
 
-    python bench/verify_allocs.py                       # H100: ~2.5 min (2 loads, 1 compile)
-    python bench/verify_allocs.py --tiny --device cpu   # CPU smoke run
+    python bench/verify/verify_allocs.py                       # H100: ~2.5 min (2 loads, 1 compile)
+    python bench/verify/verify_allocs.py --tiny --device cpu   # CPU smoke run
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tuiprof.analysis.allocs import memory_summary, rest_explained  # noqa: E402

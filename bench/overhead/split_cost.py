@@ -5,7 +5,7 @@ One eager qwen3-0.6b decode step on the H100 traces ~1,850 kernels and ~1,900 AP
 records here have that shape (``tests/split_data.py``'s layout), launches and kernels in one
 batch as a buffer brings them. Interleaved A B rounds, medians; run from the repository root::
 
-    python bench/split_cost.py --rounds 8 --steps 64
+    python bench/overhead/split_cost.py --rounds 8 --steps 64
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from split_data import STEP, records, window  # noqa: E402
 

@@ -1,5 +1,5 @@
 """What `tuiprof run` costs a user's program: the same script alone and under tuiprof, as whole
-processes, interleaved (issue 15's overhead; the method of ``bench/overhead_procs.py``).
+processes, interleaved (the method of ``bench/overhead/overhead_procs.py``).
 
 Configurations (each run is its own process):
 
@@ -28,9 +28,9 @@ the imports (torch and transformers: 15 s on the H100 host) once, a parent impor
 forks a child per run before anything touches CUDA, CUPTI or NVML. A round runs every
 configuration once, in an order that rotates and reverses from round to round.
 
-    python bench/overhead_program.py --mode eager --rounds 8
-    python bench/overhead_program.py --mode compiled --rounds 6 --configs alone,tuiprof,api-stay-on
-    python bench/overhead_program.py --device cpu --tiny --rounds 2   # the CPU path
+    python bench/overhead/overhead_program.py --mode eager --rounds 8
+    python bench/overhead/overhead_program.py --mode compiled --rounds 6 --configs alone,tuiprof,api-stay-on
+    python bench/overhead/overhead_program.py --device cpu --tiny --rounds 2   # the CPU path
 """
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench import overhead_procs  # noqa: E402
-from bench.overhead_procs import (fork_run, interleaved_rounds, parse_cpus,  # noqa: E402
+from bench.overhead import overhead_procs  # noqa: E402
+from bench.overhead.overhead_procs import (fork_run, interleaved_rounds, parse_cpus,  # noqa: E402
                                   with_baseline, write_json)
 SCRIPT = REPO / "bench" / "programs" / "hf_qwen.py"
 CONFIGS = ("alone", "tuiprof", "cupti-attached", "no-api", "api-stay-on", "no-cupti", "attached", "hooks")

@@ -13,12 +13,12 @@ after warm-up vs the last, growth, tokens/s min/median/max, key latency p50/p99)
 
 On the GPU machine (docs/reliability.md, "On the H100")::
 
-    python bench/soak.py --minutes 30 --csv soak.csv            # qwen3-0.6b, compiled
-    python bench/soak.py --tokens 100000 --mode eager --csv soak-eager.csv
+    python bench/verify/soak.py --minutes 30 --csv soak.csv            # qwen3-0.6b, compiled
+    python bench/verify/soak.py --tokens 100000 --mode eager --csv soak-eager.csv
 
 CPU smoke run (also tests/reliability/test_soak_smoke.py)::
 
-    python bench/soak.py --model qwen3-tiny --tokens 300
+    python bench/verify/soak.py --model qwen3-tiny --tokens 300
 """
 from __future__ import annotations
 
@@ -31,12 +31,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from keytiming import KeyTimer  # noqa: E402
+from bench._common import KeyTimer, rss_mb  # noqa: E402
 
-PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MB = 1024 * 1024
 FIELDS = ["t_s", "state", "mode", "tokens", "tokens_per_s", "rss_mb", "ui_rss_mb",
           "cuda_reserved_mb", "nvml_used_mb", "dropped", "keys", "key_p50_ms", "key_max_ms",
@@ -67,14 +65,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if a.minutes is None and a.tokens is None:
         a.minutes = 30.0
     return a
-
-
-def rss_mb(pid: int | str = "self") -> float | None:
-    try:
-        with open(f"/proc/{pid}/statm") as fh:
-            return int(fh.read().split()[1]) * PAGE / MB
-    except OSError:
-        return None
 
 
 def cuda_reserved_mb(view) -> float | None:

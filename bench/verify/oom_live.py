@@ -1,4 +1,4 @@
-"""A real CUDA out-of-memory in the live app, and going on afterwards (issue: reliability).
+"""A real CUDA out-of-memory in the live app, and going on afterwards (docs/reliability.md).
 
 A ballast process holds all but ``--free-gib`` of the GPU's memory (another job on a shared
 GPU). Then the live app (the Textual app headless under ``run_test``, over a session process,
@@ -8,7 +8,7 @@ exports what was measured; ``q`` ends the session and writes the automatic snaps
 same GPU with the ballast still there, the user "changes settings and goes on": a second session
 with a short prompt must generate. One row per session at the end.
 
-    python bench/oom_live.py --free-gib 7 --out $OUT/oom
+    python bench/verify/oom_live.py --free-gib 7 --out $OUT/oom
 """
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from keytiming import KeyTimer  # noqa: E402
+from bench._common import KeyTimer  # noqa: E402
 
 BALLAST = """
 import sys, time, torch

@@ -1,6 +1,6 @@
 """What a user pays for tuiprof: whole processes with and without it, interleaved.
 
-``bench/overhead.py`` compares windows inside one process, where CUPTI stays subscribed even in
+``bench/overhead/overhead.py`` compares windows inside one process, where CUPTI stays subscribed even in
 its ``bare`` windows (CUPTI cannot be detached cleanly from a process). A user compares their
 program *without* tuiprof. So here every run is its own process:
 
@@ -27,7 +27,7 @@ program *without* tuiprof. So here every run is its own process:
 * ``detached``: ``default``, then CUPTI finalized after 64 steps, the floor that detaching
   between bursts would reach. In compiled mode it is a reproducer, not a figure: on the H100
   (CUDA 13, driver 580) the next CUDA-graph launch after ``cuptiFinalize`` fails with
-  "unspecified launch failure" (docs/gpu-verification.md §30), as Kineto found with CUDA 11-12
+  "unspecified launch failure" (docs/performance.md#cupti-and-cuda-graphs), as Kineto found with CUDA 11-12
   (it keeps CUPTI attached when CUDA graphs are used).
 * ``recapture``: ``default``, then at step 64 the CUDA graphs dropped (``torch._dynamo.reset()``
   on the engine thread: the step is compiled again from the warm caches and its graphs
@@ -45,8 +45,7 @@ program *without* tuiprof. So here every run is its own process:
   stays detached; ``detach-256`` and ``default-256`` trace a burst every 256 steps (8 cycles a
   run): what each cycle costs.
 * ``rerecord``: as ``recapture``, in three attach/finalize cycles, but the graphs dropped in
-  place (:func:`tuiprof.engine.graphs.drop_cuda_graphs`, the bench's own copy in session 9's
-  run: every recorded graph of this thread's cudagraph trees freed,
+  place (:func:`tuiprof.engine.graphs.drop_cuda_graphs`: every recorded graph of this thread's cudagraph trees freed,
   the compiled functions kept, so their next calls record new graphs without a recompile).
   Also CUPTI's clock after each re-attach (``clock``: µs a read, offset from ``time.time_ns``).
 * ``burst-attach``: no CUPTI until step 256, then CUPTI attached for 64 steps (one burst) and
@@ -76,9 +75,9 @@ whole wall time (fork to exit: CUDA init, model build, compile, prefill, decode,
 flush). Per configuration: the median over rounds of the ratio to the same round's ``none``
 (min-max), and the ratio of the totals::
 
-    python bench/overhead_procs.py --mode eager --rounds 8 --tokens 256 --json $OUT/procs.json
-    python bench/overhead_procs.py --mode eager --rounds 4 --parts --peer
-    python bench/overhead_procs.py --device cpu --model qwen3-tiny --tokens 24 --rounds 2  # CI path
+    python bench/overhead/overhead_procs.py --mode eager --rounds 8 --tokens 256 --json $OUT/procs.json
+    python bench/overhead/overhead_procs.py --mode eager --rounds 4 --parts --peer
+    python bench/overhead/overhead_procs.py --device cpu --model qwen3-tiny --tokens 24 --rounds 2  # CI path
 """
 from __future__ import annotations
 
@@ -92,7 +91,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 CONFIGS: dict[str, dict | str | None] = {
     "none": None,

@@ -1,7 +1,7 @@
-"""GPU verification of ``tuiprof run -- python …`` (issue #15), in one call.
+"""GPU verification of ``tuiprof run -- python …`` (docs/programs.md), in one call.
 
-    python bench/verify_program.py                      # on the H100 (≈ 4.5 min, see below)
-    python bench/verify_program.py --device cpu --tiny  # dry run of the same code paths here
+    python bench/verify/verify_program.py                      # on the H100 (≈ 4.5 min, see below)
+    python bench/verify/verify_program.py --device cpu --tiny  # dry run of the same code paths here
 
 1. Kernel counts (six processes at once: a kernel count does not depend on contention):
    the built-in engine (``tuiprof --headless``) eager and compiled, and a user's HF
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = REPO / "bench" / "programs"
 sys.path.insert(0, str(REPO))
 
@@ -47,7 +47,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--no-screens", action="store_true")
     ap.add_argument("--no-overhead", action="store_true",
-                    help="skip phase 2 (bench/overhead_program.py forks from warm imports)")
+                    help="skip phase 2 (bench/overhead/overhead_program.py forks from warm imports)")
     args = ap.parse_args()
     out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="verify-program-"))
     out.mkdir(parents=True, exist_ok=True)
