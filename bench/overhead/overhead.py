@@ -465,6 +465,20 @@ def table(windows: list[dict]) -> list[dict]:
     return rows
 
 
+def finish(out: dict, json_path: str | None, label: str = "session") -> None:
+    """Print the table of ``out``'s windows (kept in ``out["table"]``) and the session's state
+    at the end; write ``out`` as JSON to ``json_path``."""
+    print_table(table_of(out))
+    print(f"\n{label} at the end: {json.dumps(out.get('session'), default=str)}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(out, indent=1, default=str))
+
+
+def table_of(out: dict) -> list[dict]:
+    out["table"] = table(out["windows"])
+    return out["table"]
+
+
 def print_table(rows: list[dict]) -> None:
     print("\n| mode | phase | configuration | ms/token (all windows) | ratio to the baseline: "
           "median of blocks (min–max) | ratio of totals | median token interval, µs | mean − "
@@ -535,14 +549,10 @@ def main(argv=None) -> int:
     if a.peer:
         a.blocks = a.peer_blocks or a.blocks
         run_phase(a, ["bare", "torch.profiler"], False, out)
-    rows = out["table"] = table(out["windows"])
     meta = out["meta"]
     print(f"\n{meta.get('model')} on {meta.get('device_name')}, {meta.get('dtype')}, batch "
           f"{meta.get('batch')}, torch {meta.get('torch')}, driver {meta.get('driver')}")
-    print_table(rows)
-    print(f"\nsessions at the end: {json.dumps(out['session'], default=str)}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
+    finish(out, a.json, "sessions")
     return 0
 
 

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.overhead.overhead import block_plan, period, print_table, table  # noqa: E402
+from bench.overhead.overhead import block_plan, finish, period, table  # noqa: E402
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -142,11 +141,7 @@ def main(argv=None) -> int:
     print(f"\n{meta.get('model')} on {meta.get('device_name')}, {meta.get('dtype')}, torch "
           f"{meta.get('torch')}; app refreshed {out['refresh']['count']} times, mean "
           f"{out['refresh']['mean_ms']:.1f} ms (UI process); {out['pulls']} pulls")
-    rows = out["table"] = table(out["windows"])
-    print_table(rows)
-    print(f"\nsession at the end: {json.dumps(out.get('session'), default=str)}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
+    finish(out, a.json)
     return 0
 
 

@@ -6,7 +6,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def eager_view64(eager_path):
-    """Eager fixture with a 64-token ring: the prefill token is outside the raw window."""
+    """The eager recording with a 64-token ring: the prefill token is outside the raw window."""
     from tuiprof.collect.replay import load_recording, replay_into
     from tuiprof.store import SessionStore
 

@@ -1,29 +1,19 @@
-"""Replaying the H100 fixtures through the store gives the numbers computed straight from the files."""
+"""Replaying the H100 recordings through the store gives the numbers computed straight from the files."""
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
 
 import pytest
+from recordings import TS_INDEX, windows
 
 from tuiprof.collect.replay import load_recording, replay_into
 from tuiprof.store import SessionStore
 
 
-def _windows(raw):
-    """(start, end, step) of every prefill/decode window, from the marks."""
-    out, open_ = [], {}
-    for ev, step, ts in raw["marks"]:
-        if ev.endswith("_start"):
-            open_[step] = ts
-        else:
-            out.append((open_.pop(step), ts, step))
-    return sorted(out)
-
-
 def _direct_kernel_totals(raw):
     """Per (name, phase): count and total duration, attributing by start time to the windows."""
-    wins = _windows(raw)
+    wins = windows(raw)
     tot = defaultdict(lambda: [0, 0])
     for r in raw["records"]:
         if r[0] != "K":
@@ -40,7 +30,7 @@ def _direct_kernel_totals(raw):
 
 
 @pytest.mark.parametrize("which", ["eager", "compiled"])
-def test_per_kernel_totals_match_fixture(which, request):
+def test_per_kernel_totals_match_the_recording(which, request):
     raw = request.getfixturevalue(f"{which}_raw")
     view = request.getfixturevalue(f"{which}_view")
     expect = _direct_kernel_totals(raw)
@@ -49,30 +39,30 @@ def test_per_kernel_totals_match_fixture(which, request):
     assert view.counters["kernels"] == sum(1 for r in raw["records"] if r[0] == "K")
 
 
-@pytest.mark.parametrize("which,kernels,step_ms,busy_ms", [
-    ("eager", 1850, 49.6, 4.1), ("compiled", 539, 3.45, 1.84)])
-def test_per_token_figures(which, kernels, step_ms, busy_ms, request):
+@pytest.mark.parametrize("which", ["eager", "compiled"])
+def test_per_token_figures(which, request):
     view = request.getfixturevalue(f"{which}_view")
+    f = request.getfixturevalue(f"{which}_facts")
     dec = [t for t in view.tokens if t.phase == "decode"]
-    assert len(dec) == 64
-    assert {t.kernels for t in dec} == {kernels}
-    assert statistics.median(t.host_ms for t in dec) == pytest.approx(step_ms, abs=0.05)
-    assert statistics.median(t.kernel_ns for t in dec) / 1e6 == pytest.approx(busy_ms, abs=0.05)
+    assert len(dec) == f.decode_steps == 64            # tests/data/record.sh: 64 decode steps
+    assert tuple(t.kernels for t in dec) == f.kernels_per_step
+    assert statistics.median(t.host_ms for t in dec) == pytest.approx(f.step_ms_median, abs=0.05)
+    assert statistics.median(t.kernel_ns for t in dec) / 1e6 == pytest.approx(f.kernel_ms_median,
+                                                                              abs=0.05)
     pre = [t for t in view.tokens if t.phase == "prefill"]
-    assert len(pre) == 1 and pre[0].kernels == 1760
+    assert len(pre) == 1 and pre[0].kernels == f.prefill_kernels > 0
 
 
 def test_every_record_attributed_to_its_token(eager_raw, eager_view):
-    wins = _windows(eager_raw)
+    wins = windows(eager_raw)
     raw_by_seq = dict(eager_view.raw)
     tokens = sorted(eager_view.tokens, key=lambda t: t.start_ns)
     assert len(tokens) == len(wins)
     for (s, e, step), tok in zip(wins, tokens):
         assert (tok.start_ns, tok.end_ns) == (s, e)
         recs = raw_by_seq[tok.seq]
-        ts_index = {"K": 2, "C": 3, "S": 2, "A": 4}
-        assert all(s <= r[ts_index[r[0]]] <= e for r in recs)
-        expect = sum(1 for r in eager_raw["records"] if s <= r[ts_index[r[0]]] <= e)
+        assert all(s <= r[TS_INDEX[r[0]]] <= e for r in recs)
+        expect = sum(1 for r in eager_raw["records"] if s <= r[TS_INDEX[r[0]]] <= e)
         assert len(recs) == expect
     assert eager_view.counters["unattributed"] == 0
 
@@ -87,19 +77,22 @@ def test_memcpy_memset_per_token(eager_raw, eager_view):
     assert all(t.memcpy_bytes.get("d2h", 0) > 0 for t in dec)
 
 
-def test_ring_buffer_keeps_only_last_n_tokens(eager_path):
+def test_ring_buffer_keeps_only_last_n_tokens(eager_path, eager_facts):
     store = SessionStore(ring_tokens=8, series_len=16)
     replay_into(load_recording(eager_path), store)
     view = store.view()
+    n = eager_facts.tokens
     assert len(view.raw) == 8
-    assert [s for s, _ in view.raw] == list(range(65 - 8, 65))
+    assert [s for s, _ in view.raw] == list(range(n - 8, n))
     assert len(view.tokens) == 16
     # aggregates still cover every token
-    assert view.counters["kernels"] == 120160
-    assert sum(a.stats.count for a in view.kernels.values()) == 120160
-    # tokens that left the window were folded into the running per-token statistics
+    assert view.counters["kernels"] == eager_facts.kernels
+    assert sum(a.stats.count for a in view.kernels.values()) == eager_facts.kernels
+    # tokens that left the window were folded into the running per-token statistics (the
+    # prefill has its own key)
+    left = eager_facts.kernels_per_step[:eager_facts.decode_steps - 16]
     folded = view.token_stats[("decode", "eager")]["kernels"]
-    assert folded.count == 64 - 16 and folded.min == folded.max == 1850  # prefill has its own key
+    assert (folded.count, folded.min, folded.max) == (len(left), min(left), max(left))
 
 
 def test_dropped_records_are_counted(eager_path):

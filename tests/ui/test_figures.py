@@ -66,7 +66,7 @@ def _run(store, size, body, mode="compiled"):
     asyncio.run(main())
 
 
-def test_token_footer_takes_kernel_figures_from_a_traced_token_of_its_phase(restarted):
+def test_token_footer_takes_kernel_figures_from_a_traced_token_of_its_phase(restarted, compiled_facts):
     store, traced = restarted
     view = store.view(raw=False)
     last = view.tokens[-1]
@@ -77,7 +77,8 @@ def test_token_footer_takes_kernel_figures_from_a_traced_token_of_its_phase(rest
         footer = str(app.query_one("#latency-summary").render())
         assert f"#{last.seq} decode/b1 compiled" in footer
         assert f"traced #{traced}: " in footer, footer
-        assert "539 kernels" in footer and f"#{prefill.seq}" not in footer, footer
+        kernels = compiled_facts.kernels_per_step[-1]          # the last traced decode step's
+        assert f"{kernels:,} kernels" in footer and f"#{prefill.seq}" not in footer, footer
     _run(store, (200, 50), body)
 
 
@@ -99,8 +100,10 @@ def test_kernel_busy_sparkline_is_traced_decode_of_the_mode(restarted):
     _run(store, (200, 50), body)
 
 
-def test_comparison_labels_traced_token_counts(restarted):
+def test_comparison_labels_traced_token_counts(restarted, compiled_facts):
     store, _ = restarted
+    traced = str(compiled_facts.decode_steps)          # the first run; the second is untraced
+    every = str(2 * compiled_facts.decode_steps)
 
     async def body(app, pilot):
         await pilot.press("v")
@@ -113,11 +116,11 @@ def test_comparison_labels_traced_token_counts(restarted):
             ln = next(ln for ln in lines[start:] if ln.strip().startswith(label))
             return [c.strip() for c in ln.split("│")]
         # the session has only compiled steps at batch 1: that configuration comes first
-        assert cells("decode steps (all)")[1:3] == ["128", "–"]   # every compiled decode step
-        assert cells("traced decode steps")[1:3] == ["64", "–"]   # the kernel figures' base
+        assert cells("decode steps (all)")[1:3] == [every, "–"]   # every compiled decode step
+        assert cells("traced decode steps")[1:3] == [traced, "–"]   # the kernel figures' base
         diff_at = next(i for i, ln in enumerate(lines) if ln.strip() == "Summary")
-        assert cells("traced decode steps", diff_at)[1:3] == ["64", "–"]   # as the table above
-        assert cells("decode steps (all)", diff_at)[1:3] == ["128", "0"]
+        assert cells("traced decode steps", diff_at)[1:3] == [traced, "–"]   # as the table above
+        assert cells("decode steps (all)", diff_at)[1:3] == [every, "0"]
         assert not any("decode tokens" in ln for ln in lines)   # no unlabelled count left
     _run(store, (120, 50), body)
 
