@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=8)
     a = p.parse_args(argv)
 
-    from tuiprof.cli import _run_defaults
-    from tuiprof.program.command import program_options
+    from tuiprof.cli.run import run_defaults as _run_defaults
+    from tuiprof.cli.program import program_options
     from tuiprof.program.steps import DECODE, PREFILL, StepRecorder
     from tuiprof.profiler import Profiler
     from tuiprof.store import SessionStore

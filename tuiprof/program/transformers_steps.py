@@ -52,6 +52,8 @@ SOURCE = "transformers"
 class TransformersSteps:
     """Installs and removes the patches; reports steps to ``recorder``."""
 
+    name = "transformers"
+
     def __init__(self, recorder: StepRecorder, describe: Callable[[Any], None] | None = None) -> None:
         self.recorder = recorder
         self.describe = describe or (lambda model: None)  # called once per model seen
@@ -316,3 +318,10 @@ class _HookedLoader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, is_package, ...
         return getattr(self._loader, name)
+
+
+def make(session: Any) -> TransformersSteps | None:
+    """transformers' loops mark the steps unless they come from NVTX ranges."""
+    if session.step_ranges:
+        return None
+    return TransformersSteps(session.recorder, describe=session.describe_model)
