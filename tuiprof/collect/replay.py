@@ -2,8 +2,8 @@
 
 Two recording formats are read:
 
-* the H100 fixtures' format (``shared/fixtures/README.md``): a gzip'd JSON object with
-  ``meta``, ``marks``, ``records``, ``nvml``, ``alloc``;
+* the first H100 recordings' format (made before ``tuiprof record`` existed): a gzip'd JSON
+  object with ``meta``, ``marks``, ``records``, ``nvml``, ``alloc`` (docs/recording.md);
 * tuiprof's own recordings (``tuiprof record``, :mod:`tuiprof.collect.recording`), which are the
   same format with ``"format": "tuiprof-recording"`` and a version in ``meta``.
 """

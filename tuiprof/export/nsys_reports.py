@@ -185,7 +185,7 @@ CONTEXT_ID = 1
 def gpu_trace(view: StoreView, window: Window) -> Report:
     """cuda_gpu_trace: every kernel, memcpy and memset of the window, by start time.
 
-    A memcpy/memset whose record has no stream (the H100 fixtures) has streamId 0 in the
+    A memcpy/memset whose record has no stream (the first H100 recordings) has streamId 0 in the
     SQLite export, which nsys 2025.3.1 prints as an empty ``Strm``; so does this CSV.
     """
     rep = Report(TRACE_REPORT, TITLES[TRACE_REPORT], list(TRACE_COLUMNS), list(TRACE_KINDS))
