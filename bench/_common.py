@@ -19,10 +19,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 def recording(mode: str) -> Path:
     """The H100 recording of qwen3-0.6b in ``mode`` (eager or compiled), 64 decode steps."""
-    path = RECORDINGS / f"qwen3-0.6b_{mode}_decode64.json.gz"
-    if not path.exists():  # until tests/data holds its own recordings
-        path = REPO.parent / "shared" / "fixtures" / f"h100_qwen3-0.6b_{mode}_decode64.json.gz"
-    return path
+    return RECORDINGS / f"qwen3-0.6b_{mode}_decode64.json.gz"
 
 
 def rss_mb(pid: int | str = "self") -> float | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
-import os
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,11 +17,6 @@ DATA = Path(__file__).resolve().parent / "data"
 EAGER = DATA / "qwen3-0.6b_eager_decode64.json.gz"
 COMPILED = DATA / "qwen3-0.6b_compiled_decode64.json.gz"
 NCU_CSV = DATA / "h100_qwen3-0.6b_eager_decode_nvjet.ncu.csv"
-# Until tests/data holds its own recordings: the first H100 recordings beside the checkout.
-_OLD = Path(os.environ.get("TUIPROF_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures"))
-if not EAGER.exists():
-    EAGER = _OLD / "h100_qwen3-0.6b_eager_decode64.json.gz"
-    COMPILED = _OLD / "h100_qwen3-0.6b_compiled_decode64.json.gz"
 PATHS = {"eager": EAGER, "compiled": COMPILED}
 # Where a record's timestamp is (the token it belongs to is the one whose window holds it).
 TS_INDEX = {"K": 2, "C": 3, "S": 2, "A": 4, "R": 2, "G": 1}

@@ -13,7 +13,7 @@
 # BUDGET (seconds for the whole script, default 225: the sweep gets what (b) left),
 # PROFILE (1; 0 adds --no-profile: no kernel table, about a third faster).
 # TINY=1: the same commands on the CPU with the tiny variants (gpt2-tiny, deepseek-tiny),
-# plus the kernel printer on a replay of the H100 qwen3 fixture (a CPU run has no kernels).
+# plus the kernel printer on a replay of the H100 qwen3 recording (a CPU run has no kernels).
 set -u
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -121,7 +121,7 @@ timeout 100 $PY -m tuiprof --model $DS --headless --mode eager --max-new-tokens 
 echo "exit $?"; tail -4 "$OUT/deepseek.log"
 [ -f "$OUT/$DS.json" ] && timeout 60 $PY -c "$kernels_py" "$OUT/$DS.json"
 if [ "$TINY" = 1 ]; then
-  FIX=${FIXTURE:-../shared/fixtures/h100_qwen3-0.6b_eager_decode64.json.gz}
+  FIX=${FIXTURE:-tests/data/qwen3-0.6b_eager_decode64.json.gz}
   if [ -f "$FIX" ]; then
     log "(TINY) kernel printer on a replay of $(basename "$FIX")"
     $PY -m tuiprof replay "$FIX" --headless --json "$OUT/replay.json" > /dev/null 2>&1

@@ -16,6 +16,21 @@ def eager_view64(eager_path):
 
 
 @pytest.fixture(scope="session")
+def no_api_view(compiled_path):
+    """The compiled recording without its API records (a session with CUPTI's API kinds off)."""
+    import dataclasses
+
+    from tuiprof.collect.replay import load_recording, replay_into
+    from tuiprof.store import SessionStore
+
+    rec = load_recording(compiled_path)
+    rec = dataclasses.replace(rec, records=[r for r in rec.records if r[0] != "R"])
+    store = SessionStore()
+    replay_into(rec, store)
+    return store.view()
+
+
+@pytest.fixture(scope="session")
 def both_modes_view(eager_path, compiled_path):
     """Both recordings replayed into one store (compiled was recorded after eager)."""
     from tuiprof.collect.replay import load_recording, replay_into

@@ -127,9 +127,20 @@ def test_api_sum_strips_version_suffix():
         assert rows[0][0] == str(round_half_away(100 * 100 / 141))
 
 
-def test_api_sum_skipped_without_api_records(eager_view):
-    assert nr.api_sum(eager_view).skipped
-    assert "SKIPPED" in to_column(nr.api_sum(eager_view))
+def test_api_sum_skipped_without_api_records(no_api_view):
+    assert nr.api_sum(no_api_view).skipped
+    assert "SKIPPED" in to_column(nr.api_sum(no_api_view))
+
+
+def test_api_sum_counts_every_recorded_call(eager_view, eager_raw):
+    rep = nr.api_sum(eager_view)
+    assert not rep.skipped
+    _, rows = parse_nsys_csv(to_csv(rep))
+    calls = {}
+    for r in eager_raw["records"]:
+        if r[0] == "R":
+            calls[r[1]] = calls.get(r[1], 0) + 1
+    assert {row[-1]: int(row[2]) for row in rows} == calls
 
 
 def test_window_equals_session_when_ring_holds_everything(eager_view):
@@ -164,7 +175,9 @@ def test_gpu_trace_rows(compiled_view, compiled_raw):
     k = next(r for r in rows if r[-1].startswith("nvjet"))
     assert k[16] == "NVIDIA H100 80GB HBM3 (0)" and k[19] == "7" and k[12] == ""
     c = next(r for r in rows if r[-1] == "[CUDA memcpy Device-to-Host]")
-    nbytes, dur = 8, int(c[1])  # the fixture's D2H copies are 8-byte tokens
+    first = min((r for r in recs if r[0] == "C" and r[1] == 2), key=lambda r: r[3])   # the first D2H
+    nbytes, dur = first[2], int(c[1])
+    assert dur == first[4] - first[3]
     assert c[12] == f"{nbytes / 1e6:.3f}"
     assert c[13] == f"{nbytes * (1_000_000_000 // dur) / 1e6:.3f}"  # SQLite integer division
     assert c[3] == "" and c[15] == "Unknown"
@@ -189,8 +202,9 @@ def test_column_format(eager_view, eager_raw):
 def test_write_nsys_reports(tmp_path, compiled_view):
     paths = nr.write_nsys_reports(compiled_view, tmp_path)
     names = sorted(p.name for p in paths)
-    assert names == ["tuiprof_cuda_gpu_kern_sum.csv", "tuiprof_cuda_gpu_mem_size_sum.csv",
-                     "tuiprof_cuda_gpu_mem_time_sum.csv", "tuiprof_nvtx_sum.csv",
+    assert names == ["tuiprof_cuda_api_sum.csv", "tuiprof_cuda_gpu_kern_sum.csv",
+                     "tuiprof_cuda_gpu_mem_size_sum.csv", "tuiprof_cuda_gpu_mem_time_sum.csv",
+                     "tuiprof_nvtx_sum.csv",
                      "tuiprof_reports.txt"]
     wpaths = nr.write_nsys_reports(compiled_view, tmp_path, window_only=True)
     assert (tmp_path / "tuiprof_window_cuda_gpu_trace.csv") in wpaths

@@ -95,6 +95,17 @@ def test_ring_buffer_keeps_only_last_n_tokens(eager_path, eager_facts):
     assert (folded.count, folded.min, folded.max) == (len(left), min(left), max(left))
 
 
+def test_a_replayed_recording_keeps_its_gpu(eager_raw, eager_view):
+    """A tuiprof recording's meta "device" is "cuda"; the GPU's name (and so its peaks for the
+    roofline) is its "device_name", which the replayed session keeps."""
+    from tuiprof.analysis.gpus import gpu_spec
+
+    assert eager_raw["meta"]["device"] == "cuda"
+    assert eager_view.meta["device_name"] == eager_raw["meta"]["device_name"] == "NVIDIA H100 80GB HBM3"
+    spec = gpu_spec(eager_view.meta)
+    assert spec.name.startswith("H100") and "assumed" not in spec.source
+
+
 def test_dropped_records_are_counted(eager_path):
     store = SessionStore()
     replay_into(load_recording(eager_path), store)

@@ -24,9 +24,10 @@ def test_percentile():
     assert percentile(list(range(1, 101)), 99) == 99
 
 
-def test_header_numbers_match_the_recordings(store, eager_facts, compiled_facts):
+def test_header_numbers_match_the_recordings(store, eager_raw, eager_facts, compiled_facts):
     h = header_numbers(store.view(), "eager")
-    assert h.device == "H100 80GB HBM3" and h.weights == "random" and h.dtype == "bf16"
+    assert h.device == eager_raw["meta"]["device_name"].replace("NVIDIA ", "") == "H100 80GB HBM3"
+    assert h.weights == eager_raw["meta"]["weights"] and h.dtype == eager_raw["meta"]["dtype"]
     assert h.steps == eager_facts.tokens + compiled_facts.tokens and h.batch == 1
     assert h.itl_p50 == pytest.approx(eager_facts.step_ms_median, rel=0.03)
     hc = header_numbers(store.view(), "compiled")

@@ -29,14 +29,21 @@ class SampledStore(SessionStore):
 
 
 _TS = {"K": (2, 3), "C": (3, 4), "S": (2, 3), "A": (4,), "R": (2, 3)}
+_CORR = {"K": 13, "C": 6, "S": 5, "A": 6, "R": 4}   # correlation ids never repeat in a session
 
 
-def shifted(rec: Recording, dt: int) -> Recording:
-    """The same recording ``dt`` ns later (a second run of the generation loop)."""
+def shifted(rec: Recording, runs: int = 1, corr: int = 10**8) -> Recording:
+    """The same recording ``runs`` times its own span later (the generation loop's next run,
+    after the last), its correlation ids moved by ``runs * corr``."""
+    span = max(m[2] for m in rec.marks) - min(m[2] for m in rec.marks) + 10**9
+    dt, corr = runs * span, runs * corr
     def move(r):
         r = list(r)
         for i in _TS[r[0]]:
             r[i] += dt
+        i = _CORR[r[0]]
+        if len(r) > i and r[i]:
+            r[i] += corr
         return tuple(r)
     return dataclasses.replace(
         rec, marks=[[e, s, t + dt] for e, s, t in rec.marks], records=[move(r) for r in rec.records],
@@ -50,7 +57,7 @@ def restarted(recordings):
     replay_into(recordings["compiled"], st)
     last_traced = max(t.seq for t in st.view(raw=False).tokens if t.phase == "decode")
     st.untraced = True
-    replay_into(shifted(recordings["compiled"], 10**10), st)
+    replay_into(shifted(recordings["compiled"]), st)
     return st, last_traced
 
 
@@ -185,8 +192,8 @@ def test_traced_steps_older_than_the_series_are_named_in_both_panes(recordings):
     traced = [100.0 * t.busy_ns / (t.end_ns - t.start_ns) for t in view.tokens
               if t.phase == "decode" and t.kernels]
     st.untraced = True
-    replay_into(shifted(recordings["compiled"], 10**10), st)
-    replay_into(shifted(recordings["compiled"], 2 * 10**10), st)
+    replay_into(shifted(recordings["compiled"]), st)
+    replay_into(shifted(recordings["compiled"], 2), st)
     view = st.view(raw=False)
     assert not [t for t in view.tokens if t.phase == "decode" and t.kernels]
     mean = sum(traced) / len(traced)

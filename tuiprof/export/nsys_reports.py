@@ -169,9 +169,15 @@ TRACE_KINDS = [INT, INT, INT, INT, INT, INT, INT, INT, INT, INT, MB, MB, MB, MB,
                INT, INT, INT, STR]
 
 
+def device_name(view: StoreView) -> str:
+    """The GPU's name as nsys gives it (``NVIDIA H100 80GB HBM3``): a session's ``device`` is
+    only ``cuda``, its ``device_name`` the GPU's (older recordings kept the name in ``device``)."""
+    return str(view.meta.get("device_name") or view.meta.get("device") or "GPU")
+
+
 def device_label(view: StoreView) -> str:
     """``NVIDIA H100 80GB HBM3 (0)``: TARGET_INFO_GPU.name and the device id."""
-    return f"{view.meta.get('device') or 'GPU'} ({device_id(view)})"
+    return f"{device_name(view)} ({device_id(view)})"
 
 
 def device_id(view: StoreView) -> int:

@@ -21,7 +21,7 @@ from ..store.rank_set import RanksView
 from ..store.records import COPY_KINDS
 from ._atomic import atomic_path
 from .names import base_name
-from .nsys_reports import CONTEXT_ID, NVTX_DOMAIN, device_id
+from .nsys_reports import CONTEXT_ID, NVTX_DOMAIN, device_id, device_name
 from .window import Window, window_of
 
 _COMMON = ("start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
@@ -179,7 +179,7 @@ def fill_parts(con: sqlite3.Connection, parts: list, t0: int) -> None:
         threads.append((strings(pname), 0, gtid))
         processes.append((gpid, pid, pname))
         sm = view.meta.get("sm_count")
-        gpus.setdefault(dev, (0, dev, str(view.meta.get("device") or "GPU"),
+        gpus.setdefault(dev, (0, dev, device_name(view),
                               sm if isinstance(sm, int) else None, dev))
 
     for table in ("StringIds", "ThreadNames", "PROCESSES", "TARGET_INFO_GPU",
