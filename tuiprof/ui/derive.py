@@ -200,8 +200,7 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
         dtype = next((d for d in ("bf16", "fp16", "fp32", "fp8") if d in low), "?")
     if not weights:
         weights = "random" if "random" in low else "?"
-    # the GPU's name once the session knows it ("device" is only "cuda")
-    device = str(meta.get("device_name") or meta.get("device") or "?").replace("NVIDIA ", "")
+    device = str(meta.get("device") or "?").replace("NVIDIA ", "")
     recent = done_rows(view, DECODE, mode, compiling=True)[-window:]
     beside = bool(recent) and recent[-1].compiling   # a compile runs beside decoding now
     decode = [r for r in recent if r.compiling] if beside else done_rows(view, DECODE, mode)[-window:]
