@@ -1,4 +1,4 @@
-"""bench/verify_native.py's comparison with nsys, on the CSV that ``nsys stats`` printed on the
+"""bench/verify/verify_native.py's comparison with nsys, on the CSV that ``nsys stats`` printed on the
 H100 for decode_like (data/h100_nsys_kern_sum.csv, nsys's own lines before the report
 included): like with like, every kernel printed with both means."""
 from __future__ import annotations

@@ -13,7 +13,7 @@ in the same process works as usual.
 
 A user's program under ``tuiprof run`` runs in its own process and never goes through here.
 
-``TUIPROF_IMPORTS`` selects the ways, for A/B measurements (``bench/startup_ab.py``): a
+``TUIPROF_IMPORTS`` selects the ways, for A/B measurements (``bench/verify/startup_ab.py``): a
 comma-separated subset of :data:`WAYS`, ``all`` (the default: :data:`DEFAULT_WAYS`) or
 ``none`` (the plain import, as before).
 """

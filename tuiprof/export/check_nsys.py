@@ -2,7 +2,7 @@
 
 Run on a machine with Nsight Systems (or the ``nsys`` inside Nsight Compute)::
 
-    python -m tuiprof.export.check_nsys --nsys /path/to/nsys --recording fixture.json.gz
+    python -m tuiprof.export.check_nsys --nsys /path/to/nsys --recording tests/data/qwen3-0.6b_eager_decode64.json.gz
     python -m tuiprof.export.check_nsys --nsys nsys --sqlite out/tuiprof.sqlite --csv-dir out
 
 The first form replays a recording, writes ``tuiprof.sqlite`` and the ``tuiprof_window_*``
