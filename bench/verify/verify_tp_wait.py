@@ -133,7 +133,7 @@ def live(a) -> dict:
         return {"skipped": "time"}
     name = "tp_wait_live"
     steps = f"{a.live_wait}:a;{a.live_more}:;0:Escape;1:2;2:;0:q"
-    cmd = [sys.executable, "bench/tmux_capture.py", "--tmux", a.tmux, "--size", "200x50",
+    cmd = [sys.executable, "bench/verify/tmux_capture.py", "--tmux", a.tmux, "--size", "200x50",
            "--name", name, "--steps", steps, "--", sys.executable, "-m", "tuiprof", "--model",
            a.model, "--tp", str(a.tp), "--export-dir", str(a.work)]
     say("live app: " + " ".join(cmd[1:]))
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     p.add_argument("--delays", default="1500,3000", help="D1,D2 in µs")
     p.add_argument("--ring", type=int, default=32,
                    help="raw records kept per rank: the last N steps (the snapshot's size)")
-    p.add_argument("--tmux", default="", help="tmux command (bench/tmux_capture.py)")
+    p.add_argument("--tmux", default="", help="tmux command (bench/verify/tmux_capture.py)")
     p.add_argument("--live-wait", type=float, default=55.0,
                    help="seconds from start to pressing a (load ~20-25 s + ~30 s decoding)")
     p.add_argument("--live-more", type=float, default=5.0)
