@@ -7,6 +7,8 @@ import signal
 import sys
 from pathlib import Path
 
+from ..text import printable
+
 
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP before a command installs its own handler (e.g. while importing torch)."""
@@ -67,9 +69,10 @@ def detach_terminal() -> None:
 
 
 def say(line: str) -> None:
-    """One line on stderr; a closed terminal (SIGHUP) must not turn it into a traceback."""
+    """One line on stderr, made printable (it may quote a path, a name or a program's words);
+    a closed terminal (SIGHUP) must not turn it into a traceback."""
     try:
-        print(line, file=sys.stderr, flush=True)
+        print(printable(line), file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
 
@@ -105,11 +108,11 @@ def print_summary(view, prof=None) -> None:
 
     meta = view.meta
     if meta.get("weights") and meta.get("source") != "program":
-        print(f"model {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}), "
-              f"weights: {meta.get('weights')}")
+        print(printable(f"model {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}), "
+                        f"weights: {meta.get('weights')}"))
     for c, st in sorted(view.collectors.items()):
         if not st.get("ok"):
-            print(st.get("message"))
+            print(printable(st.get("message")))
     if meta.get("source") == "program":
         print_steps(view)
     for key in view.config_keys:
@@ -131,11 +134,11 @@ def print_summary(view, prof=None) -> None:
             spread = (f" (batch {batches[0]}-{batches[-1]}, {seqs:.1f} on average)"
                       if len(batches) > 1 else "")
             where = "program" if key == PROGRAM_CONFIG else f"batch {key}"
-            print(f"{mode:>9} {where}: {len(ts)} decode steps{spread}, "
+            print(f"{printable(mode, 20):>9} {printable(where, 40)}: {len(ts)} decode steps{spread}, "
                   f"{seqs * steps_s:.1f} tokens/s{per}, median {med:.2f} ms/step, {k} kernels/step"
                   + (f" ({ntraced} traced steps)" if ntraced < len(ts) else ""))
     if prof is not None and prof.status.state == "error":
-        print(f"tuiprof: {prof.status.message}", file=sys.stderr)
+        print(f"tuiprof: {printable(prof.status.message)}", file=sys.stderr)
     if view.counters.get("dropped"):
         print(f"warning: {view.counters['dropped']} CUPTI records dropped", file=sys.stderr)
 
@@ -143,14 +146,14 @@ def print_summary(view, prof=None) -> None:
 def print_steps(view) -> None:
     """Where a program's steps came from."""
     meta = view.meta
-    src = meta.get("step_source") or "none"
+    src = printable(meta.get("step_source") or "none", 40)
     counts = meta.get("step_sources") or {}
     phases: dict[str, int] = {}  # over the whole run (the token stats), not the rows kept
     for (ph, _mode), ts in (view.token_stats or {}).items():
         n = sum(ts[k].count for k in ("host_ms", "compiling_ms", "rerecord_ms") if k in ts)
         phases[ph] = phases.get(ph, 0) + n
     windows = phases.pop("window", 0)
-    split = ", ".join(f"{n} {p}" for p, n in sorted(phases.items()))
+    split = ", ".join(f"{n} {printable(p, 40)}" for p, n in sorted(phases.items()))
     if src == "windows":
         print(f"steps: none marked by the program: {counts.get('windows', 0)} windows of "
               f"{meta.get('window_ms', 100):g} ms (see the no-step-boundaries finding)")

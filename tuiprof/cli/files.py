@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import TuiprofError, safe_text
+from ..text import printable
 from .common import print_summary, write_outputs
 
 
@@ -47,7 +48,7 @@ def _cmd_models() -> int:
         except Exception as exc:  # a broken definition file is listed, not fatal
             print(f"{name:<24} (unreadable: {safe_text(exc)})")
             continue
-        desc = (d.description or "")[:60]
+        desc = printable(d.description or "", 60)
         print(f"{name:<24} {d.family:<12} {params:>15,} {wbytes / 1e9:>10.2f} GB  {desc}")
     return 0
 
@@ -91,13 +92,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.nsys:
         from ..export.nsys_reports import write_nsys_reports  # noqa: PLC0415
         for path in write_nsys_reports(view, Path(args.nsys)):
-            print(path)
+            print(printable(path))
     if args.sqlite:
         from ..export.nsys_sqlite import write_nsys_sqlite  # noqa: PLC0415
-        print(write_nsys_sqlite(view, Path(args.sqlite)))
+        print(printable(write_nsys_sqlite(view, Path(args.sqlite))))
     if args.trace:
         from ..export.trace import write_trace  # noqa: PLC0415
-        print(write_trace(view, Path(args.trace)))
+        print(printable(write_trace(view, Path(args.trace))))
     return 0
 
 

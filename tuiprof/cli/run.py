@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ..errors import TuiprofError
+from ..text import printable
 from .common import (Interrupted, exit_if_busy, print_summary, say, stop_on_signals,
                      write_outputs)
 
@@ -289,8 +290,9 @@ def _print_ranks_summary(rv) -> None:
     s = ranks_summary(rv)
     first = rv[0].meta
     if first.get("model"):
-        print(f"model {first.get('model')} on {rv.world_size} ranks ({first.get('backend')}, "
-              f"{first.get('device')}, {first.get('dtype')}), weights: {first.get('weights')}")
+        print(printable(f"model {first.get('model')} on {rv.world_size} ranks "
+                        f"({first.get('backend')}, {first.get('device')}, {first.get('dtype')}), "
+                        f"weights: {first.get('weights')}"))
     if s.mode is None:
         print(f"no decode steps on {rv.world_size} ranks")
         return
@@ -308,7 +310,7 @@ def _print_ranks_summary(rv) -> None:
               f"{s.skew.end_p90_us:.0f} µs over {s.skew.steps} steps; clock residual "
               f"{s.clock.get('residual_ns')} ns")
     for f in find_ranks(rv, s):
-        print(f"finding: {f.title}")
+        print(f"finding: {printable(f.title)}")
     for r, v in enumerate(rv.views):
         if v.counters.get("dropped"):
             print(f"warning: rank {r}: {v.counters['dropped']} CUPTI records dropped",

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TuiprofError
+from ..text import printable
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?(\.exe)?$")
 IGNORED_OPTIONS = ("-u", "-B", "-E", "-s", "-q")   # meaningless or harmless here
@@ -130,8 +131,7 @@ def _launcher_note(launcher: str) -> str:
 
 def _shown(text: str) -> str:
     """A command-line word for a message: printable, bounded."""
-    text = re.sub(r"[\x00-\x1f\x7f]", "?", text)
-    return text if len(text) <= 80 else text[:79] + "…"
+    return printable(text, 80)
 
 
 # ---------------------------------------------------------------------------- run

@@ -9,33 +9,22 @@ log file has everything; the ring keeps the newest lines.
 from __future__ import annotations
 
 import os
-import re
 import selectors
 import sys
 import threading
 from pathlib import Path
 
 from ..store import SessionStore
+from ..text import OUTPUT_LIMIT, output_line
 
-MAX_LINE = 400            # characters kept of one line in the ring
+MAX_LINE = OUTPUT_LIMIT   # characters kept of one line in the ring
 MAX_PARTIAL = 1 << 16     # bytes of an unfinished line before it is cut
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def clean_line(text: str, home: str | None = None, limit: int = MAX_LINE) -> str:
-    """One printed line made safe for a screen and a shared snapshot: terminal escapes and
-    control characters removed, a carriage-return redraw reduced to its last state, the home
-    directory written ``~``, at most ``limit`` characters."""
-    text = _ANSI.sub("", text)
-    if "\r" in text:
-        parts = [p for p in text.split("\r") if p]
-        text = parts[-1] if parts else ""
-    text = _CONTROL.sub("", text.replace("\t", "    "))
-    home = os.path.expanduser("~") if home is None else home
-    if home and home not in ("/", "~"):
-        text = text.replace(home, "~")
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    """One printed line made safe for a screen and a shared snapshot
+    (:func:`tuiprof.text.output_line`)."""
+    return output_line(text, home, limit)
 
 
 class OutputCapture:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
+from ..text import printable
+
 
 def _get(module: str, name: str) -> Callable | None:
     try:
@@ -54,7 +56,13 @@ def _fallback_name(raw: str) -> KernelName:
     short = demangled.split("(")[0]
     short = re.sub(r"<.*", "", short)
     short = short.split("::")[-1] or demangled
-    return KernelName(raw, demangled, short[:60], lib, "?")
+    return _shown(KernelName(raw, demangled, short[:60], lib, "?"))
+
+
+def _shown(k: KernelName) -> KernelName:
+    """The fields a pane shows, made printable (the raw name stays exact: it is the key)."""
+    return KernelName(k.raw, printable(k.demangled), printable(k.short), printable(k.library),
+                      printable(k.category))
 
 
 @lru_cache(maxsize=4096)
@@ -67,13 +75,13 @@ def kernel_name(raw: str) -> KernelName:
             continue
         try:
             info = fn(raw)
-            return KernelName(
+            return _shown(KernelName(
                 raw=str(getattr(info, "raw", raw) or raw),
                 demangled=str(getattr(info, "demangled", raw) or raw),
                 short=str(getattr(info, "short", raw) or raw),
                 library=str(getattr(info, "library", "?") or "?"),
                 category=str(getattr(info, "category", "?") or "?"),
-            )
+            ))
         except Exception:
             break
     return _fallback_name(raw)
@@ -92,7 +100,7 @@ def findings(view: Any) -> tuple[list, str]:
     try:
         found = list(fn(view) or [])
     except Exception as exc:  # a bug in analysis must not take the UI down
-        return [], f"analysis failed: {type(exc).__name__}: {exc}"[:200]
+        return [], printable(f"analysis failed: {type(exc).__name__}: {exc}", 200)
     return found, ""
 
 
