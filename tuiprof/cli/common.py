@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from ..text import printable
@@ -92,15 +94,45 @@ def exit_if_busy(prof, code: int) -> int:
     os._exit(code)
 
 
-def write_outputs(view, out: Path, record: str | None) -> None:
+def write_outputs(view, out: Path, record: str | None) -> Path:
+    """Write the snapshot (and the recording); returns where the snapshot went."""
     from ..export.snapshot import write_snapshot  # noqa: PLC0415
 
-    write_snapshot(view, out)
-    say(f"tuiprof: snapshot written to {out}")
+    written = write_or_fallback(write_snapshot, view, out, "snapshot")
+    say(f"tuiprof: snapshot written to {written}")
     if record:
         from ..collect.recording import write_recording  # noqa: PLC0415
-        write_recording(view, record)
-        say(f"tuiprof: recording written to {record}")
+        rec = write_or_fallback(write_recording, view, Path(record), "recording")
+        say(f"tuiprof: recording written to {rec}")
+    return written
+
+
+def fallback_dirs() -> list[Path]:
+    """Where a run's data goes when its own path fails at the end: here, then the temp dir."""
+    return [Path.cwd(), Path(tempfile.gettempdir())]
+
+
+def write_or_fallback(write, view, path: Path, what: str) -> Path:
+    """``write(view, path)``; if that fails at the end of a run (the disk filled, the directory
+    went away), the same data to a fallback location, named in the message. Raises the
+    original error only when no location can be written."""
+    from ..errors import TuiprofError  # noqa: PLC0415
+
+    try:
+        write(view, path)
+        return Path(path)
+    except TuiprofError as exc:
+        first = exc
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for d in fallback_dirs():
+        alt = d / f"tuiprof-rescued-{stamp}-{Path(path).name}"
+        try:
+            write(view, alt)
+        except TuiprofError:
+            continue
+        say(f"tuiprof: {first}; the {what} was written to {alt} instead")
+        return alt
+    raise first
 
 
 def print_summary(view, prof=None) -> None:

@@ -57,7 +57,7 @@ class ProgramResult:
     """How the program ended."""
 
     status: int                    # the exit status ``python`` would have returned
-    how: str                       # exited | raised | interrupted | stopped
+    how: str                       # exited | raised | interrupted | stopped | os._exit
     error: str = ""                # ``ValueError: bad input`` (one line) when it raised
     traceback: list[str] = field(default_factory=list)  # its last lines
 
@@ -69,6 +69,8 @@ class ProgramResult:
             return f"the program was interrupted (KeyboardInterrupt, exit status {self.status})"
         if self.how == "stopped":
             return f"the program was stopped by tuiprof (exit status {self.status})"
+        if self.how == "os._exit":
+            return f"the program ended its process with os._exit({self.status})"
         return f"the program exited with status {self.status}"
 
 

@@ -150,3 +150,125 @@ class OutputCapture:
         keep = parts[-(self.store.output_len or len(parts)):]
         self.store.add_output([clean_line(p.decode("utf-8", "replace"), self._home)
                                for p in keep], skipped=len(parts) - len(keep))
+
+
+class RelayedOutput:
+    """The session process's side when another process relays the program's output: fds 1
+    and 2 already point at that process's pipes, so a line is out of this process as soon as
+    it is printed and nothing is lost if the program ends the process (``os._exit``), is killed
+    or crashes. Only Python's own streams are made line-buffered here."""
+
+    lines = 0
+
+    def __init__(self, *_: object, **__: object) -> None:
+        pass
+
+    def start(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.reconfigure(line_buffering=True)
+            except (AttributeError, ValueError, OSError):
+                pass
+
+    def stop(self, timeout: float = 2.0) -> None:
+        OutputCapture._flush_python()
+
+    flush = stop
+
+
+class OutputRelay:
+    """The program's stdout and stderr, read in the process that writes the snapshot (not the
+    program's own): every byte to the log file as it arrives, optionally to this process's
+    terminal (``tee``), and the newest sanitised lines in a bounded ring. The program's
+    process gets the pipes' write ends (:meth:`child_fds`)."""
+
+    def __init__(self, log_path: str | Path, tee: bool = False, ring: int = 1000) -> None:
+        self.log_path = str(log_path)
+        self.tee = tee
+        self._ring: list[str] = []
+        self._ring_len = ring
+        self.lines = 0
+        self.bytes = 0
+        self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._pipes = [os.pipe(), os.pipe()]     # (read, write) for the program's fd 1 and 2
+        self._partial = {r: b"" for r, _ in self._pipes}
+        self._to = {self._pipes[0][0]: 1, self._pipes[1][0]: 2}
+        self._lock = threading.Lock()
+        self._home = os.path.expanduser("~")
+        self._thread = threading.Thread(target=self._read, name="tuiprof-relay", daemon=True)
+
+    def child_fds(self) -> tuple[int, int]:
+        """The write ends for the program's fds 1 and 2."""
+        return self._pipes[0][1], self._pipes[1][1]
+
+    def started(self) -> None:
+        """The program's process has its copies: close ours (its end is then the pipes' end)
+        and start reading."""
+        for _, w in self._pipes:
+            os.close(w)
+        self._thread.start()
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Read to the end (at most ``timeout`` s more: a child of the program may still hold
+        a pipe open) and close the log."""
+        self._thread.join(timeout)
+        with self._lock:
+            if self._log >= 0:
+                os.close(self._log)
+                self._log = -1
+
+    def recent(self) -> list[str]:
+        with self._lock:
+            return list(self._ring)
+
+    def _read(self) -> None:
+        sel = selectors.DefaultSelector()
+        for r, _ in self._pipes:
+            sel.register(r, selectors.EVENT_READ)
+        open_ends = {r for r, _ in self._pipes}
+        while open_ends:
+            for key, _ in sel.select():
+                r = key.fd
+                try:
+                    chunk = os.read(r, 1 << 16)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    sel.unregister(r)
+                    open_ends.discard(r)
+                    self._split(r, b"", final=True)
+                    os.close(r)
+                    continue
+                self._write(r, chunk)
+                self._split(r, chunk)
+        sel.close()
+
+    def _write(self, r: int, chunk: bytes) -> None:
+        with self._lock:
+            self.bytes += len(chunk)
+            if self._log >= 0:
+                try:
+                    os.write(self._log, chunk)
+                except OSError:
+                    pass
+        if self.tee:
+            try:
+                os.write(self._to[r], chunk)
+            except OSError:  # the terminal is gone: the log file still has it
+                pass
+
+    def _split(self, r: int, chunk: bytes, final: bool = False) -> None:
+        data = self._partial[r] + chunk
+        parts = data.split(b"\n")
+        rest = parts.pop()
+        if (final and rest) or len(rest) > MAX_PARTIAL:
+            parts.append(rest)
+            rest = b""
+        self._partial[r] = rest
+        if not parts:
+            return
+        keep = parts[-self._ring_len:]
+        lines = [clean_line(p.decode("utf-8", "replace"), self._home) for p in keep]
+        with self._lock:
+            self.lines += len(parts)
+            self._ring = (self._ring + lines)[-self._ring_len:]

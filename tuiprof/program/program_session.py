@@ -20,7 +20,7 @@ from ..profiler import Profiler, _device_facts, rank_facts
 from .transformers_steps import TransformersSteps
 from .launch import ProgramResult, ProgramSpec, run_program
 from .nvtx import NvtxSteps
-from .output import OutputCapture, clean_line
+from .output import OutputCapture, RelayedOutput, clean_line
 from .steps import SOURCES, StepRecorder
 from .windows import WindowSteps
 
@@ -38,7 +38,7 @@ class ProgramSession:
 
     def __init__(self, prof: Profiler, spec: ProgramSpec, log_path: str | Path, *,
                  window_ms: float = DEFAULT_WINDOW_MS, step_ranges: tuple[str, ...] = (),
-                 tee: bool = False) -> None:
+                 tee: bool = False, relayed: bool = False) -> None:
         self.prof = prof
         self.spec = spec
         self.log_path = str(log_path)
@@ -50,7 +50,8 @@ class ProgramSession:
         self.nvtx = NvtxSteps(self.recorder, self.step_ranges) if step_ranges else None
         self.windows: WindowSteps | None = None
         self.hf: Any = None
-        self.capture = OutputCapture(prof.store, log_path, tee=tee)
+        # relayed: fds 1 and 2 are another process's pipes, which keeps the log and the lines
+        self.capture = RelayedOutput() if relayed else OutputCapture(prof.store, log_path, tee=tee)
         self.captures = GraphCaptures()
         self.result: ProgramResult | None = None
         self.running = False

@@ -98,9 +98,13 @@ class RemoteControl(SessionControl):
 
     def __init__(self, options: ProfilerOptions, store_kwargs: dict | None = None, *,
                  orphan_snapshot_dir: str | Path | None = None, hook: str | None = None,
-                 reply_timeout: float = 60.0, program: dict | None = None) -> None:
+                 reply_timeout: float = 60.0, program: dict | None = None,
+                 poll: bool = True) -> None:
         self.options = options
         self.program = program   # run this program instead of the engine (SessionSpec.program)
+        # poll=False: no background puller; the caller pulls (a headless run pulls whole
+        # views, histograms included, so that the mirror is always a complete snapshot)
+        self.poll = poll
         self.store_kwargs = dict(store_kwargs or {})
         self.store = RemoteStore(self)  # type: ignore[assignment]
         self.mirror = Mirror(self.store_kwargs.get("series_len", 2048),
@@ -162,9 +166,10 @@ class RemoteControl(SessionControl):
         self._proc = proc
         self._conn = conn
         _watch_at_exit(self)
-        self._puller = threading.Thread(target=self._pull_loop, name="tuiprof-puller",
-                                        daemon=True)
-        self._puller.start()
+        if self.poll:
+            self._puller = threading.Thread(target=self._pull_loop, name="tuiprof-puller",
+                                            daemon=True)
+            self._puller.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop generation and collectors in the session process (data stays fetchable)."""
