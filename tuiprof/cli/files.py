@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import TuiprofError, safe_text
+from ..export._atomic import check_output, check_output_dir
 from ..text import printable
 from .common import print_summary, write_outputs
 
@@ -67,12 +68,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from ..collect.replay import ReplayControl, load_recording  # noqa: PLC0415
     from ..store import SessionStore  # noqa: PLC0415
 
+    if args.ring_tokens < 1 or args.speed < 0:
+        raise TuiprofError("--ring-tokens must be positive and --speed 0 or more")
+    out = Path(args.json or Path(args.file).name.split(".")[0] + ".snapshot.json")
+    if args.headless:
+        check_output(out, "--json" if args.json else "the snapshot")
     rec = load_recording(args.file)
     store = SessionStore(ring_tokens=args.ring_tokens)
     if args.headless:
         from ..collect.replay import replay_into  # noqa: PLC0415
         replay_into(rec, store, speed=0.0)
-        out = Path(args.json or Path(args.file).name.split(".")[0] + ".snapshot.json")
         write_outputs(store.view(), out, None)
         print_summary(store.view())
         return 0
@@ -86,9 +91,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from ..export.snapshot import read_any_snapshot  # noqa: PLC0415
 
-    view = read_any_snapshot(args.snapshot)  # all ranks of a multi-rank snapshot
     if not (args.nsys or args.sqlite or args.trace):
         raise TuiprofError("nothing to export: give --nsys DIR, --sqlite FILE and/or --trace FILE")
+    if args.nsys:    # before reading a large snapshot: a bad path says so at once
+        check_output_dir(args.nsys, "--nsys")
+    for flag, path in (("--sqlite", args.sqlite), ("--trace", args.trace)):
+        if path:
+            check_output(path, flag)
+    view = read_any_snapshot(args.snapshot)  # all ranks of a multi-rank snapshot
     if args.nsys:
         from ..export.nsys_reports import write_nsys_reports  # noqa: PLC0415
         for path in write_nsys_reports(view, Path(args.nsys)):

@@ -220,7 +220,8 @@ def _final_view(ctl, relay, stop_sig: int | None):
                 f"status {128 + stop_sig})")
     info.update(running=False, output_lines=relay.lines)
     meta["program"] = info
-    meta.setdefault("step_source", "none")
+    if "step_source" not in meta:   # the process never finished: its last word on steps
+        meta.update((ctl.status.extra or {}).get("steps") or {"step_source": "none"})
     view = dataclasses.replace(view, meta=meta, output=relay.recent(),
                                counters=dict(view.counters, output_lines=relay.lines))
     return view, line

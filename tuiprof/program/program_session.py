@@ -143,10 +143,7 @@ class ProgramSession:
                      "error": clean_line(result.error), "output_lines": self.capture.lines,
                      "traceback": [clean_line(x) for x in result.traceback]})
         meta["program"] = info
-        meta["step_source"] = rec.source or "none"
-        meta["step_sources"] = {s: rec.counts[s] for s in SOURCES if rec.counts[s]}
-        if rec.nested:
-            meta["step_sources"]["ignored_nested"] = rec.nested
+        meta.update(self.step_facts())
         prof.status.state = "done" if result.status == 0 else "error"
         prof.status.message = f"{result.line()} · log {Path(self.log_path).name}"
         if result.how == "raised":
@@ -218,13 +215,22 @@ class ProgramSession:
         except Exception:
             pass
 
+    def step_facts(self) -> dict:
+        """Where the steps came from so far (``meta.step_source``, ``meta.step_sources``)."""
+        rec = self.recorder
+        counts = {s: rec.counts[s] for s in SOURCES if rec.counts[s]}
+        if rec.nested:
+            counts["ignored_nested"] = rec.nested
+        return {"step_source": rec.source or "none", "step_sources": counts}
+
     def status_extra(self) -> dict:
-        """Program facts the UI process shows (``SourceStatus.extra``)."""
+        """Program facts the UI process shows (``SourceStatus.extra``); ``steps``: the step
+        facts so far, which a process that outlives this one writes into the snapshot."""
         meta = self.prof.store.meta.get("program") or {}
         return {"program": {k: meta.get(k) for k in ("name", "log", "running", "exit_status",
                                                       "ended", "error", "traceback")},
                 "log_path": self.log_path, "disabled": dict(ENGINE_ONLY),
-                "can_interrupt": self.running}
+                "can_interrupt": self.running, "steps": self.step_facts()}
 
 
 def _version() -> str:
