@@ -219,6 +219,7 @@ def test_diff_prints_hostile_names_visibly(hostile_snapshot, tmp_path, markdown)
 
 def test_nsys_export_is_clean_and_json_sqlite_trace_keep_names_exact(hostile_snapshot, tmp_path):
     out = tmp_path / "out"
+    out.mkdir()
     proc = _cli("export", str(hostile_snapshot), "--nsys", str(out / "nsys"), "--sqlite",
                 str(out / "s.sqlite"), "--trace", str(out / "t.json"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
