@@ -90,25 +90,16 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     the log has every byte the program wrote. Returns the program's exit status, or 128 + N
     after signal N."""
     from ..export._atomic import check_output  # noqa: PLC0415
-    from ..program.output import OutputRelay  # noqa: PLC0415
     from ..remote import RemoteControl  # noqa: PLC0415
-    from ..remote.session_process import PassFd  # noqa: PLC0415
 
     spec = parse_program(args.program)
     out = Path(args.json or f"tuiprof-{stem(spec)}.json")
     log = out.with_suffix(".log")
     check_output(out, "--json" if args.json else "the snapshot")
     check_output(log, "the program's log")
-    try:
-        relay = OutputRelay(log, tee=True)
-    except OSError as exc:
-        raise TuiprofError(f"cannot capture the program's output in {log}: "
-                           f"{exc.strerror or exc}") from None
-    stdin = None if os.isatty(0) else PassFd(0)  # a terminal stays the parent's (Ctrl-C)
-    w1, w2 = relay.child_fds()
     program = {"spec": spec, "log_path": str(log), "window_ms": args.window_ms,
                "step_ranges": tuple(args.step_range), "own_group": True, "stop_on_term": True,
-               "fds": (stdin, PassFd(w1), PassFd(w2))}
+               "tee": True, "stdin": None if os.isatty(0) else 0}   # a terminal stays here
     ctl = RemoteControl(program_options(args, True), {"ring_tokens": args.ring_tokens},
                         program=program, poll=False)
     if spec.note:
@@ -136,17 +127,19 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     old = handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     try:
         try:
-            ctl.start()
-            relay.started()
+            try:
+                ctl.start()
+            except OSError as exc:
+                raise TuiprofError(f"cannot capture the program's output in {log}: "
+                                   f"{exc.strerror or exc}") from None
             _follow(ctl, stop)
             if stop.is_set() and _program_running(ctl):
                 _stop_program(ctl)
             if not ctl._gone:
                 ctl.view(raw=True)          # the last copy, after the program's end
         finally:
-            ctl.close()                     # ends the session process (and the program)
-            relay.finish()                  # every byte it wrote, in the log
-        view, line = _final_view(ctl, relay, _stop_signal(seen) if stop.is_set() else None)
+            ctl.close()    # ends the session process (and the program); the log is complete
+        view, line = _final_view(ctl, _stop_signal(seen) if stop.is_set() else None)
         write_outputs(view, out, None)
         print_summary(view, None)
         say(f"tuiprof: {line}")
@@ -193,7 +186,7 @@ def _stop_program(ctl) -> None:
     ctl.stop()
 
 
-def _final_view(ctl, relay, stop_sig: int | None):
+def _final_view(ctl, stop_sig: int | None):
     """The last complete copy of the session, with how the program ended filled in where its
     process could not say (it ended the process itself, was killed, crashed or was stopped),
     and the program's output as this process read it. Returns (view, the line to say)."""
@@ -218,13 +211,11 @@ def _final_view(ctl, relay, stop_sig: int | None):
         info.update(exit_status=128 + stop_sig, ended="stopped")
         line = (f"the program was stopped by tuiprof ({signal.Signals(stop_sig).name}, exit "
                 f"status {128 + stop_sig})")
-    info.update(running=False, output_lines=relay.lines)
+    info["running"] = False
     meta["program"] = info
     if "step_source" not in meta:   # the process never finished: its last word on steps
         meta.update((ctl.status.extra or {}).get("steps") or {"step_source": "none"})
-    view = dataclasses.replace(view, meta=meta, output=relay.recent(),
-                               counters=dict(view.counters, output_lines=relay.lines))
-    return view, line
+    return ctl.with_output(dataclasses.replace(view, meta=meta)), line
 
 
 def run_live(args: argparse.Namespace) -> int:
