@@ -37,21 +37,26 @@ HOSTILE = (
 MARKERS = ("\x1b", "\x07", "\x9b", "\u202e", "\u2066", "\ud800")
 
 
-def kernel_names(n: int) -> list[str]:
+# Only terminal escapes (no markup): what reached the terminal raw before markup was escaped
+# (the markup names crashed the viewer first, hiding it).
+ESCAPES = tuple(h for h in HOSTILE if "[" not in h or "\x1b" in h)
+
+
+def kernel_names(n: int, catalogue: tuple = HOSTILE) -> list[str]:
     """``n`` distinct hostile names (the catalogue, then the catalogue again with a suffix)."""
     out = []
     for i in range(n):
-        base = HOSTILE[i % len(HOSTILE)]
-        out.append(base if i < len(HOSTILE) else f"{base} #{i}")
+        base = catalogue[i % len(catalogue)]
+        out.append(base if i < len(catalogue) else f"{base} #{i}")
     return out
 
 
-def hostile_recording(fixture: Path) -> dict:
+def hostile_recording(fixture: Path, catalogue: tuple = HOSTILE) -> dict:
     """The eager H100 fixture with every kernel renamed hostile, and hostile meta."""
     with gzip.open(fixture) as fh:
         rec = json.load(fh)
     names = sorted({r[1] for r in rec["records"] if r[0] == "K"})
-    rename = dict(zip(names, kernel_names(len(names))))
+    rename = dict(zip(names, kernel_names(len(names), catalogue)))
     for r in rec["records"]:
         if r[0] == "K":
             r[1] = rename[r[1]]
@@ -60,13 +65,16 @@ def hostile_recording(fixture: Path) -> dict:
     return rec
 
 
-def hostile_view(fixture: Path):
+def hostile_view(fixture: Path, catalogue: tuple = HOSTILE):
     """A store view of the hostile recording, with hostile output, events and collectors."""
     from tuiprof.collect.replay import replay_into, validate_recording
     from tuiprof.store import SessionStore
 
     store = SessionStore(ring_tokens=8)
-    rec = validate_recording(hostile_recording(fixture), "hostile")
+    rec = validate_recording(hostile_recording(fixture, catalogue), "hostile")
+    if catalogue is not HOSTILE:
+        replay_into(rec, store)
+        return store.view()
     rec.meta["model"] = HOSTILE[0] + HOSTILE[1]      # what a live session's meta would hold
     rec.meta["device"] = HOSTILE[4] + " H100"
     replay_into(rec, store)
@@ -100,10 +108,13 @@ def hostile_doc(fixture: Path) -> dict:
     return doc
 
 
-def write_hostile_snapshot(fixture: Path, out: Path) -> Path:
-    from tuiprof.export.snapshot import dumps
+def write_hostile_snapshot(fixture: Path, out: Path, catalogue: tuple = HOSTILE) -> Path:
+    """The hostile snapshot; with another ``catalogue``, only its kernel names are hostile."""
+    from tuiprof.export.snapshot import dumps, snapshot_dict
 
-    out.write_bytes(dumps(hostile_doc(fixture)))
+    doc = hostile_doc(fixture) if catalogue is HOSTILE else snapshot_dict(
+        hostile_view(fixture, catalogue))
+    out.write_bytes(dumps(doc))
     return out
 
 

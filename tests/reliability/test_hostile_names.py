@@ -35,7 +35,7 @@ from tuiprof.text import csv_cell, markup, output_line, printable
 from .conftest import REPO, cli_env
 
 sys.path.insert(0, str(REPO / "tests"))
-from hostile import HOSTILE, has_raw_control, write_hostile_snapshot  # noqa: E402
+from hostile import ESCAPES, HOSTILE, has_raw_control, write_hostile_snapshot  # noqa: E402
 
 from conftest import EAGER  # noqa: E402
 
@@ -181,11 +181,16 @@ def _pty_app(args: list[str], cwd: Path, size=(50, 200), seconds: float = 6.0) -
 
 
 @pytest.mark.slow
-def test_the_terminal_gets_no_hostile_sequence(hostile_snapshot, tmp_path):
+@pytest.mark.parametrize("catalogue", ["all", "escapes only"])
+def test_the_terminal_gets_no_hostile_sequence(hostile_snapshot, tmp_path, catalogue):
     """The bytes the app writes to a real terminal: no title, clipboard or clear-screen sequence
-    from a name, no bidi override (the kernels pane used to send the name raw, 8 times)."""
-    raw = _pty_app(["view", str(hostile_snapshot)], tmp_path)
-    assert b"kernel" in raw and b"\\x1b]0;pwned" in raw, raw[-3000:]   # shown, escaped
+    from a name, no bidi override (the kernels pane used to send the name raw, 8 times; with
+    markup names too, the app crashed first)."""
+    snap = hostile_snapshot if catalogue == "all" else write_hostile_snapshot(
+        EAGER, tmp_path / "escapes.json", ESCAPES)
+    raw = _pty_app(["view", str(snap)], tmp_path)
+    assert b"Traceback" not in raw and b"Error" not in raw, raw[-3000:]
+    assert b"top kernels" in raw and b"\\u202eevil_lenrek\\u202c" in raw, raw[-3000:]  # escaped
     for seq in (b"\x1b]0;pwned", b"\x1b]52;c;", "\u202e".encode(), "\u2066".encode(),
                 b"bell\x07", b"nul\x00"):
         assert seq not in raw, seq
