@@ -321,9 +321,9 @@ def _check_tp(args: argparse.Namespace) -> None:
 
 def _cmd_run_tp(args: argparse.Namespace) -> int:
     """N tensor-parallel ranks, each a session process; the live app or a headless run."""
+    _check_tp(args)   # before importing what starts ranks: a refusal takes a fraction of a second
     from ..remote.rank_launcher import RankSetControl  # noqa: PLC0415
 
-    _check_tp(args)
     if args.headless:
         args.no_loop = True
     opts, store_kwargs = _make_options(args)
