@@ -226,12 +226,13 @@ def test_nsys_export_is_clean_and_json_sqlite_trace_keep_names_exact(hostile_sna
     out = tmp_path / "out"
     out.mkdir()
     proc = _cli("export", str(hostile_snapshot), "--nsys", str(out / "nsys"), "--sqlite",
-                str(out / "s.sqlite"), "--trace", str(out / "t.json"), cwd=tmp_path)
+                str(out / "s.sqlite"), "--trace", str(out / "t.json"), "--steps-csv",
+                str(out / "steps.csv"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _clean(proc.stdout, "stdout")
     names = {k["name"] for k in json.loads(hostile_snapshot.read_text())["kernels"]}
     assert set(HOSTILE[:3]) <= names
-    for p in sorted((out / "nsys").iterdir()):
+    for p in [*sorted((out / "nsys").iterdir()), out / "steps.csv"]:
         data = p.read_bytes()
         _clean(data, p.name)
         if p.suffix == ".csv":

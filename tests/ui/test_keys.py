@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tuiprof.ui import adapters
+from tuiprof.ui.panes import PANES, keys as pane_keys
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.compare import CompareScreen
 from tuiprof.ui.screens.detail import KernelDetailScreen
@@ -48,8 +49,13 @@ def fake_writers(monkeypatch):
         written.append(("nsys", directory))
         return directory
 
-    monkeypatch.setattr(adapters, "write_snapshot", write_snapshot)
-    monkeypatch.setattr(adapters, "write_nsys_reports", write_nsys)
+    def export(name, view, path):
+        if name == "nsys":
+            path.mkdir(parents=True, exist_ok=True)
+            return write_nsys(view, path)
+        return write_snapshot(view, path)
+
+    monkeypatch.setattr(adapters, "export", export)
     return written
 
 
@@ -176,7 +182,7 @@ def test_pane_switching_at_80x24(control, tmp_path):
         assert main.active == 3
         await pilot.press("shift+tab", "shift+tab")
         assert main.active == 1
-        for n in "12345":
+        for n in pane_keys():
             await pilot.press(n)
             await pilot.pause()
             assert main.active == int(n)
@@ -184,7 +190,7 @@ def test_pane_switching_at_80x24(control, tmp_path):
             assert main.visible_panes()[0].display
         await pilot.resize_terminal(200, 50)
         await pilot.pause()
-        assert not main.narrow and len(main.visible_panes()) == 5
+        assert not main.narrow and len(main.visible_panes()) == len(PANES)
     drive(app, body, size=(80, 24))
 
 
@@ -207,9 +213,9 @@ def test_exports(control, tmp_path, fake_writers):
 
 
 def test_export_failure_is_reported_not_raised(control, tmp_path, monkeypatch):
-    def boom(view, path):
+    def boom(name, view, path):
         raise OSError("disk full")
-    monkeypatch.setattr(adapters, "write_snapshot", boom)
+    monkeypatch.setattr(adapters, "export", boom)
     app = new_app(control, tmp_path)
 
     async def body(pilot):

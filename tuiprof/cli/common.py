@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..phases import MODES
 from ..text import printable
 
 
@@ -150,7 +151,7 @@ def print_summary(view, prof=None) -> None:
     for key in view.config_keys:
         sub = view.select(key)
         dec = [t for t in sub.tokens if t.phase == "decode" and t.done and not t.apart]
-        for mode in ("eager", "compiled"):
+        for mode in MODES:
             ts = [t for t in dec if t.mode == mode]
             if not ts:
                 continue
@@ -192,6 +193,12 @@ def print_steps(view) -> None:
     elif src == "none":
         print("steps: none (the program ended before any step)")
     else:
+        auto = meta.get("auto_steps") or {}
+        if src == "auto" and auto.get("found"):  # a native program's loop, from its kernels
+            print(f"steps: a decode loop of {auto.get('kernels_per_step')} kernels found in the "
+                  f"kernel stream (confidence {auto.get('confidence')} "
+                  f"{auto.get('confidence_label')}; boundary: {auto.get('boundary')}; "
+                  f"{auto.get('identical_steps')} steps identical)")
         print(f"steps from {src}: {counts.get(src, 0)}" + (f" ({split})" if split else "")
               + (f"; {counts['ignored_nested']} nested marks ignored"
                  if counts.get("ignored_nested") else "")

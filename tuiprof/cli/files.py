@@ -23,10 +23,11 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("--ring-tokens", type=int, default=64)
         p.add_argument("--export-dir", default=".")
     elif name == "export":
+        from ..export.registry import with_flags  # noqa: PLC0415
         p.add_argument("snapshot")
-        p.add_argument("--nsys", metavar="DIR", help="write nsys stats CSVs and console tables")
-        p.add_argument("--sqlite", metavar="FILE", help="write an Nsight Systems-schema .sqlite")
-        p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON")
+        for e in with_flags():
+            p.add_argument(e.flag, metavar=e.target.upper(), dest=f"export_{e.name}",
+                           help=f"write {e.help}")
     elif name == "diff":
         p.add_argument("a")
         p.add_argument("b")
@@ -89,26 +90,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from ..export.registry import with_flags, write  # noqa: PLC0415
     from ..export.snapshot import read_any_snapshot  # noqa: PLC0415
 
-    if not (args.nsys or args.sqlite or args.trace):
-        raise TuiprofError("nothing to export: give --nsys DIR, --sqlite FILE and/or --trace FILE")
-    if args.nsys:    # before reading a large snapshot: a bad path says so at once
-        check_output_dir(args.nsys, "--nsys")
-    for flag, path in (("--sqlite", args.sqlite), ("--trace", args.trace)):
-        if path:
-            check_output(path, flag)
+    asked = [(e, getattr(args, f"export_{e.name}")) for e in with_flags()
+             if getattr(args, f"export_{e.name}", None)]
+    if not asked:
+        flags = ", ".join(f"{e.flag} {e.target.upper()}" for e in with_flags())
+        raise TuiprofError(f"nothing to export: give one or more of {flags}")
+    for e, path in asked:   # before reading a large snapshot: a bad path says so at once
+        (check_output_dir if e.target == "dir" else check_output)(path, e.flag)
     view = read_any_snapshot(args.snapshot)  # all ranks of a multi-rank snapshot
-    if args.nsys:
-        from ..export.nsys_reports import write_nsys_reports  # noqa: PLC0415
-        for path in write_nsys_reports(view, Path(args.nsys)):
-            print(printable(path))
-    if args.sqlite:
-        from ..export.nsys_sqlite import write_nsys_sqlite  # noqa: PLC0415
-        print(printable(write_nsys_sqlite(view, Path(args.sqlite))))
-    if args.trace:
-        from ..export.trace import write_trace  # noqa: PLC0415
-        print(printable(write_trace(view, Path(args.trace))))
+    for e, path in asked:
+        written = write(e.name, view, Path(path))
+        for p in (written if isinstance(written, (list, tuple)) else [written]):
+            print(printable(p))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]``: a program of one's own, headless
-or live (the program's side is :mod:`tuiprof.program`)."""
+"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]`` (or ``-- ./binary [ARGS...]``): a
+program of one's own, headless or live (the program's side is :mod:`tuiprof.program`)."""
 from __future__ import annotations
 
 import argparse
@@ -35,11 +35,13 @@ def run(args: argparse.Namespace) -> int:
 
 def check_options(args: argparse.Namespace, defaults: dict) -> None:
     """Refuse engine options with a program, and program options without one."""
+    from ..program.sources import OPTIONS  # noqa: PLC0415
+
     if args.program is None:
-        given = [o for o in ("step_range", "window_ms") if getattr(args, o) != defaults[o]]
+        given = [o.flag for o in OPTIONS if getattr(args, o.dest) != defaults[o.dest]]
         if given:
-            raise TuiprofError(f"--{given[0].replace('_', '-')} applies to a program of your own: "
-                               f"tuiprof run --{given[0].replace('_', '-')} ... -- python SCRIPT.py")
+            raise TuiprofError(f"{given[0]} applies to a program of your own: "
+                               f"tuiprof run {given[0]} ... -- python SCRIPT.py")
         return
     given = [o for o in ENGINE_OPTIONS if getattr(args, o, None) != defaults.get(o)]
     if given:
@@ -50,13 +52,23 @@ def check_options(args: argparse.Namespace, defaults: dict) -> None:
     if args.in_process:
         raise TuiprofError("--in-process: a program runs on the session process's main thread "
                            "(its signals behave as usual there); drop --in-process")
-    if args.window_ms <= 0:
-        raise TuiprofError("--window-ms must be positive")
+    for o in OPTIONS:
+        why = o.problem(getattr(args, o.dest))
+        if why:
+            raise TuiprofError(f"{o.flag} {why}")
+
+
+def source_options(args: argparse.Namespace) -> dict:
+    """The step sources' options as given (``ProgramSession(options=...)``)."""
+    from ..program.sources import OPTIONS  # noqa: PLC0415
+
+    return {o.dest: getattr(args, o.dest) for o in OPTIONS}
 
 
 def stem(spec: ProgramSpec) -> str:
     """A file-name stem for the program's snapshot and log."""
-    base = Path(spec.target).stem if spec.kind == "path" else spec.target.split(".")[-1]
+    base = (Path(spec.target).stem if spec.kind in ("path", "native")
+            else spec.target.split(".")[-1])
     if spec.kind == "code":
         base = "code"
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-")[:40] or "program"
@@ -79,7 +91,30 @@ def program_options(args: argparse.Namespace, headless: bool):
                            detach_between_bursts=not args.cupti_attached)
 
 
-STOP_GRACE_S = 3.0     # after a stop, how long the program has to end before it is ended
+def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
+    """A native program: refuse the options of step sources that only see Python programs,
+    and build its injection library now (cached after the first time): a missing compiler or
+    missing headers is one line before anything starts."""
+    if spec.kind != "native":
+        return
+    from ..program.sources import STEP_SOURCES  # noqa: PLC0415
+
+    for src in STEP_SOURCES:
+        for o in src.options:
+            # --window-ms also sizes the windows a native program falls back to
+            if "native" not in src.programs and o.dest != "window_ms" \
+                    and getattr(args, o.dest) != o.default:
+                raise TuiprofError(f"{o.flag} applies to Python programs; a native program's "
+                                   "steps come from --step-range or its kernel stream "
+                                   "(docs/native.md)")
+    if not args.no_cupti:
+        from ..native.build import build  # noqa: PLC0415
+
+        build()
+
+
+STOP_GRACE_S = 5.0     # after a stop, how long the program has to end (a native binary gets
+                       # SIGTERM, then SIGKILL 3 s later: program.native.KILL_AFTER_S)
 PULL_S = 0.5           # how often a headless run copies the session (the most a crash loses)
 
 
@@ -93,13 +128,14 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     from ..remote import RemoteControl  # noqa: PLC0415
 
     spec = parse_program(args.program)
+    _prepare_native(spec, args)
     out = Path(args.json or f"tuiprof-{stem(spec)}.json")
     log = out.with_suffix(".log")
     check_output(out, "--json" if args.json else "the snapshot")
     check_output(log, "the program's log")
-    program = {"spec": spec, "log_path": str(log), "window_ms": args.window_ms,
-               "step_ranges": tuple(args.step_range), "own_group": True, "stop_on_term": True,
-               "tee": True, "stdin": None if os.isatty(0) else 0}   # a terminal stays here
+    program = {"spec": spec, "log_path": str(log), "options": source_options(args),
+               "own_group": True, "stop_on_term": True, "tee": True,
+               "stdin": None if os.isatty(0) else 0}   # a terminal stays here (Ctrl-C)
     ctl = RemoteControl(program_options(args, True), {"ring_tokens": args.ring_tokens},
                         program=program, poll=False)
     if spec.note:
@@ -143,6 +179,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
         write_outputs(view, out, None)
         print_summary(view, None)
         say(f"tuiprof: {line}")
+        for note in (ctl.status.extra or {}).get("notes") or ():
+            say(f"tuiprof: {note}")
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -224,6 +262,7 @@ def run_live(args: argparse.Namespace) -> int:
     from ..ui.app import run_app  # noqa: PLC0415
 
     spec = parse_program(args.program)
+    _prepare_native(spec, args)
     export = Path(args.export_dir)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     log = export / f"tuiprof-{stem(spec)}-{stamp}.log"
@@ -233,8 +272,7 @@ def run_live(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise TuiprofError(f"cannot write the program's log in {export}: "
                            f"{exc.strerror or exc}") from None
-    program = {"spec": spec, "log_path": str(log), "window_ms": args.window_ms,
-               "step_ranges": tuple(args.step_range)}
+    program = {"spec": spec, "log_path": str(log), "options": source_options(args)}
     ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
                         orphan_snapshot_dir=args.export_dir, program=program)
     ctl.start()

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ..errors import TuiprofError
+from ..phases import EAGER, MODES
 from ..text import printable
 from .common import (Interrupted, exit_if_busy, print_summary, say, stop_on_signals,
                      write_or_fallback, write_outputs)
@@ -36,7 +37,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="allow model code from a local HF directory (off by default)")
     p.add_argument("--device", help="cuda or cpu (default: cuda when present)")
     p.add_argument("--dtype", help="bfloat16 (GPU default), float16, float32 (CPU default)")
-    p.add_argument("--mode", choices=("eager", "compiled"), default="eager")
+    p.add_argument("--mode", choices=MODES, default=EAGER)
     p.add_argument("--compile-mode", help="torch.compile mode (default: reduce-overhead on CUDA)")
     p.add_argument("--prompt", help="prompt text (needs a tokenizer beside the weights)")
     p.add_argument("--prompt-len", type=int, default=16, help="prompt length in tokens when no text")
@@ -87,11 +88,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "--device cpu), started with torch.distributed's launcher")
     g = p.add_argument_group("a program of your own (tuiprof run [options] -- python SCRIPT.py "
                              "[ARGS...]; see docs/programs.md)")
-    g.add_argument("--step-range", action="append", metavar="NAME", default=[],
-                   help="cut steps at the program's NVTX ranges named NAME (again for more "
-                        "names; a name with 'prefill' in it marks prefill steps)")
-    g.add_argument("--window-ms", type=float, default=100.0,
-                   help="when the program marks no steps: windows of this many ms (default 100)")
+    from ..program.sources import OPTIONS  # noqa: PLC0415 - the step sources' options
+    for opt in OPTIONS:
+        opt.add_to(g)
 
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:

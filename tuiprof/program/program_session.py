@@ -14,17 +14,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import marks
 from ..engine.graphs import GraphCaptures
-from ..profiler import Profiler, _device_facts, rank_facts
-from .transformers_steps import TransformersSteps
+from ..collect.device import device_facts, rank_facts
+from ..profiler import Profiler
 from .launch import ProgramResult, ProgramSpec, run_program
-from .nvtx import NvtxSteps
+from .native_session import NativeSide
+from .nvtx import NoNvtx
 from .output import OutputCapture, RelayedOutput, clean_line
-from .steps import SOURCES, StepRecorder
+from .sources import STEP_SOURCES, factory, option_values
+from .steps import HOST_SOURCES, SOURCES, StepRecorder
 from .windows import WindowSteps
 
-DEFAULT_WINDOW_MS = 100.0
 NO_PAUSE = "pause needs step boundaries on the program's thread (transformers or tuiprof.step)"
 ENGINE_ONLY = {
     "toggle_mode": "c is for tuiprof's own engine: the program's code decides eager or compiled",
@@ -37,19 +37,36 @@ class ProgramSession:
     """Collectors, step sources and output capture around one run of a program."""
 
     def __init__(self, prof: Profiler, spec: ProgramSpec, log_path: str | Path, *,
-                 window_ms: float = DEFAULT_WINDOW_MS, step_ranges: tuple[str, ...] = (),
-                 tee: bool = False, relayed: bool = False) -> None:
+                 options: dict | None = None, window_ms: float | None = None,
+                 step_ranges: tuple[str, ...] | None = None, tee: bool = False,
+                 relayed: bool = False) -> None:
+        """``options``: the step sources' options by ``dest`` (``program.sources.OPTIONS``;
+        ``window_ms`` and ``step_ranges`` are shorthands for two of them)."""
         self.prof = prof
         self.spec = spec
         self.log_path = str(log_path)
-        self.window_ms = float(window_ms)
-        self.step_ranges = tuple(step_ranges)
+        given = dict(options or {})
+        if window_ms is not None:
+            given["window_ms"] = window_ms
+        if step_ranges is not None:
+            given["step_range"] = list(step_ranges)
+        self.options = option_values(given)
+        self.window_ms = float(self.options["window_ms"])
+        self.step_ranges = tuple(self.options["step_range"] or ())
         self.tee = tee
-        sources = ("nvtx",) if step_ranges else ("transformers", "api", "windows")
-        self.recorder = StepRecorder(prof, prof.clock, sources)
-        self.nvtx = NvtxSteps(self.recorder, self.step_ranges) if step_ranges else None
-        self.windows: WindowSteps | None = None
-        self.hf: Any = None
+        # a native binary runs as a child, its CUPTI injected (tuiprof.program.native_session)
+        self.native = NativeSide(self) if spec.kind == "native" else None
+        self.recorder = StepRecorder(prof, self.native.clock if self.native else prof.clock)
+        # the step sources of this run, in precedence order (tuiprof.program.sources)
+        self.sources: dict[str, Any] = {}
+        kind = "native" if self.native is not None else "python"
+        for spec in STEP_SOURCES:
+            if kind not in spec.programs:
+                continue
+            source = factory(spec)(self)
+            if source is not None:
+                self.sources[spec.name] = source
+        self.recorder.enabled = frozenset(self.sources)
         # relayed: fds 1 and 2 are another process's pipes, which keeps the log and the lines
         self.capture = RelayedOutput() if relayed else OutputCapture(prof.store, log_path, tee=tee)
         self.captures = GraphCaptures()
@@ -69,51 +86,55 @@ class ProgramSession:
         })
         if self.step_ranges:
             store.meta["step_range"] = list(self.step_ranges)
-        prof.start_collectors(markers=self.nvtx)
-        if self.nvtx is not None:
-            self._start_nvtx()
-        elif not rank_facts() and prof.allow_bursts_only(self.captures.undroppable):
+        markers = next((m for m in (getattr(s, "markers", None) for s in self.sources.values())
+                        if m is not None), None)
+        if self.native is not None:  # the child's CUPTI feeds the step source's marker sink
+            self.native.start(markers)
+            self.capture.start()
+            for name, source in self.sources.items():
+                if name != "nvtx":  # NVTX reaches the child through its environment
+                    source.install()
+            self._running(spec)
+            return
+        prof.start_collectors(markers=markers)
+        if markers is None and not rank_facts() and prof.allow_bursts_only(
+                self.captures.undroppable):
             self.captures.install()  # one rank: CUPTI attached around its bursts only
-        enabled = self.recorder.enabled
-        if "transformers" in enabled:
-            self.hf = TransformersSteps(self.recorder, describe=self._describe_model)
-            self.hf.install()
-        if "api" in enabled:
-            marks._sink = self.recorder
-        if "windows" in enabled:
-            self.windows = WindowSteps(self.recorder, self.window_ms)
         self.capture.start()
-        if self.windows is not None:
-            self.windows.start()
+        for name, source in list(self.sources.items()):
+            try:
+                self._install(name, source)
+            except NoNvtx as exc:  # its ranges cannot come: windows instead
+                prof.store.set_collector("nvtx", False, str(exc))
+                del self.sources[name]
+        if not self.sources:
+            self.sources["windows"] = WindowSteps(self.recorder, self.window_ms)
+            self.recorder.enabled = frozenset({"windows"})
+            self.sources["windows"].install()
+        self._running(spec)
+
+    def _running(self, spec: ProgramSpec) -> None:
+        prof = self.prof
         self.running = True
         prof.status.state = "running"
         prof.status.message = f"{spec.name} running · log {Path(self.log_path).name}"
         prof._t_start = time.perf_counter()
 
-    def _start_nvtx(self) -> None:
-        prof = self.prof
-        if prof.cupti is None:  # NVTX ranges arrive only through CUPTI
-            prof.store.set_collector("nvtx", False, "no NVTX steps: --step-range needs CUPTI; "
-                                     f"using {self.window_ms:g} ms windows")
-            self.recorder.enabled = frozenset({"windows"})
-            self.nvtx = None
+    def _install(self, name: str, source: Any) -> None:
+        if name == "nvtx":
+            if self.prof.cupti is None:  # NVTX ranges arrive only through CUPTI
+                raise NoNvtx(f"no NVTX steps: --step-range needs CUPTI; using "
+                             f"{self.window_ms:g} ms windows")
+            source.install()
+            self.prof.store.set_collector("nvtx", True, "NVTX: steps at ranges "
+                                          + ", ".join(self.step_ranges))
             return
-        from ..collect.cupti_raw import find_libcupti  # noqa: PLC0415
-
-        lib = find_libcupti()._name
-        current = os.environ.get("NVTX_INJECTION64_PATH")
-        if current and os.path.realpath(current) != os.path.realpath(lib):
-            prof.store.set_collector("nvtx", False, "NVTX_INJECTION64_PATH points at another "
-                                     "tool; --step-range sees no ranges (unset it)")
-        else:
-            os.environ["NVTX_INJECTION64_PATH"] = lib  # read at the program's first NVTX call
-            prof.store.set_collector("nvtx", True, "NVTX: steps at ranges "
-                                     + ", ".join(self.step_ranges))
+        source.install()
 
     # -------------------------------------------------------------------- run
     def run(self) -> ProgramResult:
         """Run the program on this thread (the main thread: its signals behave as usual)."""
-        self.result = run_program(self.spec)
+        self.result = self.native.run() if self.native else run_program(self.spec)
         return self.result
 
     def finish(self, result: ProgramResult, keep_capture: bool = False) -> None:
@@ -121,13 +142,11 @@ class ProgramSession:
         ``keep_capture``: leave fds 1 and 2 on the log (the live session process goes on)."""
         self.running = False
         self.result = result
-        if self.windows is not None:
-            self.windows.stop()
+        if self.native is not None:  # everything the program sent, cut into its last steps
+            self.native.finish()
+        for source in reversed(list(self.sources.values())):
+            source.uninstall()
         self.recorder.close()
-        if marks._sink is self.recorder:
-            marks._sink = None
-        if self.hf is not None:
-            self.hf.uninstall()
         self.captures.uninstall()
         if keep_capture:
             self.capture.flush()
@@ -136,7 +155,6 @@ class ProgramSession:
         self._describe_device()
         prof = self.prof
         prof.stop()
-        rec = self.recorder
         meta = prof.store.meta
         info = dict(meta.get("program") or {})
         info.update({"running": False, "exit_status": result.status, "ended": result.how,
@@ -148,13 +166,18 @@ class ProgramSession:
         prof.status.message = f"{result.line()} · log {Path(self.log_path).name}"
         if result.how == "raised":
             prof.store.add_event("error", clean_line(result.line()))
+        if self.native is not None and self.native.gpu_line:
+            meta["program"]["gpu"] = self.native.gpu_line
+            prof.status.message = f"{result.line()}; {self.native.gpu_line}"
 
     # ------------------------------------------------------------------ keys
     def toggle_pause(self) -> str:
         rec = self.recorder
         if not self.running:
             return "the program has ended"
-        if not (rec.enabled & {"transformers", "api"}) or rec.source in ("nvtx", "windows", None):
+        if self.native is not None:
+            return self.native.toggle_pause()
+        if not (rec.enabled & set(HOST_SOURCES)) or rec.source not in HOST_SOURCES:
             return NO_PAUSE
         if rec.paused:
             rec.resume()
@@ -167,12 +190,21 @@ class ProgramSession:
         """Ctrl-C for the program (KeyboardInterrupt on its main thread); None once it ended."""
         if not self.running:
             return None
-        self.recorder.resume()
-        os.kill(os.getpid(), signal.SIGINT)
+        if self.native is not None:
+            self.native.interrupt()
+        else:
+            self.recorder.resume()
+            os.kill(os.getpid(), signal.SIGINT)
         return "Ctrl-C sent to the program (Ctrl-C again stops the session)"
 
+    def stop_program(self) -> None:
+        """The session stops (the live app quits): a native program is ended with it; a
+        Python program runs on this process's main thread and ends with the process."""
+        if self.native is not None:
+            self.native.stop()
+
     # -------------------------------------------------------------- describe
-    def _describe_model(self, model: Any) -> None:
+    def describe_model(self, model: Any) -> None:
         """What the header shows, from the first model that generates."""
         meta = self.prof.store.meta
         cfg = getattr(model, "config", None)
@@ -193,7 +225,7 @@ class ProgramSession:
             if lib in mods:
                 meta[lib] = getattr(mods[lib], "__version__", None)
         if device:
-            meta.update(_device_facts(device))
+            meta.update(device_facts(device))
             self._described = True
 
     def _describe_device(self) -> None:
@@ -209,7 +241,7 @@ class ProgramSession:
             if torch.cuda.is_initialized():
                 dev = f"cuda:{torch.cuda.current_device()}"
                 meta["device"] = dev
-                meta.update(_device_facts(dev))
+                meta.update(device_facts(dev))
             elif "device" not in meta:
                 meta["device"] = "cpu"
         except Exception:
@@ -223,6 +255,10 @@ class ProgramSession:
             counts["ignored_nested"] = rec.nested
         return {"step_source": rec.source or "none", "step_sources": counts}
 
+    def notes(self) -> list[str]:
+        """Lines a headless run prints after the program's end line."""
+        return [self.native.gpu_line] if self.native is not None and self.native.gpu_line else []
+
     def status_extra(self) -> dict:
         """Program facts the UI process shows (``SourceStatus.extra``); ``steps``: the step
         facts so far, which a process that outlives this one writes into the snapshot."""
@@ -230,7 +266,8 @@ class ProgramSession:
         return {"program": {k: meta.get(k) for k in ("name", "log", "running", "exit_status",
                                                       "ended", "error", "traceback")},
                 "log_path": self.log_path, "disabled": dict(ENGINE_ONLY),
-                "can_interrupt": self.running, "steps": self.step_facts()}
+                "can_interrupt": self.running, "steps": self.step_facts(),
+                "notes": self.notes()}
 
 
 def _version() -> str:

@@ -1,11 +1,12 @@
 """One place where a program's steps are opened and closed, whichever source marks them.
 
-Sources, by precedence (the order of ``SOURCES``):
+Sources, by precedence (the order of :data:`tuiprof.program.sources.STEP_SOURCES`):
 
 1. ``transformers``: the forward calls of ``generate()`` and of continuous batching;
 2. ``api``: :func:`tuiprof.step` / :func:`tuiprof.mark_prefill` in the program's own loop;
 3. ``nvtx``: NVTX ranges named with ``--step-range`` (CUPTI marker records);
-4. ``windows``: fixed time windows while no other source has marked a step.
+4. ``auto``: a native program's decode loop, found in its kernel stream (``stream_steps``);
+5. ``windows``: fixed time windows while no other source has marked a step.
 
 One step is open at a time. A source never interrupts a step of a higher-precedence source,
 and while a ``generate()`` runs (a *scope*), marks of lower-precedence sources are ignored and
@@ -35,9 +36,8 @@ from typing import Callable
 
 from ..engine.events import EngineListener, TokenEvent
 
-SOURCES = ("transformers", "api", "nvtx", "windows")
-PREFILL, DECODE, WINDOW = "prefill", "decode", "window"
-HOST_SOURCES = ("transformers", "api")   # marked on the program's own threads: can pause there
+from .sources import HOST as HOST_SOURCES, NAMES as SOURCES  # precedence order
+from ..phases import DECODE, PREFILL, WINDOW  # noqa: F401
 
 
 @dataclass(slots=True)

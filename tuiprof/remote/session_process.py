@@ -41,8 +41,8 @@ class SessionSpec:
     log_path: str | None = None      # the process's stdout/stderr (torch warnings) go here
     orphan_snapshot_dir: str | None = None  # snapshot written here if the UI process vanishes
     hook: str | None = None          # "module:callable" (benchmarks): called with the Profiler
-    program: dict | None = None      # a program to run: {"spec", "log_path", "window_ms",
-                                     # "step_ranges"} (tuiprof.cli.program.run_live)
+    program: dict | None = None      # a program to run: {"spec", "log_path", "options"}
+                                     # (tuiprof.cli.program.run_live)
     env: dict | None = None          # environment set first (a rank's RANK, MASTER_PORT, ...)
 
 
@@ -81,6 +81,8 @@ class SessionServer:
             prof.status.message = msg
             return msg
         if op == "stop":
+            if program is not None:  # a native program's child process ends with the session
+                program.stop_program()
             prof.stop(*args)
             return None
         if op == "busy":
@@ -195,8 +197,8 @@ def _serve_program(conn: Any, spec: SessionSpec) -> None:
     if prog.get("stop_on_term"):
         signal.signal(signal.SIGTERM, _stop_program)
     prof = Profiler(SessionStore(**spec.store), spec.options)
-    session = ProgramSession(prof, prog["spec"], prog["log_path"], window_ms=prog["window_ms"],
-                             step_ranges=prog["step_ranges"], tee=False, relayed=bool(relayed))
+    session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog.get("options"),
+                             tee=False, relayed=bool(relayed))
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     try:
         session.start()

@@ -14,7 +14,7 @@ from tuiprof.sweep.op_summary import ProfileSummary
 
 STATUSES = ("ok", "oom", "error", "skipped")
 PASSES = ("inference", "train-forward", "train-backward", "decode")
-MODES = ("eager", "compiled")
+from ..phases import MODES
 
 
 @dataclass
