@@ -13,6 +13,7 @@ import selectors
 import sys
 import threading
 from pathlib import Path
+from typing import Callable, Iterable
 
 from ..store import SessionStore
 from ..text import OUTPUT_LIMIT, output_line
@@ -25,6 +26,55 @@ def clean_line(text: str, home: str | None = None, limit: int = MAX_LINE) -> str
     """One printed line made safe for a screen and a shared snapshot
     (:func:`tuiprof.text.output_line`)."""
     return output_line(text, home, limit)
+
+
+def pump(reads: Iterable[int], on_chunk: Callable[[int, bytes], None],
+         on_end: Callable[[int], None]) -> None:
+    """Read the pipes ``reads`` until each is at its end: every chunk to ``on_chunk(r, data)``,
+    then ``on_end(r)``; each read end is closed when done."""
+    sel = selectors.DefaultSelector()
+    open_ends = set(reads)
+    for r in open_ends:
+        sel.register(r, selectors.EVENT_READ)
+    while open_ends:
+        for key, _ in sel.select():
+            r = key.fd
+            try:
+                chunk = os.read(r, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                sel.unregister(r)
+                open_ends.discard(r)
+                on_end(r)
+                os.close(r)
+                continue
+            on_chunk(r, chunk)
+    sel.close()
+
+
+def write_all(chunk: bytes, *fds: int) -> None:
+    """``chunk`` to each fd that is open (>= 0): the log, the terminal. A failed write (the
+    terminal is gone, the disk is full) loses only that copy."""
+    for fd in fds:
+        if fd >= 0:
+            try:
+                os.write(fd, chunk)
+            except OSError:
+                pass
+
+
+def split_lines(partial: dict, r: int, chunk: bytes, final: bool = False) -> list[bytes]:
+    """The complete lines of pipe ``r`` after ``chunk`` (``partial[r]``: what came before the
+    last newline); at the end, or past ``MAX_PARTIAL`` bytes without one (a progress bar), the
+    unfinished line too."""
+    parts = (partial[r] + chunk).split(b"\n")
+    rest = parts.pop()
+    if (final and rest) or len(rest) > MAX_PARTIAL:
+        parts.append(rest)
+        rest = b""
+    partial[r] = rest
+    return parts
 
 
 class OutputCapture:
@@ -97,53 +147,22 @@ class OutputCapture:
 
     # ------------------------------------------------------------------ reader
     def _read(self) -> None:
-        sel = selectors.DefaultSelector()
-        for r in self._reads:
-            sel.register(r, selectors.EVENT_READ)
-        open_ends = set(self._reads)
-        while open_ends:
-            for key, _ in sel.select():
-                r = key.fd
-                try:
-                    chunk = os.read(r, 1 << 16)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    sel.unregister(r)
-                    open_ends.discard(r)
-                    self._lines(r, b"", final=True)
-                    os.close(r)
-                    continue
-                self._write(r, chunk)
-                self._lines(r, chunk)
-        sel.close()
+        pump(self._reads, self._chunk, lambda r: self._lines(r, b"", final=True))
         if self._log >= 0 and not self._saved:
             os.close(self._log)
             self._log = -1
 
+    def _chunk(self, r: int, chunk: bytes) -> None:
+        self._write(r, chunk)
+        self._lines(r, chunk)
+
     def _write(self, r: int, chunk: bytes) -> None:
         self.bytes += len(chunk)
-        try:
-            os.write(self._log, chunk)
-        except OSError:
-            pass
-        if self.tee:
-            try:
-                os.write(self._saved.get(self._reads[r], self._reads[r]), chunk)
-            except OSError:  # the terminal is gone: the log file still has it
-                pass
+        write_all(chunk, self._log, self._saved.get(self._reads[r], self._reads[r])
+                  if self.tee else -1)
 
     def _lines(self, r: int, chunk: bytes, final: bool = False) -> None:
-        data = self._partial[r] + chunk
-        parts = data.split(b"\n")
-        rest = parts.pop()
-        if final and rest:
-            parts.append(rest)
-            rest = b""
-        if len(rest) > MAX_PARTIAL:  # a line without end (a progress bar): show what it has
-            parts.append(rest)
-            rest = b""
-        self._partial[r] = rest
+        parts = split_lines(self._partial, r, chunk, final)
         if not parts:
             return
         self.lines += len(parts)
@@ -222,49 +241,20 @@ class OutputRelay:
             return list(self._ring)
 
     def _read(self) -> None:
-        sel = selectors.DefaultSelector()
-        for r, _ in self._pipes:
-            sel.register(r, selectors.EVENT_READ)
-        open_ends = {r for r, _ in self._pipes}
-        while open_ends:
-            for key, _ in sel.select():
-                r = key.fd
-                try:
-                    chunk = os.read(r, 1 << 16)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    sel.unregister(r)
-                    open_ends.discard(r)
-                    self._split(r, b"", final=True)
-                    os.close(r)
-                    continue
-                self._write(r, chunk)
-                self._split(r, chunk)
-        sel.close()
+        pump([r for r, _ in self._pipes], self._chunk,
+             lambda r: self._split(r, b"", final=True))
+
+    def _chunk(self, r: int, chunk: bytes) -> None:
+        self._write(r, chunk)
+        self._split(r, chunk)
 
     def _write(self, r: int, chunk: bytes) -> None:
         with self._lock:
             self.bytes += len(chunk)
-            if self._log >= 0:
-                try:
-                    os.write(self._log, chunk)
-                except OSError:
-                    pass
-        if self.tee:
-            try:
-                os.write(self._to[r], chunk)
-            except OSError:  # the terminal is gone: the log file still has it
-                pass
+            write_all(chunk, self._log, self._to[r] if self.tee else -1)
 
     def _split(self, r: int, chunk: bytes, final: bool = False) -> None:
-        data = self._partial[r] + chunk
-        parts = data.split(b"\n")
-        rest = parts.pop()
-        if (final and rest) or len(rest) > MAX_PARTIAL:
-            parts.append(rest)
-            rest = b""
-        self._partial[r] = rest
+        parts = split_lines(self._partial, r, chunk, final)
         if not parts:
             return
         keep = parts[-self._ring_len:]
