@@ -13,7 +13,7 @@ for i in range(3):
     with tuiprof.step("decode"):
         print(f"step {i}")
 if how != "os._exit":
-    time.sleep(1.5)   # a killed or crashing program has no last word: its copy is taken before
+    time.sleep(3.0)   # a killed or crashing program has no last word: its copy is taken before
 print(f"last words before {how}", file=sys.stderr)
 if how == "os._exit":
     os._exit(7)

@@ -243,7 +243,8 @@ def test_a_program_that_ignores_ctrl_c_is_stopped_and_the_code_follows_the_signa
     proc = _start_program(tmp_path, "ignores_sigint.py")
     try:
         wait_for_line(proc, "running ignores_sigint.py")
-        time.sleep(2.0)                       # it is stepping now
+        while "step 20" not in proc.stdout.readline():   # it is stepping now
+            assert proc.poll() is None, proc.stderr.read()
         for s in sigs:
             proc.send_signal(s)
             time.sleep(1.0)
