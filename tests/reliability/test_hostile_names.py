@@ -34,17 +34,25 @@ from tuiprof.text import csv_cell, markup, output_line, printable
 
 from .conftest import REPO, cli_env
 
-sys.path.insert(0, str(REPO / "tests"))
-from hostile import ESCAPES, HOSTILE, has_raw_control, write_hostile_snapshot  # noqa: E402
 
-from conftest import EAGER  # noqa: E402
+def _load_catalogue():
+    """tests/hostile.py, loaded by path (it is also a script: python3 tests/hostile.py OUT)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tuiprof_hostile", REPO / "tests" / "hostile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_h = _load_catalogue()
+ESCAPES, HOSTILE, has_raw_control, write_hostile_snapshot = (
+    _h.ESCAPES, _h.HOSTILE, _h.has_raw_control, _h.write_hostile_snapshot)
 
 
 @pytest.fixture(scope="module")
-def hostile_snapshot(tmp_path_factory) -> Path:
-    if not EAGER.exists():
-        pytest.skip("H100 fixtures not found (shared/fixtures)")
-    return write_hostile_snapshot(EAGER, tmp_path_factory.mktemp("hostile") / "hostile.json")
+def hostile_snapshot(tmp_path_factory, eager_path) -> Path:
+    return write_hostile_snapshot(eager_path, tmp_path_factory.mktemp("hostile") / "hostile.json")
 
 
 # ------------------------------------------------------------------ the sanitiser itself
@@ -182,12 +190,12 @@ def _pty_app(args: list[str], cwd: Path, size=(50, 200), seconds: float = 6.0) -
 
 @pytest.mark.slow
 @pytest.mark.parametrize("catalogue", ["all", "escapes only"])
-def test_the_terminal_gets_no_hostile_sequence(hostile_snapshot, tmp_path, catalogue):
+def test_the_terminal_gets_no_hostile_sequence(hostile_snapshot, tmp_path, catalogue, eager_path):
     """The bytes the app writes to a real terminal: no title, clipboard or clear-screen sequence
     from a name, no bidi override (the kernels pane used to send the name raw, 8 times; with
     markup names too, the app crashed first)."""
     snap = hostile_snapshot if catalogue == "all" else write_hostile_snapshot(
-        EAGER, tmp_path / "escapes.json", ESCAPES)
+        eager_path, tmp_path / "escapes.json", ESCAPES)
     raw = _pty_app(["view", str(snap)], tmp_path)
     assert b"Traceback" not in raw and b"Error" not in raw, raw[-3000:]
     assert b"top kernels" in raw and b"\\u202eevil_lenrek\\u202c" in raw, raw[-3000:]  # escaped
