@@ -215,7 +215,7 @@ def test_tp_beyond_the_kv_heads_is_refused_at_once_leaving_nothing(tmp_path):
     import tempfile
 
     before = set(Path(tempfile.gettempdir()).iterdir())
-    proc, seconds = _run(["run", "--model", "qwen3-tiny", "--device", "cpu", "--tp", "3",
+    proc, _seconds = _run(["run", "--model", "qwen3-tiny", "--device", "cpu", "--tp", "3",
                           "--headless"], tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == ("tuiprof: --tp 3 needs at least 3 KV heads; qwen3-tiny has 2: "
@@ -223,8 +223,7 @@ def test_tp_beyond_the_kv_heads_is_refused_at_once_leaving_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
     new = [p.name for p in set(Path(tempfile.gettempdir()).iterdir()) - before
            if p.name.startswith("tuiprof")]
-    assert new == []
-    assert seconds < 10      # no rank process was started (was 30 s); the figure is in the docs
+    assert new == []         # no rank process, no rank log (its time: docs/reliability.md)
 
 
 # ------------------------------------------------------------------ signals
