@@ -169,22 +169,14 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
                 raise TuiprofError(f"cannot capture the program's output in {log}: "
                                    f"{exc.strerror or exc}") from None
             _follow(ctl, stop)
-            stopped = stop.is_set() and _program_running(ctl)
-            if stopped:
-                # stop collecting and write first; the program is ended afterwards
-                ctl.stop()
+            if stop.is_set() and _program_running(ctl):
+                _end_program(ctl)           # it ends (its last step closed), or is stopped
             if not ctl._gone:
                 ctl.view(raw=True)          # the last copy
-            if stopped:
-                view, line = _final_view(ctl, _stop_signal(seen))
-                write_outputs(view, out, None)
         finally:
-            if stop.is_set() and _program_running(ctl):
-                _end_program(ctl)
             ctl.close()    # ends the session process (and the program); the log is complete
-        if not stopped:
-            view, line = _final_view(ctl, _stop_signal(seen) if stop.is_set() else None)
-            write_outputs(view, out, None)
+        view, line = _final_view(ctl, _stop_signal(seen) if stop.is_set() else None)
+        write_outputs(view, out, None)
         print_summary(view, None)
         say(f"tuiprof: {line}")
         for note in (ctl.status.extra or {}).get("notes") or ():
@@ -218,16 +210,20 @@ def _follow(ctl, stop: threading.Event) -> None:
 
 def _end_program(ctl) -> None:
     """End a stopped program: SIGTERM to its process (a ``SessionStop`` on the program's main
-    thread; a native binary gets SIGTERM, then SIGKILL), and ``STOP_GRACE_S`` to end; the
-    session process is then closed whatever the program does (killed if it does not answer)."""
+    thread; a native binary gets SIGTERM, then SIGKILL) and ``STOP_GRACE_S`` to end, so that
+    its last step is closed and a native binary's kernel stream is cut into its steps. A
+    program that does not end by then (stuck in native code, or catching everything) has its
+    collection stopped where it is; the session process is closed after the snapshot's copy."""
     with contextlib.suppress(OSError, TypeError):
         os.kill(ctl.pid, signal.SIGTERM)
     end = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < end and ctl._proc is not None and ctl._proc.is_alive():
-        ctl.view(raw=False, wait=True)
+    while time.monotonic() < end and not ctl._gone:
+        ctl.view(raw=True)
         if not _program_running(ctl):
             return
         time.sleep(0.1)
+    if not ctl._gone:
+        ctl.stop()
 
 
 def _final_view(ctl, stop_sig: int | None):
