@@ -157,8 +157,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
         if stop.is_set():
             raise Interrupted(signum)
         stop.set()
-        say(f"tuiprof: {signal.Signals(signum).name}: stopping the session, writing {out}, "
-            f"then ending the program (again to quit at once)")
+        say(f"tuiprof: {signal.Signals(signum).name}: stopping the session: ending the program, "
+            f"then writing {out} (again to quit at once)")
 
     old = handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     try:
