@@ -49,28 +49,32 @@ def test_an_export_replaces_the_other_sessions_set_and_nothing_else(small_doc, t
     assert main(["export", str(a), "--nsys", str(out)]) == 0
     first = {p.name for p in out.iterdir()} - set(mine)
     assert "tuiprof_cuda_gpu_kern_sum.csv" in first and "tuiprof_cuda_gpu_mem_time_sum.csv" in first
+    capsys.readouterr()
     assert main(["export", str(b), "--nsys", str(out)]) == 0
+    written = {Path(line).name for line in capsys.readouterr().out.split()}
     second = {p.name for p in out.iterdir()} - set(mine)
     # only b's files: a's kern_sum and mem_* CSVs are gone, not left beside b's
-    assert second == {"tuiprof_nvtx_sum.csv", "tuiprof_reports.txt", "tuiprof_export.json"}
+    assert second == written | {"tuiprof_export.json"}
+    assert not {"tuiprof_cuda_gpu_kern_sum.csv", "tuiprof_cuda_gpu_mem_time_sum.csv",
+                "tuiprof_cuda_gpu_mem_size_sum.csv"} & second
     assert {n: (out / n).read_text() for n in mine} == mine       # not tuiprof's: untouched
     manifest = json.loads((out / "tuiprof_export.json").read_text())
-    assert manifest["files"] == ["tuiprof_nvtx_sum.csv", "tuiprof_reports.txt"]
-    capsys.readouterr()
+    assert manifest["files"] == sorted(written)
 
 
 def test_an_export_over_an_older_export_without_a_manifest(small_doc, tmp_path, capsys):
     a = tmp_path / "a.json"
     no_mem = copy.deepcopy(small_doc)
-    no_mem["kernels"] = []
+    for key in ("kernels", "memcpy", "memset"):
+        no_mem[key] = []
     a.write_bytes(dumps(no_mem))
     out = tmp_path / "nsys"
     out.mkdir()
     (out / "tuiprof_cuda_gpu_kern_sum.csv").write_text("an older tuiprof's\n")
-    (out / "tuiprof_cuda_api_sum.csv").write_text("an older tuiprof's\n")
+    (out / "tuiprof_cuda_gpu_mem_time_sum.csv").write_text("an older tuiprof's\n")
     assert main(["export", str(a), "--nsys", str(out)]) == 0
     assert not (out / "tuiprof_cuda_gpu_kern_sum.csv").exists()
-    assert not (out / "tuiprof_cuda_api_sum.csv").exists()
+    assert not (out / "tuiprof_cuda_gpu_mem_time_sum.csv").exists()
     capsys.readouterr()
 
 
