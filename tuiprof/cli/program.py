@@ -113,8 +113,8 @@ def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
         build()
 
 
-STOP_GRACE_S = 5.0     # after a stop, how long the program has to end (a native binary gets
-                       # SIGTERM, then SIGKILL 3 s later: program.native.KILL_AFTER_S)
+STOP_GRACE_S = 10.0    # after a stop, how long the program has to end (a native binary gets
+                       # SIGTERM, then SIGKILL 3 s later, and its records are then folded)
 PULL_S = 0.5           # how often a headless run copies the session (the most a crash loses)
 
 
