@@ -8,12 +8,14 @@ kernel-time shares per category and the top kernels with their absolute and % ch
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..store import StoreView
 from ..store.records import DECODE
+from ..text import printable
 from .names import kernel_label
 from .summary import mode_summary, modes_of
 
@@ -78,7 +80,7 @@ def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
     for (name, phase, m), agg in view.kernels.items():
         if phase != DECODE or m != mode:
             continue
-        short, cat = kernel_label(name)
+        short, cat = (printable(x) for x in kernel_label(name))
         per_cat[cat] += agg.stats.total
         if n:
             kernels[name] = (short, cat, agg.stats.total / n / 1e3, agg.stats.count / n)
@@ -87,7 +89,8 @@ def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
     shared = _analysis_shares(view, mode)
     if shared is not None:
         cats = shared
-    return Side(label or str(view.meta.get("recording") or mode), mode, n, ms["tokens_per_s"],
+    return Side(printable(label or view.meta.get("recording") or mode, 80), printable(mode, 40),
+                n, ms["tokens_per_s"],
                 ms["ms_per_token_median"], ms["kernels_per_token_median"],
                 ms["gpu_busy_fraction"], ms["kernel_ms_per_token_median"], cats, kernels,
                 ms["decode_tokens"] or 0, ms.get("batch"))
@@ -116,7 +119,8 @@ def compare(a: Side, b: Side, top: int = 10) -> DiffResult:
         Change("sequences/step", a.batch, b.batch, ""),
     ]
     cat_names = list(a.categories) + [c for c in b.categories if c not in a.categories]
-    cats = [Change(c, a.categories.get(c, 0.0), b.categories.get(c, 0.0), "%") for c in cat_names]
+    cats = [Change(printable(c), a.categories.get(c, 0.0), b.categories.get(c, 0.0), "%")
+            for c in cat_names]
 
     def top_of(side: Side) -> list[str]:
         return sorted(side.kernels, key=lambda k: (-side.kernels[k][2], k))[:top]
@@ -191,9 +195,9 @@ def render_text(res: DiffResult, markdown: bool = False, name_width: int = 48) -
     out: list[str] = []
     for title, rows in _rows(res):
         if markdown:
-            out += [f"### {title}", "", "| " + " | ".join(head) + " |",
+            out += [f"### {title}", "", "| " + " | ".join(_md(h) for h in head) + " |",
                     "|" + "|".join(["---"] + ["---:"] * 4 + ["---"]) + "|"]
-            out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+            out += ["| " + " | ".join(_md(c) for c in r) + " |" for r in rows]
         else:
             rows = [[r[0] if len(r[0]) <= name_width else r[0][: name_width - 1] + "…", *r[1:]]
                     for r in rows]
@@ -209,17 +213,26 @@ def render_text(res: DiffResult, markdown: bool = False, name_width: int = 48) -
     return "\n".join(out)
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_<>\[\]|])")
+
+
+def _md(cell: str) -> str:
+    """A markdown table cell: a name's ``|``, ``<`` (an HTML tag), ``*`` or ``[`` is text."""
+    return _MD_SPECIAL.sub(r"\\\1", cell)
+
+
 def render_rich(res: DiffResult) -> Any:
     """A rich renderable (``rich.console.Group`` of tables) of a diff."""
     from rich.console import Group  # noqa: PLC0415 - rich only when rendering
     from rich.table import Table
+    from rich.text import Text
 
     tables = []
     for title, rows in _rows(res):
         t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
         t.add_column("", overflow="ellipsis", max_width=60, no_wrap=True)
-        t.add_column(f"{res.a.label} ({res.a.mode})", justify="right")
-        t.add_column(f"{res.b.label} ({res.b.mode})", justify="right")
+        t.add_column(Text(f"{res.a.label} ({res.a.mode})"), justify="right")
+        t.add_column(Text(f"{res.b.label} ({res.b.mode})"), justify="right")
         t.add_column("change", justify="right")
         t.add_column("%", justify="right")
         t.add_column("unit")
@@ -227,6 +240,6 @@ def render_rich(res: DiffResult) -> Any:
             style = ""
             if r[4].startswith("-"):
                 style = "green" if title.startswith("Top") or "ms" in r[5] else ""
-            t.add_row(*r, style=style or None)
+            t.add_row(*(Text(c) for c in r), style=style or None)
         tables.append(t)
     return Group(*tables)

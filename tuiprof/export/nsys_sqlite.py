@@ -174,12 +174,12 @@ def fill_parts(con: sqlite3.Connection, parts: list, t0: int) -> None:
         runtime += [(a.start - t0, a.end - t0, 1 if a.name.startswith("cu") and not
                      a.name.startswith("cuda") else 0, gtid, a.corr, strings(a.name), 0)
                     for a in w.api]
-        nvtx += [(s - t0, e - t0, EVENT_PUSHPOP, f"{name}", gtid, None, 0)
+        nvtx += [(s - t0, e - t0, EVENT_PUSHPOP, _text(name), gtid, None, 0)
                  for name, s, e in w.ranges]
         threads.append((strings(pname), 0, gtid))
-        processes.append((gpid, pid, pname))
+        processes.append((gpid, pid, _text(pname)))
         sm = view.meta.get("sm_count")
-        gpus.setdefault(dev, (0, dev, device_name(view),
+        gpus.setdefault(dev, (0, dev, _text(device_name(view)),
                               sm if isinstance(sm, int) else None, dev))
 
     for table in ("StringIds", "ThreadNames", "PROCESSES", "TARGET_INFO_GPU",
@@ -228,7 +228,18 @@ def fill_parts(con: sqlite3.Connection, parts: list, t0: int) -> None:
     _insert(con, "ENUM_CUDA_MEM_KIND", "id,name,label", ENUM_CUDA_MEM_KIND)
     _insert(con, "ENUM_NSYS_EVENT_TYPE", "id,name,label", ENUM_NSYS_EVENT_TYPE)
     _insert(con, "ENUM_NSYS_EVENT_CLASS", "id,name,label", ENUM_NSYS_EVENT_CLASS)
-    _insert(con, "StringIds", "id,value", [(i, s) for s, i in strings.ids.items()])
+    _insert(con, "StringIds", "id,value", [(i, _text(s)) for s, i in strings.ids.items()])
+
+
+def _text(value: object) -> str:
+    """A name as SQLite TEXT: exactly, unless it holds a lone surrogate (valid in JSON, not
+    UTF-8), which is written as its ``\\udxxx`` escape."""
+    s = str(value)
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def write_nsys_sqlite(view: StoreView | RanksView, path: str | Path) -> Path:

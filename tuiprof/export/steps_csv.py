@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store.rank_set import RanksView
+from ..text import csv_cell
 from ._atomic import atomic_write_text
 
 COLUMNS = ("seq", "config", "phase", "mode", "batch", "positions", "start_ns", "end_ns",
@@ -30,7 +31,9 @@ def rows(view: Any) -> list[dict]:
             continue
         traced = bool(t.sampled and t.kernels)
         out.append({
-            "seq": t.seq, "config": t.config, "phase": t.phase, "mode": t.mode,
+            # a snapshot read back may hold any words here: never a formula or an escape
+            "seq": t.seq, "config": _text(t.config), "phase": _text(t.phase),
+            "mode": _text(t.mode),
             "batch": t.batch, "positions": t.positions, "start_ns": t.start_ns,
             "end_ns": t.end_ns, "host_ms": round(t.host_ms, 4),
             "gpu_ms": "" if t.gpu_ms is None else round(t.gpu_ms, 4),
@@ -40,6 +43,10 @@ def rows(view: Any) -> list[dict]:
             "compiling": int(t.compiling), "rerecord": int(t.rerecord),
         })
     return out
+
+
+def _text(value: Any) -> Any:
+    return csv_cell(value) if isinstance(value, str) else value
 
 
 def write_steps_csv(view: Any, path: str | Path) -> Path:

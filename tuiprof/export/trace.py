@@ -201,6 +201,11 @@ def ranks_trace_dict(rv: RanksView) -> dict:
 
 def write_trace(view: StoreView | RanksView, path: str | Path) -> Path:
     """Write the Chrome trace JSON of the recorded window atomically; returns the path."""
-    data = json.dumps(trace_dict(view), separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    doc = trace_dict(view)
+    try:
+        data = json.dumps(doc, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate in a name: kept exactly, as a \u escape
+        data = json.dumps(doc, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False).encode("ascii")
     return atomic_write_bytes(path, data)

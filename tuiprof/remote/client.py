@@ -10,6 +10,7 @@ mirrored state. Only ``view(raw=True)`` (exports, findings: called from worker t
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import multiprocessing as mp
 import os
 import queue
@@ -98,9 +99,13 @@ class RemoteControl(SessionControl):
 
     def __init__(self, options: ProfilerOptions, store_kwargs: dict | None = None, *,
                  orphan_snapshot_dir: str | Path | None = None, hook: str | None = None,
-                 reply_timeout: float = 60.0, program: dict | None = None) -> None:
+                 reply_timeout: float = 60.0, program: dict | None = None,
+                 poll: bool = True) -> None:
         self.options = options
         self.program = program   # run this program instead of the engine (SessionSpec.program)
+        # poll=False: no background puller; the caller pulls (a headless run pulls whole
+        # views, histograms included, so that the mirror is always a complete snapshot)
+        self.poll = poll
         self.store_kwargs = dict(store_kwargs or {})
         self.store = RemoteStore(self)  # type: ignore[assignment]
         self.mirror = Mirror(self.store_kwargs.get("series_len", 2048),
@@ -118,6 +123,7 @@ class RemoteControl(SessionControl):
         self.hook = hook
         self.reply_timeout = reply_timeout
         self.log_path: str | None = None
+        self.relay: Any = None   # a program's output, read here (OutputRelay)
         self.pulls = 0
         self._proc: Any = None
         self._conn: Any = None
@@ -142,6 +148,7 @@ class RemoteControl(SessionControl):
         """Spawn the session process (it loads the model and starts generating)."""
         if self.program is not None:
             self.log_path = self.program["log_path"]   # the program's output: kept
+            self._relay_output()
         else:
             self.log_path = new_log_path()
         ctx = mp.get_context("spawn")  # never fork a process that may hold CUDA or threads
@@ -149,7 +156,23 @@ class RemoteControl(SessionControl):
         proc = ctx.Process(target=serve, args=(child, self.spec()), name="tuiprof-session")
         proc.start()
         child.close()
+        if self.relay is not None:
+            self.relay.started()
         self.attach(proc, parent)
+
+    def _relay_output(self) -> None:
+        """The program's stdout and stderr come to this process through pipes (log file and
+        recent lines kept here), so whatever ends the session process, a kill or a crash in
+        the program included, every byte it wrote is in the log."""
+        from ..program.output import OutputRelay  # noqa: PLC0415
+        from .session_process import PassFd  # noqa: PLC0415
+
+        prog = self.program
+        self.relay = OutputRelay(self.log_path, tee=bool(prog.get("tee")))
+        w1, w2 = self.relay.child_fds()
+        stdin = prog.get("stdin")
+        self.program = dict(prog, fds=(PassFd(stdin) if stdin is not None else None,
+                                       PassFd(w1), PassFd(w2)))
 
     def spec(self, env: dict | None = None) -> SessionSpec:
         """What the session process is started with (``env``: set there before anything)."""
@@ -162,9 +185,10 @@ class RemoteControl(SessionControl):
         self._proc = proc
         self._conn = conn
         _watch_at_exit(self)
-        self._puller = threading.Thread(target=self._pull_loop, name="tuiprof-puller",
-                                        daemon=True)
-        self._puller.start()
+        if self.poll:
+            self._puller = threading.Thread(target=self._pull_loop, name="tuiprof-puller",
+                                            daemon=True)
+            self._puller.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop generation and collectors in the session process (data stays fetchable)."""
@@ -199,6 +223,8 @@ class RemoteControl(SessionControl):
             self._conn.close()
         except OSError:
             pass
+        if self.relay is not None:
+            self.relay.finish()    # the rest of what the program wrote, into the log
         if self.log_path and self.status.state != "error" and self.program is None:
             try:
                 if os.path.getsize(self.log_path) == 0:
@@ -264,7 +290,19 @@ class RemoteControl(SessionControl):
         else:
             self._want.set()
         with self._mirror_lock:
-            return self.mirror.view(raw, batch)
+            view = self.mirror.view(raw, batch)
+        return self.with_output(view)
+
+    def with_output(self, view: Any) -> Any:
+        """``view`` with the program's output as this process read it (relayed output)."""
+        relay = self.relay
+        if relay is None:
+            return view
+        meta = view.meta
+        if isinstance(meta.get("program"), dict):
+            meta = dict(meta, program=dict(meta["program"], output_lines=relay.lines))
+        return dataclasses.replace(view, meta=meta, output=relay.recent(),
+                                   counters=dict(view.counters, output_lines=relay.lines))
 
     def _pull(self, raw_tokens: int | None) -> None:
         # Full statistics (median histograms) only for an export, which asks for all raw records.

@@ -34,6 +34,7 @@ from textual.worker import Worker, WorkerState
 
 from ..control import SessionControl
 from ..errors import one_line
+from ..text import printable
 from ..store.rank_set import RanksView, is_rank_set
 from . import adapters
 from .actions import ACTIONS
@@ -412,9 +413,10 @@ class TuiprofApp(App):
             return
         self._program_ended = True
         tail = prog.get("traceback") or []
-        text = "\n".join([status.message or "the program ended", *tail[-3:]])
+        text = "\n".join(printable(x, 300) for x in [status.message or "the program ended",
+                                                     *tail[-3:]])
         self.notify(text, severity="error" if prog.get("exit_status") else "information",
-                    timeout=10)
+                    timeout=10, markup=False)
 
     # ------------------------------------------------------------------ availability
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -439,7 +441,7 @@ class TuiprofApp(App):
     def _say(self, msg: str, severity: str = "information") -> None:
         self.last_message = msg
         if msg:
-            self.notify(msg, severity=severity, timeout=3)
+            self.notify(printable(msg, 400), severity=severity, timeout=3, markup=False)
 
     def action_toggle_mode(self) -> None:
         self._say(self.control.toggle_mode())

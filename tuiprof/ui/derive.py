@@ -13,6 +13,7 @@ from typing import Any
 from ..analysis.tokens import traced_tokens
 from ..store import RunningStats
 from ..phases import COMPILED, DECODE, EAGER, OTHER, PREFILL
+from ..text import printable
 from .adapters import KernelName, kernel_name
 
 ALL = "all"
@@ -192,7 +193,7 @@ def marked_steps(counters: dict) -> int:
 
 def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
     meta = view.meta
-    model = str(meta.get("model") or "?")
+    model = printable(meta.get("model") or "?")
     dtype = meta.get("dtype")
     weights = meta.get("weights")
     low = model.lower()
@@ -200,7 +201,7 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
         dtype = next((d for d in ("bf16", "fp16", "fp32", "fp8") if d in low), "?")
     if not weights:
         weights = "random" if "random" in low else "?"
-    device = str(meta.get("device") or "?").replace("NVIDIA ", "")
+    device = printable(meta.get("device") or "?").replace("NVIDIA ", "")
     recent = done_rows(view, DECODE, mode, compiling=True)[-window:]
     beside = bool(recent) and recent[-1].compiling   # a compile runs beside decoding now
     decode = [r for r in recent if r.compiling] if beside else done_rows(view, DECODE, mode)[-window:]
@@ -224,10 +225,11 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
                 ttft = ts["host_ms"].mean
     ov = view.overhead or {}
     return HeaderNumbers(
-        model=model, device=device, dtype=str(dtype), weights=str(weights), mode=mode,
+        model=model, device=device, dtype=printable(dtype), weights=printable(weights),
+        mode=printable(mode),
         steps=marked_steps(view.counters), batch=batch, tok_s=tok_s, ttft_ms=ttft,
         itl_p50=percentile(host, 50), itl_p99=percentile(host, 99),
-        overhead_pct=ov.get("pct"), overhead_method=str(ov.get("method", "")),
+        overhead_pct=ov.get("pct"), overhead_method=printable(ov.get("method", "")),
         rank=rank_label(meta),
         compile_cost=compile_cost(view, mode), beside_compile=beside,
     )
@@ -268,7 +270,7 @@ def latency_series(view: Any, n: int = 256) -> LatencySeries:
         if r.phase == PREFILL:
             out.prefill.append((r.seq, r.host_ms))
         elif prev_mode is not None and r.mode != prev_mode:
-            out.mode_marks.append((r.seq, f"→{r.mode}"))
+            out.mode_marks.append((r.seq, printable(f"→{r.mode}", 40)))
         if r.phase == DECODE:
             prev_mode = r.mode
     marked = {s for s, _ in out.mode_marks}
@@ -276,7 +278,7 @@ def latency_series(view: Any, n: int = 256) -> LatencySeries:
         seq, _ts, kind, text = ev
         if kind in ("mode", "batch") and seq >= first and seq not in marked \
                 and seq not in {s - 1 for s in marked}:
-            out.mode_marks.append((seq, str(text)))
+            out.mode_marks.append((seq, printable(text, 40)))
     out.mode_marks.sort()
     return out
 

@@ -72,7 +72,7 @@ def render_top(s: ModeSummary, traced: bool = True) -> Any:
         return Text(f"no {name} decode kernels yet" +
                     (" — press c to switch modes" if s.mode == "compiled" else ""), "dim")
     for r in s.top:
-        t.add_row(r.name.short, r.name.library, f"{r.pct:.1f}",
+        t.add_row(Text(r.name.short), Text(r.name.library), f"{r.pct:.1f}",
                   f"{r.per_token:.1f}" if r.per_token else "–", fmt.ns(r.stats.mean))
     return t
 
@@ -151,7 +151,7 @@ class CompareScreen(Screen):
                 self.pair[which] = nxt
                 break
         self.show(self._view)
-        self.app.notify(f"comparing {config_label(*self.pair[0])} with "
+        self.app.notify(markup=False, message=f"comparing {config_label(*self.pair[0])} with "
                         f"{config_label(*self.pair[1])}", timeout=2)
 
     def show(self, view: Any) -> None:

@@ -16,6 +16,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from ... import errors
+from ...text import printable
 from ...analysis.model_split import model_split
 from .. import format as fmt
 from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_rows,
@@ -76,6 +77,11 @@ def _cells(rank: int, r: KernelRow) -> dict[str, str]:
         "grid": fmt.dim3(r.grid),
         "block": fmt.dim3(r.block),
     }
+
+
+def _cell(text: str, right: bool) -> Text:
+    """A table cell: a Text, never a string (DataTable parses a string as markup)."""
+    return Text(text, justify="right") if right else Text(text)
 
 
 def empty_reason(view: Any, phase: str, mode: str) -> str:
@@ -305,11 +311,11 @@ class KernelsPane(Pane):
         sel = select_kernels(rows, self.sort, self.descending, self.filter_text, self.top_n)
         self.rows = {r.key: r for r in sel}
         cap = Text(no_wrap=True, overflow="ellipsis")
-        cap.append(f"{config_label(view.batch, mode)} · {phase}", "bold")
+        cap.append(printable(f"{config_label(view.batch, mode)} · {phase}", 80), "bold")
         if phase != self.phase:
-            cap.append(f" (no {self.phase} steps: every phase)", "dim")
+            cap.append(printable(f" (no {self.phase} steps: every phase)"), "dim")
         if mode != want:
-            cap.append(f" (no {want} kernels in this phase)", "dim")
+            cap.append(printable(f" (no {want} kernels in this phase)", 80), "dim")
         # first, so that 80 columns show it: a step's kernels, the model's and the loop's
         split = model_split(view, phase).get(mode) if phase != ALL else None
         if split is not None:
@@ -319,7 +325,7 @@ class KernelsPane(Pane):
         cap.append(f" · {len(rows)} kernels · {fmt.ns(total_ns)} GPU"
                    f" · sort {self.sort} {'↓' if self.descending else '↑'}")
         if self.filter_text:
-            cap.append(f" · filter “{self.filter_text}” ({len(sel)} match)", "yellow")
+            cap.append(f" · filter “{printable(self.filter_text, 40)}” ({len(sel)} match)", "yellow")
         cap.append("  [k] batch [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
         self.query_one("#kernels-caption", Static).update(cap)
         comm = comm_lines(sel, ctx, mode, phase)
@@ -329,7 +335,7 @@ class KernelsPane(Pane):
         empty = "" if rows else empty_reason(view, phase, mode)
         self.set_class(bool(empty), "-empty")
         if empty:
-            self.query_one("#kernels-empty", Static).update(empty)
+            self.query_one("#kernels-empty", Static).update(Text(empty))
         self._update_table(sel)
 
     def _update_table(self, sel: list[KernelRow]) -> None:
@@ -346,13 +352,12 @@ class KernelsPane(Pane):
             cells = {k: cells[k] for k in shown}
             old = self._shown.get(r.key)
             if old is None:
-                table.add_row(*[Text(cells[k], justify="right") if k in rights else cells[k]
-                                for k in shown], key=r.key)
+                table.add_row(*[_cell(cells[k], k in rights) for k in shown], key=r.key)
                 self._shown[r.key] = cells
                 continue
             for k, v in cells.items():
                 if old[k] != v:
-                    table.update_cell(r.key, k, Text(v, justify="right") if k in rights else v)
+                    table.update_cell(r.key, k, _cell(v, k in rights))
             self._shown[r.key] = cells
         current = [row.key.value for row in table.ordered_rows]
         if current != want:
