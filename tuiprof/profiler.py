@@ -99,6 +99,12 @@ STEP_TIME_SOURCES = {
 }
 
 
+# where the model window goes in the arguments of a queued SessionStore.begin_token
+_MODEL_ARG = 11
+# token index -> store seq kept for steps whose CUDA-event time comes after they ended
+_GPU_LATE = 64
+
+
 class Profiler(SessionControl):
     """A live session: engine thread + CUPTI + NVML + allocator stats → store."""
 
@@ -142,6 +148,7 @@ class Profiler(SessionControl):
         self._old_switch: float | None = None
         self._batch = int(options.engine_kwargs.get("batch", 1) or 1)
         self._compiling = False       # steps now run beside a background compile
+        self._seq_of_index: dict[int, int] = {}  # recent steps' TokenEvent.index -> store seq
 
     # ------------------------------------------------------------- life cycle
     def start(self) -> None:
@@ -410,8 +417,10 @@ class Profiler(SessionControl):
             batch, config = self._batch, self._batch
         else:  # a program: its batch may change step by step, so one configuration for all
             config = PROGRAM_CONFIG
+        attached = self.cupti is not None and self.cupti.attached
         self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled, batch,
-                                         config, self._compiling, positions, rerecord)))
+                                         config, self._compiling, positions, rerecord, None,
+                                         attached)))
         if not self._overlap:
             self._catch_up()
 
@@ -486,7 +495,7 @@ class Profiler(SessionControl):
             for i in range(len(todo) - 1, -1, -1):
                 fn, args = todo[i]
                 if fn == self._begin:
-                    todo[i] = (fn, args + (model_ns,))
+                    todo[i] = (fn, args[:_MODEL_ARG] + (model_ns,) + args[_MODEL_ARG + 1:])
                     break
             else:  # that step is in the store already
                 todo.append((self._model_window, model_ns))
@@ -517,12 +526,29 @@ class Profiler(SessionControl):
         if self._begun_seq is not None:
             self.store.set_model_window(self._begun_seq, window[0], window[1])
 
+    def token_gpu_time(self, index: int, gpu_ms: float) -> None:
+        """The CUDA-event time of the step ``TokenEvent.index``, read after the step ended (a
+        program's steps: their events are polled, never waited for). Stored with the queued
+        work, after that step's own."""
+        self._todo.append((self._late_gpu, (index, gpu_ms)))
+        if not self._overlap:
+            self._catch_up()
+
+    def _late_gpu(self, item: tuple) -> None:
+        seq = self._seq_of_index.get(item[0])
+        if seq is not None:
+            self.store.set_token_gpu(seq, item[1])
+
     def _finish(self, item: tuple) -> None:
         ev, stats = item
         seq = self._open_seq
         if seq is None:
             return
         store = self.store
+        late = self._seq_of_index
+        late[ev.index] = seq
+        if len(late) > _GPU_LATE:
+            del late[next(iter(late))]
         store.end_token(seq, ev.end_ns, ev.host_ms, ev.gpu_ms, ev.token_id)
         self._open_seq = None
         if stats is not None:

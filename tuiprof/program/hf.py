@@ -16,10 +16,17 @@ Where the boundary is (the same in transformers 5.17 and 5.23, and in 4.5x):
 * continuous batching (``generate_batch``, ``ContinuousBatchingManager``):
   ``ContinuousBatchingManager._generation_step`` runs one forward over the scheduled requests;
   the step lasts for that call and its batch is the number of requests scheduled in it, which
-  varies from step to step.
+  varies from step to step. Its GPU time is from events recorded at the call's start and end on
+  the generation thread's current stream (the legacy default stream, which waits for the
+  manager's own compute stream).
 * The step's device work is queued when ``generate()`` calls its logits processors
   (``LogitsProcessorList.__call__``, right after the forward and before the step's sync):
   tuiprof's bookkeeping for the step boundary is done there, while the device computes.
+* All of a ``generate()`` step's device work is queued once its stopping criteria
+  (``StoppingCriteriaList.__call__``) return, after the token's selection and right before the
+  loop reads whether to stop (the step's sync): the step's second CUDA event goes there
+  (:mod:`.gpu_time`). A streamer's copy of the token to the host comes before them: with a
+  streamer, the step's GPU time includes that sync's wait.
 
 Prefill: the forward calls at the start of a ``generate()`` while every call so far fed more
 than one position per sequence (a chunked prefill is several such calls); in continuous
@@ -45,6 +52,7 @@ from .steps import DECODE, PREFILL, StepRecorder
 
 GENERATION = "transformers.generation.utils"
 LOGITS = "transformers.generation.logits_process"
+STOPPING = "transformers.generation.stopping_criteria"
 BATCHING = "transformers.generation.continuous_batching.continuous_api"
 SOURCE = "transformers"
 
@@ -64,7 +72,7 @@ class TransformersSteps:
     def install(self) -> None:
         """Patch now what is imported, and the rest when the program imports it."""
         hooks = {GENERATION: self._patch_generate, LOGITS: self._patch_logits,
-                 BATCHING: self._patch_batching}
+                 STOPPING: self._patch_stopping, BATCHING: self._patch_batching}
         for name, patch in hooks.items():
             mod = sys.modules.get(name)
             if mod is not None:
@@ -118,6 +126,24 @@ class TransformersSteps:
             if getattr(local, "depth", 0):
                 rec.launched(SOURCE)
             return orig(processors, *args, **kwargs)
+
+        self._replace(cls, "__call__", __call__)
+
+    def _patch_stopping(self, mod: Any) -> None:
+        """Once the stopping criteria return, a ``generate()`` step's device work is all queued
+        and the loop syncs next: the step's GPU time ends there."""
+        cls = getattr(mod, "StoppingCriteriaList", None)
+        if cls is None or "__call__" not in cls.__dict__:
+            return
+        orig = cls.__dict__["__call__"]
+        rec, local = self.recorder, self._local
+
+        @functools.wraps(orig)
+        def __call__(criteria, *args, **kwargs):
+            done = orig(criteria, *args, **kwargs)
+            if getattr(local, "depth", 0):
+                rec.device_done(SOURCE)
+            return done
 
         self._replace(cls, "__call__", __call__)
 

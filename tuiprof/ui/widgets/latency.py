@@ -10,8 +10,9 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from .. import format as fmt
-from ..derive import (compile_cost, compile_cost_text, config_label, latency_series,
-                      earlier_traced, latest_traced, place_labels)
+from ..derive import (basis_note, busy_wall, compile_cost, compile_cost_text, config_label,
+                      latency_series, earlier_traced, latest_traced, place_labels,
+                      traced_vs_untraced)
 
 # columns of the plot left of its canvas (y tick labels and axis) and right of it
 Y_AXIS_COLS = 10
@@ -105,18 +106,30 @@ class LatencyPane(Pane):
 
 def _kernel_note(view: Any, last: Any) -> Text:
     """Kernel figures of the latest *traced* token of the last token's phase and mode, naming
-    that token when it is not the last one (sampling traces few tokens)."""
-    k = latest_traced(view, last.phase, last.mode)
+    that token when it is not the last one (sampling traces few tokens): its busy share (over
+    an untraced step's wall time where there is one, and which basis), and its time beside the
+    untraced steps' median (what tracing costs)."""
+    phase, mode = last.phase, last.mode
+    k = latest_traced(view, phase, mode)
+    basis = basis_note(busy_wall(view, phase, mode))
     if k is None:
         if not view.kernels_traced:
             return Text(" · no kernel records (CUPTI off)", "dim")
         # Sampling traces 4 tokens in thousands in compiled mode: the traced ones may have
         # left the series. Their running means are kept: say so rather than "none yet".
-        e = earlier_traced(view, last.phase, last.mode)
+        e = earlier_traced(view, phase, mode)
         if e is not None:
             kernels = f" · {e.kernels:,.0f} kernels" if e.kernels is not None else ""
-            return Text(f" · traced {last.phase}/{last.mode} (mean of {e.count:,} earlier): "
-                        f"kernel-busy {fmt.pct(e.busy_pct)}{kernels}")
-        return Text(f" · no traced {last.phase}/{last.mode} step yet", "dim")
+            out = Text(f" · traced {phase}/{mode} (mean of {e.count:,} earlier): "
+                       f"kernel-busy {fmt.pct(e.busy_pct)} {basis}{kernels}")
+            cost = traced_vs_untraced(view, phase, mode)
+            if cost:
+                out.append(f" · {cost}", "yellow")
+            return out
+        return Text(f" · no traced {phase}/{mode} step yet", "dim")
     who = "" if k.seq == last.seq else f"traced #{k.seq}: "
-    return Text(f" · {who}kernel-busy {fmt.pct(k.busy_pct)} · {k.kernels:,} kernels")
+    out = Text(f" · {who}kernel-busy {fmt.pct(k.busy_pct)} {basis} · {k.kernels:,} kernels")
+    cost = traced_vs_untraced(view, phase, mode, k)
+    if cost:
+        out.append(f" · {cost}", "yellow")
+    return out

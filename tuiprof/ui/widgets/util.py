@@ -12,8 +12,8 @@ from textual.widgets import Static
 
 from .. import format as fmt
 from ...store.records import DECODE
-from ..derive import (NVML_SERIES, busy_fraction, earlier_traced, mean, nvml_series,
-                      traced_rows)
+from ..derive import (NVML_SERIES, basis_note, busy_fraction, busy_wall, earlier_traced, mean,
+                      nvml_series, traced_rows)
 from .base import Pane, RefreshContext
 
 
@@ -68,16 +68,17 @@ class UtilPane(Pane):
         # Traced decode tokens of the current mode only: a prefill (traced outside bursts) is
         # another workload, and untraced tokens have no kernel records.
         rows = traced_rows(view.tokens, DECODE, ctx.mode)[-n:]
-        busy = [busy_fraction(r) for r in rows]
+        wall = busy_wall(view, DECODE, ctx.mode)  # an untraced step's, where there is one
+        busy = [busy_fraction(r, wall) for r in rows]
         earlier = None if rows else earlier_traced(view, DECODE, ctx.mode)
         tbl.add_row(Text("kernel busy/step", "bold"), fmt.pct(busy[-1] if busy else None),
                     fmt.pct(mean(busy) if busy else earlier and earlier.busy_pct),
                     Text(fmt.spark(busy, n, 0, 100), "green"))
         if rows:
-            note = f"traced decode/{ctx.mode} tokens: last {len(rows)}"
+            note = f"traced decode/{ctx.mode} tokens: last {len(rows)} · busy {basis_note(wall)}"
         elif earlier is not None:  # compiled sampling: the traced steps left the series
             note = (f"traced decode/{ctx.mode}: none in the series; mean of "
-                    f"{earlier.count:,} earlier")
+                    f"{earlier.count:,} earlier · busy {basis_note(wall)}")
         elif not view.kernels_traced:
             note = "no kernel records (CUPTI off)"  # as the latency footer says
         else:
