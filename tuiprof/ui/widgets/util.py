@@ -75,15 +75,17 @@ class UtilPane(Pane):
                     fmt.pct(mean(busy) if busy else earlier and earlier.busy_pct),
                     Text(fmt.spark(busy, n, 0, 100), "green"))
         if rows:
-            note = f"traced decode/{ctx.mode} tokens: last {len(rows)} · busy {basis_note(wall)}"
+            note = f"traced decode/{ctx.mode} tokens: last {len(rows)}"
         elif earlier is not None:  # compiled sampling: the traced steps left the series
             note = (f"traced decode/{ctx.mode}: none in the series; mean of "
-                    f"{earlier.count:,} earlier · busy {basis_note(wall)}")
+                    f"{earlier.count:,} earlier")
         elif not view.kernels_traced:
             note = "no kernel records (CUPTI off)"  # as the latency footer says
         else:
             note = f"no traced decode/{ctx.mode} step yet"
         tbl.add_row("", "", "", Text(note, "dim"))
+        if rows or earlier is not None:  # tracing stretches a traced step: say what busy is of
+            tbl.add_row("", "", "", Text(f"busy share {basis_note(wall)}", "dim"))
         if have_nvml:
             last = view.nvml[-1]
             parts = []
