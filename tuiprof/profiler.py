@@ -92,7 +92,8 @@ AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
 COMPILED_CUPTI_COST = "+8-23 %"
 # Where each per-step device figure comes from (a snapshot's meta says so; docs/snapshot.md).
 STEP_TIME_SOURCES = {
-    "gpu_ms": "CUDA events recorded before and after every step (every step, any mode)",
+    "gpu_ms": "CUDA events recorded before and after every step (every step, any mode; a "
+              "program's steps: read a step or two later, never waited for)",
     "span_ns": "CUPTI kernel records: first kernel start to last kernel end (traced steps)",
     "graph_span_ns": "CUPTI GRAPH_TRACE records, one per CUDA-graph launch (untraced compiled "
                      "steps; only with graph records on, which is not the default)",
