@@ -274,7 +274,7 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
             def attach_cupti() -> bool:
                 """CUPTI as in ``default`` from here on (its next burst 8 steps later)."""
                 prof.options.cupti = True
-                prof._start_cupti()
+                prof.start_collector("cupti")
                 if prof.cupti is not None:
                     prof.cupti.restart_sampling(store.next_seq())
                 return prof.cupti is not None

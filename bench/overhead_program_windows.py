@@ -75,12 +75,12 @@ def main() -> int:
 
     import torch
 
-    from tuiprof.cli import _run_defaults
+    from tuiprof.cli.run import run_defaults as _run_defaults
     from tuiprof.collect.cupti_collector import BURST
     from tuiprof.engine.graphs import drop_cuda_graphs
-    from tuiprof.program.command import program_options
+    from tuiprof.cli.program import program_options
     from tuiprof.program.launch import ProgramResult, parse_program
-    from tuiprof.program.session import ProgramSession
+    from tuiprof.program.program_session import ProgramSession
     from tuiprof.profiler import AUTO_SAMPLE_EVERY, Profiler
     from tuiprof.store import SessionStore
 

@@ -13,7 +13,7 @@ it is the host bookkeeping alone, on a CPU or a GPU machine alike::
     python bench/step_cost.py --steps 5000 --rounds 4
 
 ``--events`` (a GPU): CUDA initialised, the same hooked loop with each step's CUDA-event pair
-(:mod:`tuiprof.program.gpu_time`: two records, a query, an elapsed time and the store's late
+(:mod:`tuiprof.program.step_gpu_time`: two records, a query, an elapsed time and the store's late
 update a step) against the hooked loop without them, interleaved; the events' own µs a step.
 ``--check`` exits 1 when they cost more than ``EVENTS_TARGET_US``::
 
@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"with --events: exit 1 above {EVENTS_TARGET_US} µs a step")
     a = p.parse_args(argv)
 
-    from tuiprof.cli import _run_defaults
-    from tuiprof.program.command import program_options
-    from tuiprof.program.gpu_time import StepTimer
+    from tuiprof.cli.program import program_options
+    from tuiprof.cli.run import run_defaults as _run_defaults
+    from tuiprof.program.step_gpu_time import StepTimer
     from tuiprof.program.steps import DECODE, PREFILL, StepRecorder
     from tuiprof.profiler import Profiler
     from tuiprof.store import SessionStore

@@ -36,7 +36,7 @@ import overhead  # noqa: E402  (bench/overhead.py)
 
 from tuiprof.engine.generate import Engine  # noqa: E402
 from tuiprof.engine.load import engine_info, prompt_ids  # noqa: E402
-from tuiprof.sweep.batch import BatchCell, run_batch_sweep  # noqa: E402
+from tuiprof.sweep.batch_sweep import BatchCell, run_batch_sweep  # noqa: E402
 
 FULL = {"models": "qwen3-0.6b,nanochat-d34", "batches": "1,2,4,8,16,32,64,128,256",
         "warmup": 8, "iters": 24, "overhead_batch": 32, "eager_blocks": 3, "compiled_blocks": 1}

@@ -5,7 +5,7 @@ them), with durations chosen so that the expected figures can be computed by han
 from __future__ import annotations
 
 from tuiprof.store import SessionStore
-from tuiprof.store.ranks import RanksView
+from tuiprof.store.rank_set import RanksView
 
 NCCL = "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE"
 GEMV = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"

@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .collect.allocator import read_allocator_stats
-from .collect.cupti_collector import CuptiCollector, CuptiUnavailable, MarkerSink
-from .collect.nvml_sampler import NvmlSampler, NvmlUnavailable
+from .collect.base import CollectorUnavailable
+from .collect.cupti_collector import CuptiCollector, MarkerSink
+from .collect.nvml_sampler import NvmlSampler
+from .collect.registry import COLLECTORS, CollectorContext, CollectorSpec, factory
+from .collect.device import device_facts, rank_facts
 from .control import SessionControl
 from .engine.graphs import drop_cuda_graphs
 from .errors import one_line, safe_text
@@ -131,8 +134,7 @@ class Profiler(SessionControl):
         if "model_spec" in options.engine_kwargs:  # the header's first frame
             self.store.meta.update(expected_meta(**options.engine_kwargs))
         self.engine = None
-        self.cupti: CuptiCollector | None = None
-        self.nvml: NvmlSampler | None = None
+        self.collectors: dict[str, Any] = {}   # name -> started Collector (registry order)
         self._factory = engine_factory
         self._loader: threading.Thread | None = None
         self._open_seq: int | None = None
@@ -160,62 +162,70 @@ class Profiler(SessionControl):
 
     def start_collectors(self, device_index: int = 0, nvml_in_background: bool = False,
                          markers: MarkerSink | None = None) -> None:
-        """Start CUPTI and NVML (each may degrade with a one-line reason).
+        """Start the collectors of :data:`~tuiprof.collect.registry.COLLECTORS`, in table order
+        (each may degrade with a one-line reason).
 
-        ``nvml_in_background``: NVML starts on a thread (a session's start-up overlaps it with
-        the imports); :meth:`_nvml_started` waits for it. ``markers``: NVTX marker records go
-        there (``--step-range``).
+        ``nvml_in_background``: the rows marked ``background`` start on a thread (a session's
+        start-up overlaps them with the imports); :meth:`_nvml_started` waits for them.
+        ``markers``: NVTX marker records go there (``--step-range``).
         """
-        self._start_cupti(markers)
-        if nvml_in_background and self.options.nvml:
-            self._nvml_start = in_thread(lambda: self._start_nvml(device_index), "tuiprof-nvml-start")
-        else:
-            self._start_nvml(device_index)
+        for spec in COLLECTORS:
+            if spec.background and nvml_in_background:
+                self._nvml_start = in_thread(
+                    lambda s=spec: self.start_collector(s.name, device_index, markers),
+                    f"tuiprof-{spec.name}-start")
+            else:
+                self.start_collector(spec.name, device_index, markers)
+        if self.cupti is not None and self.options.switch_interval_s:
+            self._old_switch = sys.getswitchinterval()
+            sys.setswitchinterval(self.options.switch_interval_s)
+
+    def start_collector(self, name: str, device_index: int = 0,
+                        markers: MarkerSink | None = None) -> None:
+        """Build and start the collector of row ``name`` (a one-line reason in the store's
+        collector states if it is off or cannot run)."""
+        spec = next(s for s in COLLECTORS if s.name == name)
+        mode = self.status.mode
+        self._start_one(spec, CollectorContext(
+            self.store, self.options, self.clock, device_index, mode, markers,
+            self._sample_every(mode), self._api_stay_on(mode)))
+
+    def _start_one(self, spec: CollectorSpec, ctx: CollectorContext) -> None:
+        made = factory(spec)(ctx)
+        if isinstance(made, str):  # off in this session, and why
+            self.store.set_collector(spec.name, False, made)
+            return
+        try:
+            with phase(f"starting {spec.label or spec.name}"):
+                made.start()
+        except CollectorUnavailable as exc:
+            self.store.set_collector(spec.name, False, safe_text(exc, 200))
+            return
+        self.collectors[spec.name] = made
 
     def _nvml_started(self) -> None:
         if self._nvml_start is not None:
             self._nvml_start.join()
             self._nvml_start = None
 
+    @property
+    def cupti(self) -> CuptiCollector | None:
+        return self.collectors.get("cupti")
+
+    @cupti.setter
+    def cupti(self, collector: CuptiCollector | None) -> None:
+        """A collector started elsewhere (benchmarks, test doubles of CUPTI), or none."""
+        if collector is None:
+            self.collectors.pop("cupti", None)
+        else:
+            self.collectors["cupti"] = collector
+
+    @property
+    def nvml(self) -> NvmlSampler | None:
+        return self.collectors.get("nvml")
+
     def _api_stay_on(self, mode: str) -> bool:
         return mode == "compiled" and self.options.compiled_api_kinds_stay_on
-
-    def _start_cupti(self, markers: MarkerSink | None = None) -> None:
-        opts = self.options
-        if opts.cupti:
-            mode = self.status.mode
-            self.cupti = CuptiCollector(self.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
-                                        memory=opts.memory, sample_every=self._sample_every(mode),
-                                        api_kinds_stay_on=self._api_stay_on(mode),
-                                        markers=markers,
-                                        graph_trace=opts.graphs and mode == "compiled")
-            self.cupti.api_lead = mode == "compiled"
-            try:
-                with phase("starting CUPTI"):
-                    self.cupti.start()
-            except CuptiUnavailable as exc:
-                self.store.set_collector("cupti", False, safe_text(exc, 200))
-                self.cupti = None
-        else:
-            self.store.set_collector("cupti", False, "no CUPTI: disabled with --no-cupti")
-        if self.cupti is not None and opts.switch_interval_s:
-            self._old_switch = sys.getswitchinterval()
-            sys.setswitchinterval(opts.switch_interval_s)
-
-    def _start_nvml(self, device_index: int) -> None:
-        if not self.options.nvml:
-            self.store.set_collector("nvml", False, "no NVML: disabled with --no-nvml")
-            return
-        with phase("starting NVML"):
-            nvml = NvmlSampler(self.store, device_index, self.options.nvml_hz, clock=self.clock)
-            try:
-                nvml.start()
-                info = nvml.info
-                self.store.meta.update({"driver": info.get("driver"),
-                                        "gpu_mem_total_bytes": info.get("mem_total_bytes")})
-                self.nvml = nvml
-            except NvmlUnavailable as exc:
-                self.store.set_collector("nvml", False, safe_text(exc, 200))
 
     def _sample_every(self, mode: str) -> int:
         se = self.options.sample_every
@@ -269,7 +279,7 @@ class Profiler(SessionControl):
         st = self.status
         st.batch = st.want_batch = self._batch
         st.max_batch = int(getattr(self.engine, "max_batch", self._batch))
-        self.store.meta.update(_device_facts(self.engine.info.get("device", "cpu")))
+        self.store.meta.update(device_facts(self.engine.info.get("device", "cpu")))
         if self.options.measure_peaks:
             from .collect.peaks import measure_peaks  # noqa: PLC0415
             small = not str(self.engine.info.get("device", "cpu")).startswith("cuda")
@@ -312,15 +322,15 @@ class Profiler(SessionControl):
                     self._catch_up()  # the engine thread is gone: nothing else touches _todo
             except Exception:
                 pass
-        if self.cupti is not None:
-            try:
-                self.cupti.stop()
-            finally:
-                self._update_overhead()
-                self.cupti = None
-        if self.nvml is not None:
-            self.nvml.stop()
-            self.nvml = None
+        try:
+            for c in list(self.collectors.values()):  # table order: CUPTI's flush first
+                try:
+                    c.stop()
+                except Exception:
+                    pass
+        finally:
+            self._update_overhead()
+            self.collectors.clear()
         if self._old_switch is not None:
             sys.setswitchinterval(self._old_switch)
             self._old_switch = None
@@ -604,11 +614,12 @@ class Profiler(SessionControl):
         if wall <= 0:
             return
         c = self.cupti
-        own = (c.callback_s + c.fold_s) if c is not None else 0.0
-        nv = self.nvml.sample_cost_s if self.nvml is not None else 0.0
+        costs = {f"{name}_s": round(col.cost_s, 3) for name, col in self.collectors.items()}
+        costs.setdefault("cupti_s", 0.0)
+        costs.setdefault("nvml_s", 0.0)
         serve, switch = self.serve_s, self.switch_s
-        self.store.set_overhead(pct=round(100.0 * (own + nv + serve + switch) / wall, 2),
-                                cupti_s=round(own, 3), nvml_s=round(nv, 3),
+        own = sum(col.cost_s for col in self.collectors.values())
+        self.store.set_overhead(pct=round(100.0 * (own + serve + switch) / wall, 2), **costs,
                                 serve_s=round(serve, 3), switch_s=round(switch, 3),
                                 detaches=c.detaches if c is not None else 0,
                                 wall_s=round(wall, 1),
@@ -636,27 +647,3 @@ def _sync_device() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-
-
-def rank_facts() -> dict:
-    """This process's place in a distributed job, from the torchrun environment (empty outside
-    one): whatever runs the steps (tuiprof's engine or a user's program), each rank's store
-    says which rank it is, so the UI process can put the ranks side by side."""
-    from .engine.distributed import RankInfo  # noqa: PLC0415 - no torch at import
-
-    info = RankInfo.from_env()
-    if info is None or info.world_size < 2:
-        return {}
-    return {"rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
-            "device_index": info.local_rank}
-
-
-def _device_facts(device: str) -> dict:
-    """SM count and device name for launch analysis (empty on CPU)."""
-    if not str(device).startswith("cuda"):
-        return {}
-    import torch  # noqa: PLC0415
-
-    props = torch.cuda.get_device_properties(torch.device(device))
-    return {"sm_count": props.multi_processor_count, "device_name": props.name}
-

@@ -150,7 +150,7 @@ def test_program_compiled_policy_turns_api_kinds_on_a_token_before_each_burst():
 
 def test_a_program_session_switches_api_kinds_off_between_compiled_bursts():
     from tuiprof.profiler import Profiler, ProfilerOptions
-    from tuiprof.program.command import program_options
+    from tuiprof.cli.program import program_options
     from tuiprof.cli import build_parser, split_program
 
     argv, program = split_program(["run", "--", "python", "x.py"])

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, CompileConfig, Qwen3Config
 
-from tuiprof.engine.hf import HFDecoderAdapter
+from tuiprof.engine.hf_adapter import HFDecoderAdapter
 from tuiprof.engine.hf_masks import make_masks
 
 from .conftest import MAX_LEN, PROMPT_LEN

@@ -16,7 +16,7 @@ from torch import nn
 from tuiprof.engine import registry
 from tuiprof.engine.families import cs336, deepseek, llama_layer, nanochat
 from tuiprof.engine.families.llama_layer import _mark_static, with_max_len
-from tuiprof.engine.hf import _rebuild_rotary
+from tuiprof.engine.hf_adapter import _rebuild_rotary
 from tuiprof.engine.load import expected_meta, load_engine, load_model
 from tuiprof.startup import LoadProgress, Phase, ProgressTracker, tracking
 

@@ -14,7 +14,7 @@ from tuiprof.export.nsys_sqlite import write_nsys_sqlite
 from tuiprof.export.snapshot import (RANKS_FORMAT, load_snapshot, read_any_snapshot,
                                      read_snapshot, write_snapshot)
 from tuiprof.export.trace import trace_dict
-from tuiprof.store.ranks import RanksView
+from tuiprof.store.rank_set import RanksView
 
 
 def test_a_snapshot_holds_every_rank_and_reads_back_byte_identical(tmp_path):

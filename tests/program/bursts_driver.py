@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # cupti_standin
 from cupti_standin import attached_collector  # noqa: E402
 
 from tuiprof.program.launch import parse_program  # noqa: E402
-from tuiprof.program.session import ProgramSession  # noqa: E402
+from tuiprof.program.program_session import ProgramSession  # noqa: E402
 from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 
@@ -28,12 +28,12 @@ def main() -> None:
                                            detach_between_bursts="--cupti-attached" not in flags))
     standins = []
 
-    def start_cupti(markers=None):
+    def start_cupti(device_index=0, nvml_in_background=False, markers=None):
         prof.cupti, cupti = attached_collector(store, prof._sample_every("eager"), markers)
         prof.cupti.bursts_only = False  # as after start(): the profiler engages bursts
         standins.append(cupti)
 
-    prof._start_cupti = start_cupti
+    prof.start_collectors = start_cupti  # the stand-in instead of every collector
     session = ProgramSession(prof, parse_program(program), log, window_ms=20)
     session.start()
     c = prof.cupti

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tuiprof import marks
-from tuiprof.program.gpu_time import StepTimer
+from tuiprof.program.step_gpu_time import StepTimer
 from tuiprof.program.steps import StepRecorder
 
 from .conftest import REPO, rows
@@ -124,7 +124,7 @@ class Stamp(transformers.StoppingCriteria):
 
 
 def test_a_generate_step_ends_its_gpu_time_at_its_stopping_criteria(prof):
-    from tuiprof.program.hf import TransformersSteps
+    from tuiprof.program.transformers_steps import TransformersSteps
 
     config = json.loads((REPO / "models" / "qwen3-tiny.json").read_text())["config"]
     torch.manual_seed(0)

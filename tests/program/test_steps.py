@@ -57,12 +57,12 @@ def test_marks_inside_a_generate_scope_are_ignored_and_an_enclosing_step_ends(pr
 def test_windows_cut_time_until_the_program_marks_a_step(prof):
     rec = StepRecorder(prof)
     win = WindowSteps(rec, window_ms=10)
-    win.start()
+    win.install()
     time.sleep(0.08)
     with rec.api_step("decode", 1):
         pass
     time.sleep(0.05)                        # windows are over for good
-    win.stop()
+    win.uninstall()
     phases = [t.phase for t in rows(prof)]
     assert phases.count("window") >= 3
     assert phases[-1] == "decode" and "window" not in phases[phases.index("decode"):]

@@ -15,7 +15,7 @@ import pytest
 
 from tuiprof.collect.replay import load_recording, record_start, replay_into
 from tuiprof.remote import Mirror
-from tuiprof.store import SessionStore
+from tuiprof.store import NVML, SessionStore
 
 LAG = 3  # tokens by which records arrive late
 
@@ -80,7 +80,7 @@ def _feed(store: SessionStore, rec, reset_after: int | None = None):
                 store.add_records(records[ri:j])
                 ri = j
             while ni < len(nvml) and nvml[ni]["ts_ns"] <= ts:
-                store.add_nvml_sample(nvml[ni])
+                store.ingest(NVML, nvml[ni])
                 ni += 1
         if len(ends) == reset_after and event.endswith("_end"):
             store.reset()
@@ -148,7 +148,7 @@ def test_unchanged_aggregates_are_not_sent_again(recordings):
     delta, cursor = store.changes(None)
     assert delta["full"] and delta["records"] and delta["parts"][1].kernels
     delta, cursor = store.changes(cursor)
-    assert not delta["records"] and delta["tokens"] == [] and delta["nvml"] == []
+    assert not delta["records"] and delta["tokens"] == [] and delta["series"]["nvml"] == []
     assert not delta["parts"][1].kernels       # token statistics only
     assert delta["events"] is None
     store.reset()

@@ -11,7 +11,7 @@ from tuiprof.profiler import Profiler, ProfilerOptions
 from tuiprof.store import SessionStore
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.compare import CompareScreen
-from tuiprof.ui.widgets.kernels import KernelsPane
+from tuiprof.ui.widgets.kernels_pane import KernelsPane
 
 from .conftest import screen_text
 

@@ -8,7 +8,7 @@ import json
 from tuiprof.store import SessionStore
 from tuiprof.ui.app import make_app
 from tuiprof.ui.static import StaticViewControl
-from tuiprof.ui.widgets.kernels import KernelsPane
+from tuiprof.ui.widgets.kernels_pane import KernelsPane
 
 from .conftest import screen_text
 

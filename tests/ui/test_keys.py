@@ -11,7 +11,7 @@ from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.compare import CompareScreen
 from tuiprof.ui.screens.detail import KernelDetailScreen
 from tuiprof.ui.screens.help import HelpScreen
-from tuiprof.ui.widgets.kernels import KernelsPane
+from tuiprof.ui.widgets.kernels_pane import KernelsPane
 
 from .conftest import FakeControl, screen_text
 
@@ -48,8 +48,13 @@ def fake_writers(monkeypatch):
         written.append(("nsys", directory))
         return directory
 
-    monkeypatch.setattr(adapters, "write_snapshot", write_snapshot)
-    monkeypatch.setattr(adapters, "write_nsys_reports", write_nsys)
+    def export(name, view, path):
+        if name == "nsys":
+            path.mkdir(parents=True, exist_ok=True)
+            return write_nsys(view, path)
+        return write_snapshot(view, path)
+
+    monkeypatch.setattr(adapters, "export", export)
     return written
 
 
@@ -207,9 +212,9 @@ def test_exports(control, tmp_path, fake_writers):
 
 
 def test_export_failure_is_reported_not_raised(control, tmp_path, monkeypatch):
-    def boom(view, path):
+    def boom(name, view, path):
         raise OSError("disk full")
-    monkeypatch.setattr(adapters, "write_snapshot", boom)
+    monkeypatch.setattr(adapters, "export", boom)
     app = new_app(control, tmp_path)
 
     async def body(pilot):

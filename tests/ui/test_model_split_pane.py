@@ -6,7 +6,7 @@ import asyncio
 
 from tuiprof.ui.app import make_app
 from tuiprof.ui.static import StaticViewControl
-from tuiprof.ui.widgets.findings import FindingsPane
+from tuiprof.ui.widgets.findings_pane import FindingsPane
 
 from split_data import FILL, split_store
 

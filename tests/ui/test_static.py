@@ -58,7 +58,7 @@ def test_view_reopens_a_multi_configuration_snapshot(tmp_path):
     the kernels pane can pick either (``k``) and the compare screen lists both."""
     from tuiprof.store import SessionStore
     from tuiprof.ui.screens.compare import CompareScreen
-    from tuiprof.ui.widgets.kernels import KernelsPane
+    from tuiprof.ui.widgets.kernels_pane import KernelsPane
 
     store = SessionStore(meta={"model": "qwen3-tiny", "device": "cpu", "batch": 1})
     t = 0

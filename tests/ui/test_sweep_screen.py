@@ -6,7 +6,7 @@ import time
 
 from textual.widgets import DataTable
 
-from tuiprof.sweep.screen import SweepApp, SweepScreen
+from tuiprof.ui.screens.sweep import SweepApp, SweepScreen
 
 
 def test_sweep_app_shows_cells_and_oom(monkeypatch):

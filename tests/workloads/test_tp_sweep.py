@@ -8,9 +8,9 @@ import json
 import pytest
 from ranks_data import rank_store, two_ranks
 
-from tuiprof.analysis.ranks import find_ranks, ranks_summary
+from tuiprof.analysis.cross_rank import find_ranks, ranks_summary
 from tuiprof.cli import main
-from tuiprof.store.ranks import RanksView
+from tuiprof.store.rank_set import RanksView
 from tuiprof.sweep.tp import ModeResult, TPRun, markdown, scaling_rows, write_outputs
 
 

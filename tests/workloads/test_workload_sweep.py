@@ -10,14 +10,12 @@ import pytest
 import torch
 
 import workload_helpers  # noqa: F401 - puts the repository on sys.path
+from tuiprof.cli.sweep import add_arguments, main, run
 from tuiprof.sweep import (
     Cell,
-    add_arguments,
     classify,
     env_fault_hook,
     is_oom,
-    main,
-    run,
     run_sweep,
 )
 
@@ -159,12 +157,12 @@ def test_classify(name, kind):
 
 def test_cli(tmp_path, capsys, monkeypatch):
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_arguments("sweep", parser)
     args = parser.parse_args(["--models", "gpt2-tiny", "--seq-lens", "8,16", "--passes", "inference,decode",
                               "--mode", "eager", "--device", "cpu", "--warmup", "0", "--iters", "1",
                               "--out", str(tmp_path / "a")])
     assert args.seq_lens == [8, 16] and args.passes == ["inference", "decode"] and args.modes == ["eager"]
-    assert run(args) == 0
+    assert run("sweep", args) == 0
     out = capsys.readouterr()
     assert "| gpt2-tiny | inference | eager | plain | 1 |" in out.out
     assert "[4/4] gpt2-tiny L=16 decode eager" in out.err
@@ -197,7 +195,7 @@ def test_sweep_screen_runs_headless():
     pytest.importorskip("textual")
     from textual.app import App
 
-    from tuiprof.sweep.screen import SweepScreen
+    from tuiprof.ui.screens.sweep import SweepScreen
 
     done = []
 
@@ -235,7 +233,7 @@ def test_add_arguments_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import argparse, sys; from tuiprof.sweep import add_arguments; add_arguments(argparse.ArgumentParser()); "
+    code = ("import argparse, sys; from tuiprof.cli import build_parser; build_parser(); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=workload_helpers.ROOT, check=True)
     assert out.stdout.strip() == "False"

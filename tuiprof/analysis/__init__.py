@@ -11,7 +11,7 @@ from .demangle import demangle
 from .findings import Finding, find
 from .gpus import GPUS, GpuSpec, SmLimits, gpu_spec
 from .kernels import CATEGORIES, LIBRARIES, KernelInfo, kernel_info
-from .launch import LaunchInfo, Occupancy, SmallGrid, launch_info, occupancy, small_grid_launches
+from .occupancy import LaunchInfo, Occupancy, SmallGrid, launch_info, occupancy, small_grid_launches
 from .model import ModelConfig, model_config
 from .ncu import parse_ncu_csv, read_ncu_csv
 from .roofline import GemmLaunch, GemmMatch, ModelRoofline, match_gemms, model_roofline

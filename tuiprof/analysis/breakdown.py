@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..phases import DECODE, OTHER, PREFILL
 from .gpus import gpu_spec
 from .kernels import ATTENTION, COPY, ELEMENTWISE, MEMCPY, REDUCTION, KernelInfo, kernel_info
-from .launch import launch_info
+from .occupancy import launch_info
 from .tokens import steady_tokens, token_timing
 from .tracing import untraced_wall_ms
 
@@ -77,7 +78,7 @@ def gpu_time_ns(view, phase: str | None = "decode", mode: str | None = None) -> 
 def phase_split(view, mode: str | None = None) -> dict[str, dict]:
     """Prefill vs decode (and ``other``: outside any token): GPU ns, wall ms, tokens."""
     out: dict[str, dict] = {}
-    for phase in ("prefill", "decode", "other"):
+    for phase in (PREFILL, DECODE, OTHER):
         gpu = gpu_time_ns(view, phase, mode)
         wall = sum(v["host_ms"].total for (p, m), v in view.token_stats.items()
                    if p == phase and (mode is None or m == mode))

@@ -15,7 +15,7 @@ from .breakdown import FUSABLE, category_shares, launch_bound
 from .gpus import gpu_spec
 from .intervals import union_length
 from .kernels import GEMM, kernel_info
-from .launch import small_grid_launches
+from .occupancy import small_grid_launches
 from .model import model_config
 from .model_split import COVERAGE_OK, model_split
 from .roofline import match_gemms, model_roofline
@@ -63,21 +63,15 @@ def _is_graph_run(lb) -> bool:
 
 
 def find(view) -> list:
-    """All findings for ``view``, ranked (see module docstring)."""
+    """All findings for ``view``, ranked (see module docstring): the rules of
+    :data:`MODE_RULES` for every mode that decoded, then those of :data:`SESSION_RULES`."""
     out: list[Finding] = []
     summaries = mode_summaries(view, "decode")
     for mode in summaries:
-        out += _launch_or_idle(view, mode)
-        out += _small_grids(view, mode)
-        out += _fusable(view, mode)
-        out += _below_roof(view, mode)
-        out += _allocs(view, mode)
-    out += _loop_kernels(view)
-    out += _compiled_slower(summaries)
-    out += _batch(view)
-    out += _gpu_unused(view)
-    out += _no_steps(view)
-    out += _caveats(view)
+        for rule in MODE_RULES:
+            out += rule(view, mode)
+    for rule in SESSION_RULES:
+        out += rule(view, summaries)
     impact = [f for f in out if f.impact_ms_per_token is not None]
     rest = [f for f in out if f.impact_ms_per_token is None]
     impact.sort(key=lambda f: -f.impact_ms_per_token)
@@ -330,7 +324,7 @@ def _loop_label(meta: dict) -> str:
     return "generate()" if meta.get("step_source") == "transformers" else "the program's loop"
 
 
-def _loop_kernels(view) -> list:
+def _loop_kernels(view, summaries=None) -> list:
     """Kernels the decode loop launches outside the model's forward, when they cost."""
     out = []
     for mode, sp in model_split(view, "decode").items():
@@ -361,7 +355,7 @@ def _short(name: str, width: int = 40) -> str:
     return kernel_info(name).short[:width]
 
 
-def _compiled_slower(summaries: dict) -> list:
+def _compiled_slower(view, summaries: dict) -> list:
     e, c = summaries.get("eager"), summaries.get("compiled")
     if e is None or c is None or not e.ms_median or c.ms_median <= e.ms_median * COMPILED_SLOWER:
         return []
@@ -379,7 +373,7 @@ def _compiled_slower(summaries: dict) -> list:
 RAISE_BATCH_MBU = 0.5        # below half the bandwidth at a batch short of the knee
 
 
-def _batch(view) -> list:
+def _batch(view, summaries=None) -> list:
     """The batch knee (predicted from the matmul shapes, measured from tokens/s over the
     configurations of the session), and whether the batch in use leaves the GPU idle."""
     cfg = model_config(view.meta)
@@ -450,7 +444,7 @@ def _batch(view) -> list:
     return out
 
 
-def _gpu_unused(view) -> list:
+def _gpu_unused(view, summaries=None) -> list:
     meta = view.meta
     dev = str(meta.get("device") or "").lower()
     toks = [t for t in view.tokens if t.done and t.sampled and t.phase == "decode"]
@@ -478,7 +472,7 @@ HOW_TO_MARK = (
     "program pushes an NVTX range per step, run with --step-range NAME.")
 
 
-def _no_steps(view) -> list:
+def _no_steps(view, summaries=None) -> list:
     """A program whose steps tuiprof could not find: what its figures are, how to fix it."""
     meta = view.meta
     if meta.get("source") != "program" or meta.get("step_source") not in ("windows", "none"):
@@ -503,7 +497,7 @@ def _no_steps(view) -> list:
                     None, nums, ev, HOW_TO_MARK)]
 
 
-def _caveats(view) -> list:
+def _caveats(view, summaries=None) -> list:
     out = []
     c = view.counters
     dropped = c.get("dropped", 0)
@@ -532,3 +526,11 @@ def _caveats(view) -> list:
                            cupti.get("message", ""),
                            "GPU findings need CUPTI; see the collector message."))
     return out
+
+
+# The rules, in the order their findings are made (ranking comes after). A rule is a pure
+# function returning a list of :class:`Finding`; adding one is a function and a row here
+# (docs/extending.md). A mode rule runs once for each mode that decoded: ``rule(view, mode)``;
+# a session rule once: ``rule(view, summaries)`` (``summaries``: mode -> ModeSummary of decode).
+MODE_RULES = (_launch_or_idle, _small_grids, _fusable, _below_roof, _allocs)
+SESSION_RULES = (_loop_kernels, _compiled_slower, _batch, _gpu_unused, _no_steps, _caveats)

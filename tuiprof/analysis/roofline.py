@@ -20,7 +20,7 @@ import numpy as np
 
 from .gpus import GpuSpec, gpu_spec
 from .kernels import ATTENTION, GEMM, REDUCTION, KernelInfo, is_gemm_aux, kernel_info
-from .launch import launch_info
+from .occupancy import launch_info
 from .model import (Linear, ModelConfig, decode_step_bytes, decode_step_flops, linear_layers,
                     model_config)
 from .tokens import steady_tokens, token_timing

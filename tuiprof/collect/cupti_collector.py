@@ -23,7 +23,8 @@ from collections import deque
 from typing import Callable, Protocol
 
 from ..errors import safe_text
-from ..store import SessionStore
+from ..store import RECORDS, SessionStore
+from .base import CollectorUnavailable
 from .cupti_raw import (KIND_GRAPH_TRACE, Layout, LayoutError, LibraryResolver, NameCache,
                         RawBuffers, find_libcupti, parse_buffer)
 
@@ -50,7 +51,7 @@ DRIVER_APIS = (
 )
 
 
-class CuptiUnavailable(RuntimeError):
+class CuptiUnavailable(CollectorUnavailable):
     """CUPTI cannot start here; the message is one line for the status bar."""
 
 
@@ -79,7 +80,10 @@ def import_cupti():
 
 
 class CuptiCollector:
-    """Collects CUPTI activity records into a :class:`SessionStore`."""
+    """Collects CUPTI activity records into a :class:`SessionStore` (a
+    :class:`~tuiprof.collect.base.Collector`)."""
+
+    name = "cupti"
 
     def __init__(self, store: SessionStore, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
                  api: bool = True, memory: bool = True, sample_every: int = 1,
@@ -561,14 +565,19 @@ class CuptiCollector:
                         continue
             if markers is not None:  # steps from the markers first, then their records
                 batch = self.markers.feed(markers, batch)
-            self.store.add_records(batch)
+            self.store.ingest(RECORDS, batch)
             self.fold_s += time.thread_time() - t0
 
     def _fold(self, records: list) -> None:
         if records:
             t0 = time.thread_time()
-            self.store.add_records(records)
+            self.store.ingest(RECORDS, records)
             self.fold_s += time.thread_time() - t0
+
+    @property
+    def cost_s(self) -> float:
+        """CPU seconds in the buffer callback and folding records into the store."""
+        return self.callback_s + self.fold_s
 
     def buffer_stats(self) -> dict[str, int]:
         """The raw buffer pool's counts: completed buffers, and those CUPTI gave back after
@@ -635,6 +644,19 @@ def _busy_message(exc: Exception) -> str:
         return ("no CUPTI: another profiler holds CUPTI (Nsight Systems/Compute, torch.profiler?); "
                 "timing and NVML go on; run without it for kernel data")
     return f"no CUPTI: {text[:100]}; timing and NVML go on (--no-cupti hides this)"
+
+
+def make(ctx) -> "CuptiCollector | str":
+    """The session's CUPTI collector (:mod:`tuiprof.collect.registry`), or why it is off."""
+    opts = ctx.options
+    if not opts.cupti:
+        return "no CUPTI: disabled with --no-cupti"
+    c = CuptiCollector(ctx.store, buffer_bytes=opts.buffer_bytes, api=opts.api,
+                       memory=opts.memory, sample_every=ctx.sample_every,
+                       api_kinds_stay_on=ctx.api_stay_on, markers=ctx.markers,
+                       graph_trace=opts.graphs and ctx.mode == "compiled")
+    c.api_lead = ctx.mode == "compiled"
+    return c
 
 
 def make_clock(collector: CuptiCollector | None) -> Callable[[], int]:

@@ -12,7 +12,8 @@ import time
 from typing import Callable
 
 from ..errors import safe_text
-from ..store import SessionStore
+from ..store import NVML, SessionStore
+from .base import CollectorUnavailable
 
 GPM_METRICS = {
     "gpm_sm_util": "NVML_GPM_METRIC_SM_UTIL",
@@ -22,12 +23,15 @@ GPM_METRICS = {
 }
 
 
-class NvmlUnavailable(RuntimeError):
+class NvmlUnavailable(CollectorUnavailable):
     """NVML cannot be used here; the message is one line for the status bar."""
 
 
 class NvmlSampler:
-    """Samples one GPU at ``rate_hz`` into ``store.add_nvml_sample``."""
+    """Samples one GPU at ``rate_hz`` into the store (``ingest("nvml", sample)``); a
+    :class:`~tuiprof.collect.base.Collector`."""
+
+    name = "nvml"
 
     def __init__(self, store: SessionStore, device_index: int = 0, rate_hz: float = 10.0,
                  clock: Callable[[], int] = time.time_ns, gpm: bool = True) -> None:
@@ -77,6 +81,8 @@ class NvmlSampler:
                     message += f"; GPM unavailable ({str(exc)[:40]})"
             else:
                 message += "; GPM not supported on this GPU (SM/DRAM/tensor utilisation missing)"
+        self.store.meta.update({"driver": self.info.get("driver"),
+                                "gpu_mem_total_bytes": self.info.get("mem_total_bytes")})
         self.store.set_collector("nvml", True, message)
         self._thread = threading.Thread(target=self._run, name="tuiprof-nvml", daemon=True)
         self._thread.start()
@@ -155,7 +161,7 @@ class NvmlSampler:
             t0 = time.thread_time()  # CPU time of this thread: waiting for the GIL is not cost
             try:
                 if not self.paused:
-                    self.store.add_nvml_sample(self.sample())
+                    self.store.ingest(NVML, self.sample())
                     self.count += 1
             except Exception as exc:  # a sampler error never ends the session
                 self.store.set_collector("nvml", False, f"NVML sampling failed: {safe_text(exc)}")
@@ -167,6 +173,10 @@ class NvmlSampler:
                 deadline = time.monotonic()
                 delay = 0
             self._stop.wait(delay)
+
+    @property
+    def cost_s(self) -> float:
+        return self.sample_cost_s
 
     def stop(self) -> None:
         """Stop the thread and shut NVML down."""
@@ -185,3 +195,10 @@ class NvmlSampler:
             except Exception:
                 pass
             self._nv = None
+
+
+def make(ctx) -> "NvmlSampler | str":
+    """The session's NVML sampler (:mod:`tuiprof.collect.registry`), or why it is off."""
+    if not ctx.options.nvml:
+        return "no NVML: disabled with --no-nvml"
+    return NvmlSampler(ctx.store, ctx.device_index, ctx.options.nvml_hz, clock=ctx.clock)

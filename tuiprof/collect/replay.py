@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..control import SessionControl
 from ..errors import TuiprofError, one_line, safe_text, safe_tree
-from ..store import SessionStore
+from ..store import NVML, RECORDS, SessionStore
 from ..store.records import DECODE, PREFILL, record_start
 
 RECORDING_FORMAT = "tuiprof-recording"
@@ -207,10 +207,10 @@ def replay_into(rec: Recording, store: SessionStore, speed: float = 0.0,
         while j < len(records) and record_start(records[j]) < ts:
             j += 1
         while ri < j:
-            store.add_records(records[ri:min(j, ri + batch)])
+            store.ingest(RECORDS, records[ri:min(j, ri + batch)])
             ri = min(j, ri + batch)
         while ni < len(nvml) and nvml[ni]["ts_ns"] < ts:
-            store.add_nvml_sample(nvml[ni])
+            store.ingest(NVML, nvml[ni])
             ni += 1
 
     for event, step, ts in marks:

@@ -1,7 +1,7 @@
 """A tensor-parallel rank's place in torch.distributed: process group, device, clock pairs.
 
 A rank finds its identity in the environment that ``torchrun`` and tuiprof's own launcher
-(:mod:`tuiprof.remote.ranks`) both set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+(:mod:`tuiprof.remote.rank_launcher`) both set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``, ``MASTER_PORT``) and joins the default process group with ``env://``: NCCL on
 CUDA (one GPU per rank, ``cuda:LOCAL_RANK``), gloo on the CPU. A second, gloo group carries the
 engine's lockstep commands (:mod:`tuiprof.engine.lockstep`) on the host, never on a GPU stream.
@@ -117,7 +117,7 @@ def tp_group(device: str | None = None, timeout_s: float | None = None) -> TPGro
 def record_clock(group: TPGroup, clock: Callable[[], int], at: str) -> dict:
     """After a barrier of all ranks: this rank's session clock (CUPTI's when it runs) and the
     host's ``CLOCK_REALTIME``, read back to back. Ranks compare these pairs to align their
-    timelines (:mod:`tuiprof.store.ranks`)."""
+    timelines (:mod:`tuiprof.store.rank_set`)."""
     import torch.distributed as dist
 
     dist.barrier(group=group.side)

@@ -35,9 +35,7 @@ from .events import EngineListener, NullListener, TokenEvent
 from .lockstep import PAUSE_POLL_S, Lockstep
 from .memory import is_oom, memory_figures, oom_message
 
-EAGER, COMPILED = "eager", "compiled"
-PREFILL, DECODE = "prefill", "decode"
-MODES = (EAGER, COMPILED)
+from ..phases import COMPILED, DECODE, EAGER, MODES, PREFILL  # noqa: F401
 DEFAULT_MAX_BATCH = 256
 COMPILE_SWITCH_INTERVAL_S = 2e-5  # the GIL switch interval while a compile runs beside decoding
 

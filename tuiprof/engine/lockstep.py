@@ -13,7 +13,7 @@ import time
 
 import torch
 
-MODE_CODES = ("eager", "compiled")
+from ..phases import MODES as MODE_CODES
 # Token boundaries between two agreements, per mode in effect: a key waits at most this many
 # tokens (eager ~50 ms a token, compiled ~3 ms) and the broadcast stays off most tokens.
 PERIOD = {"eager": 4, "compiled": 32}

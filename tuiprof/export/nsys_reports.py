@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..store import StoreView
-from ..store.ranks import RanksView
+from ..store.rank_set import RanksView
 from ..store.records import COPY_KINDS
 from ._atomic import atomic_write_text, ensure_dir
 from .names import demangle
@@ -275,7 +275,7 @@ def write_rank_reports(rv: RanksView, directory: str | Path, text: bool = True) 
     ``all_*`` / ``all_window_*`` over every rank: the summaries merge the ranks' aggregates
     (as ``nsys stats`` sums the devices of one report) and ``all_window_cuda_gpu_trace`` lists
     every rank's instances on the aligned timeline with nsys's ``Device`` column."""
-    from ..store.ranks import combined_view  # noqa: PLC0415
+    from ..store.rank_set import combined_view  # noqa: PLC0415
     from .window import ranks_window  # noqa: PLC0415
 
     paths: list[Path] = []

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import TuiprofError
 from ..store import StoreView
-from ..store.ranks import RanksView
+from ..store.rank_set import RanksView
 from ..store.records import COPY_KINDS
 from ._atomic import atomic_path
 from .names import base_name

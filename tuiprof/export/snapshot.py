@@ -22,7 +22,7 @@ from .. import __version__
 from ..errors import TuiprofError, safe_text, safe_tree
 from ..store import (ConfigData, KernelAggregate, RunningStats, StoreView, TokenRow, compose_view,
                      config_order)
-from ..store.ranks import RanksView
+from ..store.rank_set import RanksView
 from ..store.records import COPY_KINDS, DIRECTION
 from ._atomic import atomic_write_bytes
 from .names import demangle
@@ -126,19 +126,19 @@ def _finding_dict(f: Any) -> Any:
     return {"text": str(f)}
 
 
-def _findings(module: str, name: str, arg: Any) -> list:
-    """``tuiprof.<module>.<name>(arg)`` as a list, or ``[]`` when it is missing or fails."""
+def _findings(fn, arg: Any) -> list:
+    """``fn(arg)`` as a list, or ``[]`` when the analysis fails: a bug there must not lose a
+    snapshot."""
     try:
-        import importlib  # noqa: PLC0415 - optional, lands separately
-        fn = getattr(importlib.import_module(module, __package__), name)
         return list(fn(arg))
     except Exception:
         return []
 
 
 def default_findings(view: StoreView) -> list:
-    """``tuiprof.analysis.find(view)`` when the analysis package is there, else ``[]``."""
-    return _findings("..analysis", "find", view)
+    """The findings of ``view`` (``[]`` when the analysis fails)."""
+    from ..analysis.findings import find  # noqa: PLC0415 - the analysis loads numpy
+    return _findings(find, view)
 
 
 # ------------------------------------------------------------------ writing
@@ -197,6 +197,8 @@ def snapshot_dict(view: StoreView, findings: Iterable | None = None,
         **_part_sections(view.part()),
         "configurations": others,
         "nvml": [_jsonable(s) for s in view.nvml],
+        **({"series": {k: [_jsonable(s) for s in v] for k, v in view.series.items()}}
+           if view.series else {}),
         "raw": [{"seq": seq, "records": [list(r) for r in recs]} for seq, recs in raw],
         "counters": _jsonable(view.counters),
         "collectors": _jsonable(view.collectors),
@@ -232,8 +234,9 @@ def world_meta(rv: RanksView) -> dict:
 
 
 def default_rank_findings(rv: RanksView) -> list:
-    """``tuiprof.analysis.ranks.find_ranks(rv)``, or ``[]`` when it fails."""
-    return _findings("..analysis.ranks", "find_ranks", rv)
+    """The cross-rank findings of ``rv`` (``[]`` when the analysis fails)."""
+    from ..analysis.cross_rank import find_ranks  # noqa: PLC0415
+    return _findings(find_ranks, rv)
 
 
 def ranks_snapshot_dict(rv: RanksView, findings: Iterable | None = None,
@@ -320,7 +323,7 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
     if obj.get("format") != FORMAT:
         raise _bad(where, f"format is {str(obj.get('format'))[:40]!r}, not {FORMAT!r}")
     _check_version(obj.get("schema_version"), where)
-    for key in ("meta", "overhead", "findings", "allocs", "nvml", "tokens", "counters",
+    for key in ("meta", "overhead", "findings", "allocs", "nvml", "series", "tokens", "counters",
                 "collectors", "summary", "events", "api", "nvtx", "output",
                 "configurations"):
         problem = _free_form_problem(obj[key], MAX_DEPTH) if key in obj else None
@@ -413,7 +416,8 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
             counters=dict(doc["counters"]), collectors=safe_tree(dict(doc["collectors"])),
             events=[tuple(safe_tree(list(e))) for e in doc["events"]],
             overhead=safe_tree(dict(doc["overhead"])),
-            output=[safe_text(str(line), 4096) for line in doc.get("output", ())])
+            output=[safe_text(str(line), 4096) for line in doc.get("output", ())],
+            series={str(k): list(v) for k, v in doc.get("series", {}).items()})
     except TuiprofError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:

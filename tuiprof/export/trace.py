@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..store import StoreView
-from ..store.ranks import RanksView
+from ..store.rank_set import RanksView
 from ._atomic import atomic_write_bytes
 from .nsys_reports import device_id
 from .window import GpuOp, window_of

@@ -13,6 +13,7 @@ folded after; at most ``max_held`` records wait, the oldest go first.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 
@@ -26,7 +27,10 @@ MAX_HELD = 500_000        # records
 
 
 class NvtxSteps:
-    """The collector's :class:`~tuiprof.collect.cupti_collector.MarkerSink` for one session."""
+    """The collector's :class:`~tuiprof.collect.cupti_collector.MarkerSink` for one session
+    (a step source: CUPTI feeds it, so ``install`` only checks that the ranges will come)."""
+
+    name = SOURCE
 
     def __init__(self, recorder: StepRecorder, names: tuple[str, ...], hold_s: float = HOLD_S,
                  max_held: int = MAX_HELD, monotonic=time.monotonic) -> None:
@@ -90,3 +94,30 @@ class NvtxSteps:
             self._held_n -= len(recs)
             out.extend(recs)
         return out
+
+    @property
+    def markers(self) -> "NvtxSteps":
+        return self
+
+    def install(self) -> None:
+        """Point NVTX at CUPTI (read at the program's first NVTX call); raises
+        :class:`NoNvtx` with the reason when the ranges cannot arrive."""
+        from ..collect.cupti_raw import find_libcupti  # noqa: PLC0415
+
+        lib = find_libcupti()._name
+        current = os.environ.get("NVTX_INJECTION64_PATH")
+        if current and os.path.realpath(current) != os.path.realpath(lib):
+            raise NoNvtx("NVTX_INJECTION64_PATH points at another tool; --step-range sees no "
+                         "ranges (unset it)")
+        os.environ["NVTX_INJECTION64_PATH"] = lib
+
+    def uninstall(self) -> None:
+        self.recorder.end(SOURCE)
+
+
+class NoNvtx(RuntimeError):
+    """NVTX ranges cannot reach this session; one line."""
+
+
+def make(session) -> NvtxSteps | None:
+    return NvtxSteps(session.recorder, session.step_ranges) if session.step_ranges else None

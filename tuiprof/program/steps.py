@@ -1,6 +1,6 @@
 """One place where a program's steps are opened and closed, whichever source marks them.
 
-Sources, by precedence (the order of ``SOURCES``):
+Sources, by precedence (the order of :data:`tuiprof.program.sources.STEP_SOURCES`):
 
 1. ``transformers``: the forward calls of ``generate()`` and of continuous batching;
 2. ``api``: :func:`tuiprof.step` / :func:`tuiprof.mark_prefill` in the program's own loop;
@@ -26,7 +26,7 @@ calls :meth:`model_begins` and :meth:`model_ends`: the listener gets that host w
 ``token_launched`` and the store splits the step's kernels into the model's and the loop's.
 
 Every step of a source on the program's own threads (transformers, api) gets its GPU time from
-a pair of CUDA events (:mod:`.gpu_time`): the first recorded when the step begins, the second
+a pair of CUDA events (:mod:`.step_gpu_time`): the first recorded when the step begins, the second
 when its source says that the step's device work is all queued (:meth:`device_done`) or when
 it ends; they are read at a later step boundary, never waited for, and reach the listener as
 ``token_gpu_time(index, ms)``.
@@ -40,11 +40,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..engine.events import EngineListener, TokenEvent
-from .gpu_time import StepTimer
+from .step_gpu_time import StepTimer
 
-SOURCES = ("transformers", "api", "nvtx", "windows")
-PREFILL, DECODE, WINDOW = "prefill", "decode", "window"
-HOST_SOURCES = ("transformers", "api")   # marked on the program's own threads: can pause there
+from .sources import HOST as HOST_SOURCES, NAMES as SOURCES  # precedence order
+from ..phases import DECODE, PREFILL, WINDOW  # noqa: F401
 
 
 @dataclass(slots=True)

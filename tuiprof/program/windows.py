@@ -19,17 +19,19 @@ SOURCE = "windows"
 class WindowSteps:
     """A thread that opens a new window every ``window_ms`` (drift-free deadlines)."""
 
+    name = SOURCE
+
     def __init__(self, recorder: StepRecorder, window_ms: float = 100.0) -> None:
         self.recorder = recorder
         self.period = max(1.0, float(window_ms)) / 1000.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
+    def install(self) -> None:
         self._thread = threading.Thread(target=self._run, name="tuiprof-windows", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def uninstall(self) -> None:
         """Stop opening windows; the open one ends now."""
         self._stop.set()
         if self._thread is not None:
@@ -49,3 +51,9 @@ class WindowSteps:
             if deadline <= now:  # this thread was held up (the GIL): skip, never a 0 ms window
                 deadline = now + self.period
             self._stop.wait(deadline - now)
+
+
+def make(session) -> WindowSteps | None:
+    """Windows, unless the steps come from NVTX ranges (a session whose NVTX steps cannot
+    run falls back to windows: ``ProgramSession``)."""
+    return None if session.step_ranges else WindowSteps(session.recorder, session.window_ms)

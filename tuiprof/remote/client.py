@@ -339,7 +339,7 @@ class RemoteControl(SessionControl):
     def disabled_actions(self) -> dict[str, str]:
         if self.program is None:
             return {}
-        from ..program.session import ENGINE_ONLY  # noqa: PLC0415
+        from ..program.program_session import ENGINE_ONLY  # noqa: PLC0415
         return dict(ENGINE_ONLY)
 
     def interrupt(self) -> str | None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ..store import ConfigData, SessionStore, StoreView, compose_view
+from ..store import NVML, ConfigData, SessionStore, StoreView, compose_view
 
 
 class Mirror:
-    """Token rows, NVML samples and aggregates of a remote store, bounded like the store."""
+    """Token rows, sampled series (NVML, …) and aggregates of a remote store, bounded like the
+    store."""
 
     def __init__(self, series_len: int = 2048, nvml_len: int = 6000,
                  output_len: int = 1000) -> None:
@@ -24,7 +25,7 @@ class Mirror:
         self.meta: dict = {}
         self.config: Any = 1
         self._tokens: deque = deque(maxlen=series_len)
-        self._nvml: deque = deque(maxlen=nvml_len)
+        self._series: dict[str, deque] = {NVML: deque(maxlen=nvml_len)}
         self._parts: dict[Any, ConfigData] = {}
         empty = SessionStore(series_len=1).view(raw=False)   # zero counters before a pull
         self._session: dict[str, Any] = {k: getattr(empty, k) for k in (
@@ -36,7 +37,7 @@ class Mirror:
         if delta["full"] or delta["generation"] != self.generation:
             n = delta.get("series_len") or self.series_len
             self._tokens = deque(maxlen=n)
-            self._nvml = deque(maxlen=self.nvml_len)
+            self._series = {NVML: deque(maxlen=self.nvml_len)}
             self._parts = {}
             self._raw = []
             self._output.clear()
@@ -44,7 +45,11 @@ class Mirror:
         self.meta = delta["meta"]
         self.config = delta["config"]
         self._merge_tokens(delta["tokens"])
-        self._nvml.extend(delta["nvml"])
+        for kind, samples in delta["series"].items():
+            ring = self._series.get(kind)
+            if ring is None:
+                ring = self._series[kind] = deque(maxlen=self.series_len)
+            ring.extend(samples)
         self._output.extend(delta.get("output", ()))
         for key in ("counters", "collectors", "overhead"):
             self._session[key] = delta[key]
@@ -75,10 +80,11 @@ class Mirror:
         s = self._session
         key = self.config if batch is None else batch
         return compose_view(dict(self.meta), list(self._tokens), dict(self._parts), key,
-                            raw=list(self._raw) if raw else [], nvml=list(self._nvml),
-                            counters=s["counters"], collectors=s["collectors"],
-                            events=s["events"], overhead=s["overhead"],
-                            output=list(self._output))
+                            raw=list(self._raw) if raw else [],
+                            nvml=list(self._series[NVML]), counters=s["counters"],
+                            collectors=s["collectors"], events=s["events"],
+                            overhead=s["overhead"], output=list(self._output),
+                            series={k: list(v) for k, v in self._series.items() if k != NVML})
 
 
 def _merge_raw(held: list, change: dict) -> list:

@@ -41,8 +41,8 @@ class SessionSpec:
     log_path: str | None = None      # the process's stdout/stderr (torch warnings) go here
     orphan_snapshot_dir: str | None = None  # snapshot written here if the UI process vanishes
     hook: str | None = None          # "module:callable" (benchmarks): called with the Profiler
-    program: dict | None = None      # a program to run: {"spec", "log_path", "window_ms",
-                                     # "step_ranges"} (tuiprof.program.command.run_live)
+    program: dict | None = None      # a program to run: {"spec", "log_path", "options"}
+                                     # (tuiprof.cli.program.run_live)
     env: dict | None = None          # environment set first (a rank's RANK, MASTER_PORT, ...)
 
 
@@ -52,7 +52,7 @@ class SessionServer:
     def __init__(self, prof: Profiler, hook: Any = None, program: Any = None) -> None:
         self.prof = prof
         self.hook = hook
-        self.program = program   # a tuiprof.program.session.ProgramSession
+        self.program = program   # a tuiprof.program.program_session.ProgramSession
 
     def handle(self, op: str, *args: Any) -> Any:
         prof, program = self.prof, self.program
@@ -66,7 +66,7 @@ class SessionServer:
         if op == "interrupt":
             return program.interrupt() if program is not None else None
         if program is not None and op in ("toggle_mode", "toggle_pause"):
-            from ..program.session import ENGINE_ONLY  # noqa: PLC0415
+            from ..program.program_session import ENGINE_ONLY  # noqa: PLC0415
             msg = ENGINE_ONLY[op] if op in ENGINE_ONLY else program.toggle_pause()
             prof.status.message = msg  # the status line says what happened (or why not)
             return msg
@@ -176,15 +176,15 @@ def _release_named_semaphores() -> None:
 def _serve_program(conn: Any, spec: SessionSpec) -> None:
     """Run the program on this (main) thread; serve the UI from another until it closes."""
     from ..program.launch import ProgramResult  # noqa: PLC0415
-    from ..program.session import ProgramSession  # noqa: PLC0415
+    from ..program.program_session import ProgramSession  # noqa: PLC0415
 
     _redirect_output(None)  # until the capture starts, nothing may reach the UI's terminal
     signal.signal(signal.SIGHUP, signal.SIG_IGN)   # the UI process handles a closed terminal
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the UI's Ctrl-C, forwarded
     prog = spec.program
     prof = Profiler(SessionStore(**spec.store), spec.options)
-    session = ProgramSession(prof, prog["spec"], prog["log_path"], window_ms=prog["window_ms"],
-                             step_ranges=prog["step_ranges"], tee=False)
+    session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog["options"],
+                             tee=False)
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     try:
         session.start()

@@ -1,9 +1,9 @@
 """Session store: bounded, thread-safe, the single source of truth of a session."""
 from .records import COMPILED, DECODE, EAGER, PREFILL
-from .session import (OTHER, PROGRAM_CONFIG, ConfigData, KernelAggregate, SessionStore,
+from .session import (NVML, OTHER, PROGRAM_CONFIG, RECORDS, ConfigData, KernelAggregate, SessionStore,
                       StoreView, TokenRow, ViewCursor, compose_view, config_order)
 from .stats import RunningStats
 
 __all__ = ["SessionStore", "StoreView", "TokenRow", "KernelAggregate", "RunningStats",
            "ViewCursor", "ConfigData", "compose_view", "config_order", "OTHER", "PROGRAM_CONFIG",
-           "PREFILL", "DECODE", "EAGER", "COMPILED"]
+           "PREFILL", "DECODE", "EAGER", "COMPILED", "NVML", "RECORDS"]

@@ -83,12 +83,7 @@ MEMKIND_NAMES = {0: "unknown kind", 1: "pageable host", 2: "pinned host", 3: "de
 MEMKIND_DEVICE = 3
 POOL_INVALID, POOL_LOCAL, POOL_IMPORTED = 0, 1, 2
 
-PREFILL = "prefill"
-DECODE = "decode"
-PHASES = (PREFILL, DECODE)
-EAGER = "eager"
-COMPILED = "compiled"
-MODES = (EAGER, COMPILED)
+from ..phases import COMPILED, DECODE, EAGER, MODES, PHASES, PREFILL  # noqa: F401
 
 
 def record_start(rec: tuple) -> int:

@@ -33,7 +33,8 @@ from .alloc_classes import (MAX_CLASSES, OVERFLOW, class_key, has_detail, is_dev
                             memory_class)
 from .stats import RunningStats
 
-OTHER = "other"  # phase of records outside any token (start-up, compilation, idle)
+from ..phases import OTHER
+NVML, RECORDS = "nvml", "records"   # the kinds of :meth:`SessionStore.ingest` with a name here
 PROGRAM_CONFIG = "program"  # the configuration of a profiled program's steps (any batch)
 _API_CORR_LEN = 4096
 _LAUNCH_LEN = 65536  # launches remembered, and kernels waiting for their launch (a step: ~2,000)
@@ -196,7 +197,7 @@ class StoreView:
                             # {"kernels", "busy_ns", "kernel_ns"} over tokens that left the window
                             # (add ``tokens`` for the rest: see analysis.tokens)
     allocs: dict            # device allocation counters (CUPTI MEMORY2), start-up vs tokens
-    nvml: list              # NVML sample dicts, oldest first (bounded)
+    nvml: list              # NVML sample dicts, oldest first (bounded): the series "nvml"
     raw: list               # (seq, [records]) for the last ``ring_tokens`` tokens
     counters: dict          # records, dropped, late, unattributed ...
     collectors: dict        # name -> {"ok": bool, "message": str}
@@ -207,6 +208,7 @@ class StoreView:
     batch: Any = 1          # the batch configuration this view shows (tokens, aggregates)
     configs: dict = field(default_factory=dict)   # every configuration: key -> ConfigData
     timeline: list = field(default_factory=list)  # token rows of every configuration
+    series: dict = field(default_factory=dict)    # other sampled kinds: kind -> [sample dicts]
 
     @property
     def kernels_traced(self) -> bool:
@@ -234,12 +236,13 @@ class StoreView:
         parts = dict(self.configs) or {self.batch: self.part()}
         return compose_view(self.meta, self.timeline or self.tokens, parts, key, raw=self.raw,
                             nvml=self.nvml, counters=self.counters, collectors=self.collectors,
-                            events=self.events, overhead=self.overhead, output=self.output)
+                            events=self.events, overhead=self.overhead, output=self.output,
+                            series=self.series)
 
 
 def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list, nvml: list,
                  counters: dict, collectors: dict, events: list, overhead: dict,
-                 output: list | None = None) -> StoreView:
+                 output: list | None = None, series: dict | None = None) -> StoreView:
     """A :class:`StoreView` of configuration ``key``: its token rows and aggregates, plus the
     session-wide parts (NVML, raw window, counters, events) and every configuration."""
     part = parts.get(key) or ConfigData()
@@ -248,7 +251,7 @@ def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list
         memcpy=part.memcpy, memset=part.memset, api=part.api, token_stats=part.token_stats,
         allocs=part.allocs, nvml=nvml, raw=raw, counters=counters, collectors=collectors,
         events=events, nvtx=part.nvtx, overhead=overhead, output=list(output or ()), batch=key,
-        configs=parts, timeline=timeline)
+        configs=parts, timeline=timeline, series=dict(series or {}))
 
 
 class SessionStore:
@@ -260,7 +263,9 @@ class SessionStore:
         self.series_len = series_len
         self._lock = threading.Lock()
         self.meta: dict = dict(meta or {})
-        self._nvml: deque = deque(maxlen=nvml_len)
+        # Sampled kinds (a collector's samples, each a dict with ``ts_ns``): bounded rings.
+        self._series: dict[str, deque] = {NVML: deque(maxlen=nvml_len)}
+        self._nvml = self._series[NVML]
         # A profiled program's output, sanitised lines; not statistics, so ``reset`` keeps it.
         self._output: deque = deque(maxlen=output_len)
         self._output_count = 0   # lines ever added (a mirror's cursor)
@@ -735,9 +740,22 @@ class SessionStore:
                 row.frees += 1
                 row.free_bytes += nbytes
 
-    def add_nvml_sample(self, sample: dict) -> None:
-        """Append one NVML sample (dict with ``ts_ns`` on the CUPTI clock)."""
-        self._nvml.append(sample)  # deque.append is atomic
+    def ingest(self, kind: str, payload: Any) -> None:
+        """The one entry through which collectors hand their output to the store.
+
+        ``RECORDS``: CUPTI record tuples (``store.records``), attributed to steps and folded
+        into the aggregates. Any other kind is a sampled series: ``payload`` is one sample, a
+        dict with ``ts_ns`` on the session clock, kept in a ring of ``series_len`` samples
+        (``nvml_len`` for NVML), readable as ``view.series[kind]`` (``view.nvml``), mirrored to
+        a UI in another process and written to snapshots."""
+        if kind == RECORDS:
+            self.add_records(payload)
+            return
+        ring = self._series.get(kind)
+        if ring is None:
+            with self._lock:
+                ring = self._series.setdefault(kind, deque(maxlen=self.series_len))
+        ring.append(payload)  # deque.append is atomic
 
     def note_dropped(self, n: int) -> None:
         if n:
@@ -803,19 +821,24 @@ class SessionStore:
                     break
                 rows.append(_copy_row(row))
             rows.reverse()
-            nvml = []
-            for smp in reversed(self._nvml):
-                if smp.get("ts_ns", 0) <= since.nvml_ts:
-                    break
-                nvml.append(smp)
-            nvml.reverse()
+            seen = dict(since.series)
+            series = {}
+            for kind, ring in self._series.items():
+                new = []
+                last = seen.get(kind, -1)
+                for smp in reversed(ring):
+                    if smp.get("ts_ns", 0) <= last:
+                        break
+                    new.append(smp)
+                new.reverse()
+                series[kind] = new
             records = self._counters["records"]
             ev = (len(self._events), self._events[-1] if self._events else None)
             new_out = min(len(self._output), self._output_count - max(0, since.output))
             send_records = full or records != since.records or not light
             delta = {
                 "full": full, "generation": self._generation, "series_len": self.series_len,
-                "meta": dict(self.meta), "tokens": rows, "nvml": nvml,
+                "meta": dict(self.meta), "tokens": rows, "series": series,
                 "counters": self._counters_copy(),
                 "collectors": {k: dict(v) for k, v in self._collectors.items()},
                 "config": self._config,
@@ -829,10 +852,12 @@ class SessionStore:
             held = since.raw if not full else ()
             if raw_tokens != 0:
                 delta["raw"], held = _raw_changes(self._raw, raw_tokens, dict(held))
-            last_ts = nvml[-1]["ts_ns"] if nvml else since.nvml_ts
+            for kind, new in series.items():
+                if new:
+                    seen[kind] = new[-1].get("ts_ns", 0)
             top = self._tokens[-1].seq if self._tokens else since.token_seq
-            return delta, ViewCursor(self._generation, max(top, since.token_seq), last_ts,
-                                     records, ev, self._output_count, held)
+            return delta, ViewCursor(self._generation, max(top, since.token_seq),
+                                     tuple(seen.items()), records, ev, self._output_count, held)
 
     def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None,
              light_others: bool | None = None) -> StoreView:
@@ -854,7 +879,8 @@ class SessionStore:
                 counters=self._counters_copy(),
                 collectors={k: dict(v) for k, v in self._collectors.items()},
                 events=list(self._events), overhead=dict(self.overhead),
-                output=list(self._output))
+                output=list(self._output),
+                series={k: list(v) for k, v in self._series.items() if k != NVML})
 
 
 @dataclass(frozen=True, slots=True)
@@ -863,7 +889,7 @@ class ViewCursor:
 
     generation: int = -1
     token_seq: int = -1          # highest token seq sent
-    nvml_ts: int = -1            # newest NVML sample sent
+    series: tuple = ()           # (kind, newest sample's ts_ns sent) per sampled kind
     records: int = -1            # records counter when the record aggregates were last sent
     events: tuple = ()           # (count, last event) when events were last sent
     output: int = 0              # program output lines sent

@@ -1,9 +1,9 @@
 """Workload sweeps: time and profile registry models over sequence lengths, passes and modes,
 or decode over batch sizes.
 
-``run_sweep(...) -> SweepResult``; ``run_batch_sweep(...) -> BatchSweep`` (``--batches``); ``add_arguments(parser)`` / ``run(args)`` for the
-``tuiprof sweep`` subcommand; ``main(argv)`` standalone. No UI imports here; names load
-lazily, so ``from tuiprof.sweep import add_arguments`` does not import torch.
+``run_sweep(...) -> SweepResult``; ``run_batch_sweep(...) -> BatchSweep`` (``--batches``). The
+``tuiprof sweep`` command is :mod:`tuiprof.cli.sweep` (``python -m tuiprof.sweep`` too). No UI
+imports here; names load lazily, so importing the package does not import torch.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "add_arguments": "cli", "run": "cli", "main": "cli",
-    "ProfileSummary": "kernels", "classify": "kernels", "is_gemm": "kernels",
+    "ProfileSummary": "op_summary", "classify": "op_summary", "is_gemm": "op_summary",
     "Cell": "results", "CellResult": "results", "SweepResult": "results", "Table": "results",
     "MODES": "results", "PASSES": "results",
     "Progress": "runner", "env_fault_hook": "runner", "is_oom": "runner", "run_sweep": "runner",
-    "run_batch_sweep": "batch", "BatchSweep": "batch", "BatchResult": "batch", "BatchCell": "batch",
+    "run_batch_sweep": "batch_sweep", "BatchSweep": "batch_sweep", "BatchResult": "batch_sweep",
+    "BatchCell": "batch_sweep",
 }
 
 __all__ = sorted(_EXPORTS)

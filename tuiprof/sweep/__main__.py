@@ -1,5 +1,5 @@
 """``python -m tuiprof.sweep``."""
 
-from tuiprof.sweep.cli import main
+from tuiprof.cli.sweep import main
 
 raise SystemExit(main())

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuiprof.sweep.kernels import ProfileSummary
+from tuiprof.sweep.op_summary import ProfileSummary
 
 STATUSES = ("ok", "oom", "error", "skipped")
 PASSES = ("inference", "train-forward", "train-backward", "decode")
-MODES = ("eager", "compiled")
+from ..phases import MODES
 
 
 @dataclass

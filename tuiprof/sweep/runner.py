@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from tuiprof.engine.memory import is_oom
 from tuiprof.errors import one_line
 from tuiprof.sweep import models as registry
-from tuiprof.sweep.kernels import ProfileSummary, summarize_profiler
+from tuiprof.sweep.op_summary import ProfileSummary, summarize_profiler
 from tuiprof.sweep.results import MODES, PASSES, Cell, CellResult, SweepResult
 FAULT_ENV = "TUIPROF_SWEEP_FAULT"
 

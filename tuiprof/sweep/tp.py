@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..analysis.ranks import RanksSummary, find_ranks, ranks_summary, tp_scaling
+from ..analysis.cross_rank import RanksSummary, find_ranks, ranks_summary, tp_scaling
 from ..analysis.tokens import mode_summaries
 from ..errors import TuiprofError
 from ..profiler import ProfilerOptions
-from ..remote.ranks import RankSetControl
-from ..store.ranks import RanksView
+from ..remote.rank_launcher import RankSetControl
+from ..store.rank_set import RanksView
 
 
 @dataclass

@@ -1,8 +1,13 @@
 """The single registry of user actions: it feeds the bindings, the footer, the command
-palette and the help screen (reference §0.8)."""
+palette and the help screen. The panes' number keys come from the pane table
+(:mod:`tuiprof.ui.panes`) and the export keys from the export table
+(:mod:`tuiprof.export.registry`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..export.registry import with_keys
+from .panes import by_key
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("pause", "space", "pause", "pause", "Pause / resume the source (generation or replay)",
            shown_key="space"),
     Action("reset", "r", "reset", "reset", "Reset all statistics"),
-    Action("export", "e", "export_snapshot", "export", "Export a JSON snapshot (reopen with `tuiprof view`)"),
-    Action("export-nsys", "n", "export_nsys", "nsys", "Export nsys-style summary reports"),
+    *(Action(f"export-{e.name}", e.key, f"export('{e.name}')", e.label or e.name,
+             f"Export {e.help}") for e in with_keys()),
     Action("help", "question_mark", "help", "help", "This help screen", shown_key="?"),
     Action("quit", "q", "quit", "quit", "Stop the session (auto-snapshot if enabled) and quit"),
     Action("interrupt", "ctrl+c", "interrupt", "ctrl-c",
@@ -52,11 +57,8 @@ ACTIONS: tuple[Action, ...] = (
            show=False, priority=True, shown_key="tab"),
     Action("prev-pane", "shift+tab", "prev_pane", "prev pane", "Previous pane", show=False,
            priority=True, shown_key="shift+tab"),
-    Action("pane-1", "1", "show_pane(1)", "latency", "Per-token latency pane", show=False),
-    Action("pane-2", "2", "show_pane(2)", "kernels", "Top kernels pane", show=False),
-    Action("pane-3", "3", "show_pane(3)", "util", "Utilisation pane", show=False),
-    Action("pane-4", "4", "show_pane(4)", "allocs", "Allocations pane", show=False),
-    Action("pane-5", "5", "show_pane(5)", "findings", "Findings pane", show=False),
+    *(Action(f"pane-{p.key}", p.key, f"show_pane({p.key})", p.tab,
+             f"The {p.tab} pane: {p.help}", show=False) for p in by_key()),
     Action("kernel-phase", "p", "kernel_phase", "phase", "Kernels: cycle phase (decode/prefill/other/all)",
            show=False),
     Action("kernel-mode", "m", "kernel_mode", "mode", "Kernels: cycle mode (auto/eager/compiled)",

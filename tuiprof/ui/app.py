@@ -1,6 +1,6 @@
 """The tuiprof Textual app.
 
-Data flow (reference §0.2, §12.2): the app never receives data from a thread. One timer
+Data flow: the app never receives data from a thread. One timer
 (``refresh_hz``, default 4 Hz; 0 = no timer, for tests) pulls an immutable ``StoreView`` from
 ``control.store.view()`` and hands it to the visible panes inside ``batch_update()``. Actions go
 to the session only through :class:`~tuiprof.control.SessionControl`. Slow or blocking work
@@ -32,7 +32,7 @@ from textual.widgets import Footer, Static
 
 from ..control import SessionControl
 from ..errors import one_line
-from ..store.ranks import RanksView, is_rank_set
+from ..store.rank_set import RanksView, is_rank_set
 from . import adapters
 from .actions import ACTIONS
 from .derive import view_signature
@@ -40,15 +40,14 @@ from .screens.compare import CompareScreen
 from .screens.detail import KernelDetailScreen
 from .screens.help import HelpScreen
 from .screens.log import LogScreen
-from .screens.ranks import RanksScreen
-from .widgets.allocs import AllocPane
+from .screens.all_ranks import RanksScreen
+from ..export.registry import get as get_export
+from . import panes as pane_table
 from .widgets.base import Pane, RefreshContext
-from .widgets.findings import FindingsPane
+from .widgets.findings_pane import FindingsPane
 from .widgets.header import HeaderPane
-from .widgets.kernels import KernelsPane
-from .widgets.latency import LatencyPane
+from .widgets.kernels_pane import KernelsPane
 from .widgets.statusline import StatusLine
-from .widgets.util import UtilPane
 
 WIDE_AT = (150, 40)          # columns, rows from which all panes show at once
 FINDINGS_RAW_TOKENS = 16     # findings read the raw records of the last N traced tokens
@@ -61,30 +60,33 @@ class MainScreen(Screen):
     def __init__(self, wide_at: tuple[int, int] = WIDE_AT) -> None:
         super().__init__()
         self.wide_at = wide_at
-        self.active = 2          # pane number: kernels first
+        self.active = int(pane_table.FIRST)   # pane number: kernels first
 
     def compose(self) -> ComposeResult:
         yield HeaderPane(id="header")
         yield Static(id="tabbar")
-        with Container(id="panes"):
-            # Grid order (wide): latency | util / kernels (2 columns) / allocs | findings.
-            yield LatencyPane(id="latency")
-            yield UtilPane(id="util")
-            yield KernelsPane(id="kernels")
-            yield AllocPane(id="allocs")
-            yield FindingsPane(id="findings")
+        with Container(id="panes"):  # in the table's grid order
+            for spec in pane_table.PANES:
+                yield pane_table.make(spec)
         yield StatusLine(id="status")
         yield Footer()
 
     @property
     def panes(self) -> list[Pane]:
-        return sorted(self.query_one("#panes").query_children(Pane), key=lambda p: p.PANE_KEY)
+        return sorted(self.query_one("#panes").query_children(Pane),
+                      key=lambda p: int(p.PANE_KEY))
 
     @property
     def narrow(self) -> bool:
         return self.has_class("-narrow")
 
     def on_mount(self) -> None:
+        rows, heights, span = pane_table.grid_layout()
+        grid = self.query_one("#panes").styles
+        grid.grid_size_columns, grid.grid_size_rows = 2, rows
+        grid.grid_rows = heights
+        for p in self.panes:
+            p.styles.column_span = 2 if p.id in span else 1
         self.apply_layout()
         self.app.show_header()  # the first frame says what is loading, and how far it is
 
@@ -106,7 +108,7 @@ class MainScreen(Screen):
             on = p.PANE_KEY == str(n)
             tb.append(f" {p.PANE_KEY} {p.TAB_TITLE} ", "bold reverse" if on else "dim")
             tb.append(" ")
-        tb.append(" tab/1-5", "dim")
+        tb.append(f" tab/1-{len(pane_table.PANES)}", "dim")
         self.query_one("#tabbar", Static).update(tb)
 
     def visible_panes(self) -> list[Pane]:
@@ -530,17 +532,22 @@ class TuiprofApp(App):
                                     deterministic=self.deterministic, changed=True))
 
     def action_next_pane(self) -> None:
-        self.action_show_pane(self.main.active % 5 + 1)
+        self._step_pane(1)
 
     def action_prev_pane(self) -> None:
-        self.action_show_pane((self.main.active - 2) % 5 + 1)
+        self._step_pane(-1)
+
+    def _step_pane(self, by: int) -> None:
+        keys = pane_table.keys()
+        i = keys.index(str(self.main.active)) if str(self.main.active) in keys else 0
+        self.action_show_pane(int(keys[(i + by) % len(keys)]))
 
     def _kernels(self) -> KernelsPane | None:
         if self.screen is not self.main:
             return None
         k = self.main.query_one(KernelsPane)
-        if self.main.narrow and self.main.active != 2:
-            self.action_show_pane(2)
+        if self.main.narrow and str(self.main.active) != k.PANE_KEY:
+            self.action_show_pane(int(k.PANE_KEY))
         return k
 
     def action_kernel_phase(self) -> None:
@@ -590,26 +597,19 @@ class TuiprofApp(App):
             path = self.export_dir / f"{base}-{n}{suffix}"
         return path
 
-    def action_export_snapshot(self) -> None:
-        path = self._stamp_name("tuiprof", ".json")
-        self._say(f"writing snapshot {path.name}…")
-        self._export_worker("snapshot", path)
-
-    def action_export_nsys(self) -> None:
-        path = self._stamp_name("tuiprof-nsys", "")
-        self._say(f"writing nsys-style reports to {path.name}/…")
-        self._export_worker("nsys", path)
+    def action_export(self, name: str) -> None:
+        """An export of the export table (``e`` the snapshot, ``n`` the nsys reports, …)."""
+        spec = get_export(name)
+        path = self._stamp_name(spec.prefix, spec.suffix)
+        self._say(f"writing {name} {path.name}{'/' if spec.target == 'dir' else ''}…")
+        self._export_worker(name, path)
 
     @work(thread=True, exit_on_error=False, group="export", description="export")
     def _export_worker(self, what: str, path: Path) -> None:
         try:
             view = self._export_view()
             path.parent.mkdir(parents=True, exist_ok=True)
-            if what == "snapshot":
-                res = adapters.write_snapshot(view, path)
-            else:
-                path.mkdir(parents=True, exist_ok=True)
-                res = adapters.write_nsys_reports(view, path)
+            res = adapters.export(what, view, path)
             out = str(res) if isinstance(res, (str, Path)) else str(path)
             if isinstance(res, (list, tuple)):
                 out += f" ({len(res)} files)"
@@ -651,7 +651,7 @@ class TuiprofApp(App):
         try:
             path = self._stamp_name("tuiprof", ".json")
             path.parent.mkdir(parents=True, exist_ok=True)
-            res = adapters.write_snapshot(self._export_view(), path)
+            res = adapters.export("snapshot", self._export_view(), path)
             return (str(res) if isinstance(res, (str, Path)) else str(path)), None
         except Exception as exc:
             return None, f"auto snapshot failed: {type(exc).__name__}: {exc}"

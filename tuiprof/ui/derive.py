@@ -14,11 +14,11 @@ from ..analysis.tokens import traced_tokens
 from ..analysis.tracing import (TracingCost, busy_basis_label, kernel_times, tracing_cost,
                                 untraced_wall_ms)
 from ..store import RunningStats
-from ..store.records import COMPILED, DECODE, EAGER, PREFILL
+from ..phases import COMPILED, DECODE, EAGER, OTHER, PREFILL
 from .adapters import KernelName, kernel_name
 
 ALL = "all"
-PHASE_CYCLE = (DECODE, PREFILL, "other", ALL)
+PHASE_CYCLE = (DECODE, PREFILL, OTHER, ALL)
 NVML_SERIES = (
     # key, label, unit ("%": fixed 0..100 scale)
     ("gpm_sm_util", "SM util (GPM)", "%"),

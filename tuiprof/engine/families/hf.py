@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import torch
 
 from ...errors import TuiprofError, one_line, safe_text
-from ..hf import HFDecoderAdapter, as_dtype, config_dict, resolve_max_len
+from ..hf_adapter import HFDecoderAdapter, as_dtype, config_dict, resolve_max_len
 
 
 def param_count(config: Mapping[str, Any]) -> int:
@@ -52,7 +52,7 @@ def build(model_def: Any, *, device: torch.device | str, dtype: torch.dtype | st
 
 
 def _config(config: Mapping[str, Any]) -> object:
-    from ..hf import hf_config
+    from ..hf_adapter import hf_config
 
     try:
         return hf_config(config)

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 import torch
 
 from ..tensor_parallel import TPContext
-from ..hf import HFDecoderAdapter, build_random, config_dict, resolve_max_len
+from ..hf_adapter import HFDecoderAdapter, build_random, config_dict, resolve_max_len
 from ..weights import load_safetensors, safetensors_files
 
 

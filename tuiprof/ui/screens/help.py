@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..actions import ACTIONS, key_label
+from ..panes import PANES, by_key
 
 
 class HelpScreen(ModalScreen):
@@ -49,13 +50,8 @@ class HelpScreen(ModalScreen):
         body.add_row(t)
         body.add_row(Text(""))
         body.add_row(Text("Panes", "bold underline"))
-        body.add_row(Text(
-            "1 latency: host and GPU ms of recent tokens (prefill: yellow line; mode switch: magenta)\n"
-            "2 kernels: top kernels of one mode and phase (% of that phase's GPU time)\n"
-            "3 utilisation: NVML/GPM samples beside the kernel-busy share of each token\n"
-            "4 allocations: cudaMalloc/cudaFree and the PyTorch caching allocator\n"
-            "5 findings: ranked findings from the analysis\n"
-            "Below about 150×40 the panes become tabs: tab / 1–5 switch."))
+        body.add_row(Text("\n".join([f"{p.key} {p.tab}: {p.help}" for p in by_key()] + [
+            f"Below about 150×40 the panes become tabs: tab / 1–{len(PANES)} switch."])))
         body.add_row(Text(""))
         body.add_row(Text("UI cost", "bold underline"))
         if s.get("hidden"):

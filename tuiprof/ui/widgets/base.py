@@ -22,7 +22,11 @@ class RefreshContext:
 
 
 class Pane(Vertical):
-    """A bordered pane of the main screen, selectable by number (``1``..``5``)."""
+    """A bordered pane of the main screen, selectable by its number key.
+
+    Its key and tab name come from its row in :data:`tuiprof.ui.panes.PANES`; ``PANE_TITLE`` is
+    the border's title. ``show(view, ctx)`` is called on every refresh while the pane is
+    visible: it only reads the view (never the store, never a thread's state)."""
 
     PANE_TITLE = "pane"
     TAB_TITLE = "pane"

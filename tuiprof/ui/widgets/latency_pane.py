@@ -22,8 +22,6 @@ from .base import Pane, RefreshContext
 
 class LatencyPane(Pane):
     PANE_TITLE = "latency, ms/step"
-    TAB_TITLE = "latency"
-    PANE_KEY = "1"
     DEFAULT_CSS = """
     LatencyPane PlotextPlot { height: 1fr; min-height: 5; }
     LatencyPane #latency-summary { height: 2; text-wrap: nowrap; text-overflow: ellipsis; }

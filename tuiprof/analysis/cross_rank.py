@@ -1,6 +1,6 @@
 """Across tensor-parallel ranks: where each rank's step goes (compute, communication, idle,
 their overlap), how far apart the ranks finish a step, which rank the others wait for, and
-the findings that follow. Pure functions over a :class:`~tuiprof.store.ranks.RanksView`.
+the findings that follow. Pure functions over a :class:`~tuiprof.store.rank_set.RanksView`.
 
 Per traced step of one rank (its raw records): *communication* is the union of its NCCL
 kernels, *compute* the union of every other kernel, memcpy and memset, *overlap* the time in

@@ -19,8 +19,6 @@ from .base import Pane, RefreshContext
 
 class UtilPane(Pane):
     PANE_TITLE = "utilisation"
-    TAB_TITLE = "util"
-    PANE_KEY = "3"
     DEFAULT_CSS = """
     UtilPane VerticalScroll { height: 1fr; }
     """

@@ -30,7 +30,7 @@ from typing import Any
 from ..control import SessionControl, SourceStatus
 from ..engine.distributed import NO_MULTICAST_ENV
 from ..profiler import ProfilerOptions
-from ..store.ranks import RanksView
+from ..store.rank_set import RanksView
 from .client import RemoteControl, SessionGone, new_log_path
 from .session_process import serve
 

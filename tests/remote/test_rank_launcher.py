@@ -18,9 +18,9 @@ import pytest
 from tuiprof.cli import main
 from tuiprof.export.snapshot import read_any_snapshot
 from tuiprof.profiler import ProfilerOptions
-from tuiprof.remote.ranks import FIXED_BATCH, RankSetControl
+from tuiprof.remote.rank_launcher import FIXED_BATCH, RankSetControl
 from tuiprof.ui.app import make_app, view_control
-from tuiprof.ui.screens.ranks import RanksScreen
+from tuiprof.ui.screens.all_ranks import RanksScreen
 
 from ._helpers import screen_text as _screen_text
 from ._helpers import until as _until

@@ -110,8 +110,6 @@ def empty_reason(view: Any, phase: str, mode: str) -> str:
 
 class KernelsPane(Pane):
     PANE_TITLE = "top kernels"
-    TAB_TITLE = "kernels"
-    PANE_KEY = "2"
     DEFAULT_CSS = """
     KernelsPane #kernels-caption { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     KernelsPane DataTable { height: 1fr; }

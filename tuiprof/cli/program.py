@@ -1,4 +1,5 @@
-"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]``: headless and live."""
+"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]``: a program of one's own, headless
+or live (the program's side is :mod:`tuiprof.program`)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,9 @@ import signal
 from pathlib import Path
 
 from ..errors import TuiprofError
-from .launch import ProgramSpec, SessionStop, parse_program
+from ..program.launch import ProgramSpec, SessionStop, parse_program
+from .common import print_summary, say, write_outputs
+from .run import run_defaults
 
 # Options of the built-in engine: a program loads and runs its own model.
 ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "mode",
@@ -16,13 +19,23 @@ ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "m
                   "temperature", "top_k", "seed", "record", "measure_peaks", "tp")
 
 
+def run(args: argparse.Namespace) -> int:
+    """``tuiprof run … -- PROGRAM``."""
+    check_options(args, run_defaults())
+    if args.headless:
+        return run_headless(args, say, print_summary, write_outputs)
+    return run_live(args)
+
+
 def check_options(args: argparse.Namespace, defaults: dict) -> None:
     """Refuse engine options with a program, and program options without one."""
+    from ..program.sources import OPTIONS  # noqa: PLC0415
+
     if args.program is None:
-        given = [o for o in ("step_range", "window_ms") if getattr(args, o) != defaults[o]]
+        given = [o.flag for o in OPTIONS if getattr(args, o.dest) != defaults[o.dest]]
         if given:
-            raise TuiprofError(f"--{given[0].replace('_', '-')} applies to a program of your own: "
-                               f"tuiprof run --{given[0].replace('_', '-')} ... -- python SCRIPT.py")
+            raise TuiprofError(f"{given[0]} applies to a program of your own: "
+                               f"tuiprof run {given[0]} ... -- python SCRIPT.py")
         return
     given = [o for o in ENGINE_OPTIONS if getattr(args, o, None) != defaults.get(o)]
     if given:
@@ -33,8 +46,17 @@ def check_options(args: argparse.Namespace, defaults: dict) -> None:
     if args.in_process:
         raise TuiprofError("--in-process: a program runs on the session process's main thread "
                            "(its signals behave as usual there); drop --in-process")
-    if args.window_ms <= 0:
-        raise TuiprofError("--window-ms must be positive")
+    for o in OPTIONS:
+        why = o.check(getattr(args, o.dest)) if o.check is not None else ""
+        if why:
+            raise TuiprofError(f"{o.flag} {why}")
+
+
+def source_options(args: argparse.Namespace) -> dict:
+    """The step sources' options as given (``ProgramSession(options=...)``)."""
+    from ..program.sources import OPTIONS  # noqa: PLC0415
+
+    return {o.dest: getattr(args, o.dest) for o in OPTIONS}
 
 
 def stem(spec: ProgramSpec) -> str:
@@ -66,14 +88,13 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     """Run the program here, write the snapshot whatever happened, return its exit status."""
     from ..profiler import Profiler  # noqa: PLC0415
     from ..store import SessionStore  # noqa: PLC0415
-    from .session import ProgramSession  # noqa: PLC0415
+    from ..program.program_session import ProgramSession  # noqa: PLC0415
 
     spec = parse_program(args.program)
     out = Path(args.json or f"tuiprof-{stem(spec)}.json")
     log = out.with_suffix(".log")
     prof = Profiler(SessionStore(ring_tokens=args.ring_tokens), program_options(args, True))
-    session = ProgramSession(prof, spec, log, window_ms=args.window_ms,
-                             step_ranges=tuple(args.step_range), tee=True)
+    session = ProgramSession(prof, spec, log, options=source_options(args), tee=True)
     if spec.note:
         say(f"tuiprof: {spec.note}")
     say(f"tuiprof: running {spec.name} (its output is also kept in {log}); Ctrl-C goes to "
@@ -128,8 +149,7 @@ def run_live(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise TuiprofError(f"cannot write the program's log in {export}: "
                            f"{exc.strerror or exc}") from None
-    program = {"spec": spec, "log_path": str(log), "window_ms": args.window_ms,
-               "step_ranges": tuple(args.step_range)}
+    program = {"spec": spec, "log_path": str(log), "options": source_options(args)}
     ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
                         orphan_snapshot_dir=args.export_dir, program=program)
     ctl.start()

@@ -84,8 +84,6 @@ def render_findings(found: list, message: str = "") -> Any:
 
 class FindingsPane(Pane):
     PANE_TITLE = "findings"
-    TAB_TITLE = "findings"
-    PANE_KEY = "5"
     DEFAULT_CSS = """
     FindingsPane VerticalScroll { height: 1fr; }
     """

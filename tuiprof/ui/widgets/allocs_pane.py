@@ -19,8 +19,6 @@ from .base import Pane, RefreshContext
 
 class AllocPane(Pane):
     PANE_TITLE = "allocations"
-    TAB_TITLE = "allocs"
-    PANE_KEY = "4"
     DEFAULT_CSS = """
     AllocPane VerticalScroll { height: 1fr; }
     """

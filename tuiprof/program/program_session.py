@@ -14,17 +14,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import marks
 from ..engine.graphs import GraphCaptures
-from ..profiler import Profiler, _device_facts, rank_facts
-from .hf import TransformersSteps
+from ..collect.device import device_facts, rank_facts
+from ..profiler import Profiler
 from .launch import ProgramResult, ProgramSpec, run_program
-from .nvtx import NvtxSteps
+from .nvtx import NoNvtx
 from .output import OutputCapture, clean_line
-from .steps import SOURCES, StepRecorder
+from .sources import STEP_SOURCES, factory, option_values
+from .steps import HOST_SOURCES, SOURCES, StepRecorder
 from .windows import WindowSteps
 
-DEFAULT_WINDOW_MS = 100.0
 NO_PAUSE = "pause needs step boundaries on the program's thread (transformers or tuiprof.step)"
 ENGINE_ONLY = {
     "toggle_mode": "c is for tuiprof's own engine: the program's code decides eager or compiled",
@@ -37,19 +36,30 @@ class ProgramSession:
     """Collectors, step sources and output capture around one run of a program."""
 
     def __init__(self, prof: Profiler, spec: ProgramSpec, log_path: str | Path, *,
-                 window_ms: float = DEFAULT_WINDOW_MS, step_ranges: tuple[str, ...] = (),
-                 tee: bool = False) -> None:
+                 options: dict | None = None, window_ms: float | None = None,
+                 step_ranges: tuple[str, ...] | None = None, tee: bool = False) -> None:
+        """``options``: the step sources' options by ``dest`` (``program.sources.OPTIONS``;
+        ``window_ms`` and ``step_ranges`` are shorthands for two of them)."""
         self.prof = prof
         self.spec = spec
         self.log_path = str(log_path)
-        self.window_ms = float(window_ms)
-        self.step_ranges = tuple(step_ranges)
+        given = dict(options or {})
+        if window_ms is not None:
+            given["window_ms"] = window_ms
+        if step_ranges is not None:
+            given["step_range"] = list(step_ranges)
+        self.options = option_values(given)
+        self.window_ms = float(self.options["window_ms"])
+        self.step_ranges = tuple(self.options["step_range"] or ())
         self.tee = tee
-        sources = ("nvtx",) if step_ranges else ("transformers", "api", "windows")
-        self.recorder = StepRecorder(prof, prof.clock, sources)
-        self.nvtx = NvtxSteps(self.recorder, self.step_ranges) if step_ranges else None
-        self.windows: WindowSteps | None = None
-        self.hf: Any = None
+        self.recorder = StepRecorder(prof, prof.clock)
+        # the step sources of this run, in precedence order (tuiprof.program.sources)
+        self.sources: dict[str, Any] = {}
+        for spec in STEP_SOURCES:
+            source = factory(spec)(self)
+            if source is not None:
+                self.sources[spec.name] = source
+        self.recorder.enabled = frozenset(self.sources)
         self.capture = OutputCapture(prof.store, log_path, tee=tee)
         self.captures = GraphCaptures()
         self.result: ProgramResult | None = None
@@ -68,46 +78,38 @@ class ProgramSession:
         })
         if self.step_ranges:
             store.meta["step_range"] = list(self.step_ranges)
-        prof.start_collectors(markers=self.nvtx)
-        if self.nvtx is not None:
-            self._start_nvtx()
-        elif not rank_facts() and prof.allow_bursts_only(self.captures.undroppable):
+        markers = next((m for m in (getattr(s, "markers", None) for s in self.sources.values())
+                        if m is not None), None)
+        prof.start_collectors(markers=markers)
+        if markers is None and not rank_facts() and prof.allow_bursts_only(
+                self.captures.undroppable):
             self.captures.install()  # one rank: CUPTI attached around its bursts only
-        enabled = self.recorder.enabled
-        if "transformers" in enabled:
-            self.hf = TransformersSteps(self.recorder, describe=self._describe_model)
-            self.hf.install()
-        if "api" in enabled:
-            marks._sink = self.recorder
-        if "windows" in enabled:
-            self.windows = WindowSteps(self.recorder, self.window_ms)
         self.capture.start()
-        if self.windows is not None:
-            self.windows.start()
+        for name, source in list(self.sources.items()):
+            try:
+                self._install(name, source)
+            except NoNvtx as exc:  # its ranges cannot come: windows instead
+                prof.store.set_collector("nvtx", False, str(exc))
+                del self.sources[name]
+        if not self.sources:
+            self.sources["windows"] = WindowSteps(self.recorder, self.window_ms)
+            self.recorder.enabled = frozenset({"windows"})
+            self.sources["windows"].install()
         self.running = True
         prof.status.state = "running"
         prof.status.message = f"{spec.name} running · log {Path(self.log_path).name}"
         prof._t_start = time.perf_counter()
 
-    def _start_nvtx(self) -> None:
-        prof = self.prof
-        if prof.cupti is None:  # NVTX ranges arrive only through CUPTI
-            prof.store.set_collector("nvtx", False, "no NVTX steps: --step-range needs CUPTI; "
-                                     f"using {self.window_ms:g} ms windows")
-            self.recorder.enabled = frozenset({"windows"})
-            self.nvtx = None
+    def _install(self, name: str, source: Any) -> None:
+        if name == "nvtx":
+            if self.prof.cupti is None:  # NVTX ranges arrive only through CUPTI
+                raise NoNvtx(f"no NVTX steps: --step-range needs CUPTI; using "
+                             f"{self.window_ms:g} ms windows")
+            source.install()
+            self.prof.store.set_collector("nvtx", True, "NVTX: steps at ranges "
+                                          + ", ".join(self.step_ranges))
             return
-        from ..collect.cupti_raw import find_libcupti  # noqa: PLC0415
-
-        lib = find_libcupti()._name
-        current = os.environ.get("NVTX_INJECTION64_PATH")
-        if current and os.path.realpath(current) != os.path.realpath(lib):
-            prof.store.set_collector("nvtx", False, "NVTX_INJECTION64_PATH points at another "
-                                     "tool; --step-range sees no ranges (unset it)")
-        else:
-            os.environ["NVTX_INJECTION64_PATH"] = lib  # read at the program's first NVTX call
-            prof.store.set_collector("nvtx", True, "NVTX: steps at ranges "
-                                     + ", ".join(self.step_ranges))
+        source.install()
 
     # -------------------------------------------------------------------- run
     def run(self) -> ProgramResult:
@@ -120,13 +122,9 @@ class ProgramSession:
         ``keep_capture``: leave fds 1 and 2 on the log (the live session process goes on)."""
         self.running = False
         self.result = result
-        if self.windows is not None:
-            self.windows.stop()
+        for source in reversed(list(self.sources.values())):
+            source.uninstall()
         self.recorder.close()
-        if marks._sink is self.recorder:
-            marks._sink = None
-        if self.hf is not None:
-            self.hf.uninstall()
         self.captures.uninstall()
         if keep_capture:
             self.capture.flush()
@@ -156,7 +154,7 @@ class ProgramSession:
         rec = self.recorder
         if not self.running:
             return "the program has ended"
-        if not (rec.enabled & {"transformers", "api"}) or rec.source in ("nvtx", "windows", None):
+        if not (rec.enabled & set(HOST_SOURCES)) or rec.source not in HOST_SOURCES:
             return NO_PAUSE
         if rec.paused:
             rec.resume()
@@ -174,7 +172,7 @@ class ProgramSession:
         return "Ctrl-C sent to the program (Ctrl-C again stops the session)"
 
     # -------------------------------------------------------------- describe
-    def _describe_model(self, model: Any) -> None:
+    def describe_model(self, model: Any) -> None:
         """What the header shows, from the first model that generates."""
         meta = self.prof.store.meta
         cfg = getattr(model, "config", None)
@@ -195,7 +193,7 @@ class ProgramSession:
             if lib in mods:
                 meta[lib] = getattr(mods[lib], "__version__", None)
         if device:
-            meta.update(_device_facts(device))
+            meta.update(device_facts(device))
             self._described = True
 
     def _describe_device(self) -> None:
@@ -211,7 +209,7 @@ class ProgramSession:
             if torch.cuda.is_initialized():
                 dev = f"cuda:{torch.cuda.current_device()}"
                 meta["device"] = dev
-                meta.update(_device_facts(dev))
+                meta.update(device_facts(dev))
             elif "device" not in meta:
                 meta["device"] = "cpu"
         except Exception:

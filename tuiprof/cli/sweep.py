@@ -1,4 +1,5 @@
-"""``tuiprof sweep``: argument parsing, a single updating progress line, and the output files.
+"""``tuiprof sweep``: argument parsing, a single updating progress line, and the output files
+(the sweeps themselves are :mod:`tuiprof.sweep`).
 
 ``add_arguments`` imports no torch (cheap for the main CLI); ``run`` does.
 """
@@ -44,7 +45,7 @@ def _weights(text: str) -> tuple[str, str]:
     return name, path
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Add the sweep's options to ``parser`` (the ``tuiprof sweep`` subcommand)."""
     parser.add_argument("--models", type=_csv, required=True, help="comma-separated registry names")
     parser.add_argument("--ui", action="store_true",
@@ -111,7 +112,7 @@ class ProgressLine:
 
 def run_batches(args: argparse.Namespace) -> int:
     """The ``--batches`` decode sweep: table, chart and files; 0 when no cell failed."""
-    from tuiprof.sweep.batch import run_batch_sweep  # imports torch
+    from tuiprof.sweep.batch_sweep import run_batch_sweep  # imports torch
 
     if args.seq_lens:
         raise ValueError("--batches and --seq-lens are two sweeps: run them separately")
@@ -134,7 +135,7 @@ def run_batches(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
-def run(args: argparse.Namespace) -> int:
+def run(name: str, args: argparse.Namespace) -> int:
     """Run the sweep described by ``args``; write its files; 0 when no cell failed, 1 otherwise."""
     if getattr(args, "tp", None):
         from tuiprof.sweep.tp import run as run_tp  # noqa: PLC0415
@@ -158,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         compile_backend=args.compile_backend, profile=not args.no_profile,
     )
     if getattr(args, "ui", False):
-        from tuiprof.sweep.screen import SweepApp  # the sweep screen (Textual)
+        from tuiprof.ui.screens.sweep import SweepApp  # the sweep screen (Textual)
 
         result = SweepApp(kwargs).run()
         if result is None:
@@ -180,10 +181,10 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry point: ``python -m tuiprof.sweep --models ... --seq-lens ...``."""
     parser = argparse.ArgumentParser(prog="tuiprof sweep", description="Time and profile model workloads.")
-    add_arguments(parser)
+    add_arguments("sweep", parser)
     args = parser.parse_args(argv)
     try:
-        return run(args)
+        return run("sweep", args)
     except Exception as exc:  # a one-line message for user errors (unknown model, bad dtype)
         from tuiprof.errors import TuiprofError
 

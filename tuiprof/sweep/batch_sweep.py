@@ -299,7 +299,7 @@ def _profile_step(engine: Engine, cuda: bool) -> tuple[dict, float, float | None
     from torch.profiler import ProfilerActivity, profile
 
     from tuiprof.analysis.kernels import kernel_info
-    from tuiprof.sweep.kernels import classify
+    from tuiprof.sweep.op_summary import classify
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=acts) as prof:

@@ -8,9 +8,9 @@ import pytest
 
 from ranks_data import GEMV, NCCL, _k, rank_store, two_ranks
 
-from tuiprof.analysis.ranks import find_ranks, ranks_summary, step_splits, tp_scaling
+from tuiprof.analysis.cross_rank import find_ranks, ranks_summary, step_splits, tp_scaling
 from tuiprof.store import SessionStore
-from tuiprof.store.ranks import ALIGN_ABOVE_NS, RanksView, clock_alignment
+from tuiprof.store.rank_set import ALIGN_ABOVE_NS, RanksView, clock_alignment
 
 def test_step_split_is_interval_arithmetic_over_the_step():
     st = SessionStore()

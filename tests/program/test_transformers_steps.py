@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from tuiprof.program.hf import TransformersSteps, _PostImport
+from tuiprof.program.transformers_steps import TransformersSteps, _PostImport
 from tuiprof.program.steps import StepRecorder
 
 from .conftest import REPO, rows

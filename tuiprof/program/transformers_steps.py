@@ -25,7 +25,7 @@ Where the boundary is (the same in transformers 5.17 and 5.23, and in 4.5x):
 * All of a ``generate()`` step's device work is queued once its stopping criteria
   (``StoppingCriteriaList.__call__``) return, after the token's selection and right before the
   loop reads whether to stop (the step's sync): the step's second CUDA event goes there
-  (:mod:`.gpu_time`). A streamer's copy of the token to the host comes before them: with a
+  (:mod:`.step_gpu_time`). A streamer's copy of the token to the host comes before them: with a
   streamer, the step's GPU time includes that sync's wait.
 
 Prefill: the forward calls at the start of a ``generate()`` while every call so far fed more
@@ -59,6 +59,8 @@ SOURCE = "transformers"
 
 class TransformersSteps:
     """Installs and removes the patches; reports steps to ``recorder``."""
+
+    name = "transformers"
 
     def __init__(self, recorder: StepRecorder, describe: Callable[[Any], None] | None = None) -> None:
         self.recorder = recorder
@@ -342,3 +344,10 @@ class _HookedLoader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, is_package, ...
         return getattr(self._loader, name)
+
+
+def make(session: Any) -> TransformersSteps | None:
+    """transformers' loops mark the steps unless they come from NVTX ranges."""
+    if session.step_ranges:
+        return None
+    return TransformersSteps(session.recorder, describe=session.describe_model)

@@ -1,0 +1,166 @@
+"""What the commands share: one-line messages, signal handling, and a headless run's outputs
+(the snapshot, the recording, the printed summary)."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from ..phases import MODES
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP before a command installs its own handler (e.g. while importing torch)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+def handle_signals(handler, signals) -> dict:
+    """Install ``handler`` for ``signals``; returns the previous handlers to restore.
+
+    A SIGHUP that is ignored (``nohup tuiprof ...``) stays ignored.
+    """
+    old = {}
+    for s in signals:
+        try:
+            if s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN:
+                continue
+            old[s] = signal.signal(s, handler)
+        except (ValueError, AttributeError):  # not the main thread, or no such signal
+            pass
+    return old
+
+
+def stop_on_signals(out: Path, on_first=None) -> tuple[list[int], dict]:
+    """A headless run's signals: the first SIGINT/SIGTERM/SIGHUP stops it cleanly and keeps the
+    data (``on_first``), a second one quits at once. Returns (signals seen, old handlers)."""
+    stopping: list[int] = []
+
+    def on_signal(signum, frame):
+        stopping.append(signum)
+        if signum == signal.SIGHUP:
+            detach_terminal()
+        if len(stopping) > 1:
+            raise Interrupted(signum)
+        say(f"tuiprof: {signal.Signals(signum).name}: stopping, writing {out} "
+             f"(again to quit at once)")
+        if on_first is not None:
+            on_first()
+
+    return stopping, handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+
+
+def detach_terminal() -> None:
+    """After SIGHUP the terminal is gone: point stdin/stdout/stderr at /dev/null so that the
+    rest of the shutdown (snapshot, summary) does not fail on a dead terminal."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+    except OSError:
+        pass
+
+
+def say(line: str) -> None:
+    """One line on stderr; a closed terminal (SIGHUP) must not turn it into a traceback."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def exit_if_busy(prof, code: int) -> int:
+    """A model load or a torch.compile still running after the session stopped cannot be
+    interrupted, and ending the interpreter under it aborts the process ("terminate called
+    without an active exception"). The data is written by now, so end the process at once."""
+    if not prof.busy:
+        return code
+    say("tuiprof: a model load or torch.compile was still running; exiting without waiting for it")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def write_outputs(view, out: Path, record: str | None) -> None:
+    from ..export.snapshot import write_snapshot  # noqa: PLC0415
+
+    write_snapshot(view, out)
+    say(f"tuiprof: snapshot written to {out}")
+    if record:
+        from ..collect.recording import write_recording  # noqa: PLC0415
+        write_recording(view, record)
+        say(f"tuiprof: recording written to {record}")
+
+
+def print_summary(view, prof=None) -> None:
+    from ..store import PROGRAM_CONFIG  # noqa: PLC0415
+
+    meta = view.meta
+    if meta.get("weights") and meta.get("source") != "program":
+        print(f"model {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}), "
+              f"weights: {meta.get('weights')}")
+    for c, st in sorted(view.collectors.items()):
+        if not st.get("ok"):
+            print(st.get("message"))
+    if meta.get("source") == "program":
+        print_steps(view)
+    for key in view.config_keys:
+        sub = view.select(key)
+        dec = [t for t in sub.tokens if t.phase == "decode" and t.done and not t.apart]
+        for mode in MODES:
+            ts = [t for t in dec if t.mode == mode]
+            if not ts:
+                continue
+            wall = sorted(t.host_ms for t in ts)
+            med = wall[len(wall) // 2]
+            steps_s = len(ts) / (sum(wall) / 1e3)
+            seqs = sum(t.batch for t in ts) / len(ts)
+            traced = sorted(t.kernels for t in ts if t.sampled) or [0]
+            k = traced[len(traced) // 2]
+            ntraced = sum(1 for t in ts if t.sampled)
+            per = f" ({seqs:g} seq × {steps_s:.1f} steps/s)" if seqs != 1 else ""
+            batches = sorted({t.batch for t in ts})
+            spread = (f" (batch {batches[0]}-{batches[-1]}, {seqs:.1f} on average)"
+                      if len(batches) > 1 else "")
+            where = "program" if key == PROGRAM_CONFIG else f"batch {key}"
+            print(f"{mode:>9} {where}: {len(ts)} decode steps{spread}, "
+                  f"{seqs * steps_s:.1f} tokens/s{per}, median {med:.2f} ms/step, {k} kernels/step"
+                  + (f" ({ntraced} traced steps)" if ntraced < len(ts) else ""))
+    if prof is not None and prof.status.state == "error":
+        print(f"tuiprof: {prof.status.message}", file=sys.stderr)
+    if view.counters.get("dropped"):
+        print(f"warning: {view.counters['dropped']} CUPTI records dropped", file=sys.stderr)
+
+
+def print_steps(view) -> None:
+    """Where a program's steps came from."""
+    meta = view.meta
+    src = meta.get("step_source") or "none"
+    counts = meta.get("step_sources") or {}
+    phases: dict[str, int] = {}  # over the whole run (the token stats), not the rows kept
+    for (ph, _mode), ts in (view.token_stats or {}).items():
+        n = sum(ts[k].count for k in ("host_ms", "compiling_ms", "rerecord_ms") if k in ts)
+        phases[ph] = phases.get(ph, 0) + n
+    windows = phases.pop("window", 0)
+    split = ", ".join(f"{n} {p}" for p, n in sorted(phases.items()))
+    if src == "windows":
+        print(f"steps: none marked by the program: {counts.get('windows', 0)} windows of "
+              f"{meta.get('window_ms', 100):g} ms (see the no-step-boundaries finding)")
+    elif src == "none":
+        print("steps: none (the program ended before any step)")
+    else:
+        print(f"steps from {src}: {counts.get(src, 0)}" + (f" ({split})" if split else "")
+              + (f"; {counts['ignored_nested']} nested marks ignored"
+                 if counts.get("ignored_nested") else "")
+              + (f"; before and between them {windows} windows of {meta.get('window_ms', 100):g}"
+                 " ms (phase window)" if windows else ""))

@@ -1,0 +1,109 @@
+"""Commands over files: ``models``, ``view``, ``replay``, ``export``, ``diff``."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import TuiprofError, safe_text
+from .common import print_summary, write_outputs
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    if name == "view":
+        p.add_argument("snapshot")
+    elif name == "replay":
+        p.add_argument("file")
+        p.add_argument("--speed", type=float, default=1.0,
+                       help="1 = recorded speed, 0 = as fast as possible")
+        p.add_argument("--loop", action="store_true")
+        p.add_argument("--headless", action="store_true")
+        p.add_argument("--json", help="snapshot path (headless)")
+        p.add_argument("--ring-tokens", type=int, default=64)
+        p.add_argument("--export-dir", default=".")
+    elif name == "export":
+        from ..export.registry import with_flags  # noqa: PLC0415
+        p.add_argument("snapshot")
+        for e in with_flags():
+            p.add_argument(e.flag, metavar=e.target.upper(), dest=f"export_{e.name}",
+                           help=f"write {e.help}")
+    elif name == "diff":
+        p.add_argument("a")
+        p.add_argument("b")
+        p.add_argument("--markdown", action="store_true")
+
+
+def run(name: str, args: argparse.Namespace) -> int:
+    return {"models": lambda a: _cmd_models(), "view": _cmd_view, "replay": _cmd_replay,
+            "export": _cmd_export, "diff": _cmd_diff}[name](args)
+
+
+def _cmd_models() -> int:
+    from ..engine.registry import get_model_def, list_models, param_count, weight_bytes  # noqa: PLC0415
+
+    print(f"{'model':<24} {'family':<12} {'params':>15} {'bf16 weights':>13}  description")
+    for name in list_models():
+        try:
+            d = get_model_def(name)
+            params, wbytes = param_count(d), weight_bytes(d, "bfloat16")
+        except Exception as exc:  # a broken definition file is listed, not fatal
+            print(f"{name:<24} (unreadable: {safe_text(exc)})")
+            continue
+        desc = (d.description or "")[:60]
+        print(f"{name:<24} {d.family:<12} {params:>15,} {wbytes / 1e9:>10.2f} GB  {desc}")
+    return 0
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    from ..export.snapshot import read_any_snapshot  # noqa: PLC0415
+    from ..ui.app import run_app, view_control  # noqa: PLC0415
+
+    view = read_any_snapshot(args.snapshot)
+    name = safe_text(Path(args.snapshot).name)
+    return run_app(view_control(view, name), title=f"tuiprof view {name}",
+                   export_dir=Path("."), auto_snapshot=False)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from ..collect.replay import ReplayControl, load_recording  # noqa: PLC0415
+    from ..store import SessionStore  # noqa: PLC0415
+
+    rec = load_recording(args.file)
+    store = SessionStore(ring_tokens=args.ring_tokens)
+    if args.headless:
+        from ..collect.replay import replay_into  # noqa: PLC0415
+        replay_into(rec, store, speed=0.0)
+        out = Path(args.json or Path(args.file).name.split(".")[0] + ".snapshot.json")
+        write_outputs(store.view(), out, None)
+        print_summary(store.view())
+        return 0
+    from ..ui.app import run_app  # noqa: PLC0415
+    ctl = ReplayControl(rec, store, speed=args.speed, loop=args.loop)
+    ctl.start()
+    return run_app(ctl, title=f"tuiprof replay {Path(args.file).name}",
+                   export_dir=Path(args.export_dir), auto_snapshot=False)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from ..export.registry import with_flags, write  # noqa: PLC0415
+    from ..export.snapshot import read_any_snapshot  # noqa: PLC0415
+
+    asked = [(e, getattr(args, f"export_{e.name}")) for e in with_flags()
+             if getattr(args, f"export_{e.name}", None)]
+    view = read_any_snapshot(args.snapshot)  # all ranks of a multi-rank snapshot
+    if not asked:
+        flags = ", ".join(f"{e.flag} {e.target.upper()}" for e in with_flags())
+        raise TuiprofError(f"nothing to export: give one or more of {flags}")
+    for e, path in asked:
+        written = write(e.name, view, Path(path))
+        for p in (written if isinstance(written, (list, tuple)) else [written]):
+            print(p)
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from ..export.diff import diff, render_text  # noqa: PLC0415
+    from ..export.snapshot import read_snapshot  # noqa: PLC0415
+
+    result = diff(read_snapshot(args.a), read_snapshot(args.b))
+    print(render_text(result, markdown=args.markdown))
+    return 0

@@ -1,0 +1,330 @@
+"""``tuiprof [run] --model NAME``: the built-in engine, live or headless, on one GPU or as
+tensor-parallel ranks (``--tp N``); ``tuiprof record``. A program of one's own
+(``tuiprof run -- …``) goes to :mod:`tuiprof.cli.program`."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from ..errors import TuiprofError
+from ..phases import EAGER, MODES
+from .common import (Interrupted, exit_if_busy, print_summary, say, stop_on_signals,
+                     write_outputs)
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    """``run`` and ``record`` take the same options."""
+    add_run_arguments(p)
+
+
+def run(name: str, args: argparse.Namespace) -> int:
+    if name == "record":
+        args.headless = True
+        if not args.record:
+            args.record = f"tuiprof-{Path(args.model).name}.json.gz"
+    return _cmd_run(args)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", default="qwen3-0.6b",
+                   help="registry name, a local directory with config.json, or a cached HF repo id")
+    p.add_argument("--weights", help="safetensors file or directory to load instead of random weights")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow model code from a local HF directory (off by default)")
+    p.add_argument("--device", help="cuda or cpu (default: cuda when present)")
+    p.add_argument("--dtype", help="bfloat16 (GPU default), float16, float32 (CPU default)")
+    p.add_argument("--mode", choices=MODES, default=EAGER)
+    p.add_argument("--compile-mode", help="torch.compile mode (default: reduce-overhead on CUDA)")
+    p.add_argument("--prompt", help="prompt text (needs a tokenizer beside the weights)")
+    p.add_argument("--prompt-len", type=int, default=16, help="prompt length in tokens when no text")
+    p.add_argument("--batch", type=int, default=1,
+                   help="sequences decoded together, each with its own prompt (default 1; b/B "
+                        "double or halve it in the app)")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="largest batch b may ask for (default 256, or fewer when their KV "
+                        "caches would not fit the GPU)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-len", type=int, default=None, help="static KV-cache length")
+    p.add_argument("--no-loop", action="store_true",
+                   help="stop after --max-new-tokens instead of starting again from the prompt")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--headless", action="store_true", help="no UI: run, then write --json")
+    p.add_argument("--json", help="snapshot path (headless), default tuiprof-<model>.json")
+    p.add_argument("--record", help="also write a replayable recording (.json.gz)")
+    p.add_argument("--no-cupti", action="store_true", help="no kernel records (timing and NVML only)")
+    p.add_argument("--cupti-attached", action="store_true",
+                   help="keep CUPTI attached between sampling bursts (default: attached only "
+                        "around them; an attached CUPTI costs eager decode 15-30 %% on an H100, "
+                        "detaching costs compiled mode two CUDA-graph re-recordings a burst)")
+    p.add_argument("--no-nvml", action="store_true")
+    p.add_argument("--nvml-hz", type=float, default=10.0)
+    p.add_argument("--sample-every", default="auto",
+                   help="trace device activity for 1 token in N on average (bursts of 4 tokens "
+                        "every 4N; a prefill at most once as often, the first always); auto: "
+                        "bursts of 4 in every 256 in eager mode, 4 in every 4096 in compiled "
+                        "mode (measured overhead, docs/performance.md; a --headless run traces "
+                        "every token); live: auto's bursts even in a --headless run (overhead "
+                        "benchmarks); 1: every token")
+    p.add_argument("--ring-tokens", type=int, default=64,
+                   help="raw records kept for the last N tokens (aggregates keep the rest)")
+    p.add_argument("--alloc-every", default="auto",
+                   help="read caching-allocator stats every N tokens (0: never; auto: every token "
+                        "in eager mode, every 64th in compiled mode; the counters are cumulative)")
+    p.add_argument("--measure-peaks", action="store_true",
+                   help="measure copy bandwidth and matmul FLOP/s at start-up for the roofline "
+                        "(instead of the table of known GPUs)")
+    p.add_argument("--export-dir", default=".", help="where e/n exports and auto snapshots go")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the model in the UI's process (default: a session process of its "
+                        "own, so drawing the UI never takes the GIL from generation)")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor parallelism: N ranks, one process per GPU (NCCL; gloo with "
+                        "--device cpu), started with torch.distributed's launcher")
+    g = p.add_argument_group("a program of your own (tuiprof run [options] -- python SCRIPT.py "
+                             "[ARGS...]; see docs/programs.md)")
+    from ..program.sources import OPTIONS  # noqa: PLC0415 - the step sources' options
+    for opt in OPTIONS:
+        opt.add_to(g)
+
+
+def _engine_kwargs(args: argparse.Namespace) -> dict:
+    kw = dict(model_spec=args.model, device=args.device, dtype=args.dtype, seed=args.seed,
+              prompt=args.prompt, prompt_len=args.prompt_len,
+              max_new_tokens=args.max_new_tokens, loop=not args.no_loop, mode=args.mode,
+              compile_mode=args.compile_mode, trust_remote_code=args.trust_remote_code,
+              weights=args.weights, temperature=args.temperature, top_k=args.top_k,
+              batch=args.batch, max_batch=args.max_batch)
+    if args.max_len:
+        kw["max_len"] = args.max_len
+    return kw
+
+
+def _make_options(args: argparse.Namespace):
+    """(ProfilerOptions, SessionStore keyword arguments) from the command line."""
+    from ..engine import resolve_model  # noqa: PLC0415  (fail fast on a bad --model, before threads)
+    from ..profiler import ProfilerOptions  # noqa: PLC0415
+    from ..startup import command_start  # noqa: PLC0415
+
+    resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    if args.batch < 1 or (args.max_batch is not None and args.max_batch < 1):
+        raise TuiprofError("--batch and --max-batch must be at least 1")
+    ring = args.ring_tokens
+    if args.record:
+        ring = max(ring, args.max_new_tokens + 1)
+    opts = ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
+                           sample_every=args.sample_every, measure_peaks=args.measure_peaks,
+                           alloc_every=args.alloc_every if args.alloc_every == "auto"
+                           else int(args.alloc_every),
+                           detach_between_bursts=not getattr(args, "cupti_attached", False),
+                           engine_kwargs=_engine_kwargs(args), started_at=command_start())
+    return opts, {"ring_tokens": ring}
+
+
+def _make_profiler(args: argparse.Namespace):
+    from ..profiler import Profiler  # noqa: PLC0415
+    from ..store import SessionStore  # noqa: PLC0415
+
+    opts, store_kwargs = _make_options(args)
+    store = SessionStore(**store_kwargs)
+    return Profiler(store, opts), store
+
+
+def run_defaults() -> dict:
+    p = argparse.ArgumentParser(add_help=False)
+    add_run_arguments(p)
+    return vars(p.parse_args([]))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .program import check_options  # noqa: PLC0415
+
+    check_options(args, run_defaults())
+    if args.tp != 1:
+        return _cmd_run_tp(args)
+    if not args.headless and not args.in_process:
+        return _cmd_run_ui(args)
+    prof, store = _make_profiler(args)
+    if not args.headless:
+        from ..ui.app import run_app  # noqa: PLC0415
+        prof.start()
+        code = run_app(prof, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
+                       auto_snapshot=True)
+        return exit_if_busy(prof, code)
+    if args.no_loop is False:
+        args.no_loop = True  # headless runs end after --max-new-tokens
+        prof.options.engine_kwargs["loop"] = False
+    if prof.options.sample_every == "auto":
+        # A headless run is a bounded measurement for its snapshot, not a live display that
+        # must stay out of the way: every token is traced.
+        prof.options.sample_every = 1
+    out = Path(args.json or f"tuiprof-{Path(args.model).name}.json")
+    stopping, old = stop_on_signals(out, prof.done.set)
+    try:
+        _say_start(store, prof)
+        prof.start()
+        said: set = set()
+        while not prof.wait(0.5):
+            _say_progress(prof, said)
+        _say_progress(prof, said)
+    finally:
+        prof.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+    view = store.view()
+    write_outputs(view, out, args.record)
+    print_summary(view, prof)
+    if stopping:
+        return exit_if_busy(prof, 128 + stopping[0])
+    return exit_if_busy(prof, 1 if prof.status.state == "error" else 0)
+
+
+def _cmd_run_ui(args: argparse.Namespace) -> int:
+    """The live app, with the model, collectors and store in a session process of their own.
+
+    The session process starts first: it imports torch and loads the model while this process
+    imports Textual and draws the first frame.
+    """
+    from ..remote import RemoteControl  # noqa: PLC0415
+
+    opts, store_kwargs = _make_options(args)
+    ctl = RemoteControl(opts, store_kwargs, orphan_snapshot_dir=args.export_dir)
+    ctl.start()
+    try:
+        from ..ui.app import run_app  # noqa: PLC0415
+    except BaseException:
+        ctl.close()
+        raise
+    return run_app(ctl, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
+                   auto_snapshot=True)
+
+
+def _check_tp(args: argparse.Namespace) -> None:
+    """Fail fast (one line) on a --tp the machine cannot run."""
+    if args.tp < 1:
+        raise TuiprofError(f"--tp {args.tp}: give the number of ranks (2 or more)")
+    if args.in_process:
+        raise TuiprofError("--tp runs one process per rank; drop --in-process")
+    if args.record:
+        raise TuiprofError("--record writes one rank's recording; drop it with --tp")
+    if args.weights:
+        raise TuiprofError("--tp builds random weights only for now; drop --weights")
+    from ..engine import resolve_model  # noqa: PLC0415
+    from ..engine.load import pick_device, tp_families  # noqa: PLC0415
+
+    source = resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    if args.tp > 1 and source.family not in tp_families():
+        raise TuiprofError(f"--tp: the {source.family} family ({source.name}) has no "
+                           f"tensor-parallel build; supported: {', '.join(tp_families())}")
+    device = pick_device(args.device)
+    if device.startswith("cuda"):
+        import torch  # noqa: PLC0415
+        n = torch.cuda.device_count()
+        if args.tp > n:
+            raise TuiprofError(f"--tp {args.tp} needs {args.tp} GPUs, one per rank; {n} "
+                               f"visible: use --tp {n} or fewer, or --device cpu (gloo)")
+    args.device = device
+
+
+def _cmd_run_tp(args: argparse.Namespace) -> int:
+    """N tensor-parallel ranks, each a session process; the live app or a headless run."""
+    from ..remote.rank_launcher import RankSetControl  # noqa: PLC0415
+
+    _check_tp(args)
+    if args.headless:
+        args.no_loop = True
+    opts, store_kwargs = _make_options(args)
+    if args.headless and opts.sample_every == "auto":
+        opts.sample_every = 1   # a bounded measurement: every token traced (as without --tp)
+    ctl = RankSetControl(opts, store_kwargs, args.tp, orphan_snapshot_dir=args.export_dir)
+    if not args.headless:
+        from ..ui.app import run_app  # noqa: PLC0415
+        ctl.start()
+        return run_app(ctl, title=f"tuiprof {args.model} TP={args.tp}",
+                       export_dir=Path(args.export_dir), auto_snapshot=True)
+    out = Path(args.json or f"tuiprof-{Path(args.model).name}-tp{args.tp}.json")
+    stopping, old = stop_on_signals(out)
+    try:
+        say(f"tuiprof: loading {args.model} on {args.tp} ranks ({args.device}) ...")
+        ctl.start()
+        said = set()
+        while not stopping and ctl.failure is None:
+            states = [c.status.state for c in ctl.ranks]
+            if all(st in ("done", "stopped", "error") for st in states):
+                break
+            for st in ("compiling", "decode"):
+                if st in states and st not in said:
+                    said.add(st)
+                    say("tuiprof: compiling the decode step on every rank (torch.compile) ..."
+                         if st == "compiling" else
+                         "tuiprof: generating; Ctrl-C stops and writes the snapshot")
+            time.sleep(0.2)
+        ctl.stop()
+        rv = ctl.views(raw=True)
+        from ..export.snapshot import write_snapshot  # noqa: PLC0415
+        write_snapshot(rv, out)
+        say(f"tuiprof: snapshot of {args.tp} ranks written to {out}")
+        _print_ranks_summary(rv)
+    finally:
+        ctl.close()
+        for s_, h in old.items():
+            signal.signal(s_, h)
+    failure = ctl.failure or next((f"rank {r}: {c.status.message}" for r, c in
+                                   enumerate(ctl.ranks) if c.status.state == "error"), None)
+    if failure:
+        say(f"tuiprof: {failure}")
+        return 1
+    return 128 + stopping[0] if stopping else 0
+
+
+def _print_ranks_summary(rv) -> None:
+    """Per-rank lines (tokens/s, step time, compute/communication/idle) and the skew."""
+    from ..analysis.cross_rank import find_ranks, ranks_summary  # noqa: PLC0415
+
+    s = ranks_summary(rv)
+    first = rv[0].meta
+    if first.get("model"):
+        print(f"model {first.get('model')} on {rv.world_size} ranks ({first.get('backend')}, "
+              f"{first.get('device')}, {first.get('dtype')}), weights: {first.get('weights')}")
+    if s.mode is None:
+        print(f"no decode steps on {rv.world_size} ranks")
+        return
+    ms = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    for r in s.ranks:
+        split = (f", compute {ms(r.compute_ms)} / communication {ms(r.comm_ms)} / idle "
+                 f"{ms(r.idle_ms)} ms per step (NCCL {r.comm_share:.0%}, overlap "
+                 f"{(r.overlap_fraction or 0):.0%}, {r.traced_steps} traced steps)"
+                 if r.comm_share is not None else ", no kernel records")
+        mark = " *slowest*" if s.slowest == r.rank and rv.world_size > 1 else ""
+        print(f"rank {r.rank} {s.mode}: {r.decode_tokens} decode tokens, {r.tokens_per_s:.1f} "
+              f"tokens/s, median {r.step_ms:.2f} ms/step{split}{mark}")
+    if s.skew is not None:
+        print(f"step-end skew across ranks: median {s.skew.end_median_us:.0f} µs, p90 "
+              f"{s.skew.end_p90_us:.0f} µs over {s.skew.steps} steps; clock residual "
+              f"{s.clock.get('residual_ns')} ns")
+    for f in find_ranks(rv, s):
+        print(f"finding: {f.title}")
+    for r, v in enumerate(rv.views):
+        if v.counters.get("dropped"):
+            print(f"warning: rank {r}: {v.counters['dropped']} CUPTI records dropped",
+                  file=sys.stderr)
+
+
+def _say_start(store, prof) -> None:
+    say(f"tuiprof: loading {prof.options.engine_kwargs.get('model_spec')} ...")
+
+
+def _say_progress(prof, said: set) -> None:
+    """Headless progress lines: start-up breakdown at the first token, compiling, generating."""
+    if "startup" not in said and prof.tracker.progress.first_token_s is not None:
+        said.add("startup")
+        say(f"tuiprof: {prof.tracker.progress.summary()}")
+    state = prof.status.state
+    if state in ("compiling", "decode") and state not in said and not prof.done.is_set():
+        said.add(state)
+        say("tuiprof: compiling the decode step (torch.compile) ..." if state == "compiling"
+             else "tuiprof: generating; Ctrl-C stops and writes the snapshot")
