@@ -3,27 +3,13 @@ compiled steps): a traced step's time beside the untraced median, the basis of t
 short kernels' times as upper bounds, and the same in a reopened snapshot."""
 from __future__ import annotations
 
-import asyncio
-
 from tracing_data import traced_store
 
 from tuiprof.export.snapshot import read_snapshot, write_snapshot
-from tuiprof.ui.app import make_app
 from tuiprof.ui.derive import compare, traced_vs_untraced, latest_traced
 
-from .conftest import FakeControl, screen_text
-
-
-def _run(control, size, body):
-    app = make_app(control, title="t", refresh_hz=0, deterministic=True)
-
-    async def main():
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            app.refresh_now()
-            await pilot.pause()
-            await body(app, pilot)
-    asyncio.run(main())
+from .conftest import screen_text
+from .test_figures import _run
 
 
 def test_latency_footer_puts_a_traced_step_beside_the_untraced_median():
@@ -43,7 +29,7 @@ def test_latency_footer_puts_a_traced_step_beside_the_untraced_median():
         await pilot.pause()
         text = screen_text(app)
         assert "busy share of an untraced step (2.74 ms)" in text, text
-    _run(FakeControl(store, mode="compiled"), (200, 50), body)
+    _run(store, (200, 50), body)
 
 
 def test_kernels_caption_and_cells_say_what_tracing_changes():
@@ -58,7 +44,7 @@ def test_kernels_caption_and_cells_say_what_tracing_changes():
         tiny = next(ln for ln in text.splitlines() if "tiny_elementwise" in ln)
         gemv = next(ln for ln in text.splitlines() if "gemv_bf16" in ln)
         assert "≤2.00 µs" in tiny and "≤" not in gemv, (tiny, gemv)
-    _run(FakeControl(traced_store(), mode="compiled"), (200, 50), body)
+    _run(traced_store(), (200, 50), body)
 
 
 def test_compare_names_the_busy_basis_and_the_tracing_cost():
@@ -74,7 +60,7 @@ def test_compare_names_the_busy_basis_and_the_tracing_cost():
         assert "kernel-busy share (of an untraced step)" in text, text
         assert "traced / untraced step (tracing cost)" in text and "×1.192" in text, text
         assert "GPU busy of an untraced step" in text, text
-    _run(FakeControl(store, mode="compiled"), (200, 50), body)
+    _run(store, (200, 50), body)
 
 
 def test_a_reopened_snapshot_keeps_traced_and_untraced_steps_apart(tmp_path):

@@ -117,35 +117,33 @@ class TransformersSteps:
     def _patch_logits(self, mod: Any) -> None:
         """Every decoding loop of ``generate()`` runs its logits processors right after the
         forward is launched and before the step's sync: the step's device work is queued."""
-        cls = getattr(mod, "LogitsProcessorList", None)
-        if cls is None or "__call__" not in cls.__dict__:
-            return
-        orig = cls.__dict__["__call__"]
-        rec, local = self.recorder, self._local
-
-        @functools.wraps(orig)
-        def __call__(processors, *args, **kwargs):
-            if getattr(local, "depth", 0):
-                rec.launched(SOURCE)
-            return orig(processors, *args, **kwargs)
-
-        self._replace(cls, "__call__", __call__)
+        self._inside_generate(getattr(mod, "LogitsProcessorList", None),
+                              before=self.recorder.launched)
 
     def _patch_stopping(self, mod: Any) -> None:
         """Once the stopping criteria return, a ``generate()`` step's device work is all queued
         and the loop syncs next: the step's GPU time ends there."""
-        cls = getattr(mod, "StoppingCriteriaList", None)
+        self._inside_generate(getattr(mod, "StoppingCriteriaList", None),
+                              after=self.recorder.device_done)
+
+    def _inside_generate(self, cls: Any, before: Callable[[str], None] | None = None,
+                         after: Callable[[str], None] | None = None) -> None:
+        """Wrap ``cls.__call__``: ``before`` / ``after`` it, when called inside a
+        ``generate()`` (not an assistant model's), tell the recorder (``before(SOURCE)``)."""
         if cls is None or "__call__" not in cls.__dict__:
             return
         orig = cls.__dict__["__call__"]
-        rec, local = self.recorder, self._local
+        local = self._local
 
         @functools.wraps(orig)
-        def __call__(criteria, *args, **kwargs):
-            done = orig(criteria, *args, **kwargs)
-            if getattr(local, "depth", 0):
-                rec.device_done(SOURCE)
-            return done
+        def __call__(obj, *args, **kwargs):
+            inside = getattr(local, "depth", 0)
+            if inside and before is not None:
+                before(SOURCE)
+            out = orig(obj, *args, **kwargs)
+            if inside and after is not None:
+                after(SOURCE)
+            return out
 
         self._replace(cls, "__call__", __call__)
 
