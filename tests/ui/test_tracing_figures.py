@@ -90,3 +90,26 @@ def test_a_reopened_snapshot_keeps_traced_and_untraced_steps_apart(tmp_path):
     assert all(t.attached is None for t in view.tokens)
     assert traced_vs_untraced(view, "decode", "compiled") == ""
     assert compare(view)[1].busy_wall_ms is None
+
+
+def test_a_short_kernels_detail_and_the_compare_table_read_its_time_as_an_upper_bound():
+    from rich.console import Console
+
+    from tuiprof.ui.derive import kernel_ns_text, kernel_rows
+    from tuiprof.ui.screens.compare import render_top
+    from tuiprof.ui.screens.detail import render_detail
+
+    view = traced_store().view(raw=False)
+    rows = {r.key: r for r in kernel_rows(view, "compiled", "decode")}
+    tiny, gemv = rows["tiny_elementwise"], rows["gemv_bf16"]
+    assert kernel_ns_text(tiny, tiny.stats.mean) == "≤2.00 µs"
+    assert kernel_ns_text(gemv, gemv.stats.mean) == "28.00 µs"
+    console = Console(width=200, record=True)
+    console.print(render_detail(tiny, view))
+    assert "upper bounds: the times above are CUPTI's" in console.export_text()
+    console = Console(width=200, record=True)
+    console.print(render_detail(gemv, view))
+    assert "read as" not in console.export_text()
+    console = Console(width=200, record=True)
+    console.print(render_top(compare(view)[1]))
+    assert "≤2.00 µs" in console.export_text()

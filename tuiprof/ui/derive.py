@@ -15,6 +15,7 @@ from ..analysis.tracing import (TracingCost, busy_basis_label, kernel_times, tra
                                 untraced_wall_ms)
 from ..store import RunningStats
 from ..phases import COMPILED, DECODE, EAGER, OTHER, PREFILL
+from . import format as fmt
 from .adapters import KernelName, kernel_name
 
 ALL = "all"
@@ -371,6 +372,16 @@ class KernelRow:
     per_token: float | None = None
     loop_launches: int = 0   # launched outside a step's model forward (the loop's own)
     times: Any = None        # analysis.tracing.KernelTimes: corrected, or an upper bound
+
+
+def kernel_ns_text(r: KernelRow, value_ns: float, launches: int = 1) -> str:
+    """A kernel time of row ``r`` as shown: less the measured per-kernel cost of tracing
+    (``launches`` times it, for a total), or marked ``≤`` as an upper bound while that cost is
+    not measured (:mod:`tuiprof.analysis.tracing`)."""
+    t = r.times
+    if t is None:
+        return fmt.ns(value_ns)
+    return ("≤" if t.upper_bound else "") + fmt.ns(max(0.0, value_ns - t.correction_ns * launches))
 
 
 def kernel_modes(view: Any, phase: str) -> dict[str, int]:

@@ -20,7 +20,8 @@ from textual.widgets import Footer, Static
 
 from .. import format as fmt
 from ..adapters import config_summaries, diff_configs, render_diff
-from ..derive import ModeSummary, config_label, config_summary, configurations, default_pair
+from ..derive import (ModeSummary, config_label, config_summary, configurations, default_pair,
+                      kernel_ns_text)
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -89,7 +90,7 @@ def render_top(s: ModeSummary, traced: bool = True) -> Any:
                     (" — press c to switch modes" if s.mode == "compiled" else ""), "dim")
     for r in s.top:
         t.add_row(r.name.short, r.name.library, f"{r.pct:.1f}",
-                  f"{r.per_token:.1f}" if r.per_token else "–", fmt.ns(r.stats.mean))
+                  f"{r.per_token:.1f}" if r.per_token else "–", kernel_ns_text(r, r.stats.mean))
     return t
 
 

@@ -18,7 +18,8 @@ from ... import errors
 from ...analysis.model_split import model_split
 from .. import format as fmt
 from ...analysis.tracing import duration_note, tracing_cost
-from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_rows,
+from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_ns_text,
+                      kernel_rows,
                       resolve_kernel_phase,
                       resolve_kernel_mode, select_kernels)
 from .base import Pane, RefreshContext
@@ -63,21 +64,18 @@ def visible_columns(inner: int) -> tuple[tuple, int]:
 
 def _cells(rank: int, r: KernelRow) -> dict[str, str]:
     s = r.stats
-    t = r.times
     # CUPTI's times of a short kernel may hold tracing's own cost: corrected by the measured
     # constant (analysis.tracing.DURATION_INFLATION_NS), or marked as upper bounds
-    mark = "≤" if t is not None and t.upper_bound else ""
-    fix = t.correction_ns if t is not None else 0.0
     return {
         "rank": str(rank),
         "name": r.name.short,
         "library": r.name.library,
         "category": r.name.category,
         "pct": f"{r.pct:.1f}",
-        "total": mark + fmt.ns(max(0.0, s.total - fix * s.count)),
+        "total": kernel_ns_text(r, s.total, s.count),
         "count": fmt.count(s.count),
-        "avg": mark + fmt.ns(max(0.0, s.mean - fix)),
-        "minmax": f"{mark}{fmt.ns(max(0.0, s.min - fix))} / {mark}{fmt.ns(max(0.0, s.max - fix))}",
+        "avg": kernel_ns_text(r, s.mean),
+        "minmax": f"{kernel_ns_text(r, s.min)} / {kernel_ns_text(r, s.max)}",
         "grid": fmt.dim3(r.grid),
         "block": fmt.dim3(r.block),
     }
