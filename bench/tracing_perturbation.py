@@ -507,8 +507,8 @@ def fmt_x(r):
 
 def print_kernels(res: dict) -> None:
     s = res["summary"]
-    print(f"\n## kernels ({res['device']}, {next(iter(s.values()))['rounds']} rounds; µs per call, "
-          "medians over rounds)")
+    rounds = next(iter(s.values()))["rounds"]
+    print(f"\n## kernels ({res['device']}, {rounds} rounds; µs per call, medians over rounds)")
     print("| kind | kernels | path | d untraced (events) | d CUPTI traced | duration inflation "
           "| literal (CUPTI − events) | gap untraced | gap traced | gap inflation "
           "| step queued | step launched |")
@@ -518,7 +518,8 @@ def print_kernels(res: dict) -> None:
         k = "–" if k is None else f"{k:g}"
         print(f"| {n} | {k} | stream | {fmt_us(v.get('d_true'))} "
               f"({fmt_us(v.get('d_untraced_events'))} bracketed) | {fmt_us(v.get('cupti_stream'))} "
-              f"| {fmt_dus(v.get('dur_infl_stream'))} | {fmt_dus(v.get('dur_infl_stream_literal'))} "
+              f"| {fmt_dus(v.get('dur_infl_stream'))} "
+              f"| {fmt_dus(v.get('dur_infl_stream_literal'))} "
               f"| {fmt_us(v.get('gap_untraced_stream'))} | {fmt_us(v.get('gap_traced_stream'))} "
               f"| {fmt_dus(v.get('gap_infl_stream'))} | {fmt_x(v.get('step_queued'))} "
               f"| {fmt_x(v.get('step_launched'))} |")
