@@ -78,7 +78,8 @@ def test_api_steps_get_their_gpu_time_at_a_later_step_without_waiting(prof):
         marks._sink = None
     rec.close()                       # the program ended: the last one is read (waiting now)
     assert [t.gpu_ms for t in rows(prof)] == [1.5, 1.5, 1.5]
-    ts = prof.store.view(raw=False).token_stats[("decode", "eager")]
+    # the mode is "compiled" once anything in this process was compiled (an earlier test)
+    ts = prof.store.view(raw=False).token_stats[("decode", rows(prof)[0].mode)]
     # no CUPTI in this session: every step ran untraced, the reference for tracing's cost
     assert ts["gpu_ms"].count == 3 and ts["untraced_gpu_ms"].count == 3
     assert all(t.attached is False for t in rows(prof))
