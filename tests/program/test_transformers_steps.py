@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from tuiprof.program.transformers_steps import TransformersSteps, _PostImport
+from tuiprof.program.import_hooks import PostImport
+from tuiprof.program.transformers_steps import TransformersSteps
 from tuiprof.program.steps import StepRecorder
 
 from .conftest import REPO, rows
@@ -151,14 +152,14 @@ def test_uninstall_restores_transformers(model, prof):
     after = patched()
     assert after == before
     assert "prepare_inputs_for_generation" not in vars(model)
-    assert not any(isinstance(f, _PostImport) for f in sys.meta_path)
+    assert not any(isinstance(f, PostImport) for f in sys.meta_path)
 
 
 def test_the_patch_waits_for_the_program_to_import_the_module(tmp_path, monkeypatch):
     (tmp_path / "late_module.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
-    finder = _PostImport({"late_module": lambda mod: seen.append(mod.VALUE)})
+    finder = PostImport({"late_module": lambda mod: seen.append(mod.VALUE)})
     sys.meta_path.insert(0, finder)
     try:
         import late_module  # noqa: F401

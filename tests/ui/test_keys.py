@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tuiprof.ui import adapters
+from tuiprof.ui.panes import PANES, keys as pane_keys
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.compare import CompareScreen
 from tuiprof.ui.screens.detail import KernelDetailScreen
@@ -181,7 +182,7 @@ def test_pane_switching_at_80x24(control, tmp_path):
         assert main.active == 3
         await pilot.press("shift+tab", "shift+tab")
         assert main.active == 1
-        for n in "12345":
+        for n in pane_keys():
             await pilot.press(n)
             await pilot.pause()
             assert main.active == int(n)
@@ -189,7 +190,7 @@ def test_pane_switching_at_80x24(control, tmp_path):
             assert main.visible_panes()[0].display
         await pilot.resize_terminal(200, 50)
         await pilot.pause()
-        assert not main.narrow and len(main.visible_panes()) == 5
+        assert not main.narrow and len(main.visible_panes()) == len(PANES)
     drive(app, body, size=(80, 24))
 
 

@@ -47,7 +47,7 @@ def check_options(args: argparse.Namespace, defaults: dict) -> None:
         raise TuiprofError("--in-process: a program runs on the session process's main thread "
                            "(its signals behave as usual there); drop --in-process")
     for o in OPTIONS:
-        why = o.check(getattr(args, o.dest)) if o.check is not None else ""
+        why = o.problem(getattr(args, o.dest))
         if why:
             raise TuiprofError(f"{o.flag} {why}")
 

@@ -43,6 +43,8 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
     CollectorSpec("nvml", "nvml_sampler:make",
                   "GPU utilisation, GPM SM/DRAM/tensor metrics, memory, power, clocks (NVML)",
                   background=True, label="NVML"),
+    CollectorSpec("host", "host:make",
+                  "the session process's CPU use, resident memory and threads (/proc)"),
 )
 
 

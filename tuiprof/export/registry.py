@@ -41,6 +41,9 @@ EXPORTS: tuple[Export, ...] = (
            "an Nsight Systems-schema .sqlite", flag="--sqlite"),
     Export("trace", "trace:write_trace", "file", ".trace.json",
            "a Chrome/Perfetto trace JSON", flag="--trace"),
+    Export("steps_csv", "steps_csv:write_steps_csv", "file", ".steps.csv",
+           "every step as a CSV row (phase, mode, batch, host and GPU ms, traced kernels)",
+           flag="--steps-csv"),
 )
 
 

@@ -45,7 +45,17 @@ class SourceOption:
     type: Callable | None = None    # argparse's type
     action: str | None = None       # argparse's action ("append")
     metavar: str | None = None
-    check: Callable[[Any], str] | None = None   # "" when the value is good, else why not
+    # "" when the value is good, else why not: a function, or "module:function" under
+    # tuiprof.program (a source's module may import this table's users)
+    check: Callable[[Any], str] | str | None = None
+
+    def problem(self, value: Any) -> str:
+        """Why ``value`` cannot be used ("" when it can)."""
+        check = self.check
+        if isinstance(check, str):
+            module, fn = check.split(":")
+            check = getattr(importlib.import_module(f"{__package__}.{module}"), fn)
+        return check(value) if check is not None else ""
 
     def add_to(self, parser: Any) -> None:
         kw = {k: v for k, v in (("type", self.type), ("action", self.action),
@@ -72,6 +82,14 @@ STEP_SOURCES: tuple[StepSourceSpec, ...] = (
                    "every forward of transformers' generate() and continuous batching"),
     StepSourceSpec("api", "api_steps:make", True,
                    "tuiprof.step() / tuiprof.mark_prefill() in the program's own loop"),
+    StepSourceSpec("function", "function_steps:make", True,
+                   "the calls of a function of the program named with --step-function",
+                   (SourceOption("--step-function", "step_function",
+                                 "cut steps at the calls of this function of the program, "
+                                 "MODULE:FUNCTION or MODULE:Class.method (again for more; a "
+                                 "name with 'prefill' in it marks prefill steps)",
+                                 default=[], action="append", metavar="MODULE:FUNCTION",
+                                 check="function_steps:check"),)),
     StepSourceSpec("nvtx", "nvtx:make", False,
                    "NVTX ranges the program pushes, named with --step-range",
                    (SourceOption("--step-range", "step_range",

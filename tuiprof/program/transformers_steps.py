@@ -42,12 +42,11 @@ imports transformers itself, in its own order and with its own environment) and 
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import sys
 import threading
 from typing import Any, Callable
 
+from .import_hooks import Patches
 from .steps import DECODE, PREFILL, StepRecorder
 
 GENERATION = "transformers.generation.utils"
@@ -65,38 +64,22 @@ class TransformersSteps:
     def __init__(self, recorder: StepRecorder, describe: Callable[[Any], None] | None = None) -> None:
         self.recorder = recorder
         self.describe = describe or (lambda model: None)  # called once per model seen
-        self._restore: list[tuple[Any, str, Any]] = []
-        self._finder: _PostImport | None = None
+        self._patches = Patches()
         self._local = threading.local()
         self._seen: set[int] = set()
 
     # ----------------------------------------------------------------- install
     def install(self) -> None:
         """Patch now what is imported, and the rest when the program imports it."""
-        hooks = {GENERATION: self._patch_generate, LOGITS: self._patch_logits,
-                 STOPPING: self._patch_stopping, BATCHING: self._patch_batching}
-        for name, patch in hooks.items():
-            mod = sys.modules.get(name)
-            if mod is not None:
-                patch(mod)
-        self._finder = _PostImport({n: p for n, p in hooks.items() if n not in sys.modules})
-        sys.meta_path.insert(0, self._finder)
+        self._patches.on_import({GENERATION: self._patch_generate, LOGITS: self._patch_logits,
+                                 STOPPING: self._patch_stopping, BATCHING: self._patch_batching})
 
     def uninstall(self) -> None:
         """Restore every patched attribute and drop the import hook."""
-        if self._finder is not None:
-            try:
-                sys.meta_path.remove(self._finder)
-            except ValueError:
-                pass
-            self._finder = None
-        for owner, name, orig in reversed(self._restore):
-            setattr(owner, name, orig)
-        self._restore.clear()
+        self._patches.restore()
 
     def _replace(self, owner: Any, name: str, new: Any) -> None:
-        self._restore.append((owner, name, owner.__dict__[name]))
-        setattr(owner, name, new)
+        self._patches.replace(owner, name, new)
 
     def _patch_generate(self, mod: Any) -> None:
         cls = getattr(mod, "GenerationMixin", None)
@@ -303,45 +286,6 @@ def _batching_step(proc: Any) -> tuple[int, int, str, str]:
         compiled = getattr(runner, "use_cuda_graph_varlen", False) or getattr(
             runner, "_compiled_varlen", None) is not None
     return batch, positions, phase, "compiled" if compiled else "eager"
-
-
-class _PostImport(importlib.abc.MetaPathFinder):
-    """Calls ``hooks[name](module)`` right after the module ``name`` has been executed."""
-
-    def __init__(self, hooks: dict[str, Callable[[Any], None]]) -> None:
-        self.hooks = dict(hooks)
-        self._busy: set[str] = set()
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        hook = self.hooks.get(name)
-        if hook is None or name in self._busy:
-            return None
-        self._busy.add(name)
-        try:
-            spec = importlib.util.find_spec(name)  # the real finders (we step aside)
-        finally:
-            self._busy.discard(name)
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _HookedLoader(spec.loader, hook)
-        self.hooks.pop(name, None)
-        return spec
-
-
-class _HookedLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, hook: Callable[[Any], None]) -> None:
-        self._loader = loader
-        self._hook = hook
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._loader.exec_module(module)
-        self._hook(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, is_package, ...
-        return getattr(self._loader, name)
 
 
 def make(session: Any) -> TransformersSteps | None:

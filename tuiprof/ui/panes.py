@@ -38,6 +38,9 @@ PANES: tuple[PaneSpec, ...] = (   # grid order
              "cudaMalloc/cudaFree and the PyTorch caching allocator", height="11"),
     PaneSpec("5", "findings", "findings_pane:FindingsPane", "findings",
              "ranked findings from the analysis", height="11"),
+    PaneSpec("6", "host", "host_pane:HostPane", "host",
+             "the session process's CPU use and memory, and tuiprof's own CPU time",
+             height="5"),
 )
 
 FIRST = "2"   # the pane shown first in the narrow layout: the kernels

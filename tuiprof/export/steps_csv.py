@@ -1,0 +1,55 @@
+"""Every step as one CSV row: the per-step timeline for a spreadsheet, pandas or a plot.
+
+One row per step the session still holds (the store keeps the last ``series_len`` steps of
+every configuration; aggregates keep the rest), oldest first, with what the step is (phase,
+mode, batch configuration, whether it was traced and whether it ran beside a compile or
+re-recorded CUDA graphs) and its times. A session of several ranks gets a ``rank`` column and
+every rank's rows. Every cell is a number or one of tuiprof's own words (phase, mode,
+configuration), so no cell carries text from a program.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from ..store.rank_set import RanksView
+from ._atomic import atomic_write_text
+
+COLUMNS = ("seq", "config", "phase", "mode", "batch", "positions", "start_ns", "end_ns",
+           "host_ms", "gpu_ms", "traced", "kernels", "kernel_ms", "busy_ms", "compiling",
+           "rerecord")
+
+
+def rows(view: Any) -> list[dict]:
+    """The steps of ``view`` (every configuration), as dicts of :data:`COLUMNS`."""
+    out = []
+    for t in (view.timeline or view.tokens):
+        if not t.done:
+            continue
+        traced = bool(t.sampled and t.kernels)
+        out.append({
+            "seq": t.seq, "config": t.config, "phase": t.phase, "mode": t.mode,
+            "batch": t.batch, "positions": t.positions, "start_ns": t.start_ns,
+            "end_ns": t.end_ns, "host_ms": round(t.host_ms, 4),
+            "gpu_ms": "" if t.gpu_ms is None else round(t.gpu_ms, 4),
+            "traced": int(traced), "kernels": t.kernels if traced else "",
+            "kernel_ms": round(t.kernel_ns / 1e6, 4) if traced else "",
+            "busy_ms": round(t.busy_ns / 1e6, 4) if traced else "",
+            "compiling": int(t.compiling), "rerecord": int(t.rerecord),
+        })
+    return out
+
+
+def write_steps_csv(view: Any, path: str | Path) -> Path:
+    """Write the steps of ``view`` (a StoreView, or every rank of a RanksView) to ``path``."""
+    buf = io.StringIO()
+    ranks = isinstance(view, RanksView)
+    w = csv.DictWriter(buf, fieldnames=(("rank",) if ranks else ()) + COLUMNS,
+                       lineterminator="\n")
+    w.writeheader()
+    for r, v in enumerate(view.views if ranks else (view,)):
+        for row in rows(v):
+            w.writerow({"rank": r, **row} if ranks else row)
+    return atomic_write_text(Path(path), buf.getvalue())
