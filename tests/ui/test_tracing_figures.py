@@ -113,3 +113,14 @@ def test_a_short_kernels_detail_and_the_compare_table_read_its_time_as_an_upper_
     console = Console(width=200, record=True)
     console.print(render_top(compare(view)[1]))
     assert "≤2.00 µs" in console.export_text()
+
+
+def test_the_steps_csv_says_which_steps_ran_untraced(tmp_path):
+    import csv
+
+    from tuiprof.export.steps_csv import write_steps_csv
+
+    path = write_steps_csv(traced_store().view(), tmp_path / "steps.csv")
+    got = [(r["untraced"], r["traced"]) for r in csv.DictReader(path.open())]
+    assert got.count(("1", "0")) == 48 and got.count(("0", "1")) == 4
+    assert got.count(("0", "0")) == 1          # the attach lead: attached, not traced
