@@ -124,3 +124,20 @@ def test_the_steps_csv_says_which_steps_ran_untraced(tmp_path):
     got = [(r["untraced"], r["traced"]) for r in csv.DictReader(path.open())]
     assert got.count(("1", "0")) == 48 and got.count(("0", "1")) == 4
     assert got.count(("0", "0")) == 1          # the attach lead: attached, not traced
+
+
+def test_with_the_constant_measured_kernel_times_are_corrected_and_the_caption_says_so(
+        monkeypatch):
+    from tuiprof.analysis import tracing
+
+    monkeypatch.setattr(tracing, "DURATION_INFLATION_NS", {"stream": None, "graph": 400.0})
+
+    async def body(app, pilot):
+        await pilot.press("2")
+        await pilot.pause()
+        cap = str(app.query_one("#kernels-caption").render())
+        assert "kernel times less tracing's own: 0.40 µs a graph kernel" in cap, cap
+        text = screen_text(app)
+        tiny = next(ln for ln in text.splitlines() if "tiny_elementwise" in ln)
+        assert "1.60 µs" in tiny and "≤" not in tiny, tiny
+    _run(traced_store(), (200, 50), body)

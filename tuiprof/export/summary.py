@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..analysis.tracing import (DURATION_INFLATION_NS, SMALL_KERNEL_NS, tracing_cost,
-                                untraced_wall_ms)
+from ..analysis import tracing
+from ..analysis.tracing import SMALL_KERNEL_NS, tracing_cost, untraced_wall_ms
 from ..store import StoreView
 from ..store.records import DECODE, PREFILL
 
@@ -145,7 +145,7 @@ def kernel_times_note() -> dict:
     """How the kernel times of the file are to be read (analysis.tracing): the measured
     per-kernel cost of tracing by launch path (null: not measured, and the times of kernels
     shorter than ``small_kernel_ns`` are upper bounds)."""
-    table = dict(sorted(DURATION_INFLATION_NS.items()))
+    table = dict(sorted(tracing.DURATION_INFLATION_NS.items()))
     measured = any(v is not None for v in table.values())
     return {"duration_inflation_ns": table, "small_kernel_ns": SMALL_KERNEL_NS,
             "read_as": "corrected" if measured else "upper bounds below small_kernel_ns"}
