@@ -14,13 +14,6 @@ from tuiprof.analysis.tokens import mode_summaries
 from tuiprof.analysis.tracing import kernel_times, tracing_cost, untraced_wall_ms
 
 
-@pytest.fixture(autouse=True)
-def not_measured(monkeypatch):
-    """The per-kernel constant as shipped before the H100 run fills it in (each test that
-    wants one sets it)."""
-    monkeypatch.setattr(tracing, "DURATION_INFLATION_NS", {"stream": None, "graph": None})
-
-
 def test_the_store_keeps_untraced_and_traced_steps_apart():
     view = traced_store().view()
     ts = view.token_stats[("decode", "compiled")]
