@@ -30,9 +30,12 @@ from ._atomic import atomic_write_bytes
 from .names import demangle
 from .summary import summary
 
-SCHEMA_VERSION = 4       # 2: batch configurations ("batch", "configurations", token "config");
+SCHEMA_VERSION = 5       # 2: batch configurations ("batch", "configurations", token "config");
                          # 3: token "rerecord"; 4: token "model_*"/"loop_*" (a step's kernels
-                         # launched inside and outside its model forward), kernel "loop_*"
+                         # launched inside and outside its model forward), kernel "loop_*";
+                         # 5: token "attached" (CUPTI attached while the step ran: traced and
+                         # untraced steps told apart) and the token statistics "untraced_*",
+                         # "traced_step_ms", "traced_gpu_ms"
 FORMAT = "tuiprof-snapshot"
 RANKS_FORMAT = "tuiprof-ranks-snapshot"   # a tensor-parallel session: one snapshot per rank
 MAX_RANKS = 1024

@@ -20,7 +20,7 @@ from ._atomic import atomic_write_text
 
 COLUMNS = ("seq", "config", "phase", "mode", "batch", "positions", "start_ns", "end_ns",
            "host_ms", "gpu_ms", "traced", "kernels", "kernel_ms", "busy_ms", "compiling",
-           "rerecord")
+           "rerecord", "untraced")
 
 
 def rows(view: Any) -> list[dict]:
@@ -41,6 +41,8 @@ def rows(view: Any) -> list[dict]:
             "kernel_ms": round(t.kernel_ns / 1e6, 4) if traced else "",
             "busy_ms": round(t.busy_ns / 1e6, 4) if traced else "",
             "compiling": int(t.compiling), "rerecord": int(t.rerecord),
+            # run with CUPTI finalized or absent: the reference for what tracing costs
+            "untraced": "" if t.attached is None else int(t.attached is False),
         })
     return out
 

@@ -16,10 +16,17 @@ Where the boundary is (the same in transformers 5.17 and 5.23, and in 4.5x):
 * continuous batching (``generate_batch``, ``ContinuousBatchingManager``):
   ``ContinuousBatchingManager._generation_step`` runs one forward over the scheduled requests;
   the step lasts for that call and its batch is the number of requests scheduled in it, which
-  varies from step to step.
+  varies from step to step. Its GPU time is from events recorded at the call's start and end on
+  the generation thread's current stream (the legacy default stream, which waits for the
+  manager's own compute stream).
 * The step's device work is queued when ``generate()`` calls its logits processors
   (``LogitsProcessorList.__call__``, right after the forward and before the step's sync):
   tuiprof's bookkeeping for the step boundary is done there, while the device computes.
+* All of a ``generate()`` step's device work is queued once its stopping criteria
+  (``StoppingCriteriaList.__call__``) return, after the token's selection and right before the
+  loop reads whether to stop (the step's sync): the step's second CUDA event goes there
+  (:mod:`.step_gpu_time`). A streamer's copy of the token to the host comes before them: with a
+  streamer, the step's GPU time includes that sync's wait.
 
 Prefill: the forward calls at the start of a ``generate()`` while every call so far fed more
 than one position per sequence (a chunked prefill is several such calls); in continuous
@@ -44,6 +51,7 @@ from .steps import DECODE, PREFILL, StepRecorder
 
 GENERATION = "transformers.generation.utils"
 LOGITS = "transformers.generation.logits_process"
+STOPPING = "transformers.generation.stopping_criteria"
 BATCHING = "transformers.generation.continuous_batching.continuous_api"
 SOURCE = "transformers"
 
@@ -64,7 +72,7 @@ class TransformersSteps:
     def install(self) -> None:
         """Patch now what is imported, and the rest when the program imports it."""
         self._patches.on_import({GENERATION: self._patch_generate, LOGITS: self._patch_logits,
-                                 BATCHING: self._patch_batching})
+                                 STOPPING: self._patch_stopping, BATCHING: self._patch_batching})
 
     def uninstall(self) -> None:
         """Restore every patched attribute and drop the import hook."""
@@ -92,17 +100,33 @@ class TransformersSteps:
     def _patch_logits(self, mod: Any) -> None:
         """Every decoding loop of ``generate()`` runs its logits processors right after the
         forward is launched and before the step's sync: the step's device work is queued."""
-        cls = getattr(mod, "LogitsProcessorList", None)
+        self._inside_generate(getattr(mod, "LogitsProcessorList", None),
+                              before=self.recorder.launched)
+
+    def _patch_stopping(self, mod: Any) -> None:
+        """Once the stopping criteria return, a ``generate()`` step's device work is all queued
+        and the loop syncs next: the step's GPU time ends there."""
+        self._inside_generate(getattr(mod, "StoppingCriteriaList", None),
+                              after=self.recorder.device_done)
+
+    def _inside_generate(self, cls: Any, before: Callable[[str], None] | None = None,
+                         after: Callable[[str], None] | None = None) -> None:
+        """Wrap ``cls.__call__``: ``before`` / ``after`` it, when called inside a
+        ``generate()`` (not an assistant model's), tell the recorder (``before(SOURCE)``)."""
         if cls is None or "__call__" not in cls.__dict__:
             return
         orig = cls.__dict__["__call__"]
-        rec, local = self.recorder, self._local
+        local = self._local
 
         @functools.wraps(orig)
-        def __call__(processors, *args, **kwargs):
-            if getattr(local, "depth", 0):
-                rec.launched(SOURCE)
-            return orig(processors, *args, **kwargs)
+        def __call__(obj, *args, **kwargs):
+            inside = getattr(local, "depth", 0)
+            if inside and before is not None:
+                before(SOURCE)
+            out = orig(obj, *args, **kwargs)
+            if inside and after is not None:
+                after(SOURCE)
+            return out
 
         self._replace(cls, "__call__", __call__)
 

@@ -66,6 +66,10 @@ class TokenRow:
     # recorded its CUDA graphs again: tuiprof dropped them at its start to attach or detach
     # CUPTI (compiled sessions); timed apart like ``compiling``, its time is tuiprof's
     rerecord: bool = False
+    # CUPTI was attached while the step ran (True: a traced step, or one just before or after
+    # a burst; False: finalized or absent, the untraced reference; None: not known, e.g. a
+    # replay or a snapshot written before this was recorded)
+    attached: bool | None = None
     kernels: int = 0
     kernel_ns: int = 0
     busy_ns: int = 0
@@ -141,9 +145,13 @@ class KernelAggregate:
 # traced step's kernel-busy share of its own wall time (derive.busy_fraction)
 # "model_*" and "loop_*": a traced step's kernels launched inside and outside its model forward;
 # "traced_ms": a traced step's wall time (with sampling, "host_ms" covers every step instead)
+# Folded when a step ends (whole session, like "host_ms"): "untraced_ms" / "untraced_gpu_ms" the
+# wall and CUDA-event times of steps that ran with CUPTI detached or absent (the reference for
+# what tracing costs), "traced_step_ms" / "traced_gpu_ms" those of traced steps
 TOKEN_STATS = ("host_ms", "gpu_ms", "kernels", "busy_ns", "kernel_ns", "seqs", "span_ns",
                "graph_span_ns", "busy_pct", "model_kernels", "model_kernel_ns", "loop_kernels",
-               "loop_kernel_ns", "traced_ms")
+               "loop_kernel_ns", "traced_ms", "untraced_ms", "untraced_gpu_ms",
+               "traced_step_ms", "traced_gpu_ms")
 
 
 @dataclass(slots=True)
@@ -334,7 +342,7 @@ class SessionStore:
     def begin_token(self, phase: str, mode: str, start_ns: int, step: int, cycle: int = 0,
                     sampled: bool = True, batch: int = 1, config: Any = None,
                     compiling: bool = False, positions: int = 1, rerecord: bool = False,
-                    model: tuple[int, int] | None = None) -> int:
+                    model: tuple[int, int] | None = None, attached: bool | None = None) -> int:
         """Open a token window at ``start_ns`` (CUPTI clock); returns its sequence number.
 
         ``config``: the batch configuration of the step (default: the latest one given);
@@ -342,7 +350,8 @@ class SessionStore:
         from the configuration's clean statistics); ``positions``: input positions of the
         step over all sequences; ``rerecord``: the step recorded its CUDA graphs again after
         tuiprof dropped them (timed apart); ``model``: the host window of the step's model
-        forward (see :meth:`set_model_window`)."""
+        forward (see :meth:`set_model_window`); ``attached``: CUPTI was attached while the
+        step ran (False: the step is an untraced reference; None: not known)."""
         with self._lock:
             seq = self._seq
             self._seq += 1
@@ -353,7 +362,8 @@ class SessionStore:
                 self._cur = self._part(config)
             row = TokenRow(seq=seq, step=step, phase=phase, mode=mode, start_ns=start_ns,
                            cycle=cycle, sampled=sampled, batch=batch, config=config,
-                           compiling=compiling, positions=positions, rerecord=rerecord)
+                           compiling=compiling, positions=positions, rerecord=rerecord,
+                           attached=attached)
             if model is not None:
                 row.model_start_ns, row.model_end_ns = model
                 self._split = True
@@ -418,12 +428,41 @@ class SessionStore:
             ts["seqs"].add(row.batch)
             if gpu_ms is not None:
                 ts["gpu_ms"].add(gpu_ms)
+            side = _tracing_side(row)
+            if side is not None:
+                _add_stat(ts, _SIDE_HOST[side], host_ms)
+                if gpu_ms is not None:
+                    _add_stat(ts, f"{side}_gpu_ms", gpu_ms)
             nv = part.nvtx
             for name in ("step", row.phase):
                 s = nv.get(name)
                 if s is None:
                     s = nv[name] = RunningStats()
                 s.add(max(0, end_ns - row.start_ns))
+
+    def set_token_gpu(self, seq: int, gpu_ms: float) -> None:
+        """The CUDA-event time of token ``seq``, known after it ended (a program's step: its
+        events are read without waiting for the device, a step or more later)."""
+        with self._lock:
+            for row in reversed(self._win_rows):
+                if row.seq == seq:
+                    break
+                if row.seq < seq:
+                    return
+            else:
+                return
+            if row.gpu_ms is not None or not row.done:
+                return
+            row.gpu_ms = gpu_ms
+            if seq < self._dirty_seq:
+                self._dirty_seq = seq
+            if row.compiling or row.rerecord:
+                return
+            ts = _token_stats(self._part(row.config), row)
+            ts["gpu_ms"].add(gpu_ms)
+            side = _tracing_side(row)
+            if side is not None:
+                _add_stat(ts, f"{side}_gpu_ms", gpu_ms)
 
     def _fold_evicted(self, row: TokenRow) -> None:
         # A token leaving the window is long complete: its kernel counts join the running stats.
@@ -881,6 +920,27 @@ def _token_stats(part: ConfigData, row: TokenRow) -> dict:
     if ts is None:
         ts = part.token_stats[(row.phase, row.mode)] = {k: RunningStats() for k in TOKEN_STATS}
     return ts
+
+
+def _tracing_side(row: TokenRow) -> str | None:
+    """``"untraced"``: the step ran with CUPTI detached or absent (the reference for what
+    tracing costs); ``"traced"``: its kernels were traced; None: neither (CUPTI attached around
+    a burst without tracing it, or not known)."""
+    if row.attached is False:
+        return "untraced"
+    if row.attached and row.sampled:
+        return "traced"
+    return None
+
+
+_SIDE_HOST = {"untraced": "untraced_ms", "traced": "traced_step_ms"}
+
+
+def _add_stat(ts: dict, name: str, value: float) -> None:
+    s = ts.get(name)
+    if s is None:  # token statistics read from a snapshot written before this one existed
+        s = ts[name] = RunningStats()
+    s.add(value)
 
 
 def _count_alloc(bucket: dict, is_alloc: bool, nbytes: int) -> None:

@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from .. import format as fmt
 from ...text import markup, printable
-from ..derive import KernelRow
+from ..derive import KernelRow, kernel_ns_text
 
 
 def render_detail(row: KernelRow, view: Any | None = None) -> Table:
@@ -38,6 +38,15 @@ def render_detail(row: KernelRow, view: Any | None = None) -> Table:
     t.add_row("mean / median", f"{fmt.ns(s.mean)} / {fmt.ns(s.median)}")
     t.add_row("min / max", f"{fmt.ns(s.min)} / {fmt.ns(s.max)}")
     t.add_row("stddev", fmt.ns(s.stddev))
+    times = row.times
+    if times is not None and (times.upper_bound or times.correction_ns):
+        t.add_row("read as", Text(
+            f"less {fmt.ns(times.correction_ns)} a launch, tracing's own ({times.path} path; "
+            f"the table shows {kernel_ns_text(row, s.mean)} a launch): CUPTI's times above"
+            if times.correction_ns else
+            "upper bounds: the times above are CUPTI's, recorded while tracing, whose own cost "
+            "in a kernel this short is not measured yet (docs/performance.md, "
+            "\"What tracing changes\")", "yellow"))
     t.add_row("registers/thread", str(row.registers))
     t.add_row("shared mem", fmt.nbytes(row.shared_mem))
     cfgs = sorted(row.configs.items(), key=lambda kv: -kv[1])

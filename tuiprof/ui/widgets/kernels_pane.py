@@ -19,7 +19,9 @@ from ... import errors
 from ...text import printable
 from ...analysis.model_split import model_split
 from .. import format as fmt
-from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_rows,
+from ...analysis.tracing import duration_note, tracing_cost
+from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_ns_text,
+                      kernel_rows,
                       resolve_kernel_phase,
                       resolve_kernel_mode, select_kernels)
 from .base import Pane, RefreshContext
@@ -64,16 +66,18 @@ def visible_columns(inner: int) -> tuple[tuple, int]:
 
 def _cells(rank: int, r: KernelRow) -> dict[str, str]:
     s = r.stats
+    # CUPTI's times of a short kernel may hold tracing's own cost: corrected by the measured
+    # constant (analysis.tracing.DURATION_INFLATION_NS), or marked as upper bounds
     return {
         "rank": str(rank),
         "name": r.name.short,
         "library": r.name.library,
         "category": r.name.category,
         "pct": f"{r.pct:.1f}",
-        "total": fmt.ns(s.total),
+        "total": kernel_ns_text(r, s.total, s.count),
         "count": fmt.count(s.count),
-        "avg": fmt.ns(s.mean),
-        "minmax": f"{fmt.ns(s.min)} / {fmt.ns(s.max)}",
+        "avg": kernel_ns_text(r, s.mean),
+        "minmax": f"{kernel_ns_text(r, s.min)} / {kernel_ns_text(r, s.max)}",
         "grid": fmt.dim3(r.grid),
         "block": fmt.dim3(r.block),
     }
@@ -82,6 +86,19 @@ def _cells(rank: int, r: KernelRow) -> dict[str, str]:
 def _cell(text: str, right: bool) -> Text:
     """A table cell: a Text, never a string (DataTable parses a string as markup)."""
     return Text(text, justify="right") if right else Text(text)
+
+
+def tracing_caption(view: Any, phase: str, mode: str, shown: list[KernelRow]) -> str:
+    """What tracing changes in the table, for its caption: how much slower the traced steps
+    these kernels come from ran than untraced ones, and how short kernels' times are read."""
+    parts = []
+    cost = tracing_cost(view, phase, mode) if phase != ALL else None
+    if cost is not None:
+        parts.append(f"traced steps {cost.pct:+.0f} % (tracing cost)")
+    if any(r.times is not None and (r.times.upper_bound or r.times.correction_ns)
+           for r in shown):
+        parts.append(duration_note())
+    return "".join(f" · {p}" for p in parts)
 
 
 def empty_reason(view: Any, phase: str, mode: str) -> str:
@@ -324,6 +341,7 @@ class KernelsPane(Pane):
                        f"({fmt.ms(split.loop_ms)})", "cyan")
         cap.append(f" · {len(rows)} kernels · {fmt.ns(total_ns)} GPU"
                    f" · sort {self.sort} {'↓' if self.descending else '↑'}")
+        cap.append(tracing_caption(view, phase, mode, sel), "yellow")
         if self.filter_text:
             cap.append(f" · filter “{printable(self.filter_text, 40)}” ({len(sel)} match)", "yellow")
         cap.append("  [k] batch [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
