@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import marks
 from ..engine.graphs import GraphCaptures
 from ..collect.device import device_facts, rank_facts
 from ..profiler import Profiler
@@ -53,6 +54,9 @@ class ProgramSession:
         self.step_ranges = tuple(self.options["step_range"] or ())
         self.tee = tee
         self.recorder = StepRecorder(prof, prof.clock)
+        # a server's requests, on the clock of the steps (tuiprof/store/requests.py)
+        self.requests = prof.store.requests
+        self.requests.clock = prof.clock
         # the step sources of this run, in precedence order (tuiprof.program.sources)
         self.sources: dict[str, Any] = {}
         for spec in STEP_SOURCES:
@@ -85,6 +89,7 @@ class ProgramSession:
                 self.captures.undroppable):
             self.captures.install()  # one rank: CUPTI attached around its bursts only
         self.capture.start()
+        marks._requests = self.requests   # tuiprof.request_arrived() and the rest
         for name, source in list(self.sources.items()):
             try:
                 self._install(name, source)
@@ -124,6 +129,8 @@ class ProgramSession:
         self.result = result
         for source in reversed(list(self.sources.values())):
             source.uninstall()
+        if marks._requests is self.requests:
+            marks._requests = None
         self.recorder.close()
         self.captures.uninstall()
         if keep_capture:
@@ -144,6 +151,8 @@ class ProgramSession:
         meta["step_sources"] = {s: rec.counts[s] for s in SOURCES if rec.counts[s]}
         if rec.nested:
             meta["step_sources"]["ignored_nested"] = rec.nested
+        if self.requests.sources:
+            meta["request_sources"] = dict(self.requests.sources)
         prof.status.state = "done" if result.status == 0 else "error"
         prof.status.message = f"{result.line()} · log {Path(self.log_path).name}"
         if result.how == "raised":
