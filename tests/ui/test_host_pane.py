@@ -40,7 +40,7 @@ def _run(st: SessionStore, size: tuple[int, int], key: str | None = None) -> str
 
 def test_the_grid_at_200x50_shows_cpu_and_memory():
     out = _run(_store(), (200, 50))
-    assert out["panes"] == ["latency", "kernels", "util", "allocs", "findings", "host"]
+    assert out["panes"] == ["latency", "kernels", "util", "allocs", "findings", "host", "requests"]
     text = out["text"]
     line = next(ln for ln in text.splitlines() if "CPU" in ln and "% of a core" in ln)
     assert "101 % of a core, max 101" in line, line
@@ -52,4 +52,4 @@ def test_key_6_shows_it_alone_at_80x24_and_says_why_when_there_is_nothing():
     out = _run(_store(with_samples=False), (80, 24), key="6")
     assert out["panes"] == ["host"]
     assert "/proc is Linux's" in out["text"]
-    assert "6 host" in out["text"] and "tab/1-6" in out["text"]
+    assert "6 host" in out["text"] and "7 requests" in out["text"]  # all seven tabs fit 80 columns

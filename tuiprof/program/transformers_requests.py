@@ -8,8 +8,10 @@ transformers 5.17 and 5.24):
 * **arrival**: ``ContinuousBatchingManager.add_request`` (``generate_batch``, the manager,
   ``transformers serve``) returns the request's id; the prompt is its ``input_ids``. Under
   ``transformers serve`` the HTTP handler's ``handle_request(body, request_id)`` runs first
-  (before tokenisation and the model's lookup) with the same id: the request arrives then, and
-  enters the engine's queue at ``add_request``.
+  (before tokenisation and the model's lookup) with the same id, and the HTTP request reached
+  the server's ASGI app earlier still (``build_server``'s app gets an outermost middleware
+  that notes the time in a context variable): the request arrives then, and enters the
+  engine's queue at ``add_request``.
 * **its steps**: before each ``_generation_step``, the batch about to run
   (``requests_in_batch``: each request's state and query length). A request with no generated
   token yet is prefilling (its query: prompt tokens of this chunk); the others decode one token.
@@ -26,6 +28,7 @@ transformers 5.17 and 5.24):
 """
 from __future__ import annotations
 
+import contextvars
 import itertools
 from collections import OrderedDict
 from typing import Any, Callable
@@ -35,6 +38,22 @@ BATCHING = "transformers"
 GENERATE = "generate"
 HTTP_KEEP = 4096        # HTTP arrivals waiting for their add_request
 GENERATE_FLUSH = 16     # generate() steps between two updates of its rows
+# when the HTTP request reached the server's app (its ASGI middleware sets it, its handler reads
+# it: both run in the request's task)
+ARRIVAL: contextvars.ContextVar = contextvars.ContextVar("tuiprof_http_arrival", default=0)
+
+
+class ArrivalMiddleware:
+    """An outermost ASGI middleware: the time an HTTP request reached the app."""
+
+    def __init__(self, app: Any, clock: Callable[[], int] | None = None) -> None:
+        self.app = app
+        self.clock = clock
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and self.clock is not None:
+            ARRIVAL.set(self.clock())
+        await self.app(scope, receive, send)
 
 
 class TransformersRequests:
@@ -50,7 +69,7 @@ class TransformersRequests:
     def http_arrived(self, request_id: Any) -> None:
         """An HTTP request reached ``transformers serve``'s handler."""
         try:
-            self._http[request_id] = self.clock()
+            self._http[request_id] = ARRIVAL.get() or self.clock()
             if len(self._http) > HTTP_KEEP:
                 self._http.popitem(last=False)
         except TypeError:

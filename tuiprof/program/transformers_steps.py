@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 from .import_hooks import PostImport
 from .steps import DECODE, PREFILL, StepRecorder
-from .transformers_requests import TransformersRequests
+from .transformers_requests import ArrivalMiddleware, TransformersRequests
 
 GENERATION = "transformers.generation.utils"
 LOGITS = "transformers.generation.logits_process"
@@ -50,6 +50,7 @@ BATCHING = "transformers.generation.continuous_batching.continuous_api"
 SERVING = {"transformers.cli.serving.completion": "CompletionHandler",
            "transformers.cli.serving.chat_completion": "ChatCompletionHandler",
            "transformers.cli.serving.response": "ResponseHandler"}
+SERVER = "transformers.cli.serving.server"   # build_server: the FastAPI app
 SOURCE = "transformers"
 
 
@@ -77,6 +78,7 @@ class TransformersSteps:
                  BATCHING: self._patch_batching}
         if self.requests is not None:
             hooks.update({name: self._patch_handler for name in SERVING})
+            hooks[SERVER] = self._patch_server
         for name, patch in hooks.items():
             mod = sys.modules.get(name)
             if mod is not None:
@@ -231,6 +233,24 @@ class TransformersSteps:
                 return fail(self_, state, error, *args, **kwargs)
 
             self._replace(router, "fail_and_deliver", fail_and_deliver)
+
+    def _patch_server(self, mod: Any) -> None:
+        """transformers serve's app: an outermost middleware notes when a request arrives."""
+        if "build_server" not in mod.__dict__:
+            return
+        orig = mod.__dict__["build_server"]
+        clock = self.recorder.clock
+
+        @functools.wraps(orig)
+        def build_server(*args, **kwargs):
+            app = orig(*args, **kwargs)
+            try:
+                app.add_middleware(ArrivalMiddleware, clock=clock)
+            except Exception:  # an app that takes no middleware: handler times only
+                pass
+            return app
+
+        self._replace(mod, "build_server", build_server)
 
     def _patch_handler(self, mod: Any) -> None:
         """transformers serve: an HTTP request reaches its handler (before tokenisation)."""

@@ -38,6 +38,7 @@ from .actions import ACTIONS
 from .derive import view_signature
 from .screens.compare import CompareScreen
 from .screens.detail import KernelDetailScreen
+from .screens.request import RequestDetailScreen
 from .screens.help import HelpScreen
 from .screens.log import LogScreen
 from .screens.all_ranks import RanksScreen
@@ -47,6 +48,7 @@ from .widgets.base import Pane, RefreshContext
 from .widgets.findings_pane import FindingsPane
 from .widgets.header import HeaderPane
 from .widgets.kernels_pane import KernelsPane
+from .widgets.requests_pane import RequestsPane
 from .widgets.statusline import StatusLine
 
 WIDE_AT = (150, 40)          # columns, rows from which all panes show at once
@@ -575,6 +577,10 @@ class TuiprofApp(App):
             k.open_filter()
 
     def action_kernel_detail(self) -> None:
+        if self.screen is self.main and self.main.narrow and str(self.main.active) == \
+                self.main.query_one(RequestsPane).PANE_KEY:  # enter on the requests pane
+            self.open_request(self.main.query_one(RequestsPane).current_request())
+            return
         if (k := self._kernels()) is not None:
             row = k.current_row()
             if row is not None:
@@ -582,6 +588,22 @@ class TuiprofApp(App):
 
     def on_kernels_pane_open_detail(self, m: KernelsPane.OpenDetail) -> None:
         self.push_screen(KernelDetailScreen(m.row, self.view))
+
+    def on_requests_pane_open_request(self, m: RequestsPane.OpenRequest) -> None:
+        self.open_request(m.rid)
+
+    def open_request(self, rid: Any) -> None:
+        """One request's story, from a view with the raw records of its traced steps."""
+        from ..analysis.requests import story  # noqa: PLC0415
+
+        if rid is None:
+            return
+        s = story(self.store.view(raw=True, raw_tokens=FINDINGS_RAW_TOKENS), rid)
+        if s is None:
+            self._say("that request has left the store (only the last ones are kept whole)",
+                      "warning")
+            return
+        self.push_screen(RequestDetailScreen(s))
 
     # ------------------------------------------------------------------ exports
     def _stamp_name(self, prefix: str, suffix: str) -> Path:

@@ -41,6 +41,9 @@ PANES: tuple[PaneSpec, ...] = (   # grid order
     PaneSpec("6", "host", "host_pane:HostPane", "host",
              "the session process's CPU use and memory, and tuiprof's own CPU time",
              height="5"),
+    PaneSpec("7", "requests", "requests_pane:RequestsPane", "requests",
+             "a server's requests: TTFT/ITL/queue/e2e p50/p90/p99, req/s, tokens/s, the ones "
+             "in flight (enter: one request's story)", height="12"),
 )
 
 FIRST = "2"   # the pane shown first in the narrow layout: the kernels
