@@ -94,7 +94,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     out = Path(args.json or f"tuiprof-{stem(spec)}.json")
     log = out.with_suffix(".log")
     prof = Profiler(SessionStore(ring_tokens=args.ring_tokens), program_options(args, True))
-    session = ProgramSession(prof, spec, log, options=source_options(args), tee=True)
+    session = ProgramSession(prof, spec, log, options=source_options(args), tee=True,
+                             meta=getattr(args, "meta", None))
     if spec.note:
         say(f"tuiprof: {spec.note}")
     say(f"tuiprof: running {spec.name} (its output is also kept in {log}); Ctrl-C goes to "
@@ -149,7 +150,8 @@ def run_live(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise TuiprofError(f"cannot write the program's log in {export}: "
                            f"{exc.strerror or exc}") from None
-    program = {"spec": spec, "log_path": str(log), "options": source_options(args)}
+    program = {"spec": spec, "log_path": str(log), "options": source_options(args),
+               "meta": getattr(args, "meta", None)}
     ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
                         orphan_snapshot_dir=args.export_dir, program=program)
     ctl.start()

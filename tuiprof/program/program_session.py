@@ -38,9 +38,11 @@ class ProgramSession:
 
     def __init__(self, prof: Profiler, spec: ProgramSpec, log_path: str | Path, *,
                  options: dict | None = None, window_ms: float | None = None,
-                 step_ranges: tuple[str, ...] | None = None, tee: bool = False) -> None:
+                 step_ranges: tuple[str, ...] | None = None, tee: bool = False,
+                 meta: dict | None = None) -> None:
         """``options``: the step sources' options by ``dest`` (``program.sources.OPTIONS``;
-        ``window_ms`` and ``step_ranges`` are shorthands for two of them)."""
+        ``window_ms`` and ``step_ranges`` are shorthands for two of them); ``meta``: facts
+        about the run for the snapshot (``tuiprof serve``'s load)."""
         self.prof = prof
         self.spec = spec
         self.log_path = str(log_path)
@@ -53,6 +55,7 @@ class ProgramSession:
         self.window_ms = float(self.options["window_ms"])
         self.step_ranges = tuple(self.options["step_range"] or ())
         self.tee = tee
+        self.meta = dict(meta or {})
         self.recorder = StepRecorder(prof, prof.clock)
         # a server's requests, on the clock of the steps (tuiprof/store/requests.py)
         self.requests = prof.store.requests
@@ -82,6 +85,7 @@ class ProgramSession:
         })
         if self.step_ranges:
             store.meta["step_range"] = list(self.step_ranges)
+        store.meta.update(self.meta)
         markers = next((m for m in (getattr(s, "markers", None) for s in self.sources.values())
                         if m is not None), None)
         prof.start_collectors(markers=markers)

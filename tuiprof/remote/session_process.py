@@ -184,7 +184,7 @@ def _serve_program(conn: Any, spec: SessionSpec) -> None:
     prog = spec.program
     prof = Profiler(SessionStore(**spec.store), spec.options)
     session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog["options"],
-                             tee=False)
+                             tee=False, meta=prog.get("meta"))
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     try:
         session.start()
