@@ -521,3 +521,29 @@ def sweep_finding(cells: list, slo_ttft_ms: float | None, slo_itl_ms: float | No
                               f"{c.goodput_rps:.2f} req/s" for c in cells
                               if c.attainment is not None),
                     "Run at or below this load to keep the SLO; above it, requests queue.")
+
+
+# ------------------------------------------------------------------ exports
+def phases(r: Any, end_ns: int) -> list[tuple[str, int, int]]:
+    """A request's life as ranges: ``request`` (arrival to finish, or ``end_ns`` while in
+    flight) holding ``queued`` (to its first step), ``prefill`` (to its first token) and
+    ``decode`` (to its finish); a phase not reached is left out."""
+    end = r.finish_ns or max(end_ns, r.last_token_ns, r.arrival_ns)
+    out = [("request", r.arrival_ns, end)]
+    first_step = r.first_step_ns or (end if not r.first_token_ns else r.first_token_ns)
+    out.append(("queued", r.arrival_ns, min(first_step, end)))
+    if r.first_step_ns:
+        out.append(("prefill", r.first_step_ns, min(r.first_token_ns or end, end)))
+    if r.first_token_ns:
+        out.append(("decode", r.first_token_ns, end))
+    return [(n, s, max(s, e)) for n, s, e in out]
+
+
+def export_requests(view: Any, t0: int, t1: int) -> list:
+    """The requests an export of the window [t0, t1] shows: those alive in it (every kept
+    request when the window is empty, ``t1 <= t0``)."""
+    rows = list(view.requests.rows)
+    if t1 <= t0:
+        return rows
+    now = now_ns(view)
+    return [r for r in rows if r.arrival_ns <= t1 and (r.finish_ns or now) >= t0]
