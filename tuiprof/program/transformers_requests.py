@@ -178,15 +178,16 @@ class GenerateRequests:
         self.times: list[int] = []     # one per step that ended: every row's token then
         self.flushed = 0
 
-    def step(self, inputs: Any, batch: int, per_seq: int) -> None:
-        """A forward begins (``prepare_inputs_for_generation`` returned ``inputs``)."""
+    def step(self, inputs: Any, batch: int, per_seq: int, t: int | None = None) -> None:
+        """A forward begins at ``t`` (``prepare_inputs_for_generation`` returned ``inputs``):
+        the previous one's token reached the host then."""
         if not self.ids:  # the prefill: the rows arrive
             self.ids = [f"generate{self.call}/{i}" for i in range(batch)]
             lengths = prompt_lengths(inputs, batch, per_seq)
             for rid, n in zip(self.ids, lengths):
                 self.book.arrived(rid, n, GENERATE, t=self.t0, queued_t=self.t0)
             return
-        self.times.append(self.clock())   # the previous step's token reached the host
+        self.times.append(self.clock() if t is None else t)
         if len(self.times) - self.flushed >= GENERATE_FLUSH:
             self._flush()
 

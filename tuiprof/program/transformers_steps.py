@@ -352,7 +352,7 @@ class _GenerateScope:
             rows = self.rows
             if rows is not None and step is not None:
                 try:
-                    rows.step(inputs, batch, per_seq)
+                    rows.step(inputs, batch, per_seq, t)
                 except Exception:
                     pass
             rec.model_begins(step)  # generate() calls the forward next

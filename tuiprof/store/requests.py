@@ -36,7 +36,7 @@ DONE_STATES = frozenset({FINISHED, FAILED, "cancelled"})
 MAX_TOKEN_TIMES = 8192     # token times kept per request (the rest are counted)
 MAX_STEPS = 8192           # step numbers kept per request
 STEP_INTERVALS = 65536     # recent model steps (start, end) kept to split a request's time
-GONE_IDS = 65536           # ids of finished requests remembered (to tell a second finish)
+GONE_IDS = 1024            # ids of finished requests remembered (to tell a second finish)
 STAT_NAMES = ("ttft_ms", "itl_ms", "queue_ms", "e2e_ms", "outside_ms", "prompt_tokens",
               "output_tokens")
 MISUSE = {
