@@ -245,17 +245,21 @@ class RequestBook:
     def _add_tokens(self, row: RequestRow, n: int, t: int) -> None:
         if n <= 0:
             return
+        # the hot path (every token of every request): plain attribute work under the lock
         if not row.first_token_ns:
             row.first_token_ns = t
         row.last_token_ns = t
         row.output_tokens += n
         row.status = DECODE
         times = row.token_ns
-        room = MAX_TOKEN_TIMES - len(times)
-        if room > 0:
-            times.extend((t,) * min(n, room))
+        if len(times) < MAX_TOKEN_TIMES:
+            if n == 1:
+                times.append(t)
+            else:
+                times.extend((t,) * min(n, MAX_TOKEN_TIMES - len(times)))
         self.counts["tokens"] += n
-        self._touch(row)
+        self._rev = rev = self._rev + 1
+        row.rev = rev
 
     def finished(self, rid: Any, reason: str = "", t: int | None = None,
                  status: str = FINISHED, output_tokens: int | None = None,
