@@ -122,7 +122,11 @@ def _insert(con: sqlite3.Connection, table: str, cols: str, rows: list) -> None:
 def fill_database(con: sqlite3.Connection, view: StoreView, window: Window | None = None) -> None:
     """Create and fill the tables in an open (empty) database."""
     w = window if window is not None else window_of(view)
-    fill_parts(con, [(view, w, device_id(view), PID, "tuiprof")], w.t0)
+    t0 = w.t0
+    arrivals = [r.arrival_ns for r in _requests_in(view, w)]
+    if arrivals:  # the timeline starts at the earliest request: its queue wait is whole
+        t0 = min(arrivals) if w.empty else min(t0, *arrivals)
+    fill_parts(con, [(view, w, device_id(view), PID, "tuiprof")], t0)
 
 
 def fill_database_ranks(con: sqlite3.Connection, rv: RanksView) -> None:
@@ -237,23 +241,29 @@ def fill_parts(con: sqlite3.Connection, parts: list, t0: int) -> None:
     _insert(con, "StringIds", "id,value", [(i, s) for s, i in strings.ids.items()])
 
 
-def _request_ranges(view: StoreView, w: Window, t0: int, gtid: int) -> list:
-    """A server's requests as start/end ranges on a thread of their own: ``request`` and its
-    ``request queued``, ``request prefill`` and ``request decode``, the request's id in
-    ``jsonText``; those alive in the window, clipped at its start (all, with no window)."""
-    from ..analysis.requests import export_requests, now_ns, phases  # noqa: PLC0415
+def _requests_in(view: StoreView, w: Window) -> list:
+    from ..analysis.requests import export_requests  # noqa: PLC0415
 
     if not view.requests.rows:
         return []
+    return export_requests(view, w.t0, w.t1) if not w.empty else list(view.requests.rows)
+
+
+def _request_ranges(view: StoreView, w: Window, t0: int, gtid: int) -> list:
+    """A server's requests as start/end ranges on a thread of their own: ``request`` and its
+    ``request queued``, ``request prefill`` and ``request decode``, the request's id in
+    ``jsonText``; those alive in the window (all, with no window)."""
+    from ..analysis.requests import now_ns, phases  # noqa: PLC0415
+
+    reqs = _requests_in(view, w)
     now = now_ns(view)
-    lo = t0 if not w.empty else min(r.arrival_ns for r in view.requests.rows)
     out = []
-    for r in export_requests(view, w.t0, w.t1 if not w.empty else 0):
+    for r in reqs:
         rid = json.dumps({"request": r.id if isinstance(r.id, (str, int)) else str(r.id)})
         for name, s, e in phases(r, now):
             label = "request" if name == "request" else f"request {name}"
-            out.append((max(s, lo) - t0, max(e, lo) - t0, EVENT_STARTEND, label, gtid, None,
-                        0, rid))
+            out.append((max(s, t0) - t0, max(e, t0) - t0, EVENT_STARTEND, label, gtid, None, 0,
+                        rid))
     return out
 
 

@@ -4,8 +4,9 @@ One process per GPU (``pid`` = device id) with one track per CUDA stream (``tid`
 id) holding its kernels, memcpys and memsets as complete (``"X"``) events; a ``tuiprof``
 process with a ``tokens`` track (prefill/decode phase ranges enclosing one range per token)
 and counter (``"C"``) tracks for the NVML series and the per-token latency; a server's
-requests in a ``requests`` process, one async track per request (``"b"``/``"e"`` events with
-the request's id: ``request`` holding ``queued``, ``prefill`` and ``decode``). Timestamps are
+requests alive in the window in a ``requests`` process, one async track per request
+(``"b"``/``"e"`` events with the request's id: ``request`` holding ``queued``, ``prefill`` and
+``decode``; the timeline then starts at the earliest arrival). Timestamps are
 microseconds (floats, ns precision) from the window's first event. Events that would overlap
 partially on one track (never seen on a real stream) go to an extra ``overlap`` track, which
 Perfetto requires. A multi-rank session has one process per rank instead (its streams, its
@@ -126,25 +127,31 @@ def _host_events(view: StoreView, w, t0: int, pid: int, tid: int, off: int = 0) 
     return body
 
 
-def _request_events(view: StoreView, t0: int, t1: int, pid: int = REQUESTS_PID,
-                    off: int = 0) -> list:
-    """Async ranges of the requests alive in the window (clipped at its start)."""
-    from ..analysis.requests import export_requests, now_ns, phases  # noqa: PLC0415
+def _requests_of(view: StoreView, w) -> list:
+    """The requests alive in the window (every kept one when it is empty)."""
+    from ..analysis.requests import export_requests  # noqa: PLC0415
+
+    if not view.requests.rows:
+        return []
+    return export_requests(view, w.t0, w.t1) if not w.empty else list(view.requests.rows)
+
+
+def _request_events(view: StoreView, reqs: list, t0: int, pid: int = REQUESTS_PID) -> list:
+    """Async ranges of ``reqs``: ``request`` holding ``queued``, ``prefill``, ``decode``."""
+    from ..analysis.requests import now_ns, phases  # noqa: PLC0415
 
     body: list[dict] = []
     now = now_ns(view)
-    for r in export_requests(view, t0 + off, t1 + off):
+    for r in reqs:
         rid = str(r.id)
         for name, start, end in phases(r, now):
-            s, e = max(start - off, t0), max(end - off, t0)
             args = {"request": rid}
             if name == "request":
                 args.update(prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens,
-                            status=r.status, ttft_ms=r.ttft_ms, e2e_ms=r.e2e_ms,
-                            clipped=start - off < t0)
+                            status=r.status, ttft_ms=r.ttft_ms, e2e_ms=r.e2e_ms)
             common = {"cat": "request", "id": rid, "pid": pid, "tid": 0}
-            body.append({"name": name, "ph": "b", "ts": _us(s - t0), "args": args, **common})
-            body.append({"name": name, "ph": "e", "ts": _us(e - t0), **common})
+            body.append({"name": name, "ph": "b", "ts": _us(start - t0), "args": args, **common})
+            body.append({"name": name, "ph": "e", "ts": _us(end - t0), **common})
     return body
 
 
@@ -171,14 +178,16 @@ def trace_dict(view: StoreView | RanksView) -> dict:
         _meta("thread_name", HOST_PID, TOKENS_TID, {"name": "tokens"}),
         _meta("thread_sort_index", HOST_PID, TOKENS_TID, {"sort_index": 0}),
     ]
+    reqs = _requests_of(view, w)
+    if reqs:  # the timeline starts at the earliest of them: a request's queue wait is whole
+        t0 = min(t0, *(r.arrival_ns for r in reqs)) if not w.empty else \
+            min(r.arrival_ns for r in reqs)
     meta, body = _gpu_events(w, t0, dev)
     body += _host_events(view, w, t0, HOST_PID, TOKENS_TID)
-    if view.requests.rows:
-        if w.empty:  # no device records (a CPU server): the requests' own span
-            t0 = min(r.arrival_ns for r in view.requests.rows)
+    if reqs:
         events += [_meta("process_name", REQUESTS_PID, 0, {"name": "requests"}),
                    _meta("process_sort_index", REQUESTS_PID, 0, {"sort_index": -2})]
-        body += _request_events(view, t0, w.t1 if not w.empty else 0)
+        body += _request_events(view, reqs, t0)
     return {
         "traceEvents": events + meta + _sorted(body),
         "displayTimeUnit": "ms",
