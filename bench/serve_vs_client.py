@@ -80,8 +80,10 @@ def stats(xs: list) -> dict:
 
 def compare(jsonl: Path, rows: dict) -> dict:
     """Join the client's records with tuiprof's rows by request id."""
+    # ITL: aiperf reports each request's mean inter-token latency; tuiprof has every gap
+    # ("itl_gaps") and the same per-request mean ("itl")
     client = {"ttft": [], "itl": [], "e2e": []}
-    server = {"ttft": [], "itl": [], "e2e": []}
+    server = {"ttft": [], "itl": [], "e2e": [], "itl_gaps": []}
     diff = {"ttft": [], "e2e": [], "before_server": [], "after_first_token": [],
             "after_finish": [], "itl_mean": []}
     missing = 0
@@ -103,7 +105,9 @@ def compare(jsonl: Path, rows: dict) -> dict:
         server["e2e"].append(r["e2e_ms"])
         if c_itl is not None:
             client["itl"].append(c_itl)
-        server["itl"].extend(itls)
+        if s_itl is not None:
+            server["itl"].append(s_itl)
+        server["itl_gaps"].extend(itls)
         diff["ttft"].append(c_ttft - r["ttft_ms"])
         diff["e2e"].append(c_e2e - r["e2e_ms"])
         if c_itl is not None and s_itl is not None:
@@ -134,10 +138,14 @@ def report(cells: list) -> str:
                   f" ({c['unmatched']} unmatched)", "",
                   "| ms | client p50 | tuiprof p50 | client p90 | tuiprof p90 | client p99 | "
                   "tuiprof p99 |", "|---|---:|---:|---:|---:|---:|---:|"]
-        for k, label in (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "end to end")):
+        for k, label in (("ttft", "TTFT"), ("itl", "ITL (a request's mean)"),
+                         ("e2e", "end to end")):
             lines.append(f"| {label} | {fmt(a[k]['p50'])} | {fmt(s[k]['p50'])} | "
                          f"{fmt(a[k]['p90'])} | {fmt(s[k]['p90'])} | {fmt(a[k]['p99'])} | "
                          f"{fmt(s[k]['p99'])} |")
+        g = s["itl_gaps"]
+        lines.append(f"| ITL (every token gap: tuiprof only) | | {fmt(g['p50'])} | | "
+                     f"{fmt(g['p90'])} | | {fmt(g['p99'])} |")
         lines += ["", "| client − tuiprof, per request (ms) | p50 | p90 | p99 |",
                   "|---|---:|---:|---:|"]
         for k, label in (("ttft", "TTFT"), ("itl_mean", "mean ITL"), ("e2e", "end to end"),
@@ -167,7 +175,11 @@ def main() -> int:
     ap.add_argument("--tuiprof-args", default="--no-nvml",
                     help="options of tuiprof run (default --no-nvml)")
     ap.add_argument("--out", default="out/serve_vs_client")
+    ap.add_argument("--compare-only", action="store_true",
+                    help="recompute the comparison from OUT (no server, no client)")
     args = ap.parse_args()
+    if args.compare_only:
+        return _compare_dir(Path(args.out).resolve(), [float(r) for r in args.rates.split(",")])
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO) + os.pathsep
@@ -218,15 +230,19 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             server.kill()
         log.close()
-    doc = json.loads(snap.read_text())
+    return _compare_dir(out, [c["rate"] for c in cells])
+
+
+def _compare_dir(out: Path, rates: list) -> int:
+    doc = json.loads((out / "tuiprof.json").read_text())
     rows = {r["id"]: r for r in doc["requests"]}
     results = []
-    for c in cells:
-        jsonl = Path(c["artifacts"]) / "profile_export.jsonl"
+    for rate in rates:
+        jsonl = out / f"aiperf-rate-{rate:g}" / "profile_export.jsonl"
         if not jsonl.exists():
-            print(f"rate {c['rate']:g}: no aiperf records", file=sys.stderr)
+            print(f"rate {rate:g}: no aiperf records", file=sys.stderr)
             continue
-        results.append({"rate": c["rate"], **compare(jsonl, rows)})
+        results.append({"rate": rate, **compare(jsonl, rows)})
     text = report(results)
     (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "compare.md").write_text(text + "\n")
