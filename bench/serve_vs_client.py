@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -162,7 +163,10 @@ def report(cells: list) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--aiperf", required=True, help="the aiperf executable")
+    ap.add_argument("--aiperf", required=True,
+                    help="the aiperf command (an executable, or e.g. 'python3 -m aiperf')")
+    ap.add_argument("--aiperf-pythonpath", default=None,
+                    help="PYTHONPATH of the aiperf process (wheels installed with --target)")
     ap.add_argument("--model", default="qwen3-tiny", help="registry model for the directory")
     ap.add_argument("--model-dir", default=None, help="an existing model directory")
     ap.add_argument("--device", default="cpu")
@@ -207,7 +211,8 @@ def main() -> int:
         print(f"server up in {time.monotonic() - t0:.1f} s", flush=True)
         for rate in [float(r) for r in args.rates.split(",")]:
             art = out / f"aiperf-rate-{rate:g}"
-            cmd = [args.aiperf, "profile", "--model", str(model_dir), "--tokenizer", tok,
+            cmd = [*shlex.split(args.aiperf), "profile", "--model", str(model_dir),
+                   "--tokenizer", tok,
                    "--url", f"http://127.0.0.1:{port}", "--endpoint-type", "completions",
                    "--streaming", "--request-rate", f"{rate:g}", "--request-count",
                    str(args.requests), "--warmup-request-count", str(args.warmup),
@@ -217,6 +222,8 @@ def main() -> int:
                    "--ui-type", "none", "--artifact-dir", str(art)]
             aenv = dict(env, HF_HOME=str(out / "hf"))
             aenv.pop("PYTHONPATH", None)
+            if args.aiperf_pythonpath:
+                aenv["PYTHONPATH"] = args.aiperf_pythonpath
             t1 = time.monotonic()
             res = subprocess.run(cmd, capture_output=True, text=True, env=aenv, timeout=1800)
             (out / f"aiperf-rate-{rate:g}.log").write_text(res.stdout + res.stderr)
