@@ -58,6 +58,7 @@ class Load:
         self.args = args
         self.rng = random.Random(args.seed)
         self.n = 0
+        self.sent: dict[str, int] = {}   # requests sent per id prefix (warmup, r)
         self.done = 0
         self.failed = 0
         self.lock = threading.Lock()
@@ -67,8 +68,10 @@ class Load:
         plen, olen = a.prompt_len.draw(self.rng), a.output_len.draw(self.rng)
         ids = [self.rng.randrange(4, self.vocab) for _ in range(plen)]
         with self.lock:
-            rid = f"{prefix}{self.n}"
+            k = self.sent.get(prefix, 0)
+            self.sent[prefix] = k + 1
             self.n += 1
+            rid = f"{prefix}{k}"
         self.manager.add_request(ids, request_id=rid, max_new_tokens=olen)
         return rid
 
