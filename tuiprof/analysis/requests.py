@@ -166,6 +166,7 @@ class RequestStory:
     waited_ms: float | None          # arrival to its first model step
     behind: list                     # [(step seq, prefill tokens, [request ids prefilling])]
     steps_before: int                # model steps that ran while it waited
+    busy_wait_ms: float              # of its wait, the time those steps ran
     prefill_steps: int
     prefill_ms: float | None         # its first step to its first token
     decode_steps: int
@@ -183,7 +184,11 @@ def story(view: Any, rid: Any) -> RequestStory | None:
         return None
     tl = [t for t in (view.timeline or view.tokens) if t.done and t.phase != "window"]
     end_wait = r.first_step_ns or r.finish_ns or now_ns(view)
-    before = [t for t in tl if r.arrival_ns <= t.start_ns < end_wait]
+    # the steps that ran while it waited: the one running when it arrived, and those after
+    before = [t for t in tl if t.start_ns < end_wait and t.end_ns > r.arrival_ns
+              and t.seq != r.first_step_seq]
+    busy_wait = sum(min(t.end_ns, end_wait) - max(t.start_ns, r.arrival_ns)
+                    for t in before) / 1e6
     behind = []
     for t in before:
         ids = list(t.requests[:t.prefills])
@@ -219,7 +224,7 @@ def story(view: Any, rid: Any) -> RequestStory | None:
                           key=lambda x: -x[2])[:8]}
     return RequestStory(
         r, (r.queued_ns - r.arrival_ns) / 1e6 if r.queued_ns else None, r.queue_ms, behind,
-        len(before), r.prefill_steps,
+        len(before), busy_wait, r.prefill_steps,
         (r.first_token_ns - r.first_step_ns) / 1e6 if r.first_token_ns and r.first_step_ns
         else None, r.decode_steps, r.shared / r.decode_steps if r.decode_steps else None,
         outside, inside, itl_summary(r), kern)

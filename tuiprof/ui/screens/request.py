@@ -44,10 +44,13 @@ def render_story(s: Any) -> Table:
             shown = ", ".join(safe_text(i, 16) for i in ids[:6]) + (" …" if len(ids) > 6 else "")
             toks = sum(n for _, n, _ in s.behind)
             behind = f", behind {len(s.behind)} prefill step(s) of {toks:,} tokens: {shown}"
-        elif not s.steps_before and s.waited_ms > 1:
-            behind = ", with no model step running (start-up, or the engine idle)"
+        idle = max(0.0, s.waited_ms - s.busy_wait_ms)
+        if s.waited_ms > 1 and idle >= 0.5 * s.waited_ms:
+            behind += (f"; no model step ran for {fmt.ms(idle, 1)} of it (start-up, the "
+                       "engine idle, or the server's own work)")
         t.add_row("waited", f"{fmt.ms(s.waited_ms, 1)} before its first step "
-                  f"({s.steps_before} step(s) of other requests ran meanwhile){behind}")
+                  f"({s.steps_before} step(s) of other requests ran meanwhile, "
+                  f"{fmt.ms(s.busy_wait_ms, 1)} of it){behind}")
     if s.prefill_steps:
         chunked = " (chunked)" if s.prefill_steps > 1 else ""
         t.add_row("prefill", f"over {s.prefill_steps} step(s){chunked}; its first step to its "
