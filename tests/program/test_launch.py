@@ -19,9 +19,13 @@ def test_any_python_is_a_launcher(tmp_path, launcher):
     assert (spec.kind, spec.args, spec.name) == ("path", ("--n", "3"), "x.py")
 
 
-def test_not_a_python_program_is_said_plainly():
-    with pytest.raises(TuiprofError, match="runs Python programs only.*'torchrun'"):
-        parse_program(["torchrun", "x.py"])
+def test_another_executable_is_a_native_program(tmp_path):
+    spec = parse_program(["sh", "-c", "true"])
+    assert (spec.kind, spec.launcher, spec.args, spec.name) == ("native", "sh", ("-c", "true"),
+                                                                "sh")
+    assert os.path.isabs(spec.target) and spec.argv == ["sh", "-c", "true"]
+    with pytest.raises(TuiprofError, match="cannot run 'no-such-tool-xyz': no such program"):
+        parse_program(["no-such-tool-xyz", "x.py"])
 
 
 def test_the_program_sees_its_own_argv_path_and_main(tmp_path, capsys):

@@ -55,7 +55,9 @@ META_KEYS = frozenset({
     "step_range",
     "rank", "world_size", "local_rank", "tp", "backend", "clock_sync", "lockstep", "tp_shard",
     "model_params",
-    "max_batch", "step_time_sources", "request_sources", "load",
+    "max_batch", "step_time_sources",
+    "native", "auto_steps",
+    "request_sources", "load",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
 WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference"})

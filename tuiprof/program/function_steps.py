@@ -11,11 +11,10 @@ function defined in the script itself (``__main__``) cannot be found before it r
 from __future__ import annotations
 
 import functools
-import sys
 import threading
 from typing import Any, Callable
 
-from .import_hooks import PostImport
+from .import_hooks import Patches
 from .steps import DECODE, PREFILL, StepRecorder, compiled_or_eager
 
 SOURCE = "function"
@@ -52,34 +51,19 @@ class FunctionSteps:
         self.recorder = recorder
         self.targets = [parse(t) for t in targets]
         self.missing = missing or (lambda text: None)   # told of targets never found
-        self._restore: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         self._found: set[tuple[str, str]] = set()
-        self._finder: PostImport | None = None
         self._depth = threading.local()
 
     def install(self) -> None:
-        later: dict[str, Callable[[Any], None]] = {}
+        by_module: dict[str, list[str]] = {}
         for module, qual in self.targets:
-            mod = sys.modules.get(module)
-            if mod is not None:
-                self._patch(mod, qual)
-            else:
-                prev = later.get(module)
-                later[module] = (lambda m, q=qual, p=prev: (p and p(m), self._patch(m, q)))
-        if later:
-            self._finder = PostImport(later)
-            sys.meta_path.insert(0, self._finder)
+            by_module.setdefault(module, []).append(qual)
+        self._patches.on_import({m: (lambda mod, qs=quals: [self._patch(mod, q) for q in qs])
+                                 for m, quals in by_module.items()})
 
     def uninstall(self) -> None:
-        if self._finder is not None:
-            try:
-                sys.meta_path.remove(self._finder)
-            except ValueError:
-                pass
-            self._finder = None
-        for owner, attr, orig in reversed(self._restore):
-            setattr(owner, attr, orig)
-        self._restore.clear()
+        self._patches.restore()
         self.recorder.end(SOURCE)
         for module, qual in self.targets:
             if (module, qual) not in self._found:
@@ -97,15 +81,14 @@ class FunctionSteps:
         if not callable(fn):
             return
         phase = PREFILL if "prefill" in attr.lower() else DECODE
-        raw = getattr(owner, "__dict__", {}).get(attr, fn)
-        self._restore.append((owner, attr, raw))
+        raw = getattr(owner, "__dict__", {}).get(attr, fn)   # fn: inherited, wrapped here
         if isinstance(raw, staticmethod):
             new: Any = staticmethod(self._wrap(raw.__func__, phase))
         elif isinstance(raw, classmethod):
             new = classmethod(self._wrap(raw.__func__, phase))
         else:
-            new = self._wrap(raw if callable(raw) else fn, phase)
-        setattr(owner, attr, new)
+            new = self._wrap(fn, phase)
+        self._patches.replace(owner, attr, new)
         self._found.add((mod.__name__, qual))
 
     def _wrap(self, fn: Callable, phase: str) -> Callable:

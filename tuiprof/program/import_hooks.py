@@ -45,3 +45,55 @@ class HookedLoader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, is_package, ...
         return getattr(self._loader, name)
+
+
+class Patches:
+    """Attributes a step source replaces on modules or classes: patched now if their module is
+    imported, else when the program imports it, and all restored in reverse order."""
+
+    def __init__(self) -> None:
+        self._restore: list[tuple[Any, str, Any]] = []
+        self._finder: PostImport | None = None
+
+    def on_import(self, hooks: dict[str, Callable[[Any], None]]) -> None:
+        """``hooks[module](module)`` now for each module already imported, at its import for
+        the others."""
+        import sys  # noqa: PLC0415
+
+        later = {}
+        for name, hook in hooks.items():
+            mod = sys.modules.get(name)
+            if mod is not None:
+                hook(mod)
+            else:
+                later[name] = hook
+        if later:
+            self._finder = PostImport(later)
+            sys.meta_path.insert(0, self._finder)
+
+    def replace(self, owner: Any, name: str, new: Any) -> None:
+        """``owner.name = new``, remembering what was there: its own attribute (descriptors
+        such as staticmethod included), or nothing when it was inherited (then the restore
+        deletes the new one)."""
+        self._restore.append((owner, name, owner.__dict__.get(name, _INHERITED)))
+        setattr(owner, name, new)
+
+    def restore(self) -> None:
+        """Drop the import hook and put every replaced attribute back."""
+        import sys  # noqa: PLC0415
+
+        if self._finder is not None:
+            try:
+                sys.meta_path.remove(self._finder)
+            except ValueError:
+                pass
+            self._finder = None
+        for owner, name, orig in reversed(self._restore):
+            if orig is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, orig)
+        self._restore.clear()
+
+
+_INHERITED = object()

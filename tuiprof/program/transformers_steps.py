@@ -39,7 +39,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from .import_hooks import PostImport
+from .import_hooks import Patches
 from .steps import DECODE, PREFILL, StepRecorder
 from .transformers_requests import ArrivalMiddleware, TransformersRequests
 
@@ -66,8 +66,7 @@ class TransformersSteps:
         # the store's requests (None: steps only); tuiprof/program/transformers_requests.py
         self.requests = TransformersRequests(requests, recorder.clock) if requests is not None \
             else None
-        self._restore: list[tuple[Any, str, Any]] = []
-        self._finder: PostImport | None = None
+        self._patches = Patches()
         self._local = threading.local()
         self._seen: set[int] = set()
 
@@ -79,28 +78,14 @@ class TransformersSteps:
         if self.requests is not None:
             hooks.update({name: self._patch_handler for name in SERVING})
             hooks[SERVER] = self._patch_server
-        for name, patch in hooks.items():
-            mod = sys.modules.get(name)
-            if mod is not None:
-                patch(mod)
-        self._finder = PostImport({n: p for n, p in hooks.items() if n not in sys.modules})
-        sys.meta_path.insert(0, self._finder)
+        self._patches.on_import(hooks)
 
     def uninstall(self) -> None:
         """Restore every patched attribute and drop the import hook."""
-        if self._finder is not None:
-            try:
-                sys.meta_path.remove(self._finder)
-            except ValueError:
-                pass
-            self._finder = None
-        for owner, name, orig in reversed(self._restore):
-            setattr(owner, name, orig)
-        self._restore.clear()
+        self._patches.restore()
 
     def _replace(self, owner: Any, name: str, new: Any) -> None:
-        self._restore.append((owner, name, owner.__dict__[name]))
-        setattr(owner, name, new)
+        self._patches.replace(owner, name, new)
 
     def _patch_generate(self, mod: Any) -> None:
         cls = getattr(mod, "GenerationMixin", None)

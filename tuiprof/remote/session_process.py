@@ -79,6 +79,8 @@ class SessionServer:
             prof.status.message = msg
             return msg
         if op == "stop":
+            if program is not None:  # a native program's child process ends with the session
+                program.stop_program()
             prof.stop(*args)
             return None
         if op == "busy":
@@ -183,7 +185,7 @@ def _serve_program(conn: Any, spec: SessionSpec) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the UI's Ctrl-C, forwarded
     prog = spec.program
     prof = Profiler(SessionStore(**spec.store), spec.options)
-    session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog["options"],
+    session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog.get("options"),
                              tee=False, meta=prog.get("meta"))
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     try:
