@@ -40,6 +40,12 @@ if has 2; then
       --rates 4,16,64 --requests 96 --warmup 4 --prompt-len 128 --output-len 64 \
       --tuiprof-args "--no-nvml" --out "$OUT/serve_vs_aiperf" > "$OUT/serve_vs_aiperf.txt" 2>&1
   say "   status $? (compare: $OUT/serve_vs_aiperf/compare.md)"
+  # the request ranges through the real nsys stats
+  python3 -m tuiprof export "$OUT/serve_vs_aiperf/tuiprof.json" --sqlite "$OUT/requests.sqlite" \
+      --trace "$OUT/requests-trace.json" > "$OUT/export.txt" 2>&1
+  NSYS=/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys
+  [ -x "$NSYS" ] && timeout 60 "$NSYS" stats -q -r nvtx_sum -f csv -o "$OUT/nvtx" "$OUT/requests.sqlite" \
+      > "$OUT/nsys_stats.txt" 2>&1
 fi
 if has 3; then
   say "3. tuiprof serve rate sweep"

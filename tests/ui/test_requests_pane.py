@@ -69,3 +69,24 @@ def test_the_grid_at_200x50_has_the_pane_and_an_empty_session_says_where_request
     assert "requests" in out["panes"]
     assert "7 requests" in out["text"]
     assert "no requests in this session" in out["text"]
+
+
+def test_tuiprof_view_reopens_the_requests_from_a_snapshot(tmp_path):
+    from tuiprof.export.snapshot import read_snapshot, write_snapshot
+    from tuiprof.ui.app import view_control
+
+    path = write_snapshot(serving_store().view(), tmp_path / "s.json")
+    app = make_app(view_control(read_snapshot(path)), title="t", refresh_hz=0,
+                   deterministic=True)
+    out: dict = {}
+
+    async def main():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("7")
+            await pilot.pause()
+            app.refresh_now()
+            await pilot.pause()
+            out["text"] = screen_text(app)
+    asyncio.run(main())
+    assert "2 in flight" in out["text"] and "queued" in out["text"], out["text"]
