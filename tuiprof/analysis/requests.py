@@ -16,6 +16,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..errors import safe_text
+
 WINDOW_S = 60.0           # the sliding window of the requests pane
 METRICS = ("ttft_ms", "itl_ms", "queue_ms", "e2e_ms")
 QUANTILES = (0.5, 0.9, 0.99)
@@ -262,8 +264,9 @@ def _waiting(view: Any, summaries: Any = None) -> list:
         not starts or worst.first_step_ns <= starts[0])
     nums = {"requests": len(rows), "queue_p50_ms": p50_w, "queue_max_ms": max_w,
             "ttft_p50_ms": p50_t, "worst": str(worst.id), "worst_busy_ms": busy}
+    wid = safe_text(worst.id, 40)   # a request id is the program's text
     if startup:
-        ev = (f"request {worst.id} waited {worst.queue_ms / 1e3:.1f} s for its first model step "
+        ev = (f"request {wid} waited {worst.queue_ms / 1e3:.1f} s for its first model step "
               f"and no step ran in {(idle if idle is not None else worst.queue_ms) / 1e3:.1f} s "
               f"of it: the server was starting up (model, KV cache, warm-up or compile), not "
               f"busy with other requests")
@@ -276,7 +279,7 @@ def _waiting(view: Any, summaries: Any = None) -> list:
     else:
         ev = (f"queue wait p50 {p50_w:.1f} ms, max {max_w:.1f} ms"
               + (f" (TTFT p50 {p50_t:.1f} ms)" if p50_t else "")
-              + (f"; request {worst.id} waited {worst.queue_ms:.1f} ms while other requests' "
+              + (f"; request {wid} waited {worst.queue_ms:.1f} ms while other requests' "
                  f"steps ran {busy:.1f} ms of it" if busy is not None else ""))
         adv = ("Requests queue behind others: more concurrency per step (a larger "
                "max_batch_tokens or KV cache), shorter prefill chunks, or more replicas.")

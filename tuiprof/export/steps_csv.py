@@ -19,7 +19,8 @@ from ._atomic import atomic_write_text
 
 COLUMNS = ("seq", "config", "phase", "mode", "batch", "positions", "start_ns", "end_ns",
            "host_ms", "gpu_ms", "traced", "kernels", "kernel_ms", "busy_ms", "compiling",
-           "rerecord")
+           "rerecord", "requests", "prefill_tokens", "decode_tokens", "pending", "kv_used",
+           "kv_total")
 
 
 def rows(view: Any) -> list[dict]:
@@ -38,6 +39,10 @@ def rows(view: Any) -> list[dict]:
             "kernel_ms": round(t.kernel_ns / 1e6, 4) if traced else "",
             "busy_ms": round(t.busy_ns / 1e6, 4) if traced else "",
             "compiling": int(t.compiling), "rerecord": int(t.rerecord),
+            # a server's step: how many requests (not their ids: a program's text), its mix
+            "requests": len(t.requests), "prefill_tokens": t.prefill_tokens,
+            "decode_tokens": t.decode_tokens, "pending": t.pending, "kv_used": t.kv_used,
+            "kv_total": t.kv_total,
         })
     return out
 
