@@ -166,7 +166,7 @@ def test_the_split_survives_a_snapshot_and_old_snapshots_still_load(tmp_path):
     back = read_snapshot(path)
     assert model_split(back) == model_split(view)
     doc = json.loads(path.read_text())
-    assert doc["schema_version"] == 4
+    assert doc["schema_version"] == 5
     # a version 3 document (no model window anywhere) loads, with nothing split
     doc["schema_version"] = 3
     for t in doc["tokens"]:

@@ -44,36 +44,40 @@ def _gen_config(new: int):
 @pytest.mark.skipif(CB is None, reason="no continuous batching in this transformers")
 def test_the_manager_with_staggered_arrivals_and_a_token_budget_that_queues(model, hooked,
                                                                             prof):
-    # 12 prompt tokens each, at most 16 tokens a step: one prompt per step, the rest wait
+    # 16-token prompts and at most 16 tokens a step: one prompt a step. Four arrive together
+    # (the later ones must wait for room), two more later, 30 ms apart.
     with model.continuous_batching_context_manager(
             generation_config=_gen_config(6),
             continuous_batching_config=CB(num_blocks=16, max_batch_tokens=16),
             block=True, timeout=10, warmup=False) as manager:
-        for i in range(4):
-            manager.add_request(list(range(1, 13)), max_new_tokens=3 + i)
-            time.sleep(0.02)
+        for i in range(6):
+            if i >= 4:
+                time.sleep(0.03)
+            manager.add_request(list(range(1, 17)), max_new_tokens=3 + i % 4)
         done = 0
-        while done < 4:
-            res = manager.get_result(timeout=20)
+        while done < 6:
+            res = manager.get_result(timeout=30)
             assert res is not None
             done += res.is_finished()
     v = prof.store.view(raw=False)
     req = v.requests
-    assert req.counts["arrived"] == 4 and req.counts["finished"] == 4 and not req.misuse
-    assert req.sources == {"transformers": 4}
+    assert req.counts["arrived"] == 6 and req.counts["finished"] == 6 and not req.misuse
+    assert req.sources == {"transformers": 6}
     rows = {r.id: r for r in req.rows}
-    assert [rows[f"req_{i}"].output_tokens for i in range(4)] == [3, 4, 5, 6]
+    assert [rows[f"req_{i}"].output_tokens for i in range(6)] == [3, 4, 5, 6, 3, 4]
     for r in rows.values():
-        assert r.prompt_tokens == 12 and r.status == "finished" and r.reason == "length"
+        assert r.prompt_tokens == 16 and r.status == "finished" and r.reason == "length"
         assert 0 < r.queue_ms <= r.ttft_ms <= r.e2e_ms
         assert len(r.token_ns) == r.output_tokens and list(r.token_ns) == sorted(r.token_ns)
         assert r.kv_blocks >= 1 and r.prefill_steps >= 1
-    # the token budget held the last ones back while the first prefilled
+    # the token budget held the later ones back while the first prefilled
     steps = [t for t in v.timeline if t.requests]
-    assert max(t.prefill_tokens for t in steps) <= 16 and any(t.pending for t in steps)
+    assert max(t.prefill_tokens + t.decode_tokens for t in steps) <= 16
+    assert any(t.pending for t in steps)
     assert rows["req_3"].first_step_seq > rows["req_0"].first_step_seq
+    assert rows["req_3"].queue_ms > rows["req_0"].queue_ms
     assert all(t.kv_total > 0 and 0 < t.kv_used <= t.kv_total for t in steps)
-    assert sum(t.decode_tokens for t in steps) + 4 == sum(r.output_tokens for r in rows.values())
+    assert sum(t.decode_tokens for t in steps) + 6 == sum(r.output_tokens for r in rows.values())
 
 
 @pytest.mark.skipif(CB is None, reason="no continuous batching in this transformers")
