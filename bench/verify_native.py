@@ -4,20 +4,25 @@ program (tests/gpu/native/decode_like.cu) compiled with nvcc here, then
 1. its steps found automatically: decode steps == the program's loop count, one prefill,
    the kernels of every step by name exactly the program's launch list;
 2. the same with its NVTX ranges (``--step-range``);
-3. kernel times against ``nsys profile`` of the same binary (mean per kernel name, within 1 %);
+3. kernel times against ``nsys profile`` of the same binary (mean per kernel name, within 1 %,
+   for the kernels of at least 0.5 % of the GPU time; counts equal for every name), every
+   kernel printed with both means;
 4. the program's own decode time alone and under tuiprof, interleaved, medians (<= 5 % slower);
-5. the live app on it in tmux (captures at 200x50 and 80x24, pause and resume, the log, q).
+5. the live app on it in tmux (captures at 200x50 and 80x24, pause and resume, the log, q);
+6. the CPU tests of the native path on this machine, their whole output printed.
 
     python3 bench/verify_native.py --out DIR [--steps 512] [--rounds 6] [--overhead-steps 3000]
         [--tmux "TMUX COMMAND"] [--nsys NSYS --importer QDSTRM_IMPORTER --dw-lib DIR]
+        [--only steps,nvtx,nsys,overhead,live,cpu]
 
-Writes DIR/verify_native.json (every figure, every check) and prints a summary.
+Writes into DIR: verify_native.json (every figure and check, rewritten at each check),
+steps.json (the snapshot of the auto-steps run), steps_stdout.txt, nsys_kern_sum.csv (as
+``nsys stats`` printed it) and native_live.txt (the tmux captures); prints every check, then a
+recap of them all and the count passed.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import re
@@ -56,9 +61,21 @@ def tuiprof(out: Path, binary: str, *args: str, options=(), timeout=300):
     return proc, doc
 
 
+JSON_OUT: Path | None = None     # verify_native.json, rewritten at every check
+
+
+def save(results: dict) -> None:
+    """Every figure and check so far into verify_native.json: a run cut short (the device
+    call's limit, a hang) still leaves what it measured."""
+    if JSON_OUT is not None:
+        results["failed"] = [k for k, v in results["checks"].items() if not v["ok"]]
+        JSON_OUT.write_text(json.dumps(results, indent=1, default=str))
+
+
 def check(results: dict, name: str, ok: bool, detail) -> None:
     results["checks"][name] = {"ok": bool(ok), "detail": detail}
     print(f"  [{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
+    save(results)
 
 
 def steps_checks(results, doc, names, steps, source, prefix):
@@ -72,14 +89,122 @@ def steps_checks(results, doc, names, steps, source, prefix):
           f"{len(dec)} found, {steps} run")
     check(results, f"{prefix}: one prefill", len(pre) == 1, f"{len(pre)} prefill steps")
     counts = sorted({t["kernels"] for t in dec})
+    results[f"{prefix}_kernels_per_step"] = {
+        str(n): sum(1 for t in dec if t["kernels"] == n) for n in counts}
     check(results, f"{prefix}: kernels per decode step", counts == [len(names)],
           f"{counts} (program: {len(names)})")
     raw = {e["seq"]: [r for r in e["records"] if r[0] == "K"] for e in doc["raw"]}
-    bad = [t["seq"] for t in dec if t["seq"] in raw
-           and [r[1] for r in sorted(raw[t["seq"]], key=lambda r: r[2])] != names]
-    seen = sum(1 for t in dec if t["seq"] in raw)
+    step_names = {t["seq"]: [r[1] for r in sorted(raw[t["seq"]], key=lambda r: r[2])]
+                  for t in dec if t["seq"] in raw}
+    bad = [seq for seq, got in step_names.items() if got != names]
+    results[f"{prefix}_differing_steps"] = [{"seq": q, "kernels": step_names[q]}
+                                            for q in bad[:3]]
+    seen = len(step_names)
     check(results, f"{prefix}: kernel names of every step, in order", not bad and seen == len(dec),
           f"{seen} steps compared, {len(bad)} differ" + (f" (first: seq {bad[0]})" if bad else ""))
+
+
+MEAN_TOL = 0.01      # kernel mean times: |tuiprof / nsys - 1| at most this
+MIN_SHARE = 0.005    # ... for kernels of at least this share of the GPU time (either side's)
+
+
+def base_name(name: str) -> str:
+    """A kernel's name without its parameter list (nsys prints ``k(const float *, int)``,
+    tuiprof's demangler ``k(float const*, int)``); decode_like's kernels are extern "C", so
+    both sides print the plain name anyway."""
+    name = name.strip()
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i].strip()
+                break
+    return name[5:] if name.startswith("void ") else name
+
+
+def kernel_table(nsys_csv: Path, kernels: list) -> dict:
+    """nsys's kernel summary (``cuda_gpu_kern_sum``, CSV as ``nsys stats`` printed it) against
+    a tuiprof snapshot's kernels (summed over phases and modes), per kernel name: counts, mean
+    times, their ratio, each side's share of its GPU time. Every name of either side is a row;
+    ``compared`` are those both sides have with a share of at least ``MIN_SHARE`` on either."""
+    from tuiprof.export.check_nsys import read_nsys_csv
+
+    header, rows = read_nsys_csv(nsys_csv)
+    theirs: dict[str, list] = {}
+    bad_rows = 0
+    for r in rows:
+        try:
+            cell = dict(zip(header, r))
+            c = theirs.setdefault(base_name(cell["Name"]), [0, 0.0])
+            c[0] += int(float(cell["Instances"].replace(",", "")))
+            c[1] += float(cell["Total Time (ns)"].replace(",", ""))
+        except (KeyError, ValueError):
+            bad_rows += 1
+    ours: dict[str, list] = {}
+    for k in kernels:
+        c = ours.setdefault(base_name(k.get("demangled") or k["name"]), [0, 0.0])
+        c[0] += k["stats"]["count"]
+        c[1] += k["stats"]["total"]
+    tot_ours = sum(v[1] for v in ours.values()) or 1.0
+    tot_theirs = sum(v[1] for v in theirs.values()) or 1.0
+    table = []
+    for name in sorted(set(ours) | set(theirs),
+                       key=lambda n: -max(ours.get(n, (0, 0))[1] / tot_ours,
+                                          theirs.get(n, (0, 0))[1] / tot_theirs)):
+        n, tot = ours.get(name, (0, 0.0))
+        nn, ntot = theirs.get(name, (0, 0.0))
+        share = max(tot / tot_ours, ntot / tot_theirs)
+        mean, nmean = (tot / n if n else None), (ntot / nn if nn else None)
+        ratio = mean / nmean if mean is not None and nmean else None
+        table.append({"kernel": name, "tuiprof_count": n, "nsys_count": nn,
+                      "tuiprof_mean_ns": mean, "nsys_mean_ns": nmean, "mean_ratio": ratio,
+                      "share_of_gpu_time": share,
+                      "only_in": "tuiprof" if not nn else "nsys" if not n else None,
+                      "compared": ratio is not None and share >= MIN_SHARE})
+    compared = [r for r in table if r["compared"]]
+    worst = max(compared, key=lambda r: abs(r["mean_ratio"] - 1), default=None)
+    return {"header": header, "nsys_rows": len(rows), "unreadable_rows": bad_rows,
+            "table": table, "compared": [r["kernel"] for r in compared],
+            "worst": worst and {"kernel": worst["kernel"],
+                                "abs_ratio_minus_1": abs(worst["mean_ratio"] - 1)},
+            "missing": [r["kernel"] for r in table
+                        if r["only_in"] and r["share_of_gpu_time"] >= MIN_SHARE],
+            "count_differs": [r["kernel"] for r in table
+                              if r["tuiprof_count"] != r["nsys_count"]]}
+
+
+def kernel_checks(results: dict, res: dict) -> None:
+    """The two nsys checks from :func:`kernel_table`'s result, and the table printed."""
+    print(f"    {'kernel':<22} {'tuiprof mean':>13} {'count':>7} {'nsys mean':>13} {'count':>7} "
+          f"{'ratio':>7} {'share':>6}")
+    for r in res["table"]:
+        def us(v):
+            return "-" if v is None else f"{v / 1e3:.3f} us"
+        ratio = "-" if r["mean_ratio"] is None else f"{r['mean_ratio']:.4f}"
+        note = ("" if r["compared"] else f"  (only in {r['only_in']})" if r["only_in"]
+                else f"  (< {MIN_SHARE:.1%} of GPU time: not compared)")
+        print(f"    {r['kernel'][:22]:<22} {us(r['tuiprof_mean_ns']):>13} {r['tuiprof_count']:>7} "
+              f"{us(r['nsys_mean_ns']):>13} {r['nsys_count']:>7} {ratio:>7} "
+              f"{r['share_of_gpu_time']:>6.1%}{note}")
+    worst = res["worst"]
+    if not res["nsys_rows"]:
+        detail = f"nsys's CSV held no kernel rows (header {res['header']}): see nsys_kern_sum.csv"
+    elif not res["compared"]:
+        detail = "no kernel of at least 0.5 % of the GPU time on both sides"
+    else:
+        detail = (f"worst |ratio-1| = {worst['abs_ratio_minus_1']:.4f} ({worst['kernel']}) over "
+                  f"{len(res['compared'])} kernels: {', '.join(res['compared'])}")
+    if res["missing"]:
+        detail += f"; on one side only: {res['missing']}"
+    check(results, "nsys: kernel mean times within 1 % (kernels >= 0.5 % of GPU time)",
+          bool(res["compared"]) and worst["abs_ratio_minus_1"] <= MEAN_TOL
+          and not res["missing"], detail)
+    differ = [f"{r['kernel']} tuiprof {r['tuiprof_count']} nsys {r['nsys_count']}"
+              for r in res["table"] if r["kernel"] in res["count_differs"]]
+    check(results, "nsys: kernel counts equal", bool(res["nsys_rows"]) and not differ,
+          f"{len(res['table'])} kernel names, every one's count equal" if not differ
+          else f"differ: {differ}")
 
 
 def nsys_compare(results, args, binary, steps, doc, out):
@@ -97,47 +222,13 @@ def nsys_compare(results, args, binary, steps, doc, out):
     sh([args.importer, "-i", str(qd)], timeout=240, env=env)
     stats = sh([args.nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
                 str(rep.with_suffix(".nsys-rep"))], timeout=240)
-    (out / "nsys_kern_sum.csv").write_text(stats.stdout)
-    text = stats.stdout[stats.stdout.find('"Time'):] if '"Time' in stats.stdout else stats.stdout
-    rows = list(csv.DictReader(io.StringIO(text)))
-    nsys = {}
-    for r in rows:
-        try:
-            name = re.sub(r"\(.*$", "", r["Name"]).strip()
-            nsys[name] = (int(float(r["Instances"])), float(r["Total Time (ns)"]))
-        except (KeyError, ValueError):
-            continue
-    ours: dict[str, list] = {}
-    for k in doc["kernels"]:
-        c = ours.setdefault(k["name"], [0, 0.0])
-        c[0] += k["stats"]["count"]
-        c[1] += k["stats"]["total"]
-    total = sum(v[1] for v in ours.values()) or 1.0
-    table, worst = [], 0.0
-    for name, (n, tot) in sorted(ours.items(), key=lambda kv: -kv[1][1]):
-        if name not in nsys:
-            table.append({"kernel": name, "missing_in_nsys": True})
-            continue
-        nn, ntot = nsys[name]
-        ratio = (tot / n) / (ntot / nn) if n and nn else None
-        share = tot / total
-        table.append({"kernel": name, "tuiprof_count": n, "nsys_count": nn,
-                      "tuiprof_mean_ns": tot / n if n else None, "nsys_mean_ns": ntot / nn,
-                      "mean_ratio": ratio, "share_of_gpu_time": share})
-        if ratio is not None and share >= 0.005:
-            worst = max(worst, abs(ratio - 1))
-    results["nsys"] = {"table": table, "seconds": round(time.time() - t0, 1)}
-    for row in table:
-        if "mean_ratio" in row:
-            print(f"    {row['kernel']:<20} tuiprof {row['tuiprof_mean_ns'] / 1e3:9.2f} us "
-                  f"x{row['tuiprof_count']:<6} nsys {row['nsys_mean_ns'] / 1e3:9.2f} us "
-                  f"x{row['nsys_count']:<6} ratio {row['mean_ratio']:.4f}")
-    check(results, "nsys: kernel mean times within 1 % (kernels >= 0.5 % of GPU time)",
-          worst <= 0.01 and table and not any(r.get("missing_in_nsys") for r in table),
-          f"worst |ratio-1| = {worst:.4f}")
-    counts_ok = all(r.get("tuiprof_count") == r.get("nsys_count") for r in table
-                    if "mean_ratio" in r)
-    check(results, "nsys: kernel counts equal", counts_ok, "per kernel name")
+    csv_path = out / "nsys_kern_sum.csv"
+    csv_path.write_text(stats.stdout)
+    res = kernel_table(csv_path, doc["kernels"])
+    res["seconds"] = round(time.time() - t0, 1)
+    res["nsys_stats_stderr"] = stats.stderr[-2000:]
+    results["nsys"] = res
+    kernel_checks(results, res)
 
 
 def overhead(results, args, binary, out):
@@ -213,6 +304,33 @@ def live(results, args, binary, out):
           end.strip().splitlines()[-3:] if end.strip() else "")
 
 
+CPU_TESTS = ("tests/native", "tests/analysis/test_period.py", "tests/program/test_stream_steps.py")
+
+
+def cpu_tests(results: dict) -> None:
+    """The CPU tests of the native path on this machine (its compiler, CUPTI headers,
+    cupti-python, real libcupti and libcuda): the result in the JSON, pytest's whole output
+    printed (every failure in full, not a tail)."""
+    t0 = time.time()
+    try:
+        p = sh([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+                *CPU_TESTS], timeout=180, cwd=REPO)
+        text, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as exc:   # its output is bytes, whatever text= said
+        got = exc.stdout or b""
+        got = got.decode(errors="replace") if isinstance(got, bytes) else got
+        text, rc = got + "\n(pytest ran past 180 s)", 124
+    lines = [x for x in text.splitlines() if x.strip()]
+    summary = lines[-1] if lines else "no output"
+    failed = [x.split(" - ")[0] for x in lines if x.startswith(("FAILED ", "ERROR "))]
+    results["cpu_tests"] = {"paths": list(CPU_TESTS), "returncode": rc, "summary": summary,
+                            "failed": failed, "seconds": round(time.time() - t0, 1)}
+    print(f"\n===== pytest {' '.join(CPU_TESTS)} (whole output)")
+    print(text.rstrip())
+    print("===== end of pytest output")
+    check(results, "cpu tests of the native path pass here", rc == 0, summary)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -224,12 +342,14 @@ def main() -> int:
     ap.add_argument("--nsys", default="")
     ap.add_argument("--importer", default="")
     ap.add_argument("--dw-lib", default="")
-    ap.add_argument("--only", default="steps,nvtx,nsys,overhead,live")
+    ap.add_argument("--only", default="steps,nvtx,nsys,overhead,live,cpu")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(","))
     results: dict = {"checks": {}}
+    global JSON_OUT
+    JSON_OUT = out / "verify_native.json"
     smi = sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
     results["device"] = smi.stdout.strip()
     print("device:", results["device"])
@@ -241,7 +361,6 @@ def main() -> int:
     check(results, "nvcc builds decode_like.cu", b.returncode == 0,
           f"{time.time() - t0:.1f} s {b.stderr[-200:]}")
     if b.returncode:
-        (out / "verify_native.json").write_text(json.dumps(results, indent=1))
         return 1
     lib = sh([sys.executable, "-c", "from tuiprof.native.build import build; b = build(); "
               "print(b.path, b.cuda_h, b.cupti.source, b.cupti.version, b.cupti.lib)"])
@@ -253,8 +372,11 @@ def main() -> int:
     print("program:", fig)
 
     if "steps" in only:
-        proc, doc = tuiprof(out / "steps.json", binary, str(args.steps),
+        snap = Path("/tmp/tuiprof_native_steps.json")    # its program log beside it stays
+        proc, doc = tuiprof(snap, binary, str(args.steps),
                             options=("--ring-tokens", str(args.steps + 8)))
+        if snap.exists():
+            shutil.copy(snap, out / "steps.json")
         (out / "steps_stdout.txt").write_text(proc.stdout[-6000:] + "\n" + proc.stderr[-3000:])
         if doc is None:
             check(results, "auto: snapshot", False, proc.stderr[-400:])
@@ -287,10 +409,14 @@ def main() -> int:
         overhead(results, args, binary, out)
     if "live" in only and args.tmux:
         live(results, args, binary, out)
-    failed = [k for k, v in results["checks"].items() if not v["ok"]]
-    results["failed"] = failed
-    (out / "verify_native.json").write_text(json.dumps(results, indent=1, default=str))
-    print(f"\n{len(results['checks']) - len(failed)} of {len(results['checks'])} checks passed"
+    if "cpu" in only:
+        cpu_tests(results)
+    save(results)
+    failed = results["failed"]
+    print("\nchecks:")
+    for name, c in results["checks"].items():
+        print(f"  [{'ok' if c['ok'] else 'FAIL'}] {name}")
+    print(f"{len(results['checks']) - len(failed)} of {len(results['checks'])} checks passed"
           + (f"; failed: {failed}" if failed else ""))
     shutil.rmtree("/tmp/tuiprof_native_nsys", ignore_errors=True)
     return 0 if not failed else 1

@@ -54,7 +54,7 @@ META_KEYS = frozenset({
     "measured_peaks", "startup", "program", "step_source", "step_sources", "window_ms",
     "step_range",
     "rank", "world_size", "local_rank", "tp", "backend", "clock_sync", "lockstep", "tp_shard",
-    "model_params",
+    "model_params", "test_tp_delay",
     "max_batch", "step_time_sources",
     "native", "auto_steps",
     "request_sources", "load",
