@@ -513,6 +513,17 @@ class Profiler(SessionControl):
                 todo.append((self._model_window, model_ns))
         self._catch_up()
 
+    def step_requests(self, info: dict) -> None:
+        """The requests of the step begun last (a server's; ``StepRecorder.step_requests``):
+        stored with that step's other queued work, in order."""
+        self._todo.append((self._step_requests, info))
+        if not self._overlap:
+            self._catch_up()
+
+    def _step_requests(self, info: dict) -> None:
+        if self._begun_seq is not None:
+            self.store.set_step_requests(self._begun_seq, **info)
+
     def token_finished(self, ev) -> None:
         self._tokens_seen += 1
         every = self.options.alloc_every

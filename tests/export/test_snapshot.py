@@ -12,6 +12,7 @@ import pytest
 
 from tuiprof.errors import TuiprofError
 from tuiprof.export import snapshot as snap
+from tuiprof.export.snapshot import SCHEMA_VERSION
 
 from ._independent import token_windows
 
@@ -50,7 +51,7 @@ def test_written_file_validates_against_schema(eager_doc, compiled_view):
     snap.validate_snapshot(eager_doc, all_records=False)
     doc = json.loads(snap.dumps(snap.snapshot_dict(compiled_view)))
     snap.validate_snapshot(doc)   # every record against the full schema
-    assert doc["schema_version"] == 5 and doc["format"] == "tuiprof-snapshot"
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["format"] == "tuiprof-snapshot"
     import jsonschema
     jsonschema.Draft202012Validator.check_schema(snap.schema())
 

@@ -555,5 +555,10 @@ def _caveats(view, summaries=None) -> list:
 # function returning a list of :class:`Finding`; adding one is a function and a row here
 # (docs/extending.md). A mode rule runs once for each mode that decoded: ``rule(view, mode)``;
 # a session rule once: ``rule(view, summaries)`` (``summaries``: mode -> ModeSummary of decode).
+# Request rules (a server's requests: waiting, TTFT split, ITL spikes, time outside steps,
+# KV cache, underfilled batches) live in analysis/requests.py and run as session rules.
+from .requests import REQUEST_RULES  # noqa: E402  (after Finding: that module builds them)
+
 MODE_RULES = (_launch_or_idle, _small_grids, _fusable, _below_roof, _allocs)
-SESSION_RULES = (_loop_kernels, _compiled_slower, _batch, _gpu_unused, _no_steps, _caveats)
+SESSION_RULES = (_loop_kernels, _compiled_slower, _batch, _gpu_unused, _no_steps,
+                 *REQUEST_RULES, _caveats)

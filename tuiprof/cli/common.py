@@ -170,6 +170,8 @@ def print_summary(view, prof=None) -> None:
             print(f"{printable(mode, 20):>9} {printable(where, 40)}: {len(ts)} decode steps{spread}, "
                   f"{seqs * steps_s:.1f} tokens/s{per}, median {med:.2f} ms/step, {k} kernels/step"
                   + (f" ({ntraced} traced steps)" if ntraced < len(ts) else ""))
+    if view.requests:
+        print_requests(view)
     if prof is not None and prof.status.state == "error":
         print(f"tuiprof: {printable(prof.status.message)}", file=sys.stderr)
     if view.counters.get("dropped"):
@@ -204,3 +206,30 @@ def print_steps(view) -> None:
                  if counts.get("ignored_nested") else "")
               + (f"; before and between them {windows} windows of {meta.get('window_ms', 100):g}"
                  " ms (phase window)" if windows else ""))
+
+
+def print_requests(view) -> None:
+    """A server's requests: counts and latency percentiles over every request kept."""
+    from ..analysis.requests import pct, window  # noqa: PLC0415
+
+    req = view.requests
+    c = req.counts
+    w = window(view, seconds=1e9)
+    line = (f"requests: {c.get('finished', 0)} finished, {c.get('failed', 0)} failed, "
+            f"{len(req.in_flight)} in flight (of {c.get('arrived', 0)}; from "
+            f"{', '.join(f'{k} {v}' for k, v in req.sources.items()) or 'nowhere'}); "
+            f"{w.requests_per_s:.2f} req/s, {w.tokens_per_s:,.1f} output tokens/s")
+    print(line)
+    for metric, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("queue_ms", "queue wait"),
+                          ("e2e_ms", "end to end")):
+        q = w.quantiles.get(metric)
+        if q is not None:
+            print(f"  {label:<10} p50 {q[0]:9.2f} ms  p90 {q[1]:9.2f} ms  p99 {q[2]:9.2f} ms")
+    out = [r for r in req.finished if r.model_ns is not None and r.model_ns >= 0 and r.e2e_ms]
+    if out:
+        o = pct([(r.finish_ns - r.arrival_ns - r.model_ns) / 1e6 for r in out], 0.5)
+        e = pct([r.e2e_ms for r in out], 0.5)
+        print(f"  outside model steps: {o:.2f} of {e:.2f} ms a request (p50)")
+    if req.misuse:
+        print("  misuse (counted, never raised): "
+              + ", ".join(f"{k} {v}" for k, v in req.misuse.items()), file=sys.stderr)

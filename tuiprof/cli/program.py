@@ -135,7 +135,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     check_output(log, "the program's log")
     program = {"spec": spec, "log_path": str(log), "options": source_options(args),
                "own_group": True, "stop_on_term": True, "tee": True,
-               "stdin": None if os.isatty(0) else 0}   # a terminal stays here (Ctrl-C)
+               "stdin": None if os.isatty(0) else 0,   # a terminal stays here (Ctrl-C)
+               "meta": getattr(args, "meta", None)}
     ctl = RemoteControl(program_options(args, True), {"ring_tokens": args.ring_tokens},
                         program=program, poll=False)
     if spec.note:
@@ -274,7 +275,8 @@ def run_live(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise TuiprofError(f"cannot write the program's log in {export}: "
                            f"{exc.strerror or exc}") from None
-    program = {"spec": spec, "log_path": str(log), "options": source_options(args)}
+    program = {"spec": spec, "log_path": str(log), "options": source_options(args),
+               "meta": getattr(args, "meta", None)}
     ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
                         orphan_snapshot_dir=args.export_dir, program=program)
     ctl.start()

@@ -4,7 +4,9 @@
 ``diff_modes(view, "eager", "compiled")`` compares two modes within one session. Both give a
 :class:`DiffResult` that :func:`render_rich` (a rich renderable) and :func:`render_text`
 (plain text or markdown) print: tokens/s (every sequence), ms/step, kernels per step, GPU busy fraction,
-kernel-time shares per category and the top kernels with their absolute and % change.
+kernel-time shares per category and the top kernels with their absolute and % change; and for a
+server's sessions, its requests: TTFT, ITL, queue wait and end-to-end p50/p99 over every
+finished request.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class Side:
     kernels: dict[str, tuple] = field(default_factory=dict)      # raw -> (short, cat, µs/token, launches/token)
     decode_tokens: int = 0           # every decode token of the mode, traced or not
     batch: float | None = None                                   # sequences per step
+    requests: dict = field(default_factory=dict)  # figure -> value (a server's requests)
 
 
 @dataclass
@@ -65,6 +68,7 @@ class DiffResult:
     metrics: list[Change]
     categories: list[Change]
     kernels: list[Change]       # label: short kernel name; unit µs/token; category set
+    requests: list[Change] = field(default_factory=list)   # TTFT, ITL, ... (servers only)
 
 
 def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
@@ -89,11 +93,37 @@ def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
     shared = _analysis_shares(view, mode)
     if shared is not None:
         cats = shared
-    return Side(printable(label or view.meta.get("recording") or mode, 80), printable(mode, 40),
+    side = Side(printable(label or view.meta.get("recording") or mode, 80), printable(mode, 40),
                 n, ms["tokens_per_s"],
                 ms["ms_per_token_median"], ms["kernels_per_token_median"],
                 ms["gpu_busy_fraction"], ms["kernel_ms_per_token_median"], cats, kernels,
                 ms["decode_tokens"] or 0, ms.get("batch"))
+    side.requests = request_figures(view)
+    return side
+
+
+REQUEST_FIGURES = (("finished requests", "finished", None, ""),
+                   ("TTFT p50", "ttft_ms", 0.5, "ms"), ("TTFT p99", "ttft_ms", 0.99, "ms"),
+                   ("ITL p50", "itl_ms", 0.5, "ms"), ("ITL p99", "itl_ms", 0.99, "ms"),
+                   ("queue wait p50", "queue_ms", 0.5, "ms"),
+                   ("end to end p50", "e2e_ms", 0.5, "ms"),
+                   ("outside model steps p50", "outside_ms", 0.5, "ms"))
+
+
+def request_figures(view: StoreView) -> dict:
+    """TTFT, ITL, queue wait and end-to-end percentiles over every finished request of the
+    session (its running statistics), empty for a session without requests."""
+    req = view.requests
+    if not req:
+        return {}
+    out = {}
+    for label, key, q, _unit in REQUEST_FIGURES:
+        if q is None:
+            out[label] = req.counts.get(key, 0)
+            continue
+        st = req.stats.get(key)
+        out[label] = st.quantile(q) if st is not None and st.count else None
+    return out
 
 
 def _analysis_shares(view: StoreView, mode: str) -> dict[str, float] | None:
@@ -133,7 +163,9 @@ def compare(a: Side, b: Side, top: int = 10) -> DiffResult:
         rows.append(Change(info[0], ka[2] if ka else 0.0, kb[2] if kb else 0.0, "µs/token",
                            info[1]))
     rows.sort(key=lambda c: (-max(c.a or 0.0, c.b or 0.0), c.label))
-    return DiffResult(a, b, metrics, cats, rows)
+    reqs = [Change(label, a.requests.get(label), b.requests.get(label), unit)
+            for label, _k, _q, unit in REQUEST_FIGURES] if (a.requests or b.requests) else []
+    return DiffResult(a, b, metrics, cats, rows, reqs)
 
 
 def _pct(x: float | None) -> float | None:
@@ -179,6 +211,10 @@ def _rows(res: DiffResult) -> list[tuple[str, list[list[str]]]]:
     sections = []
     sections.append(("Summary", [[c.label, _num(c.a, c.unit), _num(c.b, c.unit), *_chg(c), c.unit]
                                  for c in res.metrics]))
+    if res.requests:
+        sections.append(("Requests (every finished request)",
+                         [[c.label, _num(c.a, c.unit), _num(c.b, c.unit), *_chg(c), c.unit]
+                          for c in res.requests]))
     sections.append(("Kernel time by category (share %)",
                      [[c.label, _num(c.a), _num(c.b), *_chg(c), "%"] for c in res.categories]))
     sections.append(("Top kernels (µs per token)",

@@ -25,17 +25,21 @@ from ..errors import TuiprofError, safe_text, safe_tree
 from ..store import (ConfigData, KernelAggregate, RunningStats, StoreView, TokenRow, compose_view,
                      config_order)
 from ..store.rank_set import RanksView
+from ..store.requests import RequestRow, RequestsView
 from ..store.records import COPY_KINDS, DIRECTION
 from ._atomic import atomic_write_bytes
 from .names import demangle
 from .summary import summary
 
-SCHEMA_VERSION = 5       # 2: batch configurations ("batch", "configurations", token "config");
+SCHEMA_VERSION = 6       # 2: batch configurations ("batch", "configurations", token "config");
                          # 3: token "rerecord"; 4: token "model_*"/"loop_*" (a step's kernels
                          # launched inside and outside its model forward), kernel "loop_*";
                          # 5: token "attached" (CUPTI attached while the step ran: traced and
                          # untraced steps told apart) and the token statistics "untraced_*",
                          # "traced_step_ms", "traced_gpu_ms"
+                         # 6: a server's "requests" and "request_stats", token "requests",
+                         # "prefills", "prefill_tokens", "decode_tokens", "pending", "running",
+                         # "kv_used", "kv_total"
 FORMAT = "tuiprof-snapshot"
 RANKS_FORMAT = "tuiprof-ranks-snapshot"   # a tensor-parallel session: one snapshot per rank
 MAX_RANKS = 1024
@@ -58,6 +62,7 @@ META_KEYS = frozenset({
     "model_params", "test_tp_delay",
     "max_batch", "step_time_sources",
     "native", "auto_steps",
+    "request_sources", "load",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
 WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference"})
@@ -209,7 +214,39 @@ def snapshot_dict(view: StoreView, findings: Iterable | None = None,
         "overhead": _jsonable(view.overhead),
         "findings": [_finding_dict(f) for f in findings],
         "output": [str(line) for line in view.output],
+        **(_request_sections(view.requests) if view.requests else {}),
     }
+
+
+# request fields written as they are (the rest: derived, or the arrays)
+_REQUEST_FIELDS = ("source", "status", "reason", "arrival_ns", "queued_ns", "first_step_ns",
+                   "first_step_seq", "first_token_ns", "last_token_ns", "finish_ns",
+                   "prompt_tokens", "output_tokens", "kv_blocks", "prefill_steps",
+                   "decode_steps", "shared", "preemptions", "model_ns")
+
+
+def _request_id(rid: Any) -> Any:
+    return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else str(rid)
+
+
+def request_dict(r: RequestRow) -> dict:
+    """One request's entry: its fields, every token's time, its steps, and the derived
+    ``queue_ms``, ``ttft_ms``, ``e2e_ms``, ``outside_ms`` and ``itl_ms`` (statistics)."""
+    from ..analysis.requests import itl_summary, outside_ms  # noqa: PLC0415
+
+    d = {"id": _request_id(r.id), **{k: getattr(r, k) for k in _REQUEST_FIELDS},
+         "token_ns": list(r.token_ns), "steps": list(r.steps),
+         "queue_ms": r.queue_ms, "ttft_ms": r.ttft_ms, "e2e_ms": r.e2e_ms,
+         "outside_ms": outside_ms(r), "itl_ms": itl_summary(r)}
+    return _jsonable(d)
+
+
+def _request_sections(req: RequestsView) -> dict:
+    return {"requests": [request_dict(r) for r in req.rows],
+            "request_stats": {"counts": dict(req.counts), "misuse": dict(req.misuse),
+                              "sources": {str(k): v for k, v in req.sources.items()},
+                              "keep": req.keep,
+                              "stats": {k: stats_dict(v) for k, v in req.stats.items()}}}
 
 
 def dumps(doc: dict) -> bytes:
@@ -340,7 +377,7 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
             checked.add(key)
     for key in ("meta", "overhead", "findings", "allocs", "nvml", "series", "tokens", "counters",
                 "collectors", "summary", "events", "api", "nvtx", "output",
-                "configurations"):
+                "configurations", "requests", "request_stats"):
         problem = (_free_form_problem(obj[key], MAX_DEPTH)
                    if key in obj and key not in checked else None)
         if problem:
@@ -667,17 +704,41 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
                 raise _bad(where, f"configuration {str(c['batch'])[:20]!r} appears twice")
             parts[c["batch"]] = _read_part(c, where)
         raw = [(r["seq"], [_record(x, where) for x in r["records"]]) for r in doc["raw"]]
+        for t in tokens:
+            if isinstance(t.requests, list):
+                t.requests = tuple(t.requests)
         return compose_view(
             safe_tree(dict(doc["meta"])), tokens, parts, key, raw=raw, nvml=list(doc["nvml"]),
             counters=dict(doc["counters"]), collectors=safe_tree(dict(doc["collectors"])),
             events=[tuple(safe_tree(list(e))) for e in doc["events"]],
             overhead=safe_tree(dict(doc["overhead"])),
             output=[safe_text(str(line), 4096) for line in doc.get("output", ())],
-            series={str(k): list(v) for k, v in doc.get("series", {}).items()})
+            series={str(k): list(v) for k, v in doc.get("series", {}).items()},
+            requests=_read_requests(doc, where))
     except TuiprofError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:
         raise _bad(where, f"{type(exc).__name__}: {safe_text(exc, 80)}") from None
+
+
+def _read_requests(doc: dict, where: str) -> RequestsView | None:
+    """The requests of a snapshot (None when it has none: a version < 5, or no server)."""
+    if "requests" not in doc and "request_stats" not in doc:
+        return None
+    from array import array  # noqa: PLC0415
+
+    rows = []
+    for d in doc.get("requests", ()):
+        r = RequestRow(d["id"], d["source"], d["arrival_ns"],
+                       **{k: d[k] for k in _REQUEST_FIELDS[4:] if k in d})
+        r.status, r.reason = d["status"], d.get("reason", "")
+        r.token_ns = array("q", d["token_ns"])
+        r.steps = array("q", d.get("steps", ()))
+        rows.append(r)
+    st = doc.get("request_stats") or {"counts": {}, "stats": {}}
+    return RequestsView(tuple(rows), {k: _stats(v, where) for k, v in st["stats"].items()},
+                        dict(st["counts"]), dict(st.get("misuse", {})),
+                        dict(st.get("sources", {})), int(st.get("keep", len(rows))))
 
 
 @dataclass

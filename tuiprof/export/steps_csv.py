@@ -20,7 +20,8 @@ from ._atomic import atomic_write_text
 
 COLUMNS = ("seq", "config", "phase", "mode", "batch", "positions", "start_ns", "end_ns",
            "host_ms", "gpu_ms", "traced", "kernels", "kernel_ms", "busy_ms", "compiling",
-           "rerecord", "untraced")
+           "rerecord", "untraced", "requests", "prefill_tokens", "decode_tokens", "pending",
+           "kv_used", "kv_total")
 
 
 def rows(view: Any) -> list[dict]:
@@ -43,6 +44,10 @@ def rows(view: Any) -> list[dict]:
             "compiling": int(t.compiling), "rerecord": int(t.rerecord),
             # run with CUPTI finalized or absent: the reference for what tracing costs
             "untraced": "" if t.attached is None else int(t.attached is False),
+            # a server's step: how many requests (not their ids: a program's text), its mix
+            "requests": len(t.requests), "prefill_tokens": t.prefill_tokens,
+            "decode_tokens": t.decode_tokens, "pending": t.pending, "kv_used": t.kv_used,
+            "kv_total": t.kv_total,
         })
     return out
 

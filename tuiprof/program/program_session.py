@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import marks
 from ..engine.graphs import GraphCaptures
 from ..collect.device import device_facts, rank_facts
 from ..profiler import Profiler
@@ -39,9 +40,10 @@ class ProgramSession:
     def __init__(self, prof: Profiler, spec: ProgramSpec, log_path: str | Path, *,
                  options: dict | None = None, window_ms: float | None = None,
                  step_ranges: tuple[str, ...] | None = None, tee: bool = False,
-                 relayed: bool = False) -> None:
+                 relayed: bool = False, meta: dict | None = None) -> None:
         """``options``: the step sources' options by ``dest`` (``program.sources.OPTIONS``;
-        ``window_ms`` and ``step_ranges`` are shorthands for two of them)."""
+        ``window_ms`` and ``step_ranges`` are shorthands for two of them); ``meta``: facts
+        about the run for the snapshot (``tuiprof serve``'s load)."""
         self.prof = prof
         self.spec = spec
         self.log_path = str(log_path)
@@ -54,9 +56,13 @@ class ProgramSession:
         self.window_ms = float(self.options["window_ms"])
         self.step_ranges = tuple(self.options["step_range"] or ())
         self.tee = tee
+        self.meta = dict(meta or {})
         # a native binary runs as a child, its CUPTI injected (tuiprof.program.native_session)
         self.native = NativeSide(self) if spec.kind == "native" else None
         self.recorder = StepRecorder(prof, self.native.clock if self.native else prof.clock)
+        # a server's requests, on the clock of the steps (tuiprof/store/requests.py)
+        self.requests = prof.store.requests
+        self.requests.clock = self.recorder.clock
         # the step sources of this run, in precedence order (tuiprof.program.sources)
         self.sources: dict[str, Any] = {}
         kind = "native" if self.native is not None else "python"
@@ -86,6 +92,7 @@ class ProgramSession:
         })
         if self.step_ranges:
             store.meta["step_range"] = list(self.step_ranges)
+        store.meta.update(self.meta)
         markers = next((m for m in (getattr(s, "markers", None) for s in self.sources.values())
                         if m is not None), None)
         if self.native is not None:  # the child's CUPTI feeds the step source's marker sink
@@ -101,6 +108,7 @@ class ProgramSession:
                 self.captures.undroppable):
             self.captures.install()  # one rank: CUPTI attached around its bursts only
         self.capture.start()
+        marks._requests = self.requests   # tuiprof.request_arrived() and the rest
         for name, source in list(self.sources.items()):
             try:
                 self._install(name, source)
@@ -146,6 +154,8 @@ class ProgramSession:
             self.native.finish()
         for source in reversed(list(self.sources.values())):
             source.uninstall()
+        if marks._requests is self.requests:
+            marks._requests = None
         self.recorder.close()
         self.captures.uninstall()
         if keep_capture:
@@ -162,6 +172,8 @@ class ProgramSession:
                      "traceback": [clean_line(x) for x in result.traceback]})
         meta["program"] = info
         meta.update(self.step_facts())
+        if self.requests.sources:
+            meta["request_sources"] = dict(self.requests.sources)
         prof.status.state = "done" if result.status == 0 else "error"
         prof.status.message = f"{result.line()} · log {Path(self.log_path).name}"
         if result.how == "raised":

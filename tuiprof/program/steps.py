@@ -179,6 +179,16 @@ class StepRecorder:
             if op is not None and op.source == source:
                 self.timer.stop(op.gpu)
 
+    def step_requests(self, step: _Open | None, info: dict) -> None:
+        """The requests ``step`` (the open step, as :meth:`begin` returned it) advances, its
+        prompt and decode tokens, the requests waiting and running, KV-cache blocks
+        (``SessionStore.set_step_requests``'s arguments): for a listener that keeps them."""
+        if step is None or self._open is not step:
+            return
+        fn = getattr(self.listener, "step_requests", None)
+        if fn is not None:
+            fn(info)
+
     def model_begins(self, step: _Open | None) -> None:
         """The model's forward of ``step`` (the open step, as :meth:`begin` returned it) starts
         launching now (called on the program's thread, right before the forward)."""

@@ -198,7 +198,7 @@ def _serve_program(conn: Any, spec: SessionSpec) -> None:
         signal.signal(signal.SIGTERM, _stop_program)
     prof = Profiler(SessionStore(**spec.store), spec.options)
     session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog.get("options"),
-                             tee=False, relayed=bool(relayed))
+                             tee=False, relayed=bool(relayed), meta=prog.get("meta"))
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     try:
         session.start()

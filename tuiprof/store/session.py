@@ -31,6 +31,7 @@ from .records import (
 )
 from .alloc_classes import (MAX_CLASSES, OVERFLOW, class_key, has_detail, is_device_malloc,
                             memory_class)
+from .requests import EMPTY as NO_REQUESTS, RequestBook, RequestsView
 from .stats import RunningStats
 
 from ..phases import OTHER
@@ -103,6 +104,17 @@ class TokenRow:
     alloc: dict | None = None
     sampled: bool = True
     done: bool = False
+    # Requests (a server's): which ones the step advanced (the prefilling ones first, ``prefills``
+    # of them), its prompt and decode tokens, requests waiting and running when it began, and
+    # KV-cache blocks in use of the total (0: not known); see tuiprof/store/requests.py
+    requests: tuple = ()
+    prefills: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    pending: int = 0
+    running: int = 0
+    kv_used: int = 0
+    kv_total: int = 0
     busy_cursor: int = 0
 
     def to_dict(self) -> dict:
@@ -213,6 +225,7 @@ class StoreView:
     configs: dict = field(default_factory=dict)   # every configuration: key -> ConfigData
     timeline: list = field(default_factory=list)  # token rows of every configuration
     series: dict = field(default_factory=dict)    # other sampled kinds: kind -> [sample dicts]
+    requests: RequestsView = NO_REQUESTS          # a server's requests (store/requests.py)
 
     @property
     def kernels_traced(self) -> bool:
@@ -241,12 +254,13 @@ class StoreView:
         return compose_view(self.meta, self.timeline or self.tokens, parts, key, raw=self.raw,
                             nvml=self.nvml, counters=self.counters, collectors=self.collectors,
                             events=self.events, overhead=self.overhead, output=self.output,
-                            series=self.series)
+                            series=self.series, requests=self.requests)
 
 
 def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list, nvml: list,
                  counters: dict, collectors: dict, events: list, overhead: dict,
-                 output: list | None = None, series: dict | None = None) -> StoreView:
+                 output: list | None = None, series: dict | None = None,
+                 requests: RequestsView | None = None) -> StoreView:
     """A :class:`StoreView` of configuration ``key``: its token rows and aggregates, plus the
     session-wide parts (NVML, raw window, counters, events) and every configuration."""
     part = parts.get(key) or ConfigData()
@@ -255,14 +269,16 @@ def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list
         memcpy=part.memcpy, memset=part.memset, api=part.api, token_stats=part.token_stats,
         allocs=part.allocs, nvml=nvml, raw=raw, counters=counters, collectors=collectors,
         events=events, nvtx=part.nvtx, overhead=overhead, output=list(output or ()), batch=key,
-        configs=parts, timeline=timeline, series=dict(series or {}))
+        configs=parts, timeline=timeline, series=dict(series or {}),
+        requests=requests if requests is not None else NO_REQUESTS)
 
 
 class SessionStore:
     """Bounded, thread-safe store; see the module docstring."""
 
     def __init__(self, ring_tokens: int = 64, series_len: int = 2048, nvml_len: int = 6000,
-                 meta: dict | None = None, output_len: int = 1000) -> None:
+                 meta: dict | None = None, output_len: int = 1000,
+                 requests_keep: int = 1024) -> None:
         self.ring_tokens = ring_tokens
         self.series_len = series_len
         self._lock = threading.Lock()
@@ -276,6 +292,12 @@ class SessionStore:
         self._events: deque = deque(maxlen=1000)
         self._collectors: dict[str, dict] = {}
         self.overhead: dict = {}
+        # A server's requests: a record kind with a lock of its own (producers on the server's
+        # threads must not wait for a CUPTI fold); a program's misuse becomes one event per kind
+        # (appended without the store's lock: the book calls it holding its own, and deque
+        # appends are atomic)
+        self.requests = RequestBook(requests_keep, on_misuse=lambda kind, text: self._events.append(
+            (self._seq, time.time_ns(), "requests", text)))
         self._reset_data()
 
     # ------------------------------------------------------------------ state
@@ -323,6 +345,7 @@ class SessionStore:
             if open_row is not None:
                 self._open = open_row
             self._events.append((seq, time.time_ns(), "reset", "statistics reset"))
+        self.requests.reset()
 
     # -------------------------------------------------------------- producers
     def next_seq(self) -> int:
@@ -397,6 +420,33 @@ class SessionStore:
                 if row.seq < seq:
                     return
 
+    def set_step_requests(self, seq: int, prefill: tuple = (), decode: tuple = (),
+                          prefill_tokens: int = 0, decode_tokens: int = 0, pending: int = 0,
+                          running: int = 0, kv_used: int = 0, kv_total: int = 0,
+                          blocks: dict | None = None) -> None:
+        """The requests step ``seq`` advanced: ``prefill`` (feeding their prompt,
+        ``prefill_tokens`` in all) and ``decode`` (a token each, ``decode_tokens``), the
+        requests waiting (``pending``) and running when it began, KV-cache blocks used of
+        ``kv_total``; ``blocks``: request -> blocks it holds. The requests' rows learn their
+        steps (:class:`~tuiprof.store.requests.RequestBook`)."""
+        start = None
+        with self._lock:
+            for row in reversed(self._win_rows):
+                if row.seq == seq:
+                    row.requests = tuple(prefill) + tuple(decode)
+                    row.prefills = len(prefill)
+                    row.prefill_tokens, row.decode_tokens = prefill_tokens, decode_tokens
+                    row.pending, row.running = pending, running
+                    row.kv_used, row.kv_total = kv_used, kv_total
+                    start = row.start_ns
+                    if seq < self._dirty_seq:
+                        self._dirty_seq = seq
+                    break
+                if row.seq < seq:
+                    break
+        if start is not None:
+            self.requests.step(seq, start, tuple(prefill), tuple(decode), blocks)
+
     def end_token(self, seq: int, end_ns: int, host_ms: float, gpu_ms: float | None = None,
                   token_id: int | None = None) -> None:
         """Close the window of token ``seq`` and fold its timing into the per-mode stats."""
@@ -415,6 +465,8 @@ class SessionStore:
             self._counters["tokens"] += 1
             if row.phase == "window":  # a program's fixed window (no step marked then)
                 self._counters["window_steps"] += 1
+            else:  # a model step: requests in flight now are inside one
+                self.requests.step_interval(row.start_ns, end_ns)
             part = self._part(row.config)
             ts = _token_stats(part, row)
             if row.compiling or row.rerecord:  # slowed by a compile beside it or by tuiprof's
@@ -864,8 +916,11 @@ class SessionStore:
                 if new:
                     seen[kind] = new[-1].get("ts_ns", 0)
             top = self._tokens[-1].seq if self._tokens else since.token_seq
+            rsince = since.requests if not full else (-1, -1)
+            delta["requests"], *rnow = self.requests.changes(*rsince, light=light)
             return delta, ViewCursor(self._generation, max(top, since.token_seq),
-                                     tuple(seen.items()), records, ev, self._output_count, held)
+                                     tuple(seen.items()), records, ev, self._output_count, held,
+                                     tuple(rnow))
 
     def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None,
              light_others: bool | None = None) -> StoreView:
@@ -890,7 +945,8 @@ class SessionStore:
                 collectors={k: dict(v) for k, v in self._collectors.items()},
                 events=list(self._events), overhead=dict(self.overhead),
                 output=list(self._output),
-                series={k: list(v) for k, v in self._series.items() if k != NVML})
+                series={k: list(v) for k, v in self._series.items() if k != NVML},
+                requests=self.requests.view())
 
 
 @dataclass(frozen=True, slots=True)
@@ -904,6 +960,7 @@ class ViewCursor:
     events: tuple = ()           # (count, last event) when events were last sent
     output: int = 0              # program output lines sent
     raw: tuple = ()              # ((seq, record count), ...) of the raw records the mirror holds
+    requests: tuple = (-1, -1)   # (rev, evictions) of the request rows sent
 
 
 def _alloc_counter() -> dict:

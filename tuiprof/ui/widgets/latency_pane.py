@@ -1,5 +1,6 @@
 """Per-step latency: host and GPU ms per step (one step advances every sequence of the batch)
-of the last N steps, prefill, mode and batch switches and steps beside a compile marked."""
+of the last N steps, prefill, mode and batch switches and steps beside a compile marked; a
+server's step also gives its mix of prefill and decode tokens and the requests waiting."""
 from __future__ import annotations
 
 from typing import Any
@@ -46,6 +47,10 @@ class LatencyPane(Pane):
             last = done[-1]
             summary.append(f"#{last.seq} {last.phase}/{config_label(last.batch, last.mode)}: ",
                            "bold")
+            if last.requests:  # a server's step: its mix of prompt and decode tokens
+                summary.append(f"{last.prefill_tokens:,} prefill + {last.decode_tokens:,} "
+                               f"decode tok", "yellow" if last.prefill_tokens else "magenta")
+                summary.append(f" ({len(last.requests)} req, {last.pending} waiting) · ")
             summary.append(f"━ host {fmt.ms(last.host_ms)}/step", "cyan")
             summary.append(" · ")
             summary.append(f"━ GPU {fmt.ms(s.gpu[-1])}", "green")
