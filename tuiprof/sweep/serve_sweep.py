@@ -97,8 +97,12 @@ def run_serve_sweep(model: str, kind: str, values: list, load_args: list[str], o
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     for v in values:
         snap = out / f"serve-{kind}-{v:g}.json"
+        # A sweep measures latency: the live app's sampling (bursts of traced steps) keeps
+        # tracing's own cost out of most steps, where a headless run would trace every step
+        # (an eager traced step runs ~1.6x as long on an H100: docs/performance.md).
+        sampling = [] if "--sample-every" in load_args else ["--sample-every", "live"]
         cmd = [sys.executable, "-m", "tuiprof", "serve", "--model", model, "--headless",
-               "--json", str(snap), f"--{kind}", f"{v:g}", *load_args]
+               "--json", str(snap), f"--{kind}", f"{v:g}", *sampling, *load_args]
         if progress:
             progress(f"{kind} {v:g}: {' '.join(cmd[3:])}")
         try:
