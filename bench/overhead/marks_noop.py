@@ -1,7 +1,7 @@
 """What ``tuiprof.step`` / ``tuiprof.mark_prefill`` and the request marks
 (``tuiprof.request_arrived`` / ``request_token`` / ``request_finished``) cost a program that
 runs without tuiprof (target: < 1 µs a call), and what a marked step costs under a session
-(no collectors; a request's cost under a session is ``bench/request_cost.py``).
+(no collectors; a request's cost under a session is ``bench/overhead/request_cost.py``).
 
     python bench/overhead/marks_noop.py [--n 1000000]
 

@@ -3,18 +3,18 @@
 #   1. a qwen3-0.6b-shaped model directory (random bf16 weights, tokenizer trained here);
 #   2. transformers serve --continuous-batching --device cuda under tuiprof run, driven by
 #      NVIDIA aiperf at 3 request rates: tuiprof's TTFT/ITL/e2e beside aiperf's, per request
-#      (bench/serve_vs_client.py);
+#      (bench/verify/serve_vs_client.py);
 #   3. a tuiprof serve rate sweep with an SLO (tuiprof sweep --serve);
 #   4. the live app in tmux with the requests pane (80x24 and 200x50 captures);
 #   5. the overhead target: throughput with and without tuiprof, whole processes,
-#      interleaved (bench/serve_overhead.py).
+#      interleaved (bench/overhead/serve_overhead.py).
 # Prepare on the CPU machine, from the project root:
 #     ../shared/device/wheels.sh --serving     # .whl: textual, cupti-python, FastAPI, uvicorn, openai
 #     bench/client_wheels.sh                   # .aiperf-whl: aiperf and what its profile imports
 #     ../shared/device/tmux.sh                 # .tmx: tmux
 # Run on the device (carry .whl, .aiperf-whl and .tmx), in two calls of at most 8 minutes:
-#     STEPS="1 2 3" bash bench/gpu_serving.sh  # about 6 minutes
-#     STEPS="4 5" bash bench/gpu_serving.sh    # about 5 minutes (step 1 again on a fresh machine)
+#     STEPS="1 2 3" bash bench/verify/gpu_serving.sh  # about 6 minutes
+#     STEPS="4 5" bash bench/verify/gpu_serving.sh    # about 5 minutes (step 1 again on a fresh machine)
 set -uo pipefail
 OUT=${OUT:-out/gpu_serving}
 STEPS=${STEPS:-"1 2 3 4 5"}
@@ -35,10 +35,10 @@ if has 1 || [ ! -d "$MODEL" ]; then
 fi
 if has 2; then
   say "2. transformers serve under tuiprof, aiperf at 4, 16, 64 req/s"
-  timeout 180 python3 bench/serve_vs_client.py --aiperf "python3 -m aiperf" \
+  timeout 180 python3 bench/verify/serve_vs_client.py --aiperf "python3 -m aiperf" \
       --aiperf-pythonpath /tmp/aiperf-site --model-dir "$MODEL" --device cuda \
       --rates 4,16,64 --requests 96 --warmup 4 --prompt-len 128 --output-len 64 \
-      --tuiprof-args "--no-nvml" --out "$OUT/serve_vs_aiperf" > "$OUT/serve_vs_aiperf.txt" 2>&1
+      --tuiprof-args=--no-nvml --out "$OUT/serve_vs_aiperf" > "$OUT/serve_vs_aiperf.txt" 2>&1
   say "   status $? (compare: $OUT/serve_vs_aiperf/compare.md)"
   # the request ranges through the real nsys stats
   python3 -m tuiprof export "$OUT/serve_vs_aiperf/tuiprof.json" --sqlite "$OUT/requests.sqlite" \
@@ -77,7 +77,7 @@ if has 4; then
 fi
 if has 5; then
   say "5. throughput with and without tuiprof"
-  timeout 200 python3 bench/serve_overhead.py --model "$MODEL" --device cuda --concurrency 32 \
+  timeout 200 python3 bench/overhead/serve_overhead.py --model "$MODEL" --device cuda --concurrency 32 \
       --requests 256 --prompt-len 128 --output-len 64 --rounds 3 --out "$OUT/overhead" \
       > "$OUT/overhead.txt" 2>&1
   say "   status $? ($OUT/overhead.txt)"

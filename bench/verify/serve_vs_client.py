@@ -6,7 +6,7 @@ drives it on 127.0.0.1 (open-loop ``--request-rate``, bounded ``--request-count`
 completions, X-Request-ID headers that tuiprof records as the request ids); then the server is
 stopped with Ctrl-C and both sides are joined by request id.
 
-    python bench/serve_vs_client.py --aiperf /path/to/venv/bin/aiperf --device cpu \\
+    python bench/verify/serve_vs_client.py --aiperf /path/to/venv/bin/aiperf --device cpu \\
         --model qwen3-tiny --rates 1,2,4 --requests 24 --out out/serve_vs_client
 
 Prints, per rate, p50/p90/p99 of both sides and the per-request differences (client minus
@@ -30,7 +30,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 ZERO = "0" * 40

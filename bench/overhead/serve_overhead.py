@@ -8,7 +8,7 @@ requests generated in-process) and ``tuiprof serve --headless`` around the very 
 load program measures over its load phase (after its warm-up request): requests/s and output
 tokens/s. Reports per-round ratios, their median and the spread.
 
-    python bench/serve_overhead.py --model DIR_OR_NAME --device cuda --concurrency 16 \\
+    python bench/overhead/serve_overhead.py --model DIR_OR_NAME --device cuda --concurrency 16 \\
         --requests 256 --prompt-len 128 --output-len 64 --rounds 4 --out out/serve_overhead
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DONE = "tuiprof-serve: done "
 
 

@@ -9,7 +9,7 @@ CPU), on the paths a server takes:
 Each figure is the best of 7 repeats, per token; arrival and finish are included, amortised
 over the request's tokens (64 here).
 
-    python bench/request_cost.py [--batch 32] [--tokens 64] [--requests 200]
+    python bench/overhead/request_cost.py [--batch 32] [--tokens 64] [--requests 200]
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import tuiprof  # noqa: E402
 from tuiprof import marks  # noqa: E402
