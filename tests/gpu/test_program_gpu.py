@@ -83,7 +83,7 @@ def test_every_program_step_has_its_gpu_time_traced_or_not(compiled_program):
 
 
 def test_the_step_events_cost_stays_within_their_share_of_the_overhead_budget():
-    """bench/step_cost.py --events: the CUDA-event pair's own cost a step on the program's
+    """bench/overhead/step_cost.py --events: the CUDA-event pair's own cost a step on the program's
     thread, against the hooked step without it (its target lives in the benchmark)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "step_cost.py"), "--events",
