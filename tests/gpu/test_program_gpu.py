@@ -86,7 +86,7 @@ def test_the_step_events_cost_stays_within_their_share_of_the_overhead_budget():
     """bench/overhead/step_cost.py --events: the CUDA-event pair's own cost a step on the program's
     thread, against the hooked step without it (its target lives in the benchmark)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "step_cost.py"), "--events",
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "overhead" / "step_cost.py"), "--events",
                            "--check", "--steps", "5000", "--rounds", "6"],
                           capture_output=True, text=True, timeout=300, env=env)
     print(proc.stdout[-1500:])
