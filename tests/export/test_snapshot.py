@@ -123,8 +123,9 @@ def test_rejects_bad_input(tmp_path, small_doc):
     _expect(_write(tmp_path, "{not json"), "is not a tuiprof snapshot", "invalid JSON")
     _expect(_write(tmp_path, "[1, 2]"), "is not a tuiprof snapshot", "JSON object")
     _expect(_write(tmp_path, {"format": "chrome-trace"}), "not a tuiprof snapshot")
-    newer = dict(small_doc, schema_version=6)
-    _expect(_write(tmp_path, newer), "snapshot schema version 6 is newer than this tuiprof reads", "upgrade")
+    newer = dict(small_doc, schema_version=SCHEMA_VERSION + 1)
+    _expect(_write(tmp_path, newer), f"snapshot schema version {SCHEMA_VERSION + 1} is newer than "
+            "this tuiprof reads", "upgrade")
     bad = dict(small_doc, tokens="lots")
     _expect(_write(tmp_path, bad), "not a tuiprof snapshot", "tokens")
     bad = copy.deepcopy(small_doc)
