@@ -52,3 +52,13 @@ class Pane(Vertical):
 
     def focus_main(self) -> None:
         """Give focus to the pane's main widget (if any)."""
+
+
+def cursor_key(table: Any) -> Any:
+    """The row key under a DataTable's cursor (None when the table is empty)."""
+    if not table.row_count:
+        return None
+    try:
+        return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+    except Exception:
+        return None

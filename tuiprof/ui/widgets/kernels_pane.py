@@ -24,7 +24,7 @@ from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, ker
                       kernel_rows,
                       resolve_kernel_phase,
                       resolve_kernel_mode, select_kernels)
-from .base import Pane, RefreshContext
+from .base import Pane, RefreshContext, cursor_key
 
 # key, label, width, right-aligned
 COLUMNS = (
@@ -288,14 +288,7 @@ class KernelsPane(Pane):
             self.close_filter(clear=True)
 
     def current_row(self) -> KernelRow | None:
-        table = self.query_one(DataTable)
-        if not table.row_count:
-            return None
-        try:
-            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
-        except Exception:
-            return None
-        return self.rows.get(key)
+        return self.rows.get(cursor_key(self.query_one(DataTable)))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -19,7 +19,7 @@ from textual_plotext import PlotextPlot
 from ...analysis.requests import WINDOW_S, in_flight, window
 from ...errors import safe_text
 from .. import format as fmt
-from .base import Pane, RefreshContext
+from .base import Pane, RefreshContext, cursor_key
 
 LABELS = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("queue_ms", "queue"), ("e2e_ms", "e2e"))
 COLUMNS = (("id", "request", 18), ("age", "age", 9), ("state", "state", 8),
@@ -71,14 +71,7 @@ class RequestsPane(Pane):
         self.query_one(DataTable).focus()
 
     def current_request(self) -> Any:
-        table = self.query_one(DataTable)
-        if not table.row_count:
-            return None
-        try:
-            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
-        except Exception:
-            return None
-        return self._keys.get(key)
+        return self._keys.get(cursor_key(self.query_one(DataTable)))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
