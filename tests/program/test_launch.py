@@ -20,8 +20,21 @@ def test_any_python_is_a_launcher(tmp_path, launcher):
 
 
 def test_not_a_python_program_is_said_plainly():
-    with pytest.raises(TuiprofError, match="runs Python programs only.*'torchrun'"):
-        parse_program(["torchrun", "x.py"])
+    with pytest.raises(TuiprofError, match="runs Python programs only.*'bash'"):
+        parse_program(["bash", "x.py"])
+
+
+def test_torchrun_is_accepted_as_it_is():
+    """torchrun is python -m torch.distributed.run: its agent runs in the session process,
+    its workers are the program's processes (followed)."""
+    spec = parse_program(["/usr/local/bin/torchrun", "--nproc-per-node", "2", "tp.py", "--x"])
+    assert (spec.kind, spec.target, spec.args) == ("module", "torch.distributed.run",
+                                                   ("--nproc-per-node", "2", "tp.py", "--x"))
+    assert spec.name == "torchrun tp.py"
+    spec = parse_program(["python", "-m", "torch.distributed.run", "--nproc-per-node=2", "tp.py"])
+    assert (spec.kind, spec.target) == ("module", "torch.distributed.run")
+    with pytest.raises(TuiprofError, match="torchrun needs a script"):
+        parse_program(["torchrun"])
 
 
 def test_the_program_sees_its_own_argv_path_and_main(tmp_path, capsys):

@@ -31,8 +31,8 @@ def test_program_in_the_live_app(tmp_path):
     spec = parse_program(["python", str(PROGRAMS / "serve_forever.py")])
     log = tmp_path / "serve.log"
     ctl = RemoteControl(ProfilerOptions(cupti=False, nvml=False), {"ring_tokens": 8},
-                        program={"spec": spec, "log_path": str(log), "window_ms": 50.0,
-                                 "step_ranges": ()})
+                        program={"spec": spec, "log_path": str(log),
+                                 "options": {"window_ms": 50.0}})
     ctl.start()
     app = make_app(ctl, export_dir=tmp_path, auto_snapshot=True, refresh_hz=4.0)
 

@@ -22,6 +22,10 @@ ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "m
 def run(args: argparse.Namespace) -> int:
     """``tuiprof run … -- PROGRAM``."""
     check_options(args, run_defaults())
+    if args.detach:
+        from .sessions import start_detached  # noqa: PLC0415
+        spec = parse_program(args.program)   # a bad command fails here, in the terminal
+        return start_detached(args, spec.name)
     if args.headless:
         return run_headless(args, say, print_summary, write_outputs)
     return run_live(args)
@@ -135,9 +139,20 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
 
 
 def run_live(args: argparse.Namespace) -> int:
-    """The live app; the program runs in the session process."""
-    from ..remote import RemoteControl  # noqa: PLC0415
+    """The live app; the program runs in the session process, its processes are followed."""
     from ..ui.app import run_app  # noqa: PLC0415
+    from .sessions import hold  # noqa: PLC0415
+
+    main, name, stem_ = live_control(args)
+    ctl = hold(args, main, name=name, kind="program", stem=stem_)
+    ctl.start()
+    return run_app(ctl, title=f"tuiprof {name}", export_dir=Path(args.export_dir),
+                   auto_snapshot=True)
+
+
+def live_control(args: argparse.Namespace):
+    """(the session process that runs the program, not started; its name; a stem)."""
+    from ..remote import RemoteControl  # noqa: PLC0415
 
     spec = parse_program(args.program)
     export = Path(args.export_dir)
@@ -152,5 +167,4 @@ def run_live(args: argparse.Namespace) -> int:
     program = {"spec": spec, "log_path": str(log), "options": source_options(args)}
     ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
                         orphan_snapshot_dir=args.export_dir, program=program)
-    ctl.start()
-    return run_app(ctl, title=f"tuiprof {spec.name}", export_dir=export, auto_snapshot=True)
+    return ctl, spec.name, stem(spec)
