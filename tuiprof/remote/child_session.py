@@ -74,7 +74,8 @@ class ChildSession(ProgramSession):
         self._saved: list[tuple[Any, str, Any]] = []
         self._srv: protocol.Server | None = None
         spec = ProgramSpec("path", argv[1] if len(argv) > 1 else "python", tuple(argv[2:]),
-                           argv[0] if argv else "python", label=child_name(argv))
+                           argv[0] if argv else "python",
+                           label=child_name(argv, link.forked_from))
         store = SessionStore(ring_tokens=int(opts.get("ring_tokens", 64)))
         prof = Profiler(store, profiler_options(opts, link.cupti_allowed))
         sources = {k: v for k, v in (opts.get("sources") or {}).items()}
@@ -102,7 +103,7 @@ class ChildSession(ProgramSession):
             store.meta["job"] = job
         if not self.link.cupti_allowed:
             store.set_collector("cupti", False, "a fork child of a process whose CUPTI ran: "
-                                "kernels are not traced (CUDA cannot be used there either)")
+                                "kernels are not traced here (nor can CUDA run here)")
         for name, source in list(self.sources.items()):
             if isinstance(source, WindowSteps):
                 continue   # windows only once the process uses CUDA
@@ -118,7 +119,7 @@ class ChildSession(ProgramSession):
         prof.status.state = "running"
         prof.status.message = f"{self.spec.name} (pid {os.getpid()}) followed"
         prof._t_start = time.perf_counter()
-        self.link.tell("serving", self.socket_path, timeout=5.0)
+        self.link.tell("serving", self.socket_path, self.spec.name, timeout=5.0)
 
     def _patch(self, owner: Any, name: str, new: Any) -> None:
         self._saved.append((owner, name, owner.__dict__.get(name)))
@@ -218,12 +219,9 @@ class ChildSession(ProgramSession):
         """In a fork child, on the copy of its parent's session: put back what it patched (so
         nothing calls into the parent's collectors), drop the parent's sockets. Returns True
         when the parent's CUPTI had started."""
-        for source in list(self.sources.values()):
-            patches = getattr(source, "_patches", None)
-            if patches is not None:
-                patches.restore()
-        from .. import marks  # noqa: PLC0415
-        marks._sink = None
+        from .follow import forget_in_fork  # noqa: PLC0415
+
+        forget_in_fork(self)
         self._unpatch()
         if self._srv is not None:
             self._srv.forget()
@@ -236,12 +234,12 @@ class ChildSession(ProgramSession):
         return extra
 
 
-def child_name(argv: list) -> str:
+def child_name(argv: list, forked_from: int | None = None) -> str:
     """The process's name: multiprocessing's name for it when the program gave one
-    (``EngineCore``), with what it runs (``spawn worker``, ``worker.py``)."""
+    (``EngineCore``), with what it runs (``spawn worker``, ``worker.py``, ``fork of PID``)."""
     from ..store.rank_set import process_name  # noqa: PLC0415
 
-    name = process_name(argv)
+    name = f"fork of {forked_from}" if forked_from is not None else process_name(argv)
     mp = sys.modules.get("multiprocessing")
     try:
         given = mp.current_process().name if mp is not None else ""

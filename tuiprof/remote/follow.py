@@ -44,6 +44,7 @@ EXIT_WAIT_S = 5.0                      # a process ending waits this long for it
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
 
 _LINK: "Link | None" = None
+_MAIN: list = []        # the session process's own (ProgramSession, Server): a fork copies them
 
 
 def follow_env(session_socket: str, options: dict, environ: dict | None = None) -> dict:
@@ -140,18 +141,23 @@ def start() -> None:
     _arm(_LINK)
 
 
-def follow_from_main(env: dict) -> None:
+def follow_from_main(env: dict, session: Any = None, server: Any = None) -> None:
     """In the session process itself, before the program runs: its children are followed
-    (they inherit ``env``), and its own forks are handled like any followed process's."""
+    (they inherit ``env``), and its own forks are handled like any followed process's
+    (``session`` and ``server``: what a fork child must let go of)."""
     os.environ.update(env)
-    try:
-        os.register_at_fork(after_in_child=_forked)
-    except AttributeError:
-        pass
+    _MAIN[:] = [session, server]
+    _hooks()
 
 
-def _arm(link: Link) -> None:
-    _crash_file(link)
+_HOOKED: list = []   # the process-wide hooks are in (a fork child inherits them)
+
+
+def _hooks() -> None:
+    """Once per process tree: fork children, the end of the process, ``import torch``."""
+    if _HOOKED:
+        return
+    _HOOKED.append(True)
     try:
         os.register_at_fork(after_in_child=_forked)
     except AttributeError:
@@ -160,12 +166,17 @@ def _arm(link: Link) -> None:
 
     atexit.register(_at_exit)
     _wrap_exit()
+    from ..program.import_hooks import PostImport  # noqa: PLC0415 - standard library only
+
+    if "torch" not in sys.modules:
+        sys.meta_path.insert(0, PostImport({"torch": _torch_imported}))
+
+
+def _arm(link: Link) -> None:
+    _crash_file(link)
+    _hooks()
     if "torch" in sys.modules:
         _torch_imported(sys.modules["torch"])
-    else:
-        from ..program.import_hooks import PostImport  # noqa: PLC0415 - standard library only
-
-        sys.meta_path.insert(0, PostImport({"torch": _torch_imported}))
 
 
 def _crash_file(link: Link) -> None:
@@ -217,6 +228,11 @@ def _forked() -> None:
         cupti_ran = cupti_ran or not parent.cupti_allowed
     else:   # the session process itself: its CUPTI runs before the program
         cupti_ran = True
+        session, server = (_MAIN + [None, None])[:2]
+        if server is not None:
+            server.forget()
+        if session is not None:
+            forget_in_fork(session)
     path = os.environ.get(FOLLOW_ENV)
     _LINK = None
     if not path:
@@ -230,6 +246,29 @@ def _forked() -> None:
     _crash_file(link)
     if "torch" in sys.modules:
         _torch_imported(sys.modules["torch"])
+
+
+def forget_in_fork(session: Any) -> None:
+    """In a fork child, on its copy of the parent's program session: put back what its step
+    sources patched, so that nothing calls into the parent's collectors (whose threads did
+    not survive the fork, and whose CUPTI must not be touched here)."""
+    for source in list(getattr(session, "sources", {}).values()):
+        patches = getattr(source, "_patches", None)
+        if patches is not None:
+            try:
+                patches.restore()
+            except Exception:
+                pass
+    captures = getattr(session, "captures", None)
+    if captures is not None:
+        try:
+            captures.uninstall()
+        except Exception:
+            pass
+    marks = sys.modules.get("tuiprof.marks")
+    if marks is not None:
+        marks._sink = None
+    session.running = False
 
 
 # ---------------------------------------------------------------------------- the end

@@ -605,6 +605,8 @@ class SessionHandler(protocol.Handler):
         entry = self.entry
         if op == "serving":
             self.held.serving(entry, args[0] if args else None)
+            if len(args) > 1 and isinstance(args[1], str) and args[1]:
+                entry.name = args[1][:80]   # what it calls itself (multiprocessing's name)
             return None
         if op == "exiting":
             self.held.exiting(entry, args[0] if args else None)

@@ -60,6 +60,25 @@ def program_over(held: Any) -> str | None:
     return None
 
 
+STOP_GRACE_S = 10.0   # a stopped program gets this long to end after its Ctrl-C
+
+
+def end_program(held: Any) -> None:
+    """Ctrl-C for a program still running (KeyboardInterrupt, as in the live app), and a
+    moment to end by itself: a server shuts down cleanly, its exit status is kept."""
+    main = held.main
+    prog = (main.status.extra or {}).get("program") or {}
+    if main.program is None or not prog.get("running") or main._gone:
+        return
+    try:
+        main.call("interrupt", timeout=5)
+    except Exception:
+        return
+    t_end = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < t_end and not held.program_ended:
+        time.sleep(0.1)
+
+
 def keep(held: Any, every_min: float) -> int:
     """Run the detached session until it ends; returns the keeper's exit status."""
     held.snapshot_now = lambda: write_snapshot(held, "asked")
@@ -76,6 +95,8 @@ def keep(held: Any, every_min: float) -> int:
             write_snapshot(held, "periodic")
             next_at += every
     held.save_info(state="stopping")
+    if why == "stopped":
+        end_program(held)
     held.stop()
     final = write_snapshot(held, "final")
     held.final_snapshot = final

@@ -350,7 +350,7 @@ def _serve_program(spec: SessionSpec) -> None:
     if started:
         if spec.follow_env:
             from . import follow  # noqa: PLC0415
-            follow.follow_from_main(spec.follow_env)
+            follow.follow_from_main(spec.follow_env, session, srv)
         try:
             result = session.run()
             _program_exit()
