@@ -58,3 +58,79 @@ def held_program(tmp_path, program: list, options: tuple = (), seconds: float = 
     finally:
         held.close()
     return held, rv, snap
+
+
+class PtyProcess:
+    """A command on a pseudo-terminal of its own (its controlling terminal), as a user runs a
+    full-screen app in an SSH login: what it draws is read back, keys are typed, and closing
+    the terminal sends it SIGHUP."""
+
+    def __init__(self, argv: list, env: dict, cwd=None, cols: int = 120, rows: int = 40) -> None:
+        import fcntl
+        import os
+        import struct
+        import subprocess
+        import termios
+        import threading
+
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+        def controlling_tty():
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        env = dict(env, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
+                                     cwd=cwd, start_new_session=True,
+                                     preexec_fn=controlling_tty)
+        os.close(slave)
+        self.master = master
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        import os
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self._lock:
+                self._buf += chunk
+                del self._buf[:-(1 << 20)]
+
+    def text(self) -> str:
+        import re
+        with self._lock:
+            raw = bytes(self._buf).decode("utf-8", "replace")
+        return re.sub(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07]*\x07|[@-Z\\-_])", " ", raw)
+
+    def wait_for(self, text: str, seconds: float = 60.0) -> None:
+        t_end = time.monotonic() + seconds
+        while text not in " ".join(self.text().split()):
+            assert self.proc.poll() is None or text in self.text(), \
+                f"exited {self.proc.returncode}: {self.text()[-1500:]}"
+            assert time.monotonic() < t_end, f"no {text!r} on screen: {self.text()[-1500:]}"
+            time.sleep(0.1)
+
+    def type(self, keys: bytes) -> None:
+        import os
+        os.write(self.master, keys)
+
+    def hang_up(self) -> None:
+        """The terminal goes away (a dropped SSH connection): SIGHUP to the app."""
+        import os
+        try:
+            os.close(self.master)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self.hang_up()

@@ -173,7 +173,7 @@ class RemoteControl(SessionControl):
         """What the session process is started with (``env``: set there before anything)."""
         return SessionSpec(self.options, self.store_kwargs, self.log_path,
                            self.orphan_snapshot_dir, self.hook, self.program, env,
-                           self.socket_path, self.follow_env)
+                           self.socket_path, self.follow_env, os.getpid())
 
     def watch(self, proc: Any, socket_path: str) -> None:
         """Serve a session process this control owns (started here or by a rank launcher):

@@ -343,7 +343,9 @@ class HeldSession(ProcessSet):
         return str(self.directory / SESSION_SOCKET)
 
     # ------------------------------------------------------------------ life cycle
-    def start(self) -> None:
+    def start(self, running: bool = True) -> None:
+        """Serve, start the session process; ``running``: say so in ``info.json`` now (a
+        keeper says it once the session process answers)."""
         self.server = protocol.Server(lambda: SessionHandler(self), self.socket_path,
                                       tcp=self.listen, token=self.token, name="tuiprof-session")
         self.server.start()
@@ -358,8 +360,10 @@ class HeldSession(ProcessSet):
         self._add(ProcessEntry(0, self.main.pid, os.getpid(), argv, name, main=True,
                                started_ns=time.time_ns(), socket=self.main.socket_path,
                                ctl=self.main))
-        self.info.update(pid=self.main.pid, holder_pid=os.getpid(), state="running",
+        self.info.update(pid=self.main.pid, holder_pid=os.getpid(),
                          started=self.info.get("started") or now_utc())
+        if running:
+            self.info["state"] = "running"
         self.save_info()
         self._watcher = threading.Thread(target=self._watch, name="tuiprof-processes",
                                          daemon=True)
@@ -461,6 +465,11 @@ class HeldSession(ProcessSet):
                 self._program_ended(prog)
 
     def _program_ended(self, prog: dict) -> None:
+        main = self._entries[0]
+        main.state = "ended" if not self.main._gone else "died"
+        main.exit_status = _int(prog.get("exit_status"))
+        main.line = (f"{main.label}: {self.main.status.message}" if self.main._gone else
+                     f"{main.label} ended (exit status {main.exit_status})")
         time.sleep(0.5)   # a process ending with the program says so first
         live = [e for e in self._entries[1:] if e.state == "running" and pid_alive(e.pid)]
         for e in live:
@@ -490,6 +499,7 @@ class HeldSession(ProcessSet):
         out = dict(self.info)
         out.update(self.totals())
         out["processes"] = len(self._entries)
+        out["connections"] = self.server.connections if self.server is not None else 0
         out["state"] = self.info.get("state", "running")
         st = self.main.status
         out["status"] = st.message

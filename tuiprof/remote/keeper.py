@@ -82,7 +82,11 @@ def end_program(held: Any) -> None:
 def keep(held: Any, every_min: float) -> int:
     """Run the detached session until it ends; returns the keeper's exit status."""
     held.snapshot_now = lambda: write_snapshot(held, "asked")
-    held.start()
+    held.save_info(state="starting")
+    held.start(running=False)
+    held.main._connected.wait(120)   # "running" once the session process answers its owner
+    held.save_info(state="running" if not held.main._gone else "error",
+                   error=held.main.status.message if held.main._gone else None)
     every = every_min * 60.0
     next_at = time.monotonic() + every if every > 0 else None
     why = "stopped"

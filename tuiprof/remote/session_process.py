@@ -53,6 +53,7 @@ class SessionSpec:
     env: dict | None = None          # environment set first (a rank's RANK, MASTER_PORT, ...)
     socket_path: str | None = None   # where this process serves its store
     follow_env: dict | None = None   # set before the program runs: its children are followed
+    owner_pid: int | None = None     # the process that started this one (it connects first)
 
 
 class SessionServer:
@@ -244,9 +245,9 @@ def start_server(spec: SessionSpec, server: SessionServer, life: Life) -> protoc
     return srv
 
 
-def _watch_owner(life: Life) -> None:
+def _watch_owner(life: Life, owner_pid: int | None) -> None:
     """End the process when its owner never connects (it died while this one started)."""
-    parent = os.getppid()
+    parent = owner_pid or os.getppid()
 
     def run() -> None:
         t_end = time.monotonic() + OWNER_WAIT_S
@@ -277,7 +278,7 @@ def serve(spec: SessionSpec) -> None:
     hook = _load_hook(spec.hook, prof)
     server = SessionServer(prof, hook)
     srv = start_server(spec, server, life)
-    _watch_owner(life)
+    _watch_owner(life, spec.owner_pid)
     prof.start()
     while not life.end.wait(0.2):
         if life.term.is_set():
@@ -333,7 +334,7 @@ def _serve_program(spec: SessionSpec) -> None:
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     life = Life()
     srv = start_server(spec, server, life)
-    _watch_owner(life)
+    _watch_owner(life, spec.owner_pid)
     try:
         session.start()
         started = True
