@@ -274,8 +274,7 @@ class Verify:
         spec = parse_program(["python", str(PROGRAMS / "hf_qwen.py"), "--mode", "eager",
                               "--new-tokens", "129", "--repeats", "2", *self.prog_flags])
         ctl = RemoteControl(ProfilerOptions(), {"ring_tokens": 16}, program={
-            "spec": spec, "log_path": str(self.work / "live.log"), "window_ms": 100.0,
-            "step_ranges": ()})
+            "spec": spec, "log_path": str(self.work / "live.log"), "options": {"window_ms": 100.0}})
         ctl.start()
         app = make_app(ctl, title="tuiprof hf_qwen.py", export_dir=self.work, refresh_hz=4.0)
         shots = []

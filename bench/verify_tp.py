@@ -6,7 +6,7 @@ its own store), eager first, then compiled (``c``, agreed by all ranks) where as
 model, TP and mode, per rank: median ms per decode step over all tokens, tokens/s, and over
 the traced steps (tuiprof's default sampling: bursts of 4 tokens) compute / communication /
 idle ms per step, the NCCL share and how much of it overlaps compute; the step-end skew
-across ranks, the slowest rank, the cross-rank findings, and the TP scaling efficiency against
+across ranks, the late rank, the cross-rank findings, and the TP scaling efficiency against
 the TP=1 session of the same model and mode. The collection overhead per rank comes from
 bench/overhead.py's interleaved windows (``bare`` vs ``auto``) run in every rank at once.
 
@@ -143,9 +143,9 @@ def screenshots(session: TPSession, out: Path, tag: str) -> None:
 
 
 # ------------------------------------------------------------------ the table
-HEAD = ["model", "TP", "mode", "rank", "ms/step", "tok/s", "compute ms", "comm ms", "idle ms",
-        "NCCL", "overlap", "traced", "skew µs", "slowest", "TP eff", "alloc MiB",
-        "overhead auto/bare"]
+HEAD = ["model", "TP", "mode", "rank", "ms/step", "tok/s", "compute ms", "comm ms",
+        "transfer ms", "wait ms", "idle ms", "NCCL", "overlap", "traced", "skew µs", "late",
+        "TP eff", "alloc MiB", "overhead auto/bare"]
 
 
 def reserved_mib(view) -> float | None:
@@ -171,10 +171,11 @@ def rows_of(runs: list[TPRun]) -> tuple[list[list], list[str]]:
                        if sc.get("efficiency") is not None and k.rank == 0 else "")
                 rows.append([
                     run.model, run.tp, mode, k.rank, f"{k.step_ms:.2f}", f"{k.tokens_per_s:.0f}",
-                    _f(k.compute_ms), _f(k.comm_ms), _f(k.idle_ms), _p(k.comm_share),
-                    _p(k.overlap_fraction), str(k.traced_steps),
+                    _f(k.compute_ms), _f(k.comm_ms), _f(k.transfer_ms), _f(k.wait_ms),
+                    _f(k.idle_ms), _p(k.comm_share), _p(k.overlap_fraction), str(k.traced_steps),
                     f"{s.skew.end_median_us:.0f}" if s.skew and run.tp > 1 else "–",
-                    "yes" if s.slowest == k.rank and run.tp > 1 else "", eff,
+                    _p(k.late_share) + (" *" if s.late_rank == k.rank else "")
+                    if run.tp > 1 else "", eff,
                     _f(reserved_mib(res.ranks[k.rank]), 0),
                     f"{o['ratio']:.3f} ({o['min']:.3f}–{o['max']:.3f})" if o and o["ratio"] else ""])
             for f in res.findings:
@@ -216,8 +217,10 @@ def print_table(rows: list[list], notes: list[str], runs: list[TPRun]) -> None:
     for row in rows:
         print(line(row))
     print("\nms/step: median host time per decode step over all tokens of the mode; compute / "
-          "comm / idle: medians per traced step (CUPTI bursts); NCCL: communication share of "
-          "the traced steps' wall time; skew: median step-end skew across ranks; TP eff: "
+          "comm / transfer / wait / idle: means per step over the steps traced on every rank "
+          "(CUPTI bursts; docs/multi-gpu.md defines them); NCCL: comm / step; late: share of "
+          "the collective calls the rank started last (* the late rank); skew: median step-end "
+          "skew across ranks; TP eff: "
           "speed-up over TP=1 / TP; alloc MiB: the caching allocator's reserved MiB read on the "
           "rank's engine thread (non-zero on every CUDA rank: that thread is on the rank's GPU); "
           "overhead: median of block ratios auto/bare (min–max).")

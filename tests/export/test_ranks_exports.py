@@ -7,6 +7,8 @@ import csv
 import json
 import sqlite3
 
+import pytest
+
 from ranks_data import two_ranks
 
 from tuiprof.export.nsys_reports import write_nsys_reports
@@ -23,7 +25,12 @@ def test_a_snapshot_holds_every_rank_and_reads_back_byte_identical(tmp_path):
     doc = json.loads(a.read_text())
     assert doc["format"] == RANKS_FORMAT and len(doc["ranks"]) == 2
     assert doc["world"]["world_size"] == 2 and doc["world"]["clock"]["residual_ns"] == 0
-    assert {f["id"] for f in doc["findings"]} == {"tp-straggler", "tp-no-overlap"}
+    found = {f["id"]: f for f in doc["findings"]}
+    assert set(found) == {"tp-late-rank", "tp-no-overlap"}
+    # the exported numbers use the panes' words: transfer, wait, the late rank
+    nums = found["tp-late-rank"]["numbers"]
+    assert nums["late_rank"] == 1
+    assert (nums["transfer_ms"], nums["others_wait_ms"]) == pytest.approx((0.9, 0.6))
     assert [r["meta"]["rank"] for r in doc["ranks"]] == [0, 1]
     back = read_any_snapshot(a)
     assert isinstance(back, RanksView) and back.world_size == 2

@@ -105,7 +105,7 @@ def test_python_dash_m(tmp_path):
 
 
 @pytest.mark.parametrize("cmd,says", [
-    (["bash", "x.sh"], "tuiprof runs Python programs only"),
+    (["./x.sh"], "cannot run './x.sh': no such file"),
     (["python", "missing.py"], "no such Python script: missing.py"),
     (["python", "-X", "dev", "x.py"], "python option -X is not supported"),
     (["python", "-c", "print(1)"], "python -c is not supported under tuiprof run"),

@@ -19,11 +19,6 @@ def test_any_python_is_a_launcher(tmp_path, launcher):
     assert (spec.kind, spec.args, spec.name) == ("path", ("--n", "3"), "x.py")
 
 
-def test_not_a_python_program_is_said_plainly():
-    with pytest.raises(TuiprofError, match="runs Python programs only.*'bash'"):
-        parse_program(["bash", "x.py"])
-
-
 def test_torchrun_is_accepted_as_it_is():
     """torchrun is python -m torch.distributed.run: its agent runs in the session process,
     its workers are the program's processes (followed)."""
@@ -35,6 +30,15 @@ def test_torchrun_is_accepted_as_it_is():
     assert (spec.kind, spec.target) == ("module", "torch.distributed.run")
     with pytest.raises(TuiprofError, match="torchrun needs a script"):
         parse_program(["torchrun"])
+
+
+def test_another_executable_is_a_native_program(tmp_path):
+    spec = parse_program(["sh", "-c", "true"])
+    assert (spec.kind, spec.launcher, spec.args, spec.name) == ("native", "sh", ("-c", "true"),
+                                                                "sh")
+    assert os.path.isabs(spec.target) and spec.argv == ["sh", "-c", "true"]
+    with pytest.raises(TuiprofError, match="cannot run 'no-such-tool-xyz': no such program"):
+        parse_program(["no-such-tool-xyz", "x.py"])
 
 
 def test_the_program_sees_its_own_argv_path_and_main(tmp_path, capsys):

@@ -30,6 +30,8 @@ def test_scaling_rows_and_the_tp2_snapshot_carry_the_tp1_reference(tmp_path):
     assert two["ms_per_step"] == pytest.approx((4.5 + 4.53) / 2)
     assert two["speedup"] == pytest.approx(5.5 / 4.515) and two["efficiency"] == pytest.approx(5.5 / 4.515 / 2)
     assert (two["comm_share_min"], two["comm_share_max"]) == pytest.approx((0.9 / 4.53, 1.5 / 4.5))
+    assert (two["late_rank"], two["transfer_ms"], two["wait_ms_max"]) == (1, pytest.approx(0.9),
+                                                                         pytest.approx(0.6))
     assert "| qwen3-0.6b | eager | 2 | 4.515 |" in markdown(rows)
     paths = write_outputs(runs, tmp_path)
     with open(tmp_path / "tp_scaling.csv") as fh:

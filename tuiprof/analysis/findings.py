@@ -489,9 +489,32 @@ def _no_steps(view, summaries=None) -> list:
               f"per-step figures are per window, not per token")
     if wall and busy:
         ev += f"; the GPU was busy {busy / wall:.0%} of those windows"
+    loop = _loop_in_windows(view)
+    advice = HOW_TO_MARK
+    if loop is not None:  # the kernels themselves repeat: say what a step would be
+        nums["kernel_loop"] = loop.describe()
+        lp = loop.loop
+        ev += (f"; its kernels repeat a loop of {lp.period} kernels ({loop.decode} times in the "
+               f"last {len(wins)} windows, confidence {loop.confidence:.2f} {loop.label()}, "
+               f"starting at {lp.consensus[0][:60]})")
+        advice += (" A native program (tuiprof run -- ./binary) has such a loop cut into steps "
+                   "automatically (docs/native.md).")
     return [Finding("no-step-boundaries", "No step boundaries found: figures are per "
                     f"{meta.get('window_ms', 100):g} ms window, not per token", "medium", None,
-                    None, nums, ev, HOW_TO_MARK)]
+                    None, nums, ev, advice)]
+
+
+def _loop_in_windows(view):
+    """The decode loop in the kernels of the windows still in the raw ring, if one shows with
+    enough confidence (:mod:`tuiprof.analysis.period`), else None."""
+    from .period import detect  # noqa: PLC0415
+
+    ks = sorted((r for _, recs in view.raw for r in recs if r[0] == "K"), key=lambda r: r[2])
+    if len(ks) < 16:
+        return None
+    cut = detect([r[1] for r in ks], [r[2] for r in ks], [r[3] for r in ks],
+                 [r[12] for r in ks])
+    return cut if cut.usable else None
 
 
 def _caveats(view, summaries=None) -> list:

@@ -159,6 +159,12 @@ def print_steps(view) -> None:
     elif src == "none":
         print("steps: none (the program ended before any step)")
     else:
+        auto = meta.get("auto_steps") or {}
+        if src == "auto" and auto.get("found"):  # a native program's loop, from its kernels
+            print(f"steps: a decode loop of {auto.get('kernels_per_step')} kernels found in the "
+                  f"kernel stream (confidence {auto.get('confidence')} "
+                  f"{auto.get('confidence_label')}; boundary: {auto.get('boundary')}; "
+                  f"{auto.get('identical_steps')} steps identical)")
         print(f"steps from {src}: {counts.get(src, 0)}" + (f" ({split})" if split else "")
               + (f"; {counts['ignored_nested']} nested marks ignored"
                  if counts.get("ignored_nested") else "")

@@ -1,5 +1,5 @@
-"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]``: a program of one's own, headless
-or live (the program's side is :mod:`tuiprof.program`)."""
+"""``tuiprof run [options] -- python SCRIPT.py [ARGS...]`` (or ``-- ./binary [ARGS...]``): a
+program of one's own, headless or live (the program's side is :mod:`tuiprof.program`)."""
 from __future__ import annotations
 
 import argparse
@@ -65,7 +65,8 @@ def source_options(args: argparse.Namespace) -> dict:
 
 def stem(spec: ProgramSpec) -> str:
     """A file-name stem for the program's snapshot and log."""
-    base = Path(spec.target).stem if spec.kind == "path" else spec.target.split(".")[-1]
+    base = (Path(spec.target).stem if spec.kind in ("path", "native")
+            else spec.target.split(".")[-1])
     if spec.kind == "code":
         base = "code"
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-")[:40] or "program"
@@ -88,6 +89,28 @@ def program_options(args: argparse.Namespace, headless: bool):
                            detach_between_bursts=not args.cupti_attached)
 
 
+def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
+    """A native program: refuse the options of step sources that only see Python programs,
+    and build its injection library now (cached after the first time): a missing compiler or
+    missing headers is one line before anything starts."""
+    if spec.kind != "native":
+        return
+    from ..program.sources import STEP_SOURCES  # noqa: PLC0415
+
+    for src in STEP_SOURCES:
+        for o in src.options:
+            # --window-ms also sizes the windows a native program falls back to
+            if "native" not in src.programs and o.dest != "window_ms" \
+                    and getattr(args, o.dest) != o.default:
+                raise TuiprofError(f"{o.flag} applies to Python programs; a native program's "
+                                   "steps come from --step-range or its kernel stream "
+                                   "(docs/native.md)")
+    if not args.no_cupti:
+        from ..native.build import build  # noqa: PLC0415
+
+        build()
+
+
 def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) -> int:
     """Run the program here, write the snapshot whatever happened, return its exit status."""
     from ..profiler import Profiler  # noqa: PLC0415
@@ -95,6 +118,7 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     from ..program.program_session import ProgramSession  # noqa: PLC0415
 
     spec = parse_program(args.program)
+    _prepare_native(spec, args)
     out = Path(args.json or f"tuiprof-{stem(spec)}.json")
     log = out.with_suffix(".log")
     prof = Profiler(SessionStore(ring_tokens=args.ring_tokens), program_options(args, True))
@@ -135,6 +159,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     write_outputs(view, out, None)
     print_summary(view, None)
     say(f"tuiprof: {result.line()}")
+    for note in session.notes():
+        say(f"tuiprof: {note}")
     return result.status
 
 
@@ -155,6 +181,7 @@ def live_control(args: argparse.Namespace):
     from ..remote import RemoteControl  # noqa: PLC0415
 
     spec = parse_program(args.program)
+    _prepare_native(spec, args)
     export = Path(args.export_dir)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     log = export / f"tuiprof-{stem(spec)}-{stamp}.log"

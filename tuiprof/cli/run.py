@@ -297,32 +297,56 @@ def _cmd_run_tp(args: argparse.Namespace) -> int:
 
 
 def _print_ranks_summary(rv) -> None:
-    """Per-rank lines (tokens/s, step time, compute/communication/idle) and the skew."""
-    from ..analysis.cross_rank import find_ranks, ranks_summary  # noqa: PLC0415
+    """Per-rank lines (the all-ranks screen's figures, same words), the late rank, the skew
+    and the cross-rank findings."""
+    from ..analysis.cross_rank import HELP_LINE, find_ranks, ranks_summary  # noqa: PLC0415
 
     s = ranks_summary(rv)
     first = rv[0].meta
     if first.get("model"):
         print(f"model {first.get('model')} on {rv.world_size} ranks ({first.get('backend')}, "
               f"{first.get('device')}, {first.get('dtype')}), weights: {first.get('weights')}")
+    for v in rv.views:
+        delay = v.meta.get("test_tp_delay")
+        if isinstance(delay, dict) and delay.get("us"):
+            print(f"test delay: {delay['us']:.0f} µs injected before each collective on rank "
+                  f"{delay.get('rank')} (TUIPROF_TEST_TP_DELAY_US)")
     if s.mode is None:
         print(f"no decode steps on {rv.world_size} ranks")
         return
     ms = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    if s.steps:
+        print(f"per step: means over {s.steps} {s.mode} decode steps traced on every rank, "
+              f"{s.calls:,} collective calls matched"
+              + (f" ({s.incomplete_calls:,} not on every rank, left out)"
+                 if s.incomplete_calls else ""))
     for r in s.ranks:
-        split = (f", compute {ms(r.compute_ms)} / communication {ms(r.comm_ms)} / idle "
-                 f"{ms(r.idle_ms)} ms per step (NCCL {r.comm_share:.0%}, overlap "
-                 f"{(r.overlap_fraction or 0):.0%}, {r.traced_steps} traced steps)"
-                 if r.comm_share is not None else ", no kernel records")
-        mark = " *slowest*" if s.slowest == r.rank and rv.world_size > 1 else ""
+        split = ", no kernel records of steps traced on every rank"
+        if r.comm_share is not None:
+            split = (f"; step {ms(r.wall_ms)} = compute {ms(r.compute_ms)} + comm "
+                     f"{ms(r.comm_ms)} (transfer {ms(r.transfer_ms)} + wait {ms(r.wait_ms)}) "
+                     f"+ idle {ms(r.idle_ms)} - overlap {ms(r.overlap_ms)} ms; NCCL share "
+                     f"{r.comm_share:.0%}, overlap {(r.overlap_fraction or 0):.0%}; last at "
+                     f"{(r.late_share or 0):.0%} of the calls")
+            if r.late_by_ms is not None:
+                split += f" ({r.late_by_ms:.3f} ms late on median)"
+            if r.host_ms is not None:
+                split += (f"; launching a step: {r.host_ms:.3f} ms, "
+                          f"{r.launches_per_step:,.0f} launches")
+        mark = " *late*" if s.late_rank == r.rank and rv.world_size > 1 else ""
         print(f"rank {r.rank} {s.mode}: {r.decode_tokens} decode tokens, {r.tokens_per_s:.1f} "
               f"tokens/s, median {r.step_ms:.2f} ms/step{split}{mark}")
+    if rv.world_size > 1:
+        print(f"late rank: {'–' if s.late_rank is None else s.late_rank} ({s.late_basis})")
     if s.skew is not None:
         print(f"step-end skew across ranks: median {s.skew.end_median_us:.0f} µs, p90 "
               f"{s.skew.end_p90_us:.0f} µs over {s.skew.steps} steps; clock residual "
               f"{s.clock.get('residual_ns')} ns")
     for f in find_ranks(rv, s):
         print(f"finding: {f.title}")
+        print(f"  {f.evidence}")
+    if s.steps:
+        print(f"({HELP_LINE})")
     for r, v in enumerate(rv.views):
         if v.counters.get("dropped"):
             print(f"warning: rank {r}: {v.counters['dropped']} CUPTI records dropped",

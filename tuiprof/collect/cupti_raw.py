@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Callable
 
 import numpy as np
 
@@ -111,10 +112,13 @@ class Layout:
 
 class NameCache:
     """Kernel-name pointers to strings. CUPTI shares one name string among all records of a
-    kernel and keeps it alive, so a pointer is read once."""
+    kernel and keeps it alive, so a pointer is read once. ``read`` turns a non-null pointer
+    into its string: this process's memory by default; the strings a profiled process sent
+    for a native program (:mod:`tuiprof.collect.native`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, read: Callable[[int], str | None] | None = None) -> None:
         self._names: dict[int, str] = {}
+        self._read = read or _c_string
 
     def lookup(self, ptrs: np.ndarray) -> list[str]:
         uniq, inv = np.unique(ptrs, return_inverse=True)
@@ -123,7 +127,7 @@ class NameCache:
         for p in uniq.tolist():
             s = names.get(p)
             if s is None:
-                s = names[p] = ctypes.string_at(p).decode("utf-8", "replace") if p else "<unknown>"
+                s = names[p] = (self._read(p) or "<unknown>") if p else "<unknown>"
             strs.append(s)
         return np.array(strs, dtype=object)[inv].tolist()
 
@@ -137,8 +141,10 @@ class LibraryResolver:
     known so far (libraries loaded later). Runs on the consumer thread, never in a callback.
     """
 
-    def __init__(self, maps_path: str = "/proc/self/maps") -> None:
+    def __init__(self, maps_path: str = "/proc/self/maps",
+                 read: Callable[[int], str | None] | None = None) -> None:
         self._maps_path = maps_path
+        self._read = read or _c_string
         self._by_source: dict[int, int] = {}
         self._by_pc: dict[int, int] = {}
         self._ranges: list[tuple[int, int, str]] = []
@@ -147,7 +153,7 @@ class LibraryResolver:
     def source(self, ptr: int) -> int:
         code = self._by_source.get(ptr)
         if code is None:
-            path = ctypes.string_at(ptr).decode("utf-8", "replace") if ptr else ""
+            path = (self._read(ptr) or "") if ptr else ""
             code = self._by_source[ptr] = library_code(path)
         return code
 
@@ -191,7 +197,8 @@ class LibraryResolver:
 def parse_buffer(data: bytes, layout: Layout, names: NameCache,
                  api_names: dict[tuple[int, int], str] | None = None,
                  markers: list | None = None,
-                 libraries: LibraryResolver | None = None) -> list[tuple]:
+                 libraries: LibraryResolver | None = None,
+                 read: Callable[[int], str | None] | None = None) -> list[tuple]:
     """Parse one completed buffer into record tuples (:mod:`tuiprof.store.records`).
 
     API records come first (the store matches a kernel to its launch record, and names a
@@ -200,6 +207,7 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
     (memory records last).
     NVTX marker records go to ``markers`` (when given) as ``("M", flags, timestamp, id, name,
     domain, thread_id)``, in buffer order; they are not activity records of the store.
+    ``read``: how a marker's name pointer becomes a string (default: this process's memory).
     """
     n = len(data)
     if n == 0:
@@ -273,19 +281,20 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
                            w32[q + 1].tolist(), w32[q + 7].tolist(), w32[q + 9].tolist()))
         elif kind == KIND_MARKER:
             if markers is not None:
-                markers.extend(_markers(data, o, q, w32, w64))
+                markers.extend(_markers(data, o, q, w32, w64, read or _c_string))
     return out
 
 
 def _markers(data: bytes, o: np.ndarray, q: np.ndarray, w32: np.ndarray,
-             w64: np.ndarray) -> list[tuple]:
+             w64: np.ndarray, read: Callable[[int], str | None]) -> list[tuple]:
     # Marker names are not shared like kernel names: read each one (a few per step), never
     # through a pointer cache that a reused address would fool.
     out = []
     for flags, ts, mid, tid, name, dom in zip(
             w32[q + 1].tolist(), w64[(o + 8) >> 3].tolist(), w32[q + 4].tolist(),
             w32[q + 7].tolist(), w64[(o + 40) >> 3].tolist(), w64[(o + 48) >> 3].tolist()):
-        out.append(("M", flags, ts, mid, _c_string(name), _c_string(dom), tid))
+        out.append(("M", flags, ts, mid, read(name) if name else None,
+                    read(dom) if dom else None, tid))
     return out
 
 

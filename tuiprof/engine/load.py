@@ -289,6 +289,10 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
         info["lockstep"] = lock.stats      # the engine's agreement costs, updated in place
         module = getattr(loaded.adapter, "model", None) or getattr(loaded.adapter, "module", None)
         info["tp_shard"] = getattr(module, "tp_shard", None)
+        from .tensor_parallel import TEST_DELAY_ENV, test_delay_ns
+        if os.environ.get(TEST_DELAY_ENV):   # a test's injected lateness: say so in the data
+            info["test_tp_delay"] = {"spec": os.environ[TEST_DELAY_ENV], "rank": group.rank,
+                                     "us": test_delay_ns(group.rank) / 1000}
         try:  # "params" is this rank's shard; the whole model's count, for findings
             from .registry import param_count
             info["model_params"] = param_count(loaded.source.model_def)

@@ -17,6 +17,8 @@ exactly the weights of TP=1 and greedy outputs can be compared token for token.
 """
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -26,6 +28,7 @@ from torch import nn
 
 from ..errors import TuiprofError
 
+TEST_DELAY_ENV = "TUIPROF_TEST_TP_DELAY_US"   # "rank:us[,rank:us]": for tests only, see below
 Slice = tuple[int, int, int]          # (dim, start, stop) of a full tensor kept by one rank
 InitRule = Callable[[str, torch.Tensor, torch.Generator], None]   # fills a full tensor in place
 
@@ -81,18 +84,49 @@ class TPContext:
     group: object = None          # torch.distributed ProcessGroup (None: the default group)
 
 
+def test_delay_ns(rank: int, spec: str | None = None) -> int:
+    """The host delay before each eager collective of ``rank`` that ``$TUIPROF_TEST_TP_DELAY_US``
+    asks for (``"1:500"``: 500 µs on rank 1; ``"0:200,3:900"``), in ns; 0 when unset.
+
+    For tests only: a rank made late by a known amount, which the cross-rank analysis must find
+    as that rank's lateness and the others' wait (tests/remote, bench/verify_tp_wait.py)."""
+    spec = os.environ.get(TEST_DELAY_ENV, "") if spec is None else spec
+    out = 0
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        r, sep, us = part.partition(":")
+        try:
+            if not sep or float(us) < 0:
+                raise ValueError
+            if int(r) == rank:
+                out = int(float(us) * 1000)
+        except ValueError:
+            raise TuiprofError(f"{TEST_DELAY_ENV}={spec!r}: give rank:microseconds, e.g. "
+                               f"1:500") from None
+    return out
+
+
+def _spin(ns: int) -> None:
+    """Busy-wait ``ns`` on the host (a sleep would wake late by the timer's slack)."""
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        pass
+
+
 class RowParallelLinear(nn.Linear):
     """``nn.Linear`` over a slice of the input features, summed across ranks.
 
     Eager: ``dist.all_reduce`` in place (an NCCL kernel on the current stream). Under
     ``torch.compile``: the functional collective, which dynamo traces and CUDA graphs capture
     (a plain ``dist.all_reduce`` would break the graph). The bias is added once, after the sum.
+    ``$TUIPROF_TEST_TP_DELAY_US`` (tests only) delays this rank's host before each eager
+    collective (:func:`test_delay_ns`).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, tp: TPContext,
                  device=None, dtype=None) -> None:
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.tp_group = tp.group
+        self.test_delay_ns = test_delay_ns(tp.rank)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x, self.weight)
@@ -101,6 +135,8 @@ class RowParallelLinear(nn.Linear):
             y = funcol.all_reduce(y, "sum", self.tp_group)
         else:
             import torch.distributed as dist  # noqa: PLC0415
+            if self.test_delay_ns:
+                _spin(self.test_delay_ns)
             dist.all_reduce(y, group=self.tp_group)
         return y if self.bias is None else y + self.bias
 
@@ -161,4 +197,4 @@ def full_param_list(model: nn.Module) -> list[tuple[str, tuple, torch.dtype]]:
 
 
 __all__ = ["split_sizes", "split_range", "HeadSplit", "head_split", "TPContext",
-           "RowParallelLinear", "shard_linear", "fill_from_full", "full_param_list", "Slice"]
+           "RowParallelLinear", "test_delay_ns", "TEST_DELAY_ENV", "shard_linear", "fill_from_full", "full_param_list", "Slice"]

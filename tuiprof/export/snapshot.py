@@ -50,9 +50,9 @@ META_KEYS = frozenset({
     "measured_peaks", "startup", "program", "step_source", "step_sources", "window_ms",
     "step_range",
     "rank", "world_size", "local_rank", "tp", "backend", "clock_sync", "lockstep", "tp_shard",
-    "model_params",
+    "model_params", "test_tp_delay",
     "max_batch", "step_time_sources",
-    "process", "job", "cuda",
+    "process", "job", "cuda", "native", "auto_steps",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
 WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference",

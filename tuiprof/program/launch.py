@@ -29,7 +29,9 @@ TRACEBACK_LINES = 8
 
 @dataclass(frozen=True)
 class ProgramSpec:
-    """What to run: ``kind`` is ``path`` or ``module``."""
+    """What to run: ``kind`` is ``path`` or ``module`` (Python, run here) or ``native`` (any
+    other executable, run as a child: ``target`` is its resolved path, ``launcher`` the word
+    given)."""
 
     kind: str
     target: str
@@ -40,16 +42,18 @@ class ProgramSpec:
 
     @property
     def name(self) -> str:
-        """A short display name: the script's file name or ``-m module``."""
+        """A short display name: the script's or binary's file name, or ``-m module``."""
         if self.label:
             return self.label
-        if self.kind == "path":
-            return Path(self.target).name
+        if self.kind in ("path", "native"):
+            return Path(self.target if self.kind == "path" else self.launcher).name
         return f"-m {self.target}"
 
     @property
     def argv(self) -> list[str]:
         """The command as given (for the snapshot's meta; paths are scrubbed there)."""
+        if self.kind == "native":
+            return [self.launcher, *self.args]
         flag = ["-m"] if self.kind == "module" else []
         return [Path(self.launcher).name, *flag, self.target, *self.args]
 
@@ -58,9 +62,10 @@ class ProgramSpec:
 class ProgramResult:
     """How the program ended."""
 
-    status: int                    # the exit status ``python`` would have returned
-    how: str                       # exited | raised | interrupted | stopped
-    error: str = ""                # ``ValueError: bad input`` (one line) when it raised
+    status: int                    # the exit status ``python`` (or a shell) would have returned
+    how: str                       # exited | raised | interrupted | stopped | signaled | failed
+    error: str = ""                # ``ValueError: bad input`` (one line) when it raised; the
+                                   # signal's name (signaled) or why it could not start (failed)
     traceback: list[str] = field(default_factory=list)  # its last lines
 
     def line(self) -> str:
@@ -68,9 +73,14 @@ class ProgramResult:
         if self.how == "raised":
             return f"the program raised {self.error} (exit status {self.status})"
         if self.how == "interrupted":
-            return f"the program was interrupted (KeyboardInterrupt, exit status {self.status})"
+            return (f"the program was interrupted ({self.error or 'KeyboardInterrupt'}, exit "
+                    f"status {self.status})")
         if self.how == "stopped":
             return f"the program was stopped by tuiprof (exit status {self.status})"
+        if self.how == "signaled":
+            return f"the program was killed by {self.error} (exit status {self.status})"
+        if self.how == "failed":
+            return f"the program could not start: {self.error} (exit status {self.status})"
         return f"the program exited with status {self.status}"
 
 
@@ -89,10 +99,7 @@ def parse_program(argv: list[str]) -> ProgramSpec:
         # processes of the program (followed like any other)
         return _torchrun(launcher, rest)
     if not _is_python(launcher):
-        raise TuiprofError(
-            f"tuiprof runs Python programs only, in its own interpreter: '{_shown(launcher)}' is "
-            f"not a Python interpreter; use tuiprof run -- python SCRIPT.py [ARGS...] or "
-            f"-- python -m MODULE [ARGS...]")
+        return _native(launcher, rest)
     while rest and rest[0] in IGNORED_OPTIONS:
         rest.pop(0)
     if not rest:
@@ -123,6 +130,17 @@ def _torchrun(launcher: str, rest: list[str]) -> ProgramSpec:
     script = next((a for a in rest if a.endswith(".py")), "")
     label = f"torchrun {Path(script).name}" if script else "torchrun"
     return ProgramSpec("module", "torch.distributed.run", tuple(rest), launcher, label=label)
+
+
+def _native(launcher: str, args: list[str]) -> ProgramSpec:
+    """Any other executable: a native program, run as a child (``tuiprof.program.native``)."""
+    from .native import resolve  # noqa: PLC0415
+
+    try:
+        path = resolve(launcher)
+    except ValueError as exc:
+        raise TuiprofError(f"cannot run '{_shown(launcher)}': {exc}") from None
+    return ProgramSpec("native", path, tuple(args), launcher)
 
 
 def _is_python(launcher: str) -> bool:

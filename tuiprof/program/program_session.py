@@ -18,6 +18,7 @@ from ..engine.graphs import GraphCaptures
 from ..collect.device import device_facts, rank_facts
 from ..profiler import Profiler
 from .launch import ProgramResult, ProgramSpec, run_program
+from .native_session import NativeSide
 from .nvtx import NoNvtx
 from .output import OutputCapture, clean_line
 from .sources import STEP_SOURCES, factory, option_values
@@ -52,10 +53,15 @@ class ProgramSession:
         self.window_ms = float(self.options["window_ms"])
         self.step_ranges = tuple(self.options["step_range"] or ())
         self.tee = tee
-        self.recorder = StepRecorder(prof, prof.clock)
+        # a native binary runs as a child, its CUPTI injected (tuiprof.program.native_session)
+        self.native = NativeSide(self) if spec.kind == "native" else None
+        self.recorder = StepRecorder(prof, self.native.clock if self.native else prof.clock)
         # the step sources of this run, in precedence order (tuiprof.program.sources)
         self.sources: dict[str, Any] = {}
+        kind = "native" if self.native is not None else "python"
         for spec in STEP_SOURCES:
+            if kind not in spec.programs:
+                continue
             source = factory(spec)(self)
             if source is not None:
                 self.sources[spec.name] = source
@@ -80,6 +86,14 @@ class ProgramSession:
             store.meta["step_range"] = list(self.step_ranges)
         markers = next((m for m in (getattr(s, "markers", None) for s in self.sources.values())
                         if m is not None), None)
+        if self.native is not None:  # the child's CUPTI feeds the step source's marker sink
+            self.native.start(markers)
+            self.capture.start()
+            for name, source in self.sources.items():
+                if name != "nvtx":  # NVTX reaches the child through its environment
+                    source.install()
+            self._running(spec)
+            return
         prof.start_collectors(markers=markers)
         if markers is None and not rank_facts() and prof.allow_bursts_only(
                 self.captures.undroppable):
@@ -95,6 +109,10 @@ class ProgramSession:
             self.sources["windows"] = WindowSteps(self.recorder, self.window_ms)
             self.recorder.enabled = frozenset({"windows"})
             self.sources["windows"].install()
+        self._running(spec)
+
+    def _running(self, spec: ProgramSpec) -> None:
+        prof = self.prof
         self.running = True
         prof.status.state = "running"
         prof.status.message = f"{spec.name} running · log {Path(self.log_path).name}"
@@ -114,7 +132,7 @@ class ProgramSession:
     # -------------------------------------------------------------------- run
     def run(self) -> ProgramResult:
         """Run the program on this thread (the main thread: its signals behave as usual)."""
-        self.result = run_program(self.spec)
+        self.result = self.native.run() if self.native else run_program(self.spec)
         return self.result
 
     def finish(self, result: ProgramResult, keep_capture: bool = False) -> None:
@@ -122,6 +140,8 @@ class ProgramSession:
         ``keep_capture``: leave fds 1 and 2 on the log (the live session process goes on)."""
         self.running = False
         self.result = result
+        if self.native is not None:  # everything the program sent, cut into its last steps
+            self.native.finish()
         for source in reversed(list(self.sources.values())):
             source.uninstall()
         self.recorder.close()
@@ -148,12 +168,17 @@ class ProgramSession:
         prof.status.message = f"{result.line()} · log {Path(self.log_path).name}"
         if result.how == "raised":
             prof.store.add_event("error", clean_line(result.line()))
+        if self.native is not None and self.native.gpu_line:
+            meta["program"]["gpu"] = self.native.gpu_line
+            prof.status.message = f"{result.line()}; {self.native.gpu_line}"
 
     # ------------------------------------------------------------------ keys
     def toggle_pause(self) -> str:
         rec = self.recorder
         if not self.running:
             return "the program has ended"
+        if self.native is not None:
+            return self.native.toggle_pause()
         if not (rec.enabled & set(HOST_SOURCES)) or rec.source not in HOST_SOURCES:
             return NO_PAUSE
         if rec.paused:
@@ -167,9 +192,18 @@ class ProgramSession:
         """Ctrl-C for the program (KeyboardInterrupt on its main thread); None once it ended."""
         if not self.running:
             return None
-        self.recorder.resume()
-        os.kill(os.getpid(), signal.SIGINT)
+        if self.native is not None:
+            self.native.interrupt()
+        else:
+            self.recorder.resume()
+            os.kill(os.getpid(), signal.SIGINT)
         return "Ctrl-C sent to the program (Ctrl-C again stops the session)"
+
+    def stop_program(self) -> None:
+        """The session stops (the live app quits): a native program is ended with it; a
+        Python program runs on this process's main thread and ends with the process."""
+        if self.native is not None:
+            self.native.stop()
 
     # -------------------------------------------------------------- describe
     def describe_model(self, model: Any) -> None:
@@ -214,6 +248,10 @@ class ProgramSession:
                 meta["device"] = "cpu"
         except Exception:
             pass
+
+    def notes(self) -> list[str]:
+        """Lines a headless run prints after the program's end line."""
+        return [self.native.gpu_line] if self.native is not None and self.native.gpu_line else []
 
     def status_extra(self) -> dict:
         """Program facts the UI process shows (``SourceStatus.extra``)."""

@@ -71,6 +71,9 @@ class StepSourceSpec:
     host: bool       # marks steps on the program's own threads: pause can hold it there
     help: str
     options: tuple[SourceOption, ...] = field(default=())
+    # the programs it applies to: "python" (run in tuiprof's interpreter), "native" (a binary
+    # run as a child, its CUPTI injected: tuiprof.program.native_session)
+    programs: tuple[str, ...] = ("python", "native")
 
 
 def _positive(v: Any) -> str:
@@ -79,9 +82,11 @@ def _positive(v: Any) -> str:
 
 STEP_SOURCES: tuple[StepSourceSpec, ...] = (
     StepSourceSpec("transformers", "transformers_steps:make", True,
-                   "every forward of transformers' generate() and continuous batching"),
+                   "every forward of transformers' generate() and continuous batching",
+                   programs=("python",)),
     StepSourceSpec("api", "api_steps:make", True,
-                   "tuiprof.step() / tuiprof.mark_prefill() in the program's own loop"),
+                   "tuiprof.step() / tuiprof.mark_prefill() in the program's own loop",
+                   programs=("python",)),
     StepSourceSpec("function", "function_steps:make", True,
                    "the calls of a function of the program named with --step-function",
                    (SourceOption("--step-function", "step_function",
@@ -89,19 +94,22 @@ STEP_SOURCES: tuple[StepSourceSpec, ...] = (
                                  "MODULE:FUNCTION or MODULE:Class.method (again for more; a "
                                  "name with 'prefill' in it marks prefill steps)",
                                  default=[], action="append", metavar="MODULE:FUNCTION",
-                                 check="function_steps:check"),)),
+                                 check="function_steps:check"),), programs=("python",)),
     StepSourceSpec("nvtx", "nvtx:make", False,
                    "NVTX ranges the program pushes, named with --step-range",
                    (SourceOption("--step-range", "step_range",
                                  "cut steps at the program's NVTX ranges named NAME (again for "
                                  "more names; a name with 'prefill' in it marks prefill steps)",
                                  default=[], action="append", metavar="NAME"),)),
+    StepSourceSpec("auto", "stream_steps:make", False,
+                   "a native program's decode loop, found in its kernel stream (else windows "
+                   "of --window-ms on the records' clock)", programs=("native",)),
     StepSourceSpec("windows", "windows:make", False,
                    "fixed time windows (--window-ms) while nothing else marks steps",
                    (SourceOption("--window-ms", "window_ms",
                                  "when the program marks no steps: windows of this many ms "
                                  "(default 100)", default=100.0, type=float,
-                                 check=_positive),)),
+                                 check=_positive),), programs=("python",)),
 )
 NAMES = tuple(s.name for s in STEP_SOURCES)
 HOST = tuple(s.name for s in STEP_SOURCES if s.host)

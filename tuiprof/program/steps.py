@@ -5,7 +5,8 @@ Sources, by precedence (the order of :data:`tuiprof.program.sources.STEP_SOURCES
 1. ``transformers``: the forward calls of ``generate()`` and of continuous batching;
 2. ``api``: :func:`tuiprof.step` / :func:`tuiprof.mark_prefill` in the program's own loop;
 3. ``nvtx``: NVTX ranges named with ``--step-range`` (CUPTI marker records);
-4. ``windows``: fixed time windows while no other source has marked a step.
+4. ``auto``: a native program's decode loop, found in its kernel stream (``stream_steps``);
+5. ``windows``: fixed time windows while no other source has marked a step.
 
 One step is open at a time. A source never interrupts a step of a higher-precedence source,
 and while a ``generate()`` runs (a *scope*), marks of lower-precedence sources are ignored and

@@ -106,6 +106,8 @@ class SessionServer:
             prof.status.message = msg
             return msg
         if op == "stop":
+            if program is not None:  # a native program's child process ends with the session
+                program.stop_program()
             prof.stop(*[float(a) for a in args[:1]])
             return None
         if op == "busy":
@@ -329,7 +331,7 @@ def _serve_program(spec: SessionSpec) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the UI's Ctrl-C, forwarded
     prog = spec.program
     prof = Profiler(SessionStore(**spec.store), spec.options)
-    session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog["options"],
+    session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog.get("options"),
                              tee=False)
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     life = Life()

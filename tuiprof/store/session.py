@@ -39,6 +39,10 @@ PROGRAM_CONFIG = "program"  # the configuration of a profiled program's steps (a
 _API_CORR_LEN = 4096
 _LAUNCH_LEN = 65536  # launches remembered, and kernels waiting for their launch (a step: ~2,000)
 _TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2, GRAPH: 1}
+# Traced tokens kept after they left the raw ring, for readers of "the last N traced tokens"
+# (findings, the cross-rank split): a sampling burst comes every 256 eager or 4,096 compiled
+# tokens, and a ring of 64 tokens lets it go after 4.6 s of eager or 0.2 s of compiled decode.
+KEPT_TRACED = 16
 
 
 @dataclass(slots=True)
@@ -278,6 +282,7 @@ class SessionStore:
         self._open: TokenRow | None = None
         self._raw: deque = deque(maxlen=self.ring_tokens)
         self._raw_by_seq: dict[int, list] = {}
+        self._kept: deque = deque(maxlen=KEPT_TRACED)  # traced (seq, records) that left _raw
         if not hasattr(self, "_config"):
             self._config: Any = self.meta.get("batch", 1)  # the configuration of new steps
         self._parts: dict[Any, ConfigData] = {self._config: ConfigData()}
@@ -363,8 +368,10 @@ class SessionStore:
             self._win_rows.append(row)
             raw: list = []
             if len(self._raw) == self._raw.maxlen:
-                old_seq, _ = self._raw[0]
+                old_seq, old = self._raw[0]
                 self._raw_by_seq.pop(old_seq, None)
+                if _traced(old):
+                    self._kept.append((old_seq, old))
             self._raw.append((seq, raw))
             self._raw_by_seq[seq] = raw
             return seq
@@ -768,11 +775,11 @@ class SessionStore:
         Returns ``(delta, cursor)``; :class:`tuiprof.remote.mirror.Mirror` applies deltas. Only
         new or changed token rows, new NVML samples and, when records arrived, the record
         aggregates are copied, so the cost to the producers' process stays small however long
-        the session is. ``raw_tokens``: raw records of the last N tokens that have any (None:
-        all kept, 0: none). ``light``: statistics without their median histograms (enough to
-        display; exports ask for ``light=False``). ``mirror``: which mirror asks (any hashable
-        key; each has its own changed-row mark, see :meth:`forget_mirror`). Every configuration
-        is sent (``parts``: key -> ConfigData).
+        the session is. ``raw_tokens``: raw records of the last N traced tokens (None: every
+        token of the ring, 0: none). ``light``: statistics without their median histograms
+        (enough to display; exports ask for ``light=False``). ``mirror``: which mirror asks
+        (any hashable key; each has its own changed-row mark, see :meth:`forget_mirror`).
+        Every configuration is sent (``parts``: key -> ConfigData).
         """
         with self._lock:
             full = since is None or since.generation != self._generation
@@ -815,7 +822,8 @@ class SessionStore:
             }
             held = since.raw if not full else ()
             if raw_tokens != 0:
-                delta["raw"], held = _raw_changes(self._raw, raw_tokens, dict(held))
+                delta["raw"], held = _raw_changes(self._raw, raw_tokens, dict(held),
+                                                  self._kept)
             for kind, new in series.items():
                 if new:
                     seen[kind] = new[-1].get("ts_ns", 0)
@@ -853,7 +861,8 @@ class SessionStore:
              light_others: bool | None = None) -> StoreView:
         """A consistent copy for readers; cheap enough for a few calls a second.
 
-        ``raw_tokens``: keep the raw records of the last N tokens that have any (None: all).
+        ``raw_tokens``: the raw records of the last N traced tokens, kept ones included (see
+        :data:`KEPT_TRACED`; None: every token of the ring).
         ``batch``: the configuration to view (default: the latest step's). The other
         configurations come along in ``view.configs``, without their median histograms unless
         ``light_others`` is False (default: full copies only for a whole export, ``raw=True``
@@ -865,7 +874,8 @@ class SessionStore:
             parts = {k: p.copy(light=light_others and k != key) for k, p in self._parts.items()}
             return compose_view(
                 dict(self.meta), list(self._tokens), parts, key,
-                raw=_raw_tail(self._raw, raw_tokens) if raw else [], nvml=list(self._nvml),
+                raw=_raw_tail(self._raw, raw_tokens, self._kept) if raw else [],
+                nvml=list(self._nvml),
                 counters=self._counters_copy(),
                 collectors={k: dict(v) for k, v in self._collectors.items()},
                 events=list(self._events), overhead=dict(self.overhead),
@@ -911,28 +921,45 @@ def _count_alloc(bucket: dict, is_alloc: bool, nbytes: int) -> None:
         bucket["free_bytes"] += nbytes
 
 
-def _raw_entries(ring: deque, n: int | None) -> list:
-    """The last ``n`` non-empty (seq, records) entries of the ring (all when ``n`` is None),
-    not copied."""
+def _traced(recs: list) -> bool:
+    """Whether a token's records hold device activity (a kernel, copy or memset): it was
+    traced; API and memory records alone come on untraced tokens too."""
+    for r in recs:
+        k = r[0]
+        if k == KERNEL or k == MEMCPY or k == MEMSET:
+            return True
+    return False
+
+
+def _raw_entries(ring: deque, n: int | None, kept: Iterable = ()) -> list:
+    """The last ``n`` traced (seq, records) entries of the ring and, before them, of the traced
+    entries kept after they left it (``kept``), not copied; every entry of the ring when ``n``
+    is None (the recorded window)."""
     if n is None:
         return list(ring)
     out = []
     for s, r in reversed(ring):
         if len(out) >= n:
             break
-        if r:
+        if r and _traced(r):
+            out.append((s, r))
+    if len(out) < n:
+        for s, r in reversed(kept):
+            if len(out) >= n:
+                break
             out.append((s, r))
     out.reverse()
     return out
 
 
-def _raw_tail(ring: deque, n: int | None) -> list:
+def _raw_tail(ring: deque, n: int | None, kept: Iterable = ()) -> list:
     """Copies of :func:`_raw_entries`."""
-    return [(s, list(r)) for s, r in _raw_entries(ring, n)]
+    return [(s, list(r)) for s, r in _raw_entries(ring, n, kept)]
 
 
-def _raw_changes(ring: deque, n: int | None, held: dict[int, int]) -> tuple[dict, tuple]:
-    """The raw records a mirror lacks among the last ``n`` non-empty ring entries (all entries
+def _raw_changes(ring: deque, n: int | None, held: dict[int, int],
+                 kept: Iterable = ()) -> tuple[dict, tuple]:
+    """The raw records a mirror lacks among the last ``n`` traced entries (every ring entry
     when ``n`` is None), given what it holds (seq -> record count).
 
     A token's raw list only grows (records arrive after the token ended), so only its new
@@ -940,7 +967,7 @@ def _raw_changes(ring: deque, n: int | None, held: dict[int, int]) -> tuple[dict
     the last 16 traced tokens every 2 s; resending them whole cost the session process ~6 MB
     of pickling under the GIL each time (an eager burst is ~4,000 records a token)."""
     keep, add, now = [], [], []
-    for seq, recs in _raw_entries(ring, n):
+    for seq, recs in _raw_entries(ring, n, kept):
         count = len(recs)
         have = held.get(seq, 0)
         if have > count:

@@ -133,8 +133,9 @@ def reference(runs: list[TPRun], model: str, mode: str) -> dict | None:
 
 
 def scaling_rows(runs: list[TPRun]) -> list[dict]:
-    """Per model, mode and TP: ms/step, tokens/s, speed-up and efficiency over TP=1, the
-    communication share range over ranks and the step-end skew."""
+    """Per model, mode and TP: ms/step, tokens/s, speed-up and efficiency over TP=1, the NCCL
+    share range over ranks, the step-end skew, the late rank, the transfer per step and the
+    longest wait per step of any rank (docs/multi-gpu.md defines them)."""
     rows = []
     for r in runs:
         for mode, res in r.modes.items():
@@ -150,7 +151,11 @@ def scaling_rows(runs: list[TPRun]) -> list[dict]:
                 "comm_share_max": max(shares) if shares else None,
                 "skew_median_us": res.summary.skew.end_median_us
                 if res.summary.skew is not None and r.tp > 1 else None,
-                "slowest_rank": res.summary.slowest if r.tp > 1 else None,
+                "late_rank": res.summary.late_rank if r.tp > 1 else None,
+                "transfer_ms": res.summary.transfer_ms if r.tp > 1 else None,
+                "wait_ms_max": max((k.wait_ms for k in res.summary.ranks
+                                    if k.wait_ms is not None), default=None)
+                if r.tp > 1 else None,
                 "compile_s": r.compile_s if mode == "compiled" else None, "load_s": r.load_s})
     return rows
 

@@ -47,13 +47,32 @@ def ranks_summary(ranks: Any) -> Any | None:
 
 
 def rank_findings(ranks: Any) -> tuple[list, Any]:
-    """Cross-rank findings and the summary they come from, or ``([], None)`` when the
-    analysis fails."""
+    """Cross-rank findings and the summary they come from; a summary whose findings failed
+    comes with none, and ``([], None)`` when the summary itself fails (a bug in analysis must
+    not take the UI down, nor hide the split the summary has)."""
     try:
         summary = _cross_rank.ranks_summary(ranks)
-        return list(_cross_rank.find_ranks(ranks, summary)), summary
-    except Exception:  # a bug in analysis must not take the UI down
+    except Exception:
         return [], None
+    try:
+        return list(_cross_rank.find_ranks(ranks, summary)), summary
+    except Exception:
+        return [], summary
+
+
+def comm_split(summary: Any, rank: int) -> dict | None:
+    """The kernels pane's NCCL split of ``rank`` (``cross_rank.comm_split``), or None."""
+    if summary is None:
+        return None
+    try:
+        return _cross_rank.comm_split(summary, rank)
+    except Exception:
+        return None
+
+
+def rank_help() -> str:
+    """The one line that defines the cross-rank words (``cross_rank.HELP_LINE``)."""
+    return _cross_rank.HELP_LINE
 
 
 def job_findings(ranks: Any) -> list[tuple[str, Any, list, Any]]:

@@ -29,6 +29,7 @@ from textual.containers import Container
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
+from textual.worker import Worker, WorkerState
 
 from ..control import SessionControl
 from ..errors import one_line, safe_text
@@ -173,12 +174,15 @@ class TuiprofApp(App):
         self._findings_busy = False
         self._findings_token = 0
         self._quitting = False
+        self._exit_args: dict | None = None   # the stop worker's result, for the exit
         self._main: MainScreen | None = None
         self.view: Any = None
         self._program_ended = False
         self._keys = {k: a.action for a in ACTIONS for k in a.key.split(",")}
         self.rank = 0                   # the rank every pane shows (sessions of several ranks)
-        self.rank_analysis: Any = None  # (summary, findings) across ranks (findings worker)
+        # (summary, findings) across ranks (findings worker): the latest that had steps traced
+        # on every rank, kept while newer pulls have none (bursts come every few seconds)
+        self.rank_analysis: Any = None
 
     # ------------------------------------------------------------------ lifecycle
     def get_default_screen(self) -> Screen:
@@ -329,7 +333,7 @@ class TuiprofApp(App):
         changed = force or sig != self._sig
         self._sig = sig
         ctx = RefreshContext(status=status, mode=status.mode, deterministic=self.deterministic,
-                             changed=changed)
+                             changed=changed, **self._rank_context())
         screen = self.screen
         main = self.main
         with self.batch_update():
@@ -359,6 +363,15 @@ class TuiprofApp(App):
         rs["mean_ms"] = rs["total_ms"] / rs["count"]
         rs["max_ms"] = max(rs["max_ms"], dt)
 
+    def _rank_context(self) -> dict:
+        """What the panes get of the cross-rank analysis (a session of several ranks)."""
+        ranks = self.ranks
+        if ranks is None:
+            return {}
+        summary = self.rank_analysis[0] if self.rank_analysis is not None else None
+        return {"ranks": ranks.world_size, "rank": self.rank,
+                "comm_split": adapters.comm_split(summary, self.rank)}
+
     def _analyse(self) -> tuple[list, str, Any]:
         """Findings of the selected rank (and across ranks) and the cross-rank summary."""
         ranks = self.ranks
@@ -373,7 +386,9 @@ class TuiprofApp(App):
             cross = [f for _, _, fs, _ in per_job for f in fs]
             return cross + found, msg, {k: (s, fs) for k, _, fs, s in per_job if s is not None}
         cross, summary = adapters.rank_findings(rv)
-        return cross + found, msg, (summary, cross) if summary is not None else None
+        kept = newer_rank_analysis(self.rank_analysis,
+                                   (summary, cross) if summary is not None else None)
+        return (kept[1] if kept is not None else []) + found, msg, kept
 
     def _maybe_findings(self, sig: tuple, sync: bool) -> None:
         if sync:
@@ -402,7 +417,7 @@ class TuiprofApp(App):
     def on_tuiprof_app_findings_ready(self, m: "TuiprofApp.FindingsReady") -> None:
         self._findings_busy = False
         if m.token == self._findings_token:
-            self.rank_analysis = m.summary
+            self.rank_analysis = newer_rank_analysis(self.rank_analysis, m.summary)
             self.main.query_one(FindingsPane).set_findings(m.found, m.message)
 
     def _notice_program_end(self, status: Any) -> None:
@@ -555,7 +570,8 @@ class TuiprofApp(App):
     def _show_one(self, p: Pane) -> None:
         view = self.view if self.view is not None else self.store.view(raw=False)
         p.show(view, RefreshContext(status=self.control.status, mode=self.control.status.mode,
-                                    deterministic=self.deterministic, changed=True))
+                                    deterministic=self.deterministic, changed=True,
+                                    **self._rank_context()))
 
     def action_next_pane(self) -> None:
         self._step_pane(1)
@@ -666,25 +682,14 @@ class TuiprofApp(App):
         self._stop_worker()
 
     @work(thread=True, exit_on_error=False, group="quit", description="stop")
-    def _stop_worker(self) -> "TuiprofApp.Stopped":
+    def _stop_worker(self) -> None:
         error = None
         try:
             self.control.stop()
         except Exception as exc:
             error = f"stop failed: {type(exc).__name__}: {exc}"
         snapshot, snap_error = self._final_snapshot()
-        # handed over when the worker has ended (on_worker_state_changed): posted from here,
-        # the message could make the app exit before the worker is marked done, and the exit
-        # then cancelled it
-        return self.Stopped(snapshot, snap_error or error)
-
-    def on_worker_state_changed(self, event: Any) -> None:
-        from textual.worker import WorkerState  # noqa: PLC0415
-
-        w = event.worker
-        if w.group == "quit" and event.state == WorkerState.SUCCESS and isinstance(
-                w.result, self.Stopped):
-            self.on_tuiprof_app_stopped(w.result)
+        self.post_message(self.Stopped(snapshot, snap_error or error))
 
     def _final_snapshot(self) -> tuple[str | None, str | None]:
         """Write the automatic snapshot (when enabled): (path, None) or (None, error)."""
@@ -712,7 +717,16 @@ class TuiprofApp(App):
             name = signal.Signals(self._signalled[0]).name
             msg = f"tuiprof: {name}: session stopped" + (f"; {msg[9:]}" if msg else "")
         code = 128 + self._signalled[0] if self._signalled else 0
-        self.exit(result=m.snapshot, return_code=code, message=msg or None)
+        self._exit_args = dict(result=m.snapshot, return_code=code, message=msg or None)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Quit once the stop worker has finished, not when its message arrives: the message
+        is posted from the worker's thread before the worker is done, and exiting then
+        cancels it."""
+        if (event.worker.group == "quit" and event.state in (WorkerState.SUCCESS,
+                                                             WorkerState.ERROR)
+                and self._exit_args is not None):
+            self.exit(**self._exit_args)
 
     # ------------------------------------------------------------------ palette
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -764,6 +778,17 @@ def run_app(control: SessionControl, *, title: str = "tuiprof", export_dir: Path
         except Exception:
             pass
     return int(app.return_code or 0)
+
+
+def newer_rank_analysis(old: Any, new: Any) -> Any:
+    """The cross-rank analysis to show: ``new`` unless it has no step traced on every rank
+    while ``old`` (of the same mode) has: the ranks' raw records of a burst leave their stores
+    after a while, and the split of the latest burst stays the one to show until the next."""
+    if new is None:
+        return old
+    if old is None or new[0].steps or old[0].mode != new[0].mode or not old[0].steps:
+        return new
+    return old
 
 
 def is_rank_set_view(view: Any) -> bool:

@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from .. import adapters
 from ..actions import ACTIONS, key_label
 from ..panes import PANES, by_key
 
@@ -52,6 +53,12 @@ class HelpScreen(ModalScreen):
         body.add_row(Text("Panes", "bold underline"))
         body.add_row(Text("\n".join([f"{p.key} {p.tab}: {p.help}" for p in by_key()] + [
             f"Below about 150×40 the panes become tabs: tab / 1–{len(PANES)} switch."])))
+        words = adapters.rank_help()
+        if words:
+            body.add_row(Text(""))
+            body.add_row(Text("Across ranks (a, the kernels pane's NCCL split, --headless --tp)",
+                              "bold underline"))
+            body.add_row(Text(words))
         body.add_row(Text(""))
         body.add_row(Text("UI cost", "bold underline"))
         if s.get("hidden"):

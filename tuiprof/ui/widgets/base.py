@@ -19,6 +19,11 @@ class RefreshContext:
     deterministic: bool = False
     now: float = field(default_factory=time.monotonic)
     changed: bool = True          # the view differs from the previous refresh
+    # In a session of several ranks: the shown rank's NCCL kernels split into transfer and
+    # wait (``analysis.cross_rank.comm_split``); None without steps traced on every rank.
+    comm_split: dict | None = None
+    ranks: int = 1                # ranks in the session
+    rank: int = 0                 # the rank the panes show
 
 
 class Pane(Vertical):

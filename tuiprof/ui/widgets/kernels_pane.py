@@ -89,10 +89,48 @@ def empty_reason(view: Any, phase: str, mode: str) -> str:
             "first burst; p switches the phase, m the mode.")
 
 
+def comm_lines(rows: list[KernelRow], ctx: RefreshContext, mode: str, phase: str,
+               most: int = 2) -> Text | None:
+    """An NCCL kernel's time split into transfer and wait (docs/multi-gpu.md), so that its share
+    of GPU time is not read as bandwidth: one line for each of the top ``most`` NCCL rows."""
+    comm = [r for r in rows if r.name.category == "communication"][:most]
+    if not comm:
+        return None
+    split = ctx.comm_split
+    same = split is not None and split.get("mode") == mode and phase in ("decode", ALL)
+    out = Text(no_wrap=True, overflow="ellipsis")
+    for i, r in enumerate(comm):
+        if i:
+            out.append("\n")
+        k = split["kernels"].get(r.key) if same else None
+        if k is None or not (k["transfer"] + k["wait"]):
+            who = ("waiting for the other ranks" if ctx.ranks > 1 else
+                   "waiting for the other ranks of the job")
+            when = (" (transfer / wait once steps are traced on every rank; a: all ranks)"
+                    if ctx.ranks > 1 else "")
+            out.append(f"{r.name.short}: {r.pct:.1f} % of GPU time, {who} included: not "
+                       f"bandwidth{when}", "yellow")
+            continue
+        tot = k["transfer"] + k["wait"]
+        t_pct, w_pct = r.pct * k["transfer"] / tot, r.pct * k["wait"] / tot
+        out.append(f"{r.name.short}: {r.pct:.1f} % of GPU time = ", "bold")
+        out.append(f"transfer {t_pct:.1f} %", "green")
+        out.append(" + ")
+        out.append(f"wait {w_pct:.1f} %", "yellow")
+        late, share = split.get("late_rank"), split.get("late_share")
+        if late is not None and share is not None:
+            out.append(f" (rank {late} arrives last at {share:.0%} of the calls"
+                       + (": this rank)" if late == ctx.rank else ")"))
+        out.append(f" · {k['calls']:,} calls, {split['steps']} steps traced on every rank", "dim")
+    return out
+
+
 class KernelsPane(Pane):
     PANE_TITLE = "top kernels"
     DEFAULT_CSS = """
     KernelsPane #kernels-caption { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    KernelsPane #kernels-comm { display: none; height: auto; max-height: 2; }
+    KernelsPane.-comm #kernels-comm { display: block; }
     KernelsPane DataTable { height: 1fr; }
     KernelsPane Input { display: none; height: 3; }
     KernelsPane.-filtering Input { display: block; }
@@ -129,6 +167,7 @@ class KernelsPane(Pane):
 
     def compose(self) -> ComposeResult:
         yield Static(id="kernels-caption")
+        yield Static(id="kernels-comm")
         table: DataTable = DataTable(id="kernels-table", cursor_type="row", zebra_stripes=True)
         self._add_columns(table)
         yield table
@@ -255,7 +294,8 @@ class KernelsPane(Pane):
         phase = resolve_kernel_phase(view, self.phase)
         mode = resolve_kernel_mode(view, want, phase)
         self.resolved_mode = mode
-        sig = (ctx.changed, view.batch, mode, phase, self.sort, self.descending, self.filter_text)
+        sig = (ctx.changed, view.batch, mode, phase, self.sort, self.descending, self.filter_text,
+               id(ctx.comm_split))
         if sig == self._last_sig and not ctx.changed:
             return
         self._last_sig = sig
@@ -281,6 +321,10 @@ class KernelsPane(Pane):
             cap.append(f" · filter “{self.filter_text}” ({len(sel)} match)", "yellow")
         cap.append("  [k] batch [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
         self.query_one("#kernels-caption", Static).update(cap)
+        comm = comm_lines(sel, ctx, mode, phase)
+        self.set_class(bool(comm), "-comm")
+        if comm:
+            self.query_one("#kernels-comm", Static).update(comm)
         empty = "" if rows else empty_reason(view, phase, mode)
         self.set_class(bool(empty), "-empty")
         if empty:

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# GPU verification of native programs (issue 41), one device call (~5 minutes on an H100):
+# decode_like.cu built with nvcc, its steps found automatically and from NVTX, kernel times
+# against nsys, the program's own timing alone vs under tuiprof, and the live app in tmux.
+# Carry .whl (../shared/device/wheels.sh), .tmx (../shared/device/tmux.sh) and .dw
+# (../shared/device/nsys.sh). From the repository root:
+#
+#   bash bench/verify_native.sh
+#
+# Six files land in $OUT: verify_native.json (every figure and check), verify_native.txt (this
+# script's output), steps.json (the snapshot of the auto-steps run) and steps_stdout.txt,
+# nsys_kern_sum.csv, native_live.txt (the tmux captures, one after the other).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$(mktemp -d)}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+T=""
+if ls .tmx/*.deb >/dev/null 2>&1; then
+  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
+  export TERM=xterm-256color
+  T="env LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu /tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+fi
+H=/opt/nvidia/nsight-compute/2025.3.1/host
+NSYS=$H/target-linux-x64/nsys
+Q=$H/linux-desktop-glibc_2_11_3-x64/QdstrmImporter
+NS=()
+if [ -x "$NSYS" ] && ls .dw/*.deb >/dev/null 2>&1; then
+  for f in .dw/*.deb; do dpkg -x "$f" /tmp/dwroot; done
+  NS=(--nsys "$NSYS" --importer "$Q" --dw-lib /tmp/dwroot/usr/lib/x86_64-linux-gnu)
+fi
+timeout 480 python3 bench/verify_native.py --out "$OUT" --tmux "$T" "${NS[@]}" \
+  2>&1 | tee "$OUT/verify_native.txt"
+# the CPU tests of the native path, on this machine's compiler and CUPTI headers
+timeout 90 python3 -m pytest -q -p no:cacheprovider tests/native tests/analysis/test_period.py \
+  tests/program/test_stream_steps.py 2>&1 | tail -3 | tee -a "$OUT/verify_native.txt"

@@ -1,0 +1,204 @@
+// A decode loop as a native inference engine runs it, for tuiprof's GPU verification of native
+// programs (bench/verify_native.py): set-up kernels, a prefill over the prompt, then STEPS
+// decode steps, each launching the same 26 kernels (an embedding, LAYERS layers of 11, a head
+// with a GEMV over the vocabulary and an argmax) and reading the token back (the host waits).
+// The GEMVs run on 8 blocks: far fewer than the H100's 132 SMs (tuiprof's grid-too-small).
+//
+//   decode_like STEPS [--nvtx] [--sleep-us N]
+//
+// Prints its own timing (host clock around the decode loop, per step and in total), and the
+// kernel names of one decode step in launch order. Kernels are extern "C": the same plain name
+// in tuiprof and in nsys, no demangling in the comparison.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+    fprintf(stderr, "decode_like: %s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
+
+constexpr int H = 1024, V = 8192, LAYERS = 2, PROMPT = 64, GEMV_BLOCKS = 8;
+
+extern "C" __global__ void fill_weights(float *w, size_t n, float v) {
+    for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        w[i] = v * (float)((i * 2654435761u) % 1000) / 1000.0f;
+}
+extern "C" __global__ void embed(const float *table, const int *tok, float *x) {
+    for (int i = threadIdx.x; i < H; i += blockDim.x) x[i] = table[(size_t)(*tok % V) * H + i];
+}
+extern "C" __global__ void rmsnorm(const float *x, float *y) {
+    __shared__ float s[256];
+    float a = 0;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) a += x[i] * x[i];
+    s[threadIdx.x] = a;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k; k >>= 1) {
+        if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+        __syncthreads();
+    }
+    float r = rsqrtf(s[0] / H + 1e-6f);
+    for (int i = threadIdx.x; i < H; i += blockDim.x) y[i] = x[i] * r;
+}
+// y[rows] = W[rows x H] x: each of GEMV_BLOCKS blocks walks rows, one warp a row
+extern "C" __global__ void gemv_small_grid(const float *w, const float *x, float *y, int rows) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int r = blockIdx.x * warps + warp; r < rows; r += gridDim.x * warps) {
+        float a = 0;
+        for (int i = lane; i < H; i += 32) a += w[(size_t)r * H + i] * x[i];
+        for (int o = 16; o; o >>= 1) a += __shfl_down_sync(0xffffffff, a, o);
+        if (!lane) y[r] = a;
+    }
+}
+extern "C" __global__ void rope(float *q, int pos) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < H / 2) {
+        float t = pos * __powf(10000.0f, -2.0f * i / H), c = __cosf(t), s = __sinf(t);
+        float a = q[2 * i], b = q[2 * i + 1];
+        q[2 * i] = a * c - b * s;
+        q[2 * i + 1] = a * s + b * c;
+    }
+}
+extern "C" __global__ void attn_decode(const float *q, const float *kv, float *o, int len) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < H) {
+        float a = 0;
+        for (int t = 0; t < len; t++) a += q[i] * kv[(size_t)t * H + i];
+        o[i] = a / (len + 1);
+    }
+}
+extern "C" __global__ void add_residual(float *x, const float *y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < H) x[i] += y[i];
+}
+extern "C" __global__ void silu_mul(const float *g, float *u) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < H) u[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];
+}
+extern "C" __global__ void argmax_token(const float *logits, int *tok) {
+    __shared__ float bv[256];
+    __shared__ int bi[256];
+    float v = -1e30f;
+    int k = 0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        if (logits[i] > v) { v = logits[i]; k = i; }
+    bv[threadIdx.x] = v;
+    bi[threadIdx.x] = k;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s; s >>= 1) {
+        if (threadIdx.x < s && bv[threadIdx.x + s] > bv[threadIdx.x]) {
+            bv[threadIdx.x] = bv[threadIdx.x + s];
+            bi[threadIdx.x] = bi[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (!threadIdx.x) *tok = bi[0];
+}
+// the prefill's own kernels: all prompt positions at once
+extern "C" __global__ void gemm_prefill(const float *w, const float *x, float *y, int rows) {
+    int r = blockIdx.x, p = blockIdx.y;
+    float a = 0;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) a += w[(size_t)r * H + i] * x[(size_t)p * H + i];
+    for (int o = 16; o; o >>= 1) a += __shfl_down_sync(0xffffffff, a, o);
+    if (!(threadIdx.x % 32)) atomicAdd(&y[(size_t)p * rows + r], a);
+}
+extern "C" __global__ void attn_prefill(const float *x, float *o) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < PROMPT * H) o[i] = x[i] * 0.5f;
+}
+
+int main(int argc, char **argv) {
+    int steps = argc > 1 ? atoi(argv[1]) : 256;
+    bool nvtx = false;
+    int sleep_us = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--nvtx")) nvtx = true;
+        if (!strcmp(argv[i], "--sleep-us") && i + 1 < argc) sleep_us = atoi(argv[++i]);
+    }
+    size_t wl = (size_t)H * H;
+    float *wq, *wo, *wu, *wd, *wlm, *emb, *x, *y, *z, *kv, *logits, *px, *py;
+    int *tok;
+    CK(cudaMalloc(&wq, wl * 4 * LAYERS));
+    CK(cudaMalloc(&wo, wl * 4 * LAYERS));
+    CK(cudaMalloc(&wu, wl * 4 * LAYERS));
+    CK(cudaMalloc(&wd, wl * 4 * LAYERS));
+    CK(cudaMalloc(&wlm, (size_t)V * H * 4));
+    CK(cudaMalloc(&emb, (size_t)V * H * 4));
+    CK(cudaMalloc(&x, H * 4));
+    CK(cudaMalloc(&y, H * 4));
+    CK(cudaMalloc(&z, H * 4));
+    CK(cudaMalloc(&kv, (size_t)(PROMPT + steps + 1) * H * 4));
+    CK(cudaMalloc(&logits, V * 4));
+    CK(cudaMalloc(&px, (size_t)PROMPT * H * 4));
+    CK(cudaMalloc(&py, (size_t)PROMPT * V * 4));
+    CK(cudaMalloc(&tok, 4));
+    for (float *w : {wq, wo, wu, wd}) fill_weights<<<264, 256>>>(w, wl * LAYERS, 0.01f);
+    fill_weights<<<264, 256>>>(wlm, (size_t)V * H, 0.01f);
+    fill_weights<<<264, 256>>>(emb, (size_t)V * H, 1.0f);
+    fill_weights<<<264, 256>>>(kv, (size_t)(PROMPT + steps + 1) * H, 0.1f);
+    fill_weights<<<264, 256>>>(px, (size_t)PROMPT * H, 1.0f);
+    CK(cudaMemset(tok, 0, 4));
+    CK(cudaDeviceSynchronize());
+
+    // prefill: the prompt's positions at once, then its last position's token
+    if (nvtx) nvtxRangePushA("prefill");
+    auto p0 = std::chrono::steady_clock::now();
+    CK(cudaMemset(py, 0, (size_t)PROMPT * V * 4));
+    for (int l = 0; l < LAYERS; l++) {
+        gemm_prefill<<<dim3(H, PROMPT), 32>>>(wq + l * wl, px, py, H);
+        attn_prefill<<<(PROMPT * H + 255) / 256, 256>>>(px, px);
+    }
+    gemm_prefill<<<dim3(V, 1), 32>>>(wlm, px, logits, V);
+    argmax_token<<<1, 256>>>(logits, tok);
+    int host_tok = 0;
+    CK(cudaMemcpy(&host_tok, tok, 4, cudaMemcpyDeviceToHost));
+    if (nvtx) nvtxRangePop();
+    double prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
+
+    std::vector<const char *> names;
+    std::vector<double> step_us;
+    step_us.reserve(steps);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < steps; s++) {
+        auto a = std::chrono::steady_clock::now();
+        if (nvtx) nvtxRangePushA("decode");
+        bool log = s == 0;
+#define L(name, g, b, ...) do { name<<<g, b>>>(__VA_ARGS__); if (log) names.push_back(#name); } while (0)
+        L(embed, 1, 256, emb, tok, x);
+        for (int l = 0; l < LAYERS; l++) {
+            L(rmsnorm, 1, 256, x, y);
+            L(gemv_small_grid, GEMV_BLOCKS, 256, wq + l * wl, y, z, H);
+            L(rope, (H / 2 + 255) / 256, 256, z, PROMPT + s);
+            L(attn_decode, (H + 255) / 256, 256, z, kv, y, PROMPT + s);
+            L(gemv_small_grid, GEMV_BLOCKS, 256, wo + l * wl, y, z, H);
+            L(add_residual, (H + 255) / 256, 256, x, z);
+            L(rmsnorm, 1, 256, x, y);
+            L(gemv_small_grid, GEMV_BLOCKS, 256, wu + l * wl, y, z, H);
+            L(silu_mul, (H + 255) / 256, 256, y, z);
+            L(gemv_small_grid, GEMV_BLOCKS, 256, wd + l * wl, z, y, H);
+            L(add_residual, (H + 255) / 256, 256, x, y);
+        }
+        L(rmsnorm, 1, 256, x, y);
+        L(gemv_small_grid, GEMV_BLOCKS, 256, wlm, y, logits, V);
+        L(argmax_token, 1, 256, logits, tok);
+#undef L
+        CK(cudaMemcpy(&host_tok, tok, 4, cudaMemcpyDeviceToHost));  // the host waits for it
+        if (nvtx) nvtxRangePop();
+        step_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+        if (sleep_us) std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    }
+    double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> sorted = step_us;
+    std::sort(sorted.begin(), sorted.end());
+    printf("decode_like: kernels per step %zu:", names.size());
+    for (auto n : names) printf(" %s", n);
+    printf("\n");
+    printf("decode_like: {\"steps\": %d, \"kernels_per_step\": %zu, \"prefill_ms\": %.3f, "
+           "\"decode_ms\": %.3f, \"median_step_us\": %.2f, \"token\": %d}\n",
+           steps, names.size(), prefill_ms, total_ms, sorted[sorted.size() / 2], host_tok);
+    return 0;
+}

@@ -1,0 +1,180 @@
+"""Steps cut from a native program's kernel stream, fed buffer by buffer as the collector does:
+records held until the loop is found, then folded into exact steps; windows on the records'
+clock when no loop shows."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from tuiprof.program.steps import StepRecorder
+from tuiprof.program.stream_steps import StreamSteps
+
+from .conftest import rows
+
+LAYER = ["rmsnorm", "gemv_qkv", "rope", "attn", "gemv_o", "add", "rmsnorm", "gemv_up", "silu",
+         "gemv_down", "add"]
+STEP = ["embed"] + LAYER * 3 + ["rmsnorm", "gemv_lm_head", "argmax"]            # 37
+PREFILL = ["embed"] + [k.replace("gemv", "gemm") for k in LAYER] * 3 + ["rmsnorm", "argmax"]
+
+
+class Stream:
+    """Records as CUPTI delivers them for a decode loop: a launch (API record) 2 us before each
+    kernel, a D2H copy of the token and its API record after each step."""
+
+    def __init__(self, t0: int = 1_000_000_000) -> None:
+        self.t = t0
+        self.corr = 0
+        self.records: list = []
+
+    def kernel(self, name: str, gap: int, dur: int = 3_000, stream: int = 7) -> None:
+        self.t += gap
+        self.corr += 1
+        s = self.t
+        self.records.append(("R", "cudaLaunchKernel", s - 2_000, s - 1_000, self.corr))
+        self.records.append(("K", name, s, s + dur, 1, 1, 1, 32, 1, 1, 16, 0, stream,
+                             self.corr, 0))
+        self.t += dur
+
+    def step(self, names: list, dur: int = 3_000) -> None:
+        for i, n in enumerate(names):
+            self.kernel(n, 40_000 if i == 0 else 1_000, dur)
+        self.corr += 1
+        self.records.append(("R", "cudaMemcpyAsync", self.t + 500, self.t + 3_000, self.corr))
+        self.records.append(("C", 2, 4, self.t + 1_000, self.t + 2_000, 7, self.corr))
+        self.t += 4_000
+
+
+def auto_sink(prof, window_ms=100.0, **kw):
+    """The native session's step source over ``prof``, on a clock the test moves."""
+    clock = [0.0]
+    rec = StepRecorder(prof, sources=("auto", "windows"))
+    return clock, StreamSteps(rec, window_ms, monotonic=lambda: clock[0], meta=prof.store.meta,
+                              **kw)
+
+
+def feed_all(prof, sink, records, chunk=300, clock=None, tick=0.5):
+    store = prof.store
+    for i in range(0, len(records), chunk):
+        if clock is not None:
+            clock[0] += tick
+        store.add_records(sink.feed([], records[i:i + chunk]))
+    store.add_records(sink.drain())
+    sink.recorder.close()
+
+
+def test_a_decode_loop_becomes_exact_steps(prof):
+    clock, sink = auto_sink(prof, 100.0)
+    rec = sink.recorder
+    s = Stream()
+    for _ in range(10):
+        s.kernel("init_weights", 1_000)
+    s.step(PREFILL, dur=20_000)
+    for _ in range(50):
+        s.step(STEP)
+    feed_all(prof, sink, s.records, clock=clock)
+    toks = rows(prof)
+    # the set-up kernels before the prefill (and their launches) are a window, as a Python
+    # program's are before its first step
+    assert [t.phase for t in toks] == ["window", "prefill"] + ["decode"] * 50
+    assert [t.kernels for t in toks] == [10, len(PREFILL)] + [len(STEP)] * 50
+    # every launch, and the token's copy back with its API call, in its own step
+    assert [t.api_calls for t in toks] == [10, len(PREFILL) + 1] + [len(STEP) + 1] * 50
+    assert [t.memcpy_count for t in toks] == [0] + [1] * 51
+    assert prof.store.view(raw=False).counters["unattributed"] == 0
+    auto = prof.store.meta["auto_steps"]
+    assert (auto["source"], auto["kernels_per_step"], auto["decode_steps"],
+            auto["prefill_steps"], auto["identical_steps"]) == ("auto", len(STEP), 50, 1, 50)
+    assert auto["boundary"] == "host gap before each step" and auto["confidence_label"] == "high"
+    assert rec.counts["auto"] == 51 and rec.counts["windows"] == 1
+
+
+def test_records_are_folded_as_steps_close_not_at_the_end(prof):
+    clock, sink = auto_sink(prof, 100.0)
+    s = Stream()
+    s.step(PREFILL)
+    for _ in range(30):
+        s.step(STEP)
+    half = len(s.records) // 2
+    clock[0] = 5.0
+    prof.store.add_records(sink.feed([], s.records[:half]))
+    toks = rows(prof)
+    assert len(toks) >= 10 and [t.kernels for t in toks[1:]] == [len(STEP)] * (len(toks) - 1)
+
+
+def test_no_loop_means_windows_on_the_records_clock(prof):
+    clock, sink = auto_sink(prof, 10.0, hold_s=0.05)
+    rnd = random.Random(5)
+    s = Stream()
+    for i in range(3000):                 # 100 ms of kernels with no repeating sequence ...
+        s.kernel(rnd.choice("abcdefghijklmnop"), 30_000)
+    s.t += 10_000_000_000                 # ... then 10 s idle ...
+    for i in range(300):                  # ... then 10 ms more
+        s.kernel(rnd.choice("abcdefghijklmnop"), 30_000)
+    feed_all(prof, sink, s.records, chunk=200, clock=clock, tick=2.0)
+    toks = rows(prof)
+    assert {t.phase for t in toks} == {"window"}
+    assert 10 <= len(toks) <= 14          # ~100 ms + ~10 ms in 10 ms windows, no idle ones
+    assert sum(t.kernels for t in toks) == 3300
+    assert prof.store.meta["auto_steps"]["source"] == "windows"
+    assert not prof.store.meta["auto_steps"]["found"]
+
+
+def test_windows_until_the_loop_shows_then_its_steps(prof):
+    clock, sink = auto_sink(prof, 20.0, hold_s=0.1)
+    rnd = random.Random(2)
+    s = Stream()
+    for _ in range(4000):                 # 400 ms of loading kernels: windows
+        s.kernel(rnd.choice("abcdefghijklmnopqrstuvwxyz"), 95_000)
+    s.t += 2_000_000                      # the prompt prepared and copied
+    s.step(PREFILL)
+    for _ in range(40):
+        s.step(STEP)
+    feed_all(prof, sink, s.records, chunk=400, clock=clock, tick=2.0)
+    toks = rows(prof)
+    phases = Counter(t.phase for t in toks)
+    assert phases["decode"] == 40 and phases["prefill"] == 1 and phases["window"] >= 15
+    assert [t.kernels for t in toks if t.phase != "window"] == [len(PREFILL)] + [len(STEP)] * 40
+    assert sum(t.kernels for t in toks) == 4000 + len(PREFILL) + 40 * len(STEP)
+    starts = [t.start_ns for t in toks]
+    assert starts == sorted(starts)       # one timeline: windows, then the loop's steps
+
+
+def test_a_pause_between_steps_is_no_steps_time(prof):
+    rec = StepRecorder(prof, sources=("auto", "windows"))
+    sink = StreamSteps(rec, 100.0, meta=prof.store.meta)
+    s = Stream()
+    s.step(PREFILL)
+    for burst in range(3):               # requests 1 s apart, the decode goes on each time
+        for _ in range(12):
+            s.step(STEP)
+        s.t += 1_000_000_000
+    feed_all(prof, sink, s.records)
+    decode = [t for t in rows(prof) if t.phase == "decode"]
+    assert len(decode) == 36 and all(t.kernels == len(STEP) for t in decode)
+    assert max(t.end_ns - t.start_ns for t in decode) < 1_000_000   # no step holds the wait
+    assert all(t.api_calls == len(STEP) + 1 and t.memcpy_count == 1 for t in decode)
+
+
+def test_a_python_program_in_windows_hears_of_the_loop_in_its_kernels(prof):
+    """The detector on a Python program that marks no steps: its windows' kernels (the raw
+    ring) are searched, and the no-step-boundaries finding says what a step would be."""
+    from tuiprof.analysis import find
+    from tuiprof.program.steps import WINDOW
+
+    prof.store.meta.update({"source": "program", "step_source": "windows", "window_ms": 2})
+    rec = StepRecorder(prof, sources=("windows",))
+    s = Stream()
+    s.step(PREFILL)
+    for _ in range(40):
+        s.step(STEP)
+    t0 = s.records[0][2]
+    for w in range(8):                     # 8 windows of 2 ms over the run
+        step = rec.begin("windows", WINDOW, start_ns=t0 + w * 2_000_000)
+        rec.end("windows", end_ns=t0 + (w + 1) * 2_000_000 - 1, step=step)
+    rec.close()
+    prof.store.add_records(s.records)
+    f = next(f for f in find(prof.store.view()) if f.id == "no-step-boundaries")
+    loop = f.numbers["kernel_loop"]
+    assert loop["kernels_per_step"] == len(STEP) and loop["confidence_label"] == "high"
+    assert f"its kernels repeat a loop of {len(STEP)} kernels" in f.evidence
+    assert "docs/native.md" in f.advice

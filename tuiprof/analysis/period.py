@@ -1,0 +1,475 @@
+"""Decode steps found from the kernel stream alone: a pure function of kernel names (and, when
+given, their times).
+
+A decode loop launches the same sequence of kernels every token. Its period (kernels per step)
+shows in the spacing of the kernels that run once per step (the embedding, the LM head, the
+sampler): between two of their launches lie exactly one step's kernels. The search:
+
+1. **Candidates.** For every kernel name seen at least ``MIN_STEPS`` times, the median spacing
+   of its launches (in kernels) and the share of spacings within ``TOL`` (10 %) of it. A name
+   whose spacings are regular (``REGULAR``) and whose launches cover a good part of the stream
+   proposes a period.
+2. **Nesting.** Layers repeat inside a step, and a step may repeat inside a larger cycle (a
+   kernel every 16 tokens, a whole generation of fixed length). Start from the longest period;
+   go down to a shorter one B when B's spacing stays regular *across* the longer period's
+   boundaries (what the longer period adds is noise: less than 10 % of a step), or when a
+   host gap opens before every B step (the token's sync: ``time_supported``). A layer's
+   spacing breaks at every step boundary by the step's own kernels (LM head, sampler), and no
+   host gap separates layers, so a step is never cut into layers.
+3. **Phase.** Where a step begins: after the largest idle gap of the GPU when one opens before
+   every step (the host reads the token back), else right after the kernels that precede the
+   first regular run (the prefill).
+4. **Cut.** Each launch of the anchor closes a step. A step whose kernel names (as a multiset)
+   match the consensus step at ``SIMILAR`` (90 %) or better is a decode step; what precedes a
+   run of decode steps and matches nothing is its **prefill** (cut at the largest idle gap
+   there, when times are given, so set-up kernels before it are not counted); a first step
+   that matches but takes over ``PREFILL_RATIO`` × the median decode step is a prefill too (a
+   prefill with the decode kernels' names).
+
+**Confidence** = share of the steps in a run that match the consensus (decode steps among
+decode and unmatched ones), times ``min(1, decode steps / 8)``: three clean steps are not yet a
+loop. ``identical`` counts the decode steps whose name sequence is exactly the consensus.
+Streams: each CUDA stream is searched on its own as well as all of them together (two loops
+interleaved on two streams), and the cut with the most kernels in confident decode steps wins.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+MIN_STEPS = 3          # launches of a name before it proposes a period
+TOL = 0.10             # spacing tolerance, share of the period
+REGULAR = 0.8          # share of regular spacings for a period
+COVERAGE = 0.3         # share of the stream a period's launches must span
+UNIFORM = 0.6          # share of a period's segments alike (not two loops sharing a name)
+SIMILAR = 0.9          # multiset similarity of a decode step to the consensus
+VARYING = 0.75         # ... of a decode step that differs (counted apart, lowers confidence)
+GAP_RATIO = 4.0        # a step's leading gap vs the median idle gap (time support)
+PHASE_SHARE = 0.7      # share of steps whose largest gap sits at the same place
+PREFILL_RATIO = 2.0    # a first step this much longer than the median decode step: prefill
+MIN_CONFIDENCE = 0.6   # below this ("low"), a cut is not used for steps
+FULL_STEPS = 8         # decode steps for full confidence
+PREFILL, DECODE = "prefill", "decode"
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A decode loop: its consensus step and how to find its boundaries."""
+
+    period: int                  # kernels per decode step
+    anchor: str                  # a kernel launched once per step
+    lead: int                    # kernels of a step before its anchor
+    consensus: tuple[str, ...]   # the step's kernel names, in launch order
+    time_supported: bool         # an idle gap opens before every step
+    stream: int | None = None    # the CUDA stream searched (None: all together)
+
+    def similarity(self, names: Sequence[str]) -> float:
+        return similarity(names, self.consensus)
+
+
+@dataclass
+class Step:
+    """Kernels ``first`` to ``end`` (exclusive) of the searched sequence."""
+
+    first: int
+    end: int
+    phase: str
+    identical: bool = False
+    varying: bool = False    # a decode step whose kernels match the consensus less closely
+
+
+@dataclass
+class Cut:
+    """The steps found in one kernel sequence, and how sure the cut is."""
+
+    loop: Loop | None
+    steps: list[Step] = field(default_factory=list)
+    confidence: float = 0.0
+    identical: int = 0          # decode steps whose names are exactly the consensus
+    unmatched: int = 0          # steps inside runs that match nothing (not a prefill)
+    indices: list[int] | None = None   # positions of the searched kernels in the input
+    others: list[dict] = field(default_factory=list)   # loops found on other streams
+    reason: str = ""
+
+    @property
+    def decode(self) -> int:
+        return sum(1 for s in self.steps if s.phase == DECODE)
+
+    @property
+    def prefill(self) -> int:
+        return sum(1 for s in self.steps if s.phase == PREFILL)
+
+    @property
+    def usable(self) -> bool:
+        return self.loop is not None and self.confidence >= MIN_CONFIDENCE
+
+    def label(self) -> str:
+        """``high``, ``medium`` or ``low``."""
+        c = self.confidence
+        return "high" if c >= 0.9 else "medium" if c >= 0.6 else "low"
+
+    def describe(self) -> dict:
+        """What the snapshot's ``meta.auto_steps`` says about the cut."""
+        lp = self.loop
+        if lp is None:
+            return {"found": False, "reason": self.reason}
+        return {"found": True, "kernels_per_step": lp.period, "anchor": lp.anchor,
+                "lead": lp.lead, "decode_steps": self.decode, "prefill_steps": self.prefill,
+                "identical_steps": self.identical, "unmatched_steps": self.unmatched,
+                "confidence": round(self.confidence, 3), "confidence_label": self.label(),
+                "boundary": "host gap before each step" if lp.time_supported
+                else "after the prefill's last kernel", "stream": lp.stream,
+                "consensus": list(lp.consensus[:64]), "other_loops": self.others}
+
+
+def similarity(a: Sequence[str], b: Sequence[str]) -> float:
+    """Multiset overlap of two kernel-name sequences over the longer one's length (1: the same
+    kernels, in any order; a kernel inserted or missing costs 1/len)."""
+    if not a or not b:
+        return 0.0
+    ca, cb = Counter(a), Counter(b)
+    common = sum(min(n, cb[k]) for k, n in ca.items())
+    return common / max(len(a), len(b))
+
+
+# ------------------------------------------------------------------------ search
+@dataclass
+class _Cand:
+    name: int
+    period: int
+    tol: int
+    regular: float
+    pos: np.ndarray
+    gaps: np.ndarray
+
+
+def _candidates(ids: np.ndarray) -> list[_Cand]:
+    n = len(ids)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
+    out = []
+    for grp in np.split(order, cuts):
+        if len(grp) < MIN_STEPS:
+            continue
+        pos = np.sort(grp)
+        gaps = np.diff(pos)
+        period = int(np.median(gaps))
+        if period < 2:
+            continue
+        tol = int(TOL * period)  # 0 below 10 kernels: a 5-6-5-6 spacing is two loops, not one
+        regular = float(np.mean(np.abs(gaps - period) <= tol))
+        if regular >= REGULAR and len(pos) * period >= COVERAGE * n:
+            out.append(_Cand(int(ids[pos[0]]), period, tol, regular, pos, gaps))
+    return out
+
+
+def _groups(cands: list[_Cand]) -> list[_Cand]:
+    """One candidate per period (periods within tolerance merged): the most regular, then the
+    most launched."""
+    best: list[_Cand] = []
+    for c in sorted(cands, key=lambda c: (-c.period, -c.regular, -len(c.pos))):
+        for i, b in enumerate(best):
+            if abs(b.period - c.period) <= max(b.tol, c.tol):
+                if (c.regular, len(c.pos)) > (b.regular, len(b.pos)):
+                    best[i] = c
+                break
+        else:
+            best.append(c)
+    return sorted(best, key=lambda c: -c.period)
+
+
+def _straddle_regular(b: _Cand, a: _Cand) -> bool:
+    """B's spacing stays regular across A's launches (A adds noise to B's steps, no structure)."""
+    idx = np.searchsorted(b.pos, a.pos, side="left")  # B gap j holds A launch when idx == j + 1
+    j = idx - 1
+    ok = (j >= 0) & (j < len(b.gaps))
+    if not ok.any():
+        return True
+    g = b.gaps[j[ok]]
+    return float(np.mean(np.abs(g - b.period) <= b.tol)) >= REGULAR
+
+
+def _idle(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Idle time before each kernel, never negative; the first kernel's is taken as longer than
+    any (the stream's start is a step boundary)."""
+    idle = np.zeros(len(starts), dtype=np.int64)
+    if len(starts):
+        idle[0] = 1 << 60
+    if len(starts) > 1:
+        prev_end = np.maximum.accumulate(ends[:-1])
+        idle[1:] = np.maximum(0, starts[1:] - prev_end)
+    return idle
+
+
+def _time_phase(c: _Cand, idle: np.ndarray | None) -> int | None:
+    """Offset (from the anchor) of the kernel after the largest idle gap, when such a gap
+    opens before nearly every step; else None."""
+    if idle is None or len(c.pos) < MIN_STEPS + 1:
+        return None
+    pos = c.pos
+    regular = np.flatnonzero(np.abs(c.gaps - c.period) <= c.tol)
+    if len(regular) < MIN_STEPS:
+        return None
+    offs, peaks, inside = [], [], []
+    for j in regular:
+        seg = idle[pos[j] + 1: pos[j + 1] + 1]
+        k = int(np.argmax(seg))
+        offs.append(k + 1)
+        peaks.append(seg[k])
+        inside.append(seg)
+    gaps = np.concatenate(inside)          # the loop's own gaps, not those around it
+    positive = gaps[gaps > 0]
+    base = float(np.median(positive)) if len(positive) else 0.0
+    mode, count = Counter(offs).most_common(1)[0]
+    near = sum(1 for o in offs if abs(o - mode) <= c.tol)
+    if near < PHASE_SHARE * len(offs) or float(np.median(peaks)) < GAP_RATIO * max(base, 1.0):
+        return None
+    return mode
+
+
+def _uniform(ids: np.ndarray, c: _Cand) -> bool:
+    """Most of the candidate's regular segments hold the same kernels (one loop, not two
+    alternating ones that share a name)."""
+    segs = [tuple(ids[c.pos[j]: c.pos[j + 1]].tolist())
+            for j in range(len(c.gaps)) if abs(c.gaps[j] - c.period) <= c.tol]
+    if not segs:
+        return False
+    mode = Counter(segs).most_common(1)[0][0]
+    same = sum(1 for g in segs if g == mode or similarity(g, mode) >= SIMILAR)
+    return same > UNIFORM * len(segs)
+
+
+def _pick(ids: np.ndarray, groups: list[_Cand],
+          idle: np.ndarray | None) -> tuple[_Cand, int | None] | None:
+    """From the longest period down: a shorter one replaces it when a host gap opens before
+    each of its steps, or (unless the longer one has such gaps and it has not) when its
+    spacing stays regular across the longer one's boundaries."""
+    groups = [g for g in groups if _uniform(ids, g)]
+    if not groups:
+        return None
+    cur = groups[0]
+    cur_phase = _time_phase(cur, idle)
+    for b in groups[1:]:
+        if cur.period < 1.8 * b.period:
+            continue
+        phase = _time_phase(b, idle)
+        if phase is not None or (cur_phase is None and _straddle_regular(b, cur)):
+            cur, cur_phase = b, phase
+    return cur, cur_phase
+
+
+def _consensus(ids: np.ndarray, c: _Cand) -> tuple[int, ...]:
+    """The most common segment among the regular ones (a noisy step is one of a kind; the
+    clean step repeats), starting at the anchor."""
+    segs = Counter(tuple(ids[c.pos[j]: c.pos[j + 1]].tolist())
+                   for j in range(len(c.gaps)) if abs(c.gaps[j] - c.period) <= c.tol)
+    if not segs:
+        return tuple(ids[c.pos[0]: c.pos[0] + c.period].tolist())
+    return segs.most_common(1)[0][0]
+
+
+def _align_lead(ids: np.ndarray, c: _Cand, seg: tuple[int, ...]) -> int:
+    """Kernels of a step before its anchor, without times: the first regular run begins where
+    the sequence starts repeating itself one period later (the first kernel of the first
+    window of a period that equals the next one), near its first regular launch of the anchor.
+    Kernels a prefill shares with the step's tail (a sampler) look periodic: the step then
+    begins that many kernels early. With noise in every step no window repeats exactly, and the
+    step begins at the anchor's first regular launch, less the kernels before it that repeat
+    the consensus's tail."""
+    p = len(seg)
+    j0 = int(np.flatnonzero(np.abs(c.gaps - c.period) <= c.tol)[0])
+    p0 = int(c.pos[j0])
+    lo, hi = max(0, p0 - p), min(len(ids) - p, p0 + 2 * p)
+    if hi - lo >= p:
+        bad = (np.flatnonzero(ids[lo:hi] != ids[lo + p:hi + p]) + lo).tolist()
+        for k, s in enumerate([lo] + [b + 1 for b in bad]):
+            nxt = bad[k] if k < len(bad) else hi
+            if nxt - s >= p:
+                anchors = c.pos[c.pos >= s]
+                if len(anchors):
+                    return int(anchors[0] - s) % p
+                break
+    lead = 0
+    while lead < p - 1 and p0 - lead - 1 >= 0 and ids[p0 - lead - 1] == seg[-lead - 1]:
+        lead += 1
+    return lead
+
+
+def find_loop(names: Sequence[str], starts: Sequence[int] | None = None,
+              ends: Sequence[int] | None = None, stream: int | None = None) -> Loop | None:
+    """The decode loop of one kernel sequence (launch order), or None."""
+    if len(names) < 2 * MIN_STEPS:
+        return None
+    table: dict[str, int] = {}
+    ids = np.fromiter((table.setdefault(n, len(table)) for n in names), dtype=np.int64,
+                      count=len(names))
+    cands = _candidates(ids)
+    if not cands:
+        return None
+    idle = None
+    if starts is not None and ends is not None:
+        idle = _idle(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+    picked = _pick(ids, _groups(cands), idle)
+    if picked is None:
+        return None
+    c, offset = picked
+    seg = _consensus(ids, c)
+    period = len(seg)
+    if offset is not None:
+        lead = (period - offset) % period
+    else:
+        lead = _align_lead(ids, c, seg)
+    step = seg[period - lead:] + seg[:period - lead] if lead else seg
+    inv = {v: k for k, v in table.items()}
+    return Loop(period, inv[c.name], lead, tuple(inv[i] for i in step), offset is not None,
+                stream)
+
+
+# --------------------------------------------------------------------------- cut
+def boundaries(names: Sequence[str], loop: Loop, idle: Sequence[int] | None = None,
+               start: int = 0) -> list[int]:
+    """Indices (≥ ``start``) where a step of ``loop`` begins: ``lead`` kernels before each
+    launch of its anchor, moved to the largest idle gap within the tolerance when ``idle``
+    (the idle time before each kernel) is given and the loop is time-supported."""
+    tol = max(1, int(TOL * loop.period))
+    out: list[int] = []
+    last = start - 1
+    for i in range(start, len(names)):
+        if names[i] != loop.anchor:
+            continue
+        b = i - loop.lead
+        if idle is not None and loop.time_supported:
+            lo, hi = max(last + 1, b - tol, 0), min(len(names), b + tol + 1)
+            if lo < hi:
+                window = idle[lo:hi]
+                b = lo + int(np.argmax(window))
+        if b > last and b >= start:
+            out.append(b)
+            last = b
+    return out
+
+
+def cut(names: Sequence[str], loop: Loop, starts: Sequence[int] | None = None,
+        ends: Sequence[int] | None = None) -> Cut:
+    """Steps of ``loop`` over one kernel sequence (see the module docstring)."""
+    idle = None
+    if starts is not None and ends is not None:
+        idle = _idle(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+    bounds = boundaries(names, loop, idle)
+    result = Cut(loop)
+    if not bounds:
+        result.reason = "the loop's anchor kernel never ran"
+        return result
+    edges = bounds + [len(names)]
+    steps: list[Step] = []
+    pending = 0        # first kernel not in a step yet: the next run's prefill, if one follows
+    p = loop.period
+    for k in range(len(bounds)):
+        a, b = edges[k], edges[k + 1]
+        seg = names[a:b]
+        sim = loop.similarity(seg)
+        if sim >= SIMILAR:
+            steps.extend(_prefill(pending, a, idle))
+            steps.append(Step(a, b, DECODE, tuple(seg) == loop.consensus))
+            pending = b
+        elif len(seg) > p and loop.similarity(seg[:p]) >= SIMILAR:
+            # a decode step, then something else (a new prefill, the program's end)
+            steps.extend(_prefill(pending, a, idle))
+            steps.append(Step(a, a + p, DECODE, tuple(seg[:p]) == loop.consensus))
+            pending = a + p
+        elif sim >= VARYING and pending == a and steps and steps[-1].phase == DECODE:
+            # a decode step with some other kernels than the consensus's (counted)
+            steps.append(Step(a, b, DECODE, varying=True))
+            pending = b
+        # else: matches nothing; stays pending (a prefill if a decode step follows)
+    _prefill_by_time(steps, starts, ends)
+    result.steps = steps
+    dec = [s for s in steps if s.phase == DECODE]
+    result.identical = sum(1 for s in dec if s.identical)
+    result.unmatched = sum(1 for s in dec if s.varying)
+    similar = len(dec) - result.unmatched
+    if similar > 0:
+        result.confidence = similar / len(dec) * min(1.0, similar / FULL_STEPS)
+    else:
+        result.reason = "no step matched the loop's consensus"
+    return result
+
+
+def _prefill(a: int, b: int, idle: np.ndarray | None) -> list[Step]:
+    """Kernels ``a``..``b`` before a run of decode steps, as its prefill: from the largest idle
+    gap on when times are given and that gap stands out (set-up kernels before it are no step)."""
+    if b <= a:
+        return []
+    if idle is not None and b - a > 2:
+        inner = idle[a + 1:b]
+        k = a + 1 + int(np.argmax(inner))
+        if idle[k] > GAP_RATIO * max(1.0, float(np.median(inner))):
+            a = k
+    return [Step(a, b, PREFILL)]
+
+
+def _prefill_by_time(steps: list[Step], starts, ends) -> None:
+    """A step that takes over PREFILL_RATIO × the median decode step is a prefill when it is
+    the first step, or a decode step whose kernels differ from the consensus: a prefill that
+    launches (some of) the decode kernels' names."""
+    if starts is None or ends is None:
+        return
+    dec = [s for s in steps if s.phase == DECODE and not s.varying]
+    if len(dec) < MIN_STEPS:
+        return
+    med = float(np.median([int(ends[s.end - 1]) - int(starts[s.first]) for s in dec]))
+    for i, s in enumerate(steps):
+        if s.phase != DECODE or not (i == 0 or s.varying) or med <= 0:
+            continue
+        if int(ends[s.end - 1]) - int(starts[s.first]) > PREFILL_RATIO * med:
+            s.phase = PREFILL
+            s.varying = False
+
+
+# ---------------------------------------------------------------------- streams
+def detect(names: Sequence[str], starts: Sequence[int] | None = None,
+           ends: Sequence[int] | None = None, streams: Sequence[int] | None = None) -> Cut:
+    """The best decode-loop cut of a kernel stream (kernels in start order): every stream on
+    its own and all together; the cut with the most kernels in decode steps, among those of
+    at least ``MIN_CONFIDENCE``, wins (else the most confident). ``Cut.indices`` maps its steps'
+    kernel indices back to the input."""
+    n = len(names)
+    subsets: list[tuple[int | None, list[int] | None]] = [(None, None)]
+    if streams is not None:
+        by: dict[int, list[int]] = defaultdict(list)
+        for i, s in enumerate(streams):
+            by[int(s)].append(i)
+        if len(by) > 1:
+            subsets += [(s, idx) for s, idx in by.items() if len(idx) >= 2 * MIN_STEPS]
+    cuts: list[Cut] = []
+    for stream, idx in subsets:
+        if idx is None:
+            nm, st, en = names, starts, ends
+        else:
+            nm = [names[i] for i in idx]
+            st = [starts[i] for i in idx] if starts is not None else None
+            en = [ends[i] for i in idx] if ends is not None else None
+        loop = find_loop(nm, st, en, stream)
+        if loop is None:
+            continue
+        c = cut(nm, loop, st, en)
+        c.indices = idx
+        cuts.append(c)
+    if not cuts:
+        return Cut(None, reason=f"no kernel sequence repeats in {n} kernels")
+
+    def kernels_in_decode(c: Cut) -> int:
+        return sum(s.end - s.first for s in c.steps if s.phase == DECODE)
+
+    usable = [c for c in cuts if c.usable]
+    best = max(usable or cuts, key=lambda c: (kernels_in_decode(c), c.confidence)
+               if usable else (c.confidence, kernels_in_decode(c)))
+    best.others = [{"stream": c.loop.stream, "kernels_per_step": c.loop.period,
+                    "decode_steps": c.decode, "confidence": round(c.confidence, 3)}
+                   for c in cuts if c is not best and c.usable and c.loop.stream is not None
+                   and c.loop.stream != best.loop.stream][:4]
+    return best
