@@ -65,7 +65,13 @@ def main():
     dev = model.device
     t_end = time.monotonic() + args.seconds
     i = 0
-    while i < args.requests or time.monotonic() < t_end:
+    more = torch.zeros(1, dtype=torch.int64, device=dev)
+    while True:
+        # rank 0 decides whether to go on; every rank follows (their collectives must match)
+        more.fill_(int(i < args.requests or time.monotonic() < t_end))
+        dist.broadcast(more, 0)
+        if not more.item():
+            break
         ids = torch.arange(1 + i, 1 + i + args.prompt_len, device=dev).unsqueeze(0) % 1000
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids),

@@ -368,7 +368,15 @@ class TuiprofApp(App):
         ranks = self.ranks
         if ranks is None:
             return {}
-        summary = self.rank_analysis[0] if self.rank_analysis is not None else None
+        analysis = self.rank_analysis
+        if isinstance(analysis, dict):   # processes: the job of the one shown, its rank there
+            meta = self.view.meta if self.view is not None else {}
+            rank, job = meta.get("rank"), analysis.get(meta.get("job"))
+            if job is None or not isinstance(rank, int):
+                return {"ranks": 1, "rank": 0, "comm_split": None}
+            return {"ranks": int(meta.get("world_size") or 1), "rank": rank,
+                    "comm_split": adapters.comm_split(job[0], rank)}
+        summary = analysis[0] if analysis is not None else None
         return {"ranks": ranks.world_size, "rank": self.rank,
                 "comm_split": adapters.comm_split(summary, self.rank)}
 
@@ -384,7 +392,9 @@ class TuiprofApp(App):
         if self.procs is not None:   # each torch.distributed job among the processes
             per_job = adapters.job_findings(rv)
             cross = [f for _, _, fs, _ in per_job for f in fs]
-            return cross + found, msg, {k: (s, fs) for k, _, fs, s in per_job if s is not None}
+            old = self.rank_analysis if isinstance(self.rank_analysis, dict) else {}
+            return cross + found, msg, {k: newer_rank_analysis(old.get(k), (s, fs))
+                                        for k, _, fs, s in per_job if s is not None}
         cross, summary = adapters.rank_findings(rv)
         kept = newer_rank_analysis(self.rank_analysis,
                                    (summary, cross) if summary is not None else None)
@@ -786,7 +796,9 @@ def newer_rank_analysis(old: Any, new: Any) -> Any:
     after a while, and the split of the latest burst stays the one to show until the next."""
     if new is None:
         return old
-    if old is None or new[0].steps or old[0].mode != new[0].mode or not old[0].steps:
+    if isinstance(new, dict):   # per job of a session of processes: each kept already
+        return new
+    if old is None or isinstance(old, dict) or new[0].steps or old[0].mode != new[0].mode or not old[0].steps:
         return new
     return old
 

@@ -23,7 +23,7 @@ from textual.widgets import Footer, Static
 from ...errors import safe_text
 from ...store.rank_set import is_active, jobs, process_facts
 from .. import adapters
-from .all_ranks import render_ranks
+from .all_ranks import _no_kernels, render_ranks
 
 
 def _tok_s(view: Any) -> str:
@@ -99,7 +99,7 @@ class ProcessesScreen(Screen):
                          if process_facts(v).get("index") == selected), -1)
             blocks.append(Text(f"torch.distributed job {safe_text(key, 60)}: "
                                f"{rv.world_size} ranks", "bold"))
-            blocks.append(render_ranks(adapters.ranks_summary(rv), split, pick))
+            blocks.append(render_ranks(adapters.ranks_summary(rv), split, pick, _no_kernels(rv)))
             if cross is None:
                 cross, _ = adapters.rank_findings(rv)
             for f in cross or []:
