@@ -69,6 +69,8 @@ def stem(spec: ProgramSpec) -> str:
             else spec.target.split(".")[-1])
     if spec.kind == "code":
         base = "code"
+    if spec.label:   # torchrun SCRIPT.py: the script's name
+        base = Path(spec.label.split()[-1]).stem
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-")[:40] or "program"
 
 

@@ -23,25 +23,31 @@ from textual.widgets import Footer, Static
 from ...errors import safe_text
 from ...store.rank_set import is_active, jobs, process_facts
 from .. import adapters
+from ..derive import header_numbers
 from .all_ranks import _no_kernels, render_ranks
 
 
 def _tok_s(view: Any) -> str:
-    rows = [t for t in view.timeline if t.done and t.phase == "decode" and t.host_ms > 0]
-    if len(rows) < 2:
+    """The header's tokens/s of the process (decode, its mode now)."""
+    try:
+        tok_s = header_numbers(view, str(view.meta.get("mode") or "eager")).tok_s
+    except Exception:
         return "–"
-    ms = sorted(t.host_ms for t in rows[-64:])[len(rows[-64:]) // 2]
-    batch = rows[-1].batch or 1
-    return f"{1000.0 * batch / ms:.1f}" if ms > 0 else "–"
+    return f"{tok_s:,.1f}" if tok_s else "–"
 
 
-def render_processes(rv: Any, selected: int) -> Any:
-    """The table of processes (one row each)."""
+COLUMNS = (("#", "right", 0), ("pid", "right", 0), ("parent", "right", 100),
+           ("process", "left", 0), ("state", "left", 100), ("GPU", "left", 120),
+           ("rank", "right", 0), ("steps", "right", 0), ("tok/s", "right", 0),
+           ("kernels", "right", 100))   # (title, justify, shown from this many columns)
+
+
+def render_processes(rv: Any, selected: int, width: int = 200) -> Any:
+    """The table of processes (one row each); narrow screens drop the parent, state, GPU and
+    kernels columns."""
+    cols = [c for c in COLUMNS if width >= c[2]]
     t = Table(expand=False, show_edge=False, pad_edge=False)
-    for head, just in (("#", "right"), ("pid", "right"), ("parent", "right"),
-                       ("process", "left"), ("state", "left"), ("GPU", "left"),
-                       ("rank", "right"), ("steps", "right"), ("tok/s", "right"),
-                       ("kernels", "right")):
+    for head, just, _ in cols:
         t.add_column(head, justify=just, no_wrap=True)
     for i, v in enumerate(rv.views):
         p = process_facts(v)
@@ -50,13 +56,15 @@ def render_processes(rv: Any, selected: int) -> Any:
         rank = v.meta.get("rank")
         world = v.meta.get("world_size")
         gpu = str(v.meta.get("device") or ("cuda" if v.meta.get("cuda") else "–"))
-        steps = int(v.counters.get("tokens", 0) or 0)
-        t.add_row(("▶" if i == selected else "") + str(i), str(p.get("pid", "–")),
-                  str(p.get("ppid", "–")), safe_text(p.get("name") or v.meta.get("model"), 28),
-                  safe_text(p.get("state", "running"), 8), safe_text(gpu, 10),
-                  f"{rank}/{world}" if isinstance(rank, int) else "–",
-                  f"{steps:,}", _tok_s(v), f"{int(v.counters.get('kernels', 0) or 0):,}",
-                  style=style)
+        cells = {"#": ("▶" if i == selected else "") + str(i), "pid": str(p.get("pid", "–")),
+                 "parent": str(p.get("ppid", "–")),
+                 "process": safe_text(p.get("name") or v.meta.get("model"),
+                                      28 if width >= 100 else 20),
+                 "state": safe_text(p.get("state", "running"), 8), "GPU": safe_text(gpu, 10),
+                 "rank": f"{rank}/{world}" if isinstance(rank, int) else "–",
+                 "steps": f"{int(v.counters.get('tokens', 0) or 0):,}", "tok/s": _tok_s(v),
+                 "kernels": f"{int(v.counters.get('kernels', 0) or 0):,}"}
+        t.add_row(*(cells[c[0]] for c in cols), style=style)
     return t
 
 
@@ -87,7 +95,7 @@ class ProcessesScreen(Screen):
         head = Text(f"{views.world_size} processes · g: next active process · dim: no CUDA "
                     f"work, no steps", "dim")
         notices = (views.meta or {}).get("notices") or []
-        parts: list = [head, render_processes(views, selected)]
+        parts: list = [head, render_processes(views, selected, self.app.size.width)]
         for line in notices[-4:]:
             parts.append(Text(safe_text(line, 300), "yellow"))
         table.update(Group(*parts))
