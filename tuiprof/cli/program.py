@@ -143,6 +143,7 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
         prof.stop()
         raise TuiprofError(f"cannot capture the program's output in {log}: "
                            f"{exc.strerror or exc}") from None
+    held = _follow_here(args, prof, session) if spec.kind != "native" else None
     old = {}
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         try:
@@ -158,12 +159,54 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
             signal.signal(sig, handler)
     session.finish(result)
     view = prof.store.view()
+    if held is not None:   # the program's processes: every one in the snapshot
+        try:
+            held.check_end()
+            held.stop()
+            view = held.export_view()
+        finally:
+            held.close()
     write_outputs(view, out, None)
-    print_summary(view, None)
+    print_summary(view.views[0] if hasattr(view, "views") else view, None)
+    if held is not None:
+        print_processes(held)
     say(f"tuiprof: {result.line()}")
     for note in session.notes():
         say(f"tuiprof: {note}")
     return result.status
+
+
+def _follow_here(args: argparse.Namespace, prof, session):
+    """A headless run holds its session itself: the program's processes register with this
+    process and are mirrored here (None with --no-follow)."""
+    if getattr(args, "no_follow", False):
+        return None
+    from ..remote import follow  # noqa: PLC0415
+    from ..remote.holder import LocalMain  # noqa: PLC0415
+    from .sessions import hold  # noqa: PLC0415
+
+    main = LocalMain(prof, session)
+    held = hold(args, main, name=session.spec.name, kind="program", stem=stem(session.spec))
+    held.start()
+    follow.follow_from_main(main.follow_env, session, held.server)
+    return held
+
+
+def print_processes(held) -> None:
+    """One line per process the program started, and how each ended."""
+    from ..errors import safe_text  # noqa: PLC0415
+
+    entries = held.entries[1:]
+    if not entries:
+        return
+    print(f"{len(entries)} processes of the program:")
+    for e in entries:
+        v = e.ctl.view(raw=False) if e.ctl is not None else None
+        steps = int(v.counters.get("tokens", 0) or 0) if v is not None else 0
+        rank = v.meta.get("rank") if v is not None else None
+        print(f"  pid {e.pid} {safe_text(e.name, 40)}: {steps} steps"
+              + (f", rank {rank}" if isinstance(rank, int) else "")
+              + (f"; {safe_text(e.line, 200)}" if e.line else f"; {e.state}"))
 
 
 def run_live(args: argparse.Namespace) -> int:

@@ -31,6 +31,9 @@ from . import protocol
 from .client import RemoteControl, SessionGone
 from .runtime import SESSION_SOCKET, now_utc, pid_alive, read_info, write_info
 
+# multiprocessing's own helpers: they end when the process that started them ends (here the
+# session process, which outlives the program's main module), so they are no orphans
+HELPERS = ("resource tracker", "semaphore tracker", "forkserver")
 MAX_PROCESSES = 256        # processes kept; quiet ones that ended go first past this
 WATCH_S = 0.25             # how often the holder looks at its processes
 EXITING_PULL_S = 4.0       # a process that says it is ending is fetched within this
@@ -308,6 +311,51 @@ class ProcessSet(SessionControl):
         return {"steps": steps, "requests": requests}
 
 
+class LocalMain:
+    """The session's first process when it is the holder itself (a headless run: the program
+    runs in this process): its Profiler and program session, read in place."""
+
+    socket_path = None
+    _gone = False
+    pulls = 1
+
+    def __init__(self, prof: Any, session: Any) -> None:
+        self.prof = prof
+        self.session = session
+        self.program = {"spec": session.spec, "log_path": session.log_path}
+        self.options = prof.options
+        self.store = prof.store
+        self.follow_env: dict | None = None
+        self.pull_every = 1.0
+        self._connected = threading.Event()
+        self._connected.set()
+
+    @property
+    def pid(self) -> int:
+        return os.getpid()
+
+    @property
+    def status(self) -> SourceStatus:
+        st = dataclasses.replace(self.prof.status, extra=dict(self.prof.status.extra))
+        st.extra.update(self.session.status_extra())
+        return st
+
+    def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None) -> Any:
+        return self.prof.store.view(raw, raw_tokens, batch=batch)
+
+    def start(self) -> None:
+        """Nothing: the program runs on this process's main thread (the caller's)."""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Nothing: the headless run finishes its program session itself."""
+
+    def close(self) -> None:
+        pass
+
+    def reset(self) -> str:
+        return self.prof.reset()
+
+
 # ============================================================================ the holder
 class HeldSession(ProcessSet):
     """The session as held by the process that started it: it starts the session process
@@ -443,8 +491,8 @@ class HeldSession(ProcessSet):
 
     def child_gone(self, entry: ProcessEntry, clean: bool) -> None:
         """Its registration closed: it ended (said so before) or died (did not)."""
-        if entry.state != "running":
-            return
+        if entry.state != "running" or self._closing.is_set():
+            return   # it said it ended; or the session ends first (it is an orphan then)
         why = death_reason(entry.pid, self.directory)
         entry.state = "died"
         entry.line = f"{entry.label} died: {why}; the other processes go on, everything " \
@@ -456,13 +504,20 @@ class HeldSession(ProcessSet):
     # ------------------------------------------------------------------ watching
     def _watch(self) -> None:
         while not self._closing.wait(WATCH_S):
+            self.check_end()
+
+    def check_end(self) -> bool:
+        """Has the program's main process ended? (the first time: orphans are reported)"""
+        with self._lock:
+            if self.program_ended:
+                return True
             main = self.main
-            st = main.status
-            prog = (st.extra or {}).get("program") or {}
-            ended = (prog.get("running") is False) or (main._gone and not self._closing.is_set())
-            if ended and not self.program_ended:
-                self.program_ended = True
-                self._program_ended(prog)
+            prog = (main.status.extra or {}).get("program") or {}
+            if not (prog.get("running") is False or (main._gone and not self._closing.is_set())):
+                return False
+            self.program_ended = True
+        self._program_ended(prog)
+        return True
 
     def _program_ended(self, prog: dict) -> None:
         main = self._entries[0]
@@ -472,6 +527,9 @@ class HeldSession(ProcessSet):
                      f"{main.label} ended (exit status {main.exit_status})")
         time.sleep(0.5)   # a process ending with the program says so first
         live = [e for e in self._entries[1:] if e.state == "running" and pid_alive(e.pid)]
+        for e in [e for e in live if e.name in HELPERS]:
+            e.state, e.line = "ended", f"{e.label}: multiprocessing's, ends with the session"
+        live = [e for e in live if e.name not in HELPERS]
         for e in live:
             e.state = "orphan"
         self.orphans = [e.label for e in live]
@@ -756,5 +814,6 @@ class AttachedSession(ProcessSet):
             self.control_client.close(bye=True)
 
 
-__all__ = ["ProcessSet", "HeldSession", "AttachedSession", "ProcessEntry", "SessionHandler",
+__all__ = ["ProcessSet", "HeldSession", "AttachedSession", "LocalMain", "ProcessEntry",
+           "SessionHandler",
            "MAX_PROCESSES", "death_reason"]
