@@ -405,7 +405,8 @@ class HeldSession(ProcessSet):
                                                      str(self.main.options.engine_kwargs.get(
                                                          "model_spec", ""))]
         name = prog["spec"].name if prog else str(self.info.get("name", "model"))
-        self._add(ProcessEntry(0, self.main.pid, os.getpid(), argv, name, main=True,
+        parent = os.getppid() if self.main.pid == os.getpid() else os.getpid()
+        self._add(ProcessEntry(0, self.main.pid, parent, argv, name, main=True,
                                started_ns=time.time_ns(), socket=self.main.socket_path,
                                ctl=self.main))
         self.info.update(pid=self.main.pid, holder_pid=os.getpid(),
