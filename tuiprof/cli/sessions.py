@@ -30,9 +30,10 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     if name == "attach":
         p.add_argument("id", nargs="?", help="the session (tuiprof ls); not needed when only "
                                              "one runs")
-        p.add_argument("--connect", metavar="HOST:PORT",
-                       help="a session listening on TCP (tuiprof run --detach --listen): "
-                            "needs --token-file; prefer ssh -L to its socket (docs/remote.md)")
+        p.add_argument("--connect", metavar="SOCKET|HOST:PORT",
+                       help="a session's socket forwarded from another machine (ssh -L "
+                            "LOCAL.sock:REMOTE/s.sock), or a session listening on TCP (tuiprof "
+                            "run --detach --listen; needs --token-file); docs/remote.md")
         p.add_argument("--token-file", help="the file holding the session's token (--connect)")
         p.add_argument("--export-dir", default=".", help="where e writes its snapshot")
     elif name == "stop":
@@ -285,7 +286,13 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from ..remote.holder import AttachedSession  # noqa: PLC0415
 
     rt = _runtime()
-    if args.connect:
+    if args.connect and ("/" in args.connect or args.connect.endswith(".sock")):
+        path = args.connect   # a session's socket forwarded here (ssh -L LOCAL.sock:REMOTE)
+
+        def connect(role: str, **facts: Any) -> Any:
+            return protocol.Client.unix(path, role=role, **facts)
+        sid = args.id or Path(path).name
+    elif args.connect:
         host, port = parse_listen(args.connect)  # type: ignore[misc]
         if not args.token_file:
             raise TuiprofError("--connect needs --token-file (the session's token)")
