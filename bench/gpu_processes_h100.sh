@@ -21,16 +21,8 @@
 # overhead line of docs/remote.md ("Overhead while detached").
 set -u
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 HF_HUB_OFFLINE=1
-export TUIPROF_RUNTIME_DIR=/tmp/tuiprof-rt
-mkdir -p -m 700 $TUIPROF_RUNTIME_DIR
-OUT=${OUT:-$(mktemp -d)}
+. bench/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
-for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
-export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
-T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
 
 case "${1:-}" in
 1)

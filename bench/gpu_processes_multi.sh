@@ -20,16 +20,8 @@
 # torchrun job at 2 and 4 ranks).
 set -u
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 HF_HUB_OFFLINE=1
-export TUIPROF_RUNTIME_DIR=/tmp/tuiprof-rt
-mkdir -p -m 700 $TUIPROF_RUNTIME_DIR
-OUT=${OUT:-$(mktemp -d)}
+. bench/gpu_setup.sh
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $OUT/gpus.txt
-for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
-export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
-T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
 JOB=(torchrun --standalone --nproc-per-node "${1%b}" tests/programs/tp_job.py --model qwen3-0.6b
      --device cuda)
 

@@ -113,6 +113,20 @@ def _attached(sid: str) -> AttachedSession:
     return ctl
 
 
+def _attach_then_q(cwd, *argv: str) -> None:
+    """``tuiprof attach ARGV`` on a terminal: the session on screen, q, the line it leaves."""
+    app = PtyProcess([sys.executable, "-m", "tuiprof", "attach", *argv], _env(), cwd=cwd)
+    try:
+        app.wait_for("steps_forever.py", 60)
+        app.wait_for("steps ", 30)
+        app.type(b"q")
+        app.proc.wait(30)
+        assert app.proc.returncode == 0
+        app.wait_for("detached from session", 10)
+    finally:
+        app.close()
+
+
 def _steps(ctl) -> int:
     return ctl.store.view(raw=False).counters.get("tokens", 0)
 
@@ -150,16 +164,7 @@ def test_detach_ls_two_uis_their_keys_and_q_leaves_it_running(running):
         a.close()
         b.close()
     # the real attach on a terminal: it shows the session, q detaches, the session goes on
-    app = PtyProcess([sys.executable, "-m", "tuiprof", "attach", sid], _env(), cwd=tmp)
-    try:
-        app.wait_for("steps_forever.py", 60)
-        app.wait_for("steps ", 30)
-        app.type(b"q")
-        app.proc.wait(30)
-        assert app.proc.returncode == 0
-        app.wait_for(f"detached from session {sid}", 10)
-    finally:
-        app.close()
+    _attach_then_q(tmp, sid)
     before = _ask(sid, "info")["steps"]
     _until(lambda: _ask(sid, "info")["steps"] > before, 20, "still running")
     assert _info(sid)["state"] == "running"
@@ -269,17 +274,9 @@ def test_attach_through_a_forwarded_socket(running, tmp_path):
     import tempfile
     local = os.path.join(tempfile.mkdtemp(prefix="fw-", dir="/tmp"), "tp.sock")
     fw = _forward(local, str(runtime.runtime_root() / sid / "s.sock"))
-    app = PtyProcess([sys.executable, "-m", "tuiprof", "attach", "--connect", local], _env(),
-                     cwd=tmp)
     try:
-        app.wait_for("steps_forever.py", 60)
-        app.wait_for("steps ", 30)
-        app.type(b"q")
-        app.proc.wait(30)
-        assert app.proc.returncode == 0
-        app.wait_for("detached from session", 10)
+        _attach_then_q(tmp, "--connect", local)
     finally:
-        app.close()
         fw.close()
     assert _info(sid)["state"] == "running"
 

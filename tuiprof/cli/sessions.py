@@ -281,6 +281,16 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- attach, stop
+def _session(sid: str | None) -> tuple[Path, dict]:
+    """The directory of session ``sid`` (a prefix; None: the only one running) and its facts
+    now; one line when there is no such session."""
+    try:
+        directory = _runtime().find_session(sid)
+    except (LookupError, OSError) as exc:
+        raise TuiprofError(str(exc)) from None
+    return directory, session_state(directory)
+
+
 def cmd_attach(args: argparse.Namespace) -> int:
     from ..remote import protocol  # noqa: PLC0415
     from ..remote.holder import AttachedSession  # noqa: PLC0415
@@ -305,12 +315,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
             return protocol.Client.tcp(host, port, token, role=role, **facts)
         sid = args.id or f"{host}:{port}"
     else:
-        try:
-            directory = rt.find_session(args.id)
-        except (LookupError, OSError) as exc:
-            raise TuiprofError(str(exc)) from None
+        directory, info = _session(args.id)
         sid = directory.name
-        info = session_state(directory)
         if info.get("state") in ("ended", "stopped"):
             return _view_ended(info, sid)
         if info.get("state") not in ("running", "stopping"):
@@ -351,12 +357,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from ..remote import protocol  # noqa: PLC0415
 
     rt = _runtime()
-    try:
-        directory = rt.find_session(args.id)
-    except (LookupError, OSError) as exc:
-        raise TuiprofError(str(exc)) from None
+    directory, info = _session(args.id)
     sid = directory.name
-    info = session_state(directory)
     state = info.get("state")
     if state in ("running", "stopping"):
         if not info.get("detached"):
