@@ -1,66 +1,61 @@
-"""Shared test fixtures: the real H100 recordings in ../shared/fixtures."""
+"""Shared test fixtures: the real H100 recordings in tests/data (tests/recordings.py)."""
 from __future__ import annotations
 
-import gzip
-import json
-import os
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("TUIPROF_FIXTURES", REPO.parent / "shared" / "fixtures"))
-EAGER = FIXTURES / "h100_qwen3-0.6b_eager_decode64.json.gz"
-COMPILED = FIXTURES / "h100_qwen3-0.6b_compiled_decode64.json.gz"
-NCU_CSV = FIXTURES / "h100_qwen3-0.6b_eager_decode_nvjet.ncu.csv"
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.fail(f"fixture {path} missing: shared/fixtures must sit beside the checkout")
-    return path
+from recordings import COMPILED, EAGER, NCU_CSV, facts, need, raw
 
 
 @pytest.fixture(scope="session")
 def eager_path() -> Path:
-    return _need(EAGER)
+    return need(EAGER)
 
 
 @pytest.fixture(scope="session")
 def compiled_path() -> Path:
-    return _need(COMPILED)
+    return need(COMPILED)
 
 
 @pytest.fixture(scope="session")
 def ncu_csv_path() -> Path:
-    return _need(NCU_CSV)
+    return need(NCU_CSV)
 
 
 @pytest.fixture(scope="session")
 def eager_raw(eager_path) -> dict:
-    """The eager fixture as plain JSON, for independent computations in tests."""
-    with gzip.open(eager_path) as fh:
-        return json.load(fh)
+    """The eager recording as plain JSON, for independent computations in tests."""
+    return raw(eager_path)
 
 
 @pytest.fixture(scope="session")
 def compiled_raw(compiled_path) -> dict:
-    with gzip.open(compiled_path) as fh:
-        return json.load(fh)
+    return raw(compiled_path)
 
 
-def _replayed(path: Path, ring_tokens: int = 65):
+@pytest.fixture(scope="session")
+def eager_facts(eager_path):
+    """What the eager recording holds, counted from its JSON (``recordings.Facts``)."""
+    return facts(eager_path)
+
+
+@pytest.fixture(scope="session")
+def compiled_facts(compiled_path):
+    return facts(compiled_path)
+
+
+def _replayed(path: Path, ring_tokens: int | None = None):
     from tuiprof.collect.replay import load_recording, replay_into
     from tuiprof.store import SessionStore
 
-    store = SessionStore(ring_tokens=ring_tokens)
+    store = SessionStore(ring_tokens=ring_tokens or facts(path).tokens)
     replay_into(load_recording(path), store)
     return store.view()
 
 
 @pytest.fixture(scope="session")
 def eager_view(eager_path):
-    """StoreView of the eager fixture replayed through the store (all 65 tokens raw)."""
+    """StoreView of the eager recording replayed through the store (every token raw)."""
     return _replayed(eager_path)
 
 

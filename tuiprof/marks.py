@@ -2,7 +2,7 @@
 
 When the program does not run under ``tuiprof run``, :func:`step` and :func:`mark_prefill`
 return one shared object whose ``__enter__``/``__exit__`` do nothing (well under a microsecond,
-``bench/marks_noop.py``), so the marks can stay in the code. Under ``tuiprof run`` the session
+``bench/overhead/marks_noop.py``), so the marks can stay in the code. Under ``tuiprof run`` the session
 points :data:`_sink` at its step recorder (``tuiprof.program.steps``). This module imports
 nothing: ``import tuiprof`` stays as cheap as it was.
 """

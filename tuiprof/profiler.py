@@ -48,8 +48,9 @@ class ProfilerOptions:
     compiled_api_kinds_stay_on: bool = True
     memory: bool = True  # CUPTI memory records (every device allocation), on between bursts too
     # CUPTI graph records between bursts in compiled mode (every step's device span). Off: with
-    # them on, a compiled qwen3-0.6b session segfaulted on the H100 (docs/gpu-verification.md
-    # §27); every step's device time comes from its CUDA-event pair instead.
+    # them on, a compiled qwen3-0.6b session segfaulted on the H100 within seconds
+    # (docs/performance.md#cupti-and-cuda-graphs); every step's device time comes from its
+    # CUDA-event pair instead.
     graphs: bool = False
     # CUPTI attached only around its sampling bursts (and a prefill due to be traced) and
     # finalized between them: an attached CUPTI, even with every kind off, cost eager decode
@@ -78,8 +79,8 @@ class ProfilerOptions:
 # eager decode about 50% (~1,850 kernel and as many launch records every 36 ms, parsed and
 # folded in Python), so both trace bursts of 4 tokens (API records included): eager in every
 # 256, compiled in every 4,096 (a compiled burst costs ~20-85 ms of decode time, 2.5% at one in
-# 1,024; a CUDA graph's kernels do not change between bursts). Eager's period was 128 until
-# session 12: its bursts then cost ~2.5 % of the mean step by themselves (a burst's attached
+# 1,024; a CUDA graph's kernels do not change between bursts). Eager's period is 256, not 128:
+# at 128 its bursts cost ~2.5 % of the mean step by themselves (a burst's attached
 # and traced steps, the switch, the parsing; docs/performance.md), too much of a 5 % budget on
 # a host whose run-to-run spread is wider; at 256 a burst comes about every 8 s of qwen3-0.6b
 # eager decode, as compiled's every ~12 s. A prefill is traced unless one was in the last
@@ -90,7 +91,7 @@ AUTO_SAMPLE_EVERY = {"eager": 64, "compiled": 1024}
 # reading them every Nth token loses no allocation, only per-token resolution.
 AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
 # What an attached CUPTI cost compiled qwen3-0.6b decode against no tuiprof (whole processes,
-# H100, docs/gpu-verification.md §30): the engine 1.08-1.15 in three runs (1.117 over 8
+# H100, docs/results.md#overhead): the engine 1.08-1.15 in three runs (1.117 over 8
 # rounds), an HF generate() program 1.10-1.23 (its parts without CUPTI: 1.01).
 COMPILED_CUPTI_COST = "+8-23 %"
 # Where each per-step device figure comes from (a snapshot's meta says so; docs/snapshot.md).
@@ -430,7 +431,7 @@ class Profiler(SessionControl):
         how many CUDA graphs were dropped (the step records them again), None if nothing
         switched. The graphs are dropped after an attach and before a detach: graphs CUPTI saw
         must not be replayed once it is finalized, and a burst's graphs are recorded under it
-        (docs/gpu-verification.md §32). Nothing switches while a compile runs beside decoding
+        (docs/performance.md#cupti-and-cuda-graphs). Nothing switches while a compile runs beside decoding
         (its steps are quiet anyway)."""
         c = self.cupti
         if self._compiling:

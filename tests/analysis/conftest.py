@@ -1,20 +1,17 @@
 """Analysis fixtures: each H100 recording replayed once per test session."""
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 import pytest
-from analysis_data import COMPILED, EAGER
+from recordings import COMPILED, EAGER, need, raw
 
 from tuiprof.collect.replay import load_recording, replay_into
 from tuiprof.store import SessionStore
 
 
 def _view(path: Path):
-    if not path.exists():
-        pytest.fail(f"fixture {path} missing: shared/fixtures must sit beside the checkout")
+    need(path)
     s = SessionStore()
     replay_into(load_recording(path), s)
     return s.view()
@@ -32,9 +29,9 @@ def compiled_view():
 
 @pytest.fixture(scope="session")
 def eager_json():
-    return json.loads(gzip.open(EAGER).read())
+    return raw(EAGER)
 
 
 @pytest.fixture(scope="session")
 def compiled_json():
-    return json.loads(gzip.open(COMPILED).read())
+    return raw(COMPILED)

@@ -140,7 +140,7 @@ def test_only_steps_traced_on_every_rank_are_compared():
 
 
 def test_a_known_delay_on_one_rank_is_found_to_within_ten_percent():
-    """bench/verify_tp_wait.py's method on simulated ranks with jittery hosts: rank 2 is
+    """bench/verify/verify_tp_wait.py's method on simulated ranks with jittery hosts: rank 2 is
     delayed by D1, then D2, before each collective; the others' wait per call grows by
     D2 - D1, and rank 2 is the late rank in both."""
     def run(delay_us: int) -> float:

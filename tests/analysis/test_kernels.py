@@ -7,8 +7,8 @@ import pytest
 from tuiprof.analysis import demangle, kernel_info
 from tuiprof.analysis.kernels import triton_ops
 
-from analysis_names import (ATEN, ATTN, COMM, COPY, CUBLAS, CUTLASS, ELT, FIXTURE_NAMES, FLASH,
-                            GEMM, NCCL, OTHER, RED, TRITON)
+from analysis_names import (ALL_NAMES, ATEN, ATTN, COMM, COPY, CUBLAS, CUTLASS, ELT, FLASH, GEMM,
+                            NCCL, OTHER, RECORDED_NAMES, RED, TRITON)
 
 STUDY_NAMES = [
     # cuBLAS GEMV (cublasGemvParamsEx)
@@ -51,8 +51,8 @@ STUDY_NAMES = [
 ]
 
 
-@pytest.mark.parametrize("raw,lib,cat,dtype", FIXTURE_NAMES, ids=[r[0][:48] for r in FIXTURE_NAMES])
-def test_fixture_names(raw, lib, cat, dtype):
+@pytest.mark.parametrize("raw,lib,cat,dtype", ALL_NAMES, ids=[r[0][:48] for r in ALL_NAMES])
+def test_recorded_names(raw, lib, cat, dtype):
     k = kernel_info(raw)
     assert (k.library, k.category, k.dtype) == (lib, cat, dtype)
     assert k.short and len(k.short) <= 70 and not k.short.endswith(" ")
@@ -60,9 +60,9 @@ def test_fixture_names(raw, lib, cat, dtype):
         assert k.demangled != raw and "(" in k.demangled
 
 
-def test_fixture_names_cover_both_recordings(eager_json, compiled_json):
+def test_recorded_names_cover_both_recordings(eager_json, compiled_json):
     names = {r[1] for d in (eager_json, compiled_json) for r in d["records"] if r[0] == "K"}
-    assert names == {r[0] for r in FIXTURE_NAMES}
+    assert names == {r[0] for r in RECORDED_NAMES}
     assert all(kernel_info(n).category != OTHER for n in names)
 
 
@@ -107,8 +107,8 @@ def test_demangle_fallback_and_cache():
     assert kernel_info(bad).raw == bad
     assert demangle("nvjet_sm90") == "nvjet_sm90"
     before = kernel_info.cache_info().hits
-    kernel_info(FIXTURE_NAMES[0][0])
-    kernel_info(FIXTURE_NAMES[0][0])
+    kernel_info(ALL_NAMES[0][0])
+    kernel_info(ALL_NAMES[0][0])
     assert kernel_info.cache_info().hits >= before + 1
 
 

@@ -1,5 +1,5 @@
 """Names and classes of the MoE routing kernels: top-k, sort (ATen's in-place KV sorts and the
-cub radix sorts) and the index gathers/scatters (DeepSeek-style decode, issue #7).
+cub radix sorts) and the index gathers/scatters (DeepSeek-style decode, docs/workloads.md).
 
 Raw names: the ``vectorized_gather_kernel``, ``gatherTopK``, ``index_kernel_impl`` /
 ``index_put_kernel_impl`` and cub downsweep names were reported from real runs; the others are

@@ -7,7 +7,10 @@ import random
 
 import pytest
 
-from tuiprof.analysis.period import DECODE, MIN_CONFIDENCE, PREFILL, detect, similarity
+from decode_like_stream import STEP as DL_STEP
+from decode_like_stream import decode_like
+
+from tuiprof.analysis.period import DECODE, MIN_CONFIDENCE, PREFILL, cut, detect, similarity
 
 LAYER = ["rmsnorm", "gemv_qkv", "rope", "attn", "gemv_o", "add", "rmsnorm", "gemv_up", "silu",
          "gemv_down", "add"]
@@ -129,6 +132,29 @@ def test_a_kernel_every_tenth_step_is_noise_not_the_period():
         assert c.loop.period == len(STEP) and c.decode == 60
 
 
+@pytest.mark.parametrize("host_gap_us,stall_every", [
+    ((100, 300), 60),   # a stall now and then, sometimes longer than the host gap
+    ((10, 30), 10),     # stalls in every step, most longer than the host gap
+])
+def test_a_host_that_stalls_inside_steps_moves_no_boundary(host_gap_us, stall_every):
+    """decode_like.cu's stream: the host gap opens before every step, but a host thread that
+    stalls between two of a step's first launches leaves the GPU idle inside the step, at
+    times longer than the gap before it; each step still begins at its first kernel."""
+    for seed in range(3):
+        recs, firsts, prefill = decode_like(512, seed=seed, host_gap_us=host_gap_us,
+                                            stall_every=stall_every)
+        ks = sorted((r for r in recs if r[0] == "K"), key=lambda r: r[2])
+        c = detect([k[1] for k in ks], [k[2] for k in ks], [k[3] for k in ks],
+                   [k[12] for k in ks])
+        assert c.loop.period == len(DL_STEP) and c.loop.time_supported
+        assert phases(c) == [PREFILL] + [DECODE] * 512
+        assert ks[c.steps[0].first][13] == prefill
+        dec = c.steps[1:]
+        assert [ks[s.first][13] for s in dec] == firsts, seed
+        assert all([k[1] for k in ks[s.first:s.end]] == DL_STEP for s in dec)
+        assert c.identical == 512 and c.label() == "high"
+
+
 def test_a_prefill_with_the_decode_kernels_names_is_told_by_its_length():
     seq = list(STEP) * 21
     st, en = [], []
@@ -141,6 +167,9 @@ def test_a_prefill_with_the_decode_kernels_names_is_told_by_its_length():
         en.append(t)
     c = detect(seq, st, en)
     assert phases(c) == [PREFILL] + [DECODE] * 20
+    # a live cut that goes on after a decode step: its first step, long as it is (the host
+    # stalled), is a decode step
+    assert phases(cut(seq, c.loop, st, en, after_decode=True)) == [DECODE] * 21
 
 
 def test_two_loops_interleaved_on_two_streams():

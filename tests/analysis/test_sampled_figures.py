@@ -2,7 +2,7 @@
 traced token's busy share is over its own wall time, also once those tokens have left the
 store's window: with the live app's sampling (4 tokens in every 256 eager, 4,096 compiled)
 dividing by every token made the findings' launches and ms per token 64 to 1,000 times too
-small and the busy share ~0 % (seen on snapshots of H100 sessions, gpu-verification §37)."""
+small and the busy share ~0 % (seen on snapshots of H100 sessions)."""
 from __future__ import annotations
 
 import pytest

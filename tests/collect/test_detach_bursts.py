@@ -4,7 +4,7 @@ initialize CUPTI again: its consumer's dropped-record poll and the token clock i
 the profiler drops the CUDA graphs after each attach and before each finalize. CUPTI cannot run
 on a CPU, so a stand-in refuses every call between ``finalize`` and the next registration
 (``tests/cupti_standin.py``); the real cycle runs on the H100 (tests/gpu/test_detach_gpu.py,
-docs/gpu-verification.md §32)."""
+docs/performance.md#cupti-and-cuda-graphs)."""
 from __future__ import annotations
 
 import pytest
@@ -150,7 +150,7 @@ def test_steps_after_a_graph_drop_are_timed_apart(monkeypatch):
 
 def test_after_a_drop_at_a_prefill_the_next_compiled_step_is_the_one_timed_apart(monkeypatch):
     """A due prefill attaches CUPTI and drops the graphs; the prefill is eager and replays
-    none: the compiled step after it records them again (30 ms on the H100, §33)."""
+    none: the compiled step after it records them again (30-55 ms on the H100)."""
     monkeypatch.setattr("tuiprof.profiler.drop_cuda_graphs", lambda: 3)
     store = SessionStore()
     prof = Profiler(store, ProfilerOptions())

@@ -1,6 +1,6 @@
 """The live overhead figure says what it counts: its own threads' CPU time, and, while CUPTI is
 attached, that CUPTI's work inside the decoding thread's CUDA calls is not in it (compiled mode:
-most of a session's cost, measured on the H100: docs/gpu-verification.md §30)."""
+most of a session's cost, measured on the H100: docs/results.md#overhead)."""
 from __future__ import annotations
 
 from tuiprof.profiler import COMPILED_CUPTI_COST, overhead_method

@@ -2,8 +2,8 @@
 RUNTIME/DRIVER kinds, their per-id filter applied again; compiled: the subset's ids only), a
 prefill is traced unless another was in the last period, and a mode switch sets the API policy
 and restarts the sampling. CUPTI cannot run on a CPU, so a stand-in records the enable/disable
-calls the collector makes (the real switching is verified on the H100: docs/gpu-verification.md
-§12 and §17)."""
+calls the collector makes (the real switching is verified on the H100 by tests/gpu/;
+docs/gpu-verification.md)."""
 from __future__ import annotations
 
 from tuiprof.collect.cupti_collector import BURST, SWITCH_LEAD, CuptiCollector
@@ -173,7 +173,7 @@ def test_a_program_session_switches_api_kinds_off_between_compiled_bursts():
 def test_a_prefill_is_traced_at_most_once_a_period():
     """A program calling generate() for 20 tokens at a time brings a prefill every 21 steps:
     tracing each (kind switches, thousands of records folded beside the decode) made a compiled
-    program 20 % slower on the H100 (gpu-verification §29). The first prefill is traced at
+    program 20 % slower on the H100 (docs/performance.md#sampling). The first prefill is traced at
     once; the next only a sampling period after it; the decode bursts are unchanged."""
     c, _ = _collector(sample_every=1024)           # compiled: bursts of 4 in every 4,096
     period, call = 1024 * BURST, 21

@@ -2,7 +2,7 @@
 that thread got them. In the live app the compile worker imports cudagraph_trees first, so the
 engine thread's managers sit in inductor's Python thread-local (tuiprof.engine.generate.
 _own_cudagraph_trees), not in torch's C++ thread-local state; on the H100 the drop then found
-nothing (gpu-verification §33). CUDA graphs cannot exist on a CPU: the manager and its nodes
+nothing, and CUPTI stayed attached. CUDA graphs cannot exist on a CPU: the manager and its nodes
 here are stand-ins with the attributes the drop uses; the real ones: tests/gpu/test_detach_gpu.py
 and the app on the H100."""
 from __future__ import annotations

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 import torch
@@ -13,7 +14,9 @@ from tuiprof.errors import TuiprofError
 def test_registry_lists_the_qwen3_models():
     names = registry.list_models()
     assert "qwen3-0.6b" in names and "qwen3-tiny" in names
-    assert registry.models_dir().name == "models"
+    # inside the package (package data), so a wheel install has the registry too
+    import tuiprof
+    assert registry.models_dir() == pathlib.Path(tuiprof.__file__).resolve().parent / "models_data"
 
 
 def test_qwen3_0_6b_is_the_real_config():

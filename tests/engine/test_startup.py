@@ -1,4 +1,4 @@
-"""Start-up (issue 18): the fast build path gives the same weights, ``load_engine`` reports its
+"""Start-up (docs/performance.md#start-up-from-the-command-to-the-first-token): the fast build path gives the same weights, ``load_engine`` reports its
 phases in order (bytes for weights), and an eager start of a torch-only model imports neither
 transformers nor torch.compile's machinery."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ MAX_LEN = 48
 SEED = 3
 
 
-# ------------------------------------------------------------ the build before issue 18
+# ------------------------------------------------------- the build before the fast path
 def _reference_qwen3(defn) -> nn.Module:
     """``hf.build_random`` as it was: meta build, ``to_empty``, seeded fills in order."""
     from transformers import Qwen3Config, Qwen3ForCausalLM

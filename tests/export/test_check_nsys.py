@@ -19,6 +19,21 @@ def test_parser_handles_nsys_quoting(tmp_path):
     assert rows[1][-1] == 'k "q"'
 
 
+def test_parser_skips_what_nsys_prints_before_a_report_on_stdout(tmp_path):
+    """``nsys stats --format csv REP.nsys-rep`` on stdout, as the H100 printed it (the SQLite
+    file made first): the header is the report's, not nsys's first line."""
+    p = tmp_path / "kern_sum.csv"
+    p.write_text("Generating SQLite file /tmp/r.sqlite from /tmp/r.nsys-rep\n"
+                 "Processing [/tmp/r.sqlite] with [/opt/nsys/reports/cuda_gpu_kern_sum.py]... \n"
+                 "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),"
+                 "StdDev (ns),Name\n"
+                 "92.7,327916264,4608,71162.4,40737.0,39969,318567,86121.3,gemv_small_grid\n"
+                 "2.8,9855118,1024,9624.1,8192.0,2368,22528,5108.8,attn_decode\n\n")
+    header, rows = cn.read_nsys_csv(p)
+    assert header[0] == "Time (%)" and header[-1] == "Name"
+    assert [(r[-1], r[2]) for r in rows] == [("gemv_small_grid", "4608"), ("attn_decode", "1024")]
+
+
 def test_check_against_fake_nsys(tmp_path, compiled_view):
     csv_dir = tmp_path / "tp"
     write_nsys_reports(compiled_view, csv_dir, window_only=True)

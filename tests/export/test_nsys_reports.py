@@ -127,13 +127,24 @@ def test_api_sum_strips_version_suffix():
         assert rows[0][0] == str(round_half_away(100 * 100 / 141))
 
 
-def test_api_sum_skipped_without_api_records(eager_view):
-    assert nr.api_sum(eager_view).skipped
-    assert "SKIPPED" in to_column(nr.api_sum(eager_view))
+def test_api_sum_skipped_without_api_records(no_api_view):
+    assert nr.api_sum(no_api_view).skipped
+    assert "SKIPPED" in to_column(nr.api_sum(no_api_view))
+
+
+def test_api_sum_counts_every_recorded_call(eager_view, eager_raw):
+    rep = nr.api_sum(eager_view)
+    assert not rep.skipped
+    _, rows = parse_nsys_csv(to_csv(rep))
+    calls = {}
+    for r in eager_raw["records"]:
+        if r[0] == "R":
+            calls[r[1]] = calls.get(r[1], 0) + 1
+    assert {row[-1]: int(row[2]) for row in rows} == calls
 
 
 def test_window_equals_session_when_ring_holds_everything(eager_view):
-    # conftest's eager_view keeps all 65 tokens raw and no record falls outside a token
+    # conftest's eager_view keeps every token raw and no record falls outside a token
     for name in ("cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum", "nvtx_sum"):
         a = nr.build_reports(eager_view, False, [name])[0]
         b = nr.build_reports(eager_view, True, [name])[0]
@@ -164,18 +175,26 @@ def test_gpu_trace_rows(compiled_view, compiled_raw):
     k = next(r for r in rows if r[-1].startswith("nvjet"))
     assert k[16] == "NVIDIA H100 80GB HBM3 (0)" and k[19] == "7" and k[12] == ""
     c = next(r for r in rows if r[-1] == "[CUDA memcpy Device-to-Host]")
-    nbytes, dur = 8, int(c[1])  # the fixture's D2H copies are 8-byte tokens
+    first = min((r for r in recs if r[0] == "C" and r[1] == 2), key=lambda r: r[3])   # the first D2H
+    nbytes, dur = first[2], int(c[1])
+    assert dur == first[4] - first[3]
     assert c[12] == f"{nbytes / 1e6:.3f}"
     assert c[13] == f"{nbytes * (1_000_000_000 // dur) / 1e6:.3f}"  # SQLite integer division
     assert c[3] == "" and c[15] == "Unknown"
 
 
-def test_column_format(eager_view):
+def test_column_format(eager_view, eager_raw):
     text = to_column(nr.kern_sum(eager_view))
+    total, count = {}, {}
+    for r in eager_raw["records"]:
+        if r[0] == "K":
+            total[r[1]] = total.get(r[1], 0) + r[3] - r[2]
+            count[r[1]] = count.get(r[1], 0) + 1
+    launches = count[max(total, key=total.get)]          # the first row: the most kernel time
     lines = text.splitlines()
     assert lines[0] == " ** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):"
     assert set(lines[3].replace(" ", "")) == {"-"}
-    assert "10,752" in text and max(len(ln) for ln in lines) < 260
+    assert f"{launches:,}" in text and max(len(ln) for ln in lines) < 260
     assert any(ln.endswith("…") for ln in lines)  # names clipped at 100 characters
     assert lines[2].lstrip().startswith("Time (%)  Total Time (ns)")
 
@@ -183,8 +202,9 @@ def test_column_format(eager_view):
 def test_write_nsys_reports(tmp_path, compiled_view):
     paths = nr.write_nsys_reports(compiled_view, tmp_path)
     names = sorted(p.name for p in paths)
-    assert names == ["tuiprof_cuda_gpu_kern_sum.csv", "tuiprof_cuda_gpu_mem_size_sum.csv",
-                     "tuiprof_cuda_gpu_mem_time_sum.csv", "tuiprof_nvtx_sum.csv",
+    assert names == ["tuiprof_cuda_api_sum.csv", "tuiprof_cuda_gpu_kern_sum.csv",
+                     "tuiprof_cuda_gpu_mem_size_sum.csv", "tuiprof_cuda_gpu_mem_time_sum.csv",
+                     "tuiprof_nvtx_sum.csv",
                      "tuiprof_reports.txt"]
     wpaths = nr.write_nsys_reports(compiled_view, tmp_path, window_only=True)
     assert (tmp_path / "tuiprof_window_cuda_gpu_trace.csv") in wpaths

@@ -84,13 +84,13 @@ def test_no_partial_overlap_on_a_track(doc):
     _no_partial_overlap(doc["traceEvents"])
 
 
-def test_tokens_phases_and_counters(doc, compiled_raw):
+def test_tokens_phases_and_counters(doc, compiled_raw, compiled_facts):
     evs = doc["traceEvents"]
     toks = [e for e in evs if e.get("cat") == "token"]
     assert len(toks) == len([m for m in compiled_raw["marks"] if m[0].endswith("_start")])
     phases = {e["name"]: e for e in evs if e.get("cat") == "phase"}
     assert set(phases) == {"prefill (eager)", "decode (compiled)"}
-    assert phases["decode (compiled)"]["args"]["tokens"] == 64
+    assert phases["decode (compiled)"]["args"]["tokens"] == compiled_facts.decode_steps
     lat = [e for e in evs if e["ph"] == "C" and e["name"] == "token latency (ms)"]
     assert len(lat) == len(toks)
     assert any(e["ph"] == "C" and e["name"].startswith("nvml ") for e in evs)

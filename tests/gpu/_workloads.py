@@ -5,8 +5,8 @@
 A workload logs to stderr and prints, last, one line ``WORKLOAD-RESULT {json}`` with what it
 measured; the tests (``run_workload`` in conftest.py) assert on those values. One process per
 workload because CUPTI (tuiprof's collector, torch.profiler) and torch.compile/CUDA-graph state
-are process-wide: a second ``torch.compile`` in one pytest process fell back to eager
-(docs/gpu-verification.md §8).
+are process-wide: a second ``torch.compile`` in one pytest process fell back to eager on the
+H100.
 """
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
     """A program calling generate() for a few tokens at a time brings a prefill every few
     steps; at the live app's sampling only one prefill per period (256 eager steps) is traced,
     the rest keep their timing without kernel records (each traced one cost the decode after
-    it the flush and folding of its records: gpu-verification §29)."""
+    it the flush and folding of its records: docs/performance.md#sampling)."""
     out = tmp_path / "snap.json"
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--sample-every", "live",
@@ -87,7 +87,7 @@ def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
     periods = span // (BURST * AUTO_SAMPLE_EVERY["eager"]) + 1
     # one due prefill a period, plus those a decode burst's 4 steps happen to hold (here up to
     # 2 a burst: a 1-token call's prefill is followed at once by the next call's); on the H100
-    # (gpu-verification §30) 209 steps held 41 prefills and 4 were traced
+    # 209 steps held 41 prefills and 4 were traced
     assert 1 <= len(traced) <= 3 * periods and len(traced) < len(prefills) // 4
     assert all(t["kernels"] > 0 for t in traced)
     assert all(t["kernels"] == 0 for t in prefills if not t["sampled"])
@@ -96,7 +96,7 @@ def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
 GREEDY = """
 import json, pathlib, sys, torch
 from transformers import AutoModelForCausalLM, Qwen3Config
-spec = json.loads((pathlib.Path(sys.argv[1]) / "models" / "qwen3-0.6b.json").read_text())
+spec = json.loads((pathlib.Path(sys.argv[1]) / "tuiprof" / "models_data" / "qwen3-0.6b.json").read_text())
 torch.manual_seed(0)
 with torch.device("cuda"):
     model = AutoModelForCausalLM.from_config(Qwen3Config(**spec["config"]),
@@ -177,7 +177,7 @@ def test_program_compiled_detaches_between_bursts_and_decodes_the_same(tmp_path)
 
 def test_a_programs_own_cuda_graph_keeps_cupti_attached(tmp_path):
     """A graph no drop can remove: CUPTI must never be finalized under it again (its next
-    replay would die, §30), so the session stays attached from the capture on."""
+    replay would die: docs/performance.md#cupti-and-cuda-graphs), so the session stays attached from the capture on."""
     alone, _ = _run(tmp_path, "own_graph", OWN_GRAPH)
     under, doc = _run(tmp_path, "own_graph", OWN_GRAPH, "--sample-every", "8")
     assert "REPLAY_OK True" in alone and "REPLAY_OK True" in under, under

@@ -3,6 +3,7 @@ a stand-in libcupti and a driver program compiled here, and activity-record scri
 documented layout (cupti-python's record dtypes) for the stand-in to emit."""
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 from dataclasses import dataclass
@@ -49,10 +50,22 @@ def dtypes():
     import pytest
 
     cupti = pytest.importorskip("cupti.cupti")
-    return {KERNEL: cupti.activity_kernel11_dtype, MEMCPY: cupti.activity_memcpy6_dtype,
+    return {KERNEL: _kernel_dtype(cupti), MEMCPY: cupti.activity_memcpy6_dtype,
             MEMSET: cupti.activity_memset4_dtype, MEMORY2: cupti.activity_memory4_dtype,
             RUNTIME: cupti.activity_api_dtype, DRIVER: cupti.activity_api_dtype,
             MARKER: cupti.activity_marker2_dtype}
+
+
+def _kernel_dtype(cupti):
+    """The kernel record of CUPTI 13.0 (``CUpti_ActivityKernel10``, what cupti-python 13.0.x
+    declares), or the newest one a later cupti-python declares (``Kernel13`` in 13.4): the
+    parser's field offsets are the same in each, only the size differs."""
+    versions = [int(m.group(1)) for m in map(re.compile(r"activity_kernel(\d+)_dtype$").match,
+                                             dir(cupti)) if m]
+    if not versions:
+        raise AssertionError(f"cupti-python {getattr(cupti, '__version__', '?')} declares no "
+                             "kernel record layout (activity_kernelN_dtype)")
+    return getattr(cupti, f"activity_kernel{max(versions)}_dtype")
 
 
 class Script:

@@ -57,7 +57,7 @@ def test_windows_alone_never_switch_cupti(tmp_path):
 
 def test_a_graph_of_the_programs_own_keeps_cupti_attached(tmp_path):
     """After the program records a CUDA graph outside torch.compile's cudagraph trees, CUPTI is
-    never finalized again: that graph's next replay would die (docs/gpu-verification.md §30)."""
+    never finalized again: that graph's next replay would die (docs/performance.md#cupti-and-cuda-graphs)."""
     script = tmp_path / "own_graph.py"
     script.write_text(
         "import torch, tuiprof\n"

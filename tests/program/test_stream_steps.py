@@ -6,8 +6,15 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
+
+from decode_like_stream import STEP as DL_STEP
+from decode_like_stream import chunks, decode_like
+
+from tuiprof.profiler import Profiler, ProfilerOptions
 from tuiprof.program.steps import StepRecorder
 from tuiprof.program.stream_steps import StreamSteps
+from tuiprof.store import SessionStore
 
 from .conftest import rows
 
@@ -86,6 +93,37 @@ def test_a_decode_loop_becomes_exact_steps(prof):
             auto["prefill_steps"], auto["identical_steps"]) == ("auto", len(STEP), 50, 1, 50)
     assert auto["boundary"] == "host gap before each step" and auto["confidence_label"] == "high"
     assert rec.counts["auto"] == 51 and rec.counts["windows"] == 1
+
+
+@pytest.mark.parametrize("seed,sizes,tick,shape", [
+    (0, (1, 900), 0.05, {}),                                      # as on the H100
+    (1, (1, 20), 0.01, {}),                                       # many small buffers
+    (0, (1, 900), 0.05, {"host_gap_us": (10, 30), "stall_every": 10}),
+])
+def test_decode_like_in_buffers_of_any_size_is_cut_exactly(seed, sizes, tick, shape):
+    """decode_like.cu's records (a host that stalls now and then inside a step, timestamps
+    with jitter) reaching the session in buffers of any size, the loop searched for while they
+    come: 512 decode steps of its 26 kernels, by name and in order, one prefill."""
+    prof = Profiler(SessionStore(ring_tokens=600), ProfilerOptions(cupti=False, nvml=False))
+    clock, sink = auto_sink(prof, 100.0)
+    recs, firsts, _ = decode_like(512, seed=seed, **shape)
+    for buf in chunks(recs, seed=seed, sizes=sizes):
+        clock[0] += tick
+        prof.store.add_records(sink.feed([], buf))
+    prof.store.add_records(sink.drain())
+    sink.recorder.close()
+    view = prof.store.view()
+    toks = [t for t in view.tokens if t.done]
+    assert [t.phase for t in toks] == ["window", "prefill"] + ["decode"] * 512
+    raw = dict(view.raw)
+    names = [[r[1] for r in sorted(raw[t.seq], key=lambda r: r[2]) if r[0] == "K"]
+             for t in toks[2:]]
+    assert sum(1 for n in names if n != DL_STEP) == 0
+    assert [t.api_calls for t in toks[2:]] == [len(DL_STEP) + 1] * 512   # launches and copy
+    assert view.counters["unattributed"] == 0
+    auto = prof.store.meta["auto_steps"]
+    assert (auto["decode_steps"], auto["prefill_steps"], auto["identical_steps"],
+            auto["confidence_label"]) == (512, 1, 512, "high")
 
 
 def test_records_are_folded_as_steps_close_not_at_the_end(prof):

@@ -1,7 +1,7 @@
 """A program shaped like a serving engine: the main process takes requests and hands them to
 an engine process (multiprocessing, spawn by default) that owns the model and runs
 ``generate()``; ``--inline`` runs the same engine in the main process instead (the one-process
-reference of bench/verify_processes.py).
+reference of bench/verify/verify_processes.py).
 
 Usage: python spawn_engine.py [--requests N] [--new-tokens N] [--start fork|spawn|forkserver]
            [--inline] [--model qwen3-tiny] [--device cpu|cuda] [--seconds S]

@@ -1,4 +1,4 @@
-"""bench/overhead.py runs on the CPU (qwen3-tiny, eager): its windows run back to back, a block
+"""bench/overhead/overhead.py runs on the CPU (qwen3-tiny, eager): its windows run back to back, a block
 holds exactly one sampling period of ``auto`` tokens and as many ``bare`` ones, and the table
 pairs them. The real measurement is a GPU run (docs/performance.md)."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 def test_overhead_bench_smoke(tmp_path, capsys):
     sys.path.insert(0, str(REPO))
-    spec = importlib.util.spec_from_file_location("overhead", REPO / "bench" / "overhead.py")
+    spec = importlib.util.spec_from_file_location("overhead", REPO / "bench" / "overhead" / "overhead.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "overhead.json"

@@ -1,4 +1,4 @@
-"""bench/soak.py runs on the CPU (qwen3-tiny, eager, a few hundred ms per row): it produces its
+"""bench/verify/soak.py runs on the CPU (qwen3-tiny, eager, a few hundred ms per row): it produces its
 rows, its CSV and its Markdown table. The real soak is a GPU run (docs/reliability.md)."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_soak_smoke(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("soak", REPO / "bench" / "soak.py")
+    spec = importlib.util.spec_from_file_location("soak", REPO / "bench" / "verify" / "soak.py")
     soak = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(soak)
     out = tmp_path / "soak.csv"

@@ -1,4 +1,4 @@
-"""bench/step_cost.py times the real step path: every hooked step reaches the store."""
+"""bench/overhead/step_cost.py times the real step path: every hooked step reaches the store."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_step_cost_bench_records_every_step(capsys):
     sys.path.insert(0, str(REPO))
-    spec = importlib.util.spec_from_file_location("step_cost", REPO / "bench" / "step_cost.py")
+    spec = importlib.util.spec_from_file_location("step_cost", REPO / "bench" / "overhead" / "step_cost.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     assert bench.main(["--steps", "300", "--rounds", "2"]) == 0

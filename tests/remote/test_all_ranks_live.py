@@ -57,7 +57,7 @@ def test_all_ranks_fills_after_the_first_burst_and_finds_the_injected_delay(tmp_
             # rank 0 waits for rank 1's injected delay in every call. On this shared 2-core
             # machine rank 1 also loses time to the other processes after its delay, so only
             # the delay's floor is checked here (to 10 %: tests/analysis/test_collectives.py
-            # on simulated ranks, bench/verify_tp_wait.py on GPUs)
+            # on simulated ranks, bench/verify/verify_tp_wait.py on GPUs)
             waits = [c.waits[0] for c in summary.comm.complete if c.late == 1]
             assert 0.9 * DELAY_US < statistics.median(waits) / 1e3 < 2 * DELAY_US
             assert summary.transfer_ms < 0.2 * DELAY_US / 1e3 * summary.calls / summary.steps

@@ -1,4 +1,4 @@
-"""Start-up as the user sees it (issue 18): the live app's first frame, before the session
+"""Start-up as the user sees it (docs/performance.md#start-up-from-the-command-to-the-first-token): the live app's first frame, before the session
 process has answered, already names the model and the device and shows a progress line; the
 session's phases then arrive through the mirror until the first token; and the UI process
 never imports torch, even when it unpickles what the session sends."""

@@ -3,26 +3,18 @@ recording test double of SessionControl (the data is real; only the control is f
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
+from recordings import COMPILED, EAGER, need
 
 from tuiprof.collect.replay import load_recording, replay_into
 from tuiprof.control import SessionControl
 from tuiprof.store import SessionStore
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
-if not FIXTURES.exists():
-    FIXTURES = Path("/work/shared/fixtures")
-EAGER = FIXTURES / "h100_qwen3-0.6b_eager_decode64.json.gz"
-COMPILED = FIXTURES / "h100_qwen3-0.6b_compiled_decode64.json.gz"
-
 
 @pytest.fixture(scope="session")
 def recordings():
-    if not EAGER.exists() or not COMPILED.exists():
-        pytest.skip("H100 fixtures not found (shared/fixtures)")
-    return {"eager": load_recording(EAGER), "compiled": load_recording(COMPILED)}
+    return {"eager": load_recording(need(EAGER)), "compiled": load_recording(need(COMPILED))}
 
 
 def combined_store(recs) -> SessionStore:

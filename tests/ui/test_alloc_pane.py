@@ -6,6 +6,7 @@ allocator made no cudaMalloc; the pane read "mallocs / frees — tokens 2,740 / 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from tuiprof.analysis.allocs import memory_summary
 from tuiprof.collect.replay import replay_into
@@ -16,8 +17,11 @@ from .conftest import FakeControl, screen_text
 
 
 def _store(recordings) -> SessionStore:
+    """The eager recording without its own memory records, and a prefill holding one real
+    cudaMalloc, 2,738 pinned-host records and a pool allocation."""
     st = SessionStore()
-    replay_into(recordings["eager"], st)
+    rec = recordings["eager"]
+    replay_into(dataclasses.replace(rec, records=[r for r in rec.records if r[0] != "A"]), st)
     prefill = [t for t in st.view(raw=False).tokens if t.phase == "prefill"][-1]
     t0 = prefill.start_ns + 1
     recs = [("R", "cudaMalloc", t0, t0 + 1, 900_001),

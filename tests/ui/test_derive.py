@@ -1,7 +1,8 @@
-"""Pure derivations and formatting, checked against numbers stated in the fixtures' README."""
+"""Pure derivations and formatting, checked against numbers counted from the recordings' JSON."""
 from __future__ import annotations
 
 import pytest
+from recordings import launches
 
 from tuiprof.ui import format as fmt
 from tuiprof.ui.derive import (busy_fraction, compare, header_numbers, kernel_rows,
@@ -23,31 +24,32 @@ def test_percentile():
     assert percentile(list(range(1, 101)), 99) == 99
 
 
-def test_header_numbers_match_the_recordings(store):
+def test_header_numbers_match_the_recordings(store, eager_raw, eager_facts, compiled_facts):
     h = header_numbers(store.view(), "eager")
-    assert h.device == "H100 80GB HBM3" and h.weights == "random" and h.dtype == "bf16"
-    assert h.steps == 130 and h.batch == 1
-    assert h.itl_p50 == pytest.approx(49.6, abs=1.0)       # README: median step 49.6 ms
+    assert h.device == eager_raw["meta"]["device"] == "cuda"   # the GPU's name: device_name
+    assert h.weights == eager_raw["meta"]["weights"] and h.dtype == eager_raw["meta"]["dtype"]
+    assert h.steps == eager_facts.tokens + compiled_facts.tokens and h.batch == 1
+    assert h.itl_p50 == pytest.approx(eager_facts.step_ms_median, rel=0.03)
     hc = header_numbers(store.view(), "compiled")
-    assert hc.itl_p50 == pytest.approx(3.45, abs=0.2)      # README: 3.45 ms
+    assert hc.itl_p50 == pytest.approx(compiled_facts.step_ms_median, rel=0.06)
     assert hc.tok_s > 10 * h.tok_s
 
 
-def test_comparison_kernels_per_token(store):
+def test_comparison_kernels_per_token(store, eager_facts, compiled_facts):
     ea, co = compare(store.view())
-    assert ea.kernels_token == pytest.approx(1850)
-    assert co.kernels_token == pytest.approx(539)
+    assert ea.kernels_token == pytest.approx(eager_facts.kernels_per_step_median)
+    assert co.kernels_token == pytest.approx(compiled_facts.kernels_per_step_median)
     assert co.graph_pct > 99 and ea.graph_pct == 0
-    assert ea.alloc_req_token > 1000 and co.alloc_req_token < 10   # README: ~1,770 vs ~4
+    assert ea.alloc_req_token > 1000 and co.alloc_req_token < 10   # ~1,770 vs ~4 a step
     assert ea.busy_pct < 15 < co.busy_pct
 
 
-def test_kernel_rows_and_selection(store):
+def test_kernel_rows_and_selection(store, eager_raw):
     view = store.view()
     rows = kernel_rows(view, "eager", "decode")
     assert sum(r.pct for r in rows) == pytest.approx(100.0)
     nvjet = [r for r in rows if r.key.startswith("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT")]
-    assert nvjet and nvjet[0].stats.count == 10752             # README: 10,752 launches
+    assert nvjet and nvjet[0].stats.count == launches(eager_raw, nvjet[0].key)
     top = select_kernels(rows, "pct", True, "", 5)
     assert [r.stats.total for r in top] == sorted((r.stats.total for r in top), reverse=True)
     assert select_kernels(rows, "pct", True, "no-such-kernel", 5) == []
@@ -57,10 +59,10 @@ def test_kernel_rows_and_selection(store):
     assert sum(r.stats.count for r in merged) >= sum(r.stats.count for r in rows)
 
 
-def test_latency_series_marks_prefill_and_mode_switch(store):
+def test_latency_series_marks_prefill_and_mode_switch(store, eager_facts, compiled_facts):
     s = latency_series(store.view(), 256)
-    assert len(s.seq) == 130
-    assert [seq for seq, _ in s.prefill] == [0, 65]
+    assert len(s.seq) == eager_facts.tokens + compiled_facts.tokens
+    assert [seq for seq, _ in s.prefill] == [0, eager_facts.tokens]
     assert any("compiled" in text for _, text in s.mode_marks)
     assert all(g is not None for g in s.gpu)
 

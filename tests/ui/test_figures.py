@@ -29,14 +29,21 @@ class SampledStore(SessionStore):
 
 
 _TS = {"K": (2, 3), "C": (3, 4), "S": (2, 3), "A": (4,), "R": (2, 3)}
+_CORR = {"K": 13, "C": 6, "S": 5, "A": 6, "R": 4}   # correlation ids never repeat in a session
 
 
-def shifted(rec: Recording, dt: int) -> Recording:
-    """The same recording ``dt`` ns later (a second run of the generation loop)."""
+def shifted(rec: Recording, runs: int = 1, corr: int = 10**8) -> Recording:
+    """The same recording ``runs`` times its own span later (the generation loop's next run,
+    after the last), its correlation ids moved by ``runs * corr``."""
+    span = max(m[2] for m in rec.marks) - min(m[2] for m in rec.marks) + 10**9
+    dt, corr = runs * span, runs * corr
     def move(r):
         r = list(r)
         for i in _TS[r[0]]:
             r[i] += dt
+        i = _CORR[r[0]]
+        if len(r) > i and r[i]:
+            r[i] += corr
         return tuple(r)
     return dataclasses.replace(
         rec, marks=[[e, s, t + dt] for e, s, t in rec.marks], records=[move(r) for r in rec.records],
@@ -50,7 +57,7 @@ def restarted(recordings):
     replay_into(recordings["compiled"], st)
     last_traced = max(t.seq for t in st.view(raw=False).tokens if t.phase == "decode")
     st.untraced = True
-    replay_into(shifted(recordings["compiled"], 10**10), st)
+    replay_into(shifted(recordings["compiled"]), st)
     return st, last_traced
 
 
@@ -66,7 +73,7 @@ def _run(store, size, body, mode="compiled"):
     asyncio.run(main())
 
 
-def test_token_footer_takes_kernel_figures_from_a_traced_token_of_its_phase(restarted):
+def test_token_footer_takes_kernel_figures_from_a_traced_token_of_its_phase(restarted, compiled_facts):
     store, traced = restarted
     view = store.view(raw=False)
     last = view.tokens[-1]
@@ -77,7 +84,8 @@ def test_token_footer_takes_kernel_figures_from_a_traced_token_of_its_phase(rest
         footer = str(app.query_one("#latency-summary").render())
         assert f"#{last.seq} decode/b1 compiled" in footer
         assert f"traced #{traced}: " in footer, footer
-        assert "539 kernels" in footer and f"#{prefill.seq}" not in footer, footer
+        kernels = compiled_facts.kernels_per_step[-1]          # the last traced decode step's
+        assert f"{kernels:,} kernels" in footer and f"#{prefill.seq}" not in footer, footer
     _run(store, (200, 50), body)
 
 
@@ -99,8 +107,10 @@ def test_kernel_busy_sparkline_is_traced_decode_of_the_mode(restarted):
     _run(store, (200, 50), body)
 
 
-def test_comparison_labels_traced_token_counts(restarted):
+def test_comparison_labels_traced_token_counts(restarted, compiled_facts):
     store, _ = restarted
+    traced = str(compiled_facts.decode_steps)          # the first run; the second is untraced
+    every = str(2 * compiled_facts.decode_steps)
 
     async def body(app, pilot):
         await pilot.press("v")
@@ -113,11 +123,11 @@ def test_comparison_labels_traced_token_counts(restarted):
             ln = next(ln for ln in lines[start:] if ln.strip().startswith(label))
             return [c.strip() for c in ln.split("│")]
         # the session has only compiled steps at batch 1: that configuration comes first
-        assert cells("decode steps (all)")[1:3] == ["128", "–"]   # every compiled decode step
-        assert cells("traced decode steps")[1:3] == ["64", "–"]   # the kernel figures' base
+        assert cells("decode steps (all)")[1:3] == [every, "–"]   # every compiled decode step
+        assert cells("traced decode steps")[1:3] == [traced, "–"]   # the kernel figures' base
         diff_at = next(i for i, ln in enumerate(lines) if ln.strip() == "Summary")
-        assert cells("traced decode steps", diff_at)[1:3] == ["64", "–"]   # as the table above
-        assert cells("decode steps (all)", diff_at)[1:3] == ["128", "0"]
+        assert cells("traced decode steps", diff_at)[1:3] == [traced, "–"]   # as the table above
+        assert cells("decode steps (all)", diff_at)[1:3] == [every, "0"]
         assert not any("decode tokens" in ln for ln in lines)   # no unlabelled count left
     _run(store, (120, 50), body)
 
@@ -182,8 +192,8 @@ def test_traced_steps_older_than_the_series_are_named_in_both_panes(recordings):
     traced = [100.0 * t.busy_ns / (t.end_ns - t.start_ns) for t in view.tokens
               if t.phase == "decode" and t.kernels]
     st.untraced = True
-    replay_into(shifted(recordings["compiled"], 10**10), st)
-    replay_into(shifted(recordings["compiled"], 2 * 10**10), st)
+    replay_into(shifted(recordings["compiled"]), st)
+    replay_into(shifted(recordings["compiled"], 2), st)
     view = st.view(raw=False)
     assert not [t for t in view.tokens if t.phase == "decode" and t.kernels]
     mean = sum(traced) / len(traced)

@@ -72,7 +72,7 @@ def test_keys_stay_fast_during_a_realtime_replay(recordings, tmp_path):
     latencies.sort()
     msg = f"key→action ms: {[round(x * 1000) for x in latencies]}"
     print(msg, app.refresh_stats)
-    # Not a speed target (those live in bench/ui_overhead.py and bench/soak.py): a p90 bound
+    # Not a speed target (those live in bench/overhead/ui_overhead.py and bench/verify/soak.py): a p90 bound
     # and a refresh-time bound failed now and then with the whole suite on 2 shared cores.
     # What a test can say for sure: every key acted, none waited for the replay to end (a
     # blocked event loop waits seconds), and the panes followed the replay.

@@ -61,7 +61,7 @@ GPUS: tuple[GpuSpec, ...] = (
     GpuSpec("RTX 4090", 128, 1.008e12, 165.2e12, 82.6e12, ADA, ("4090",)),
     GpuSpec("RTX 3090", 82, 936e9, 71e12, 35.6e12, ADA, ("3090",)),
 )
-DEFAULT_GPU = GPUS[4]  # H100 SXM: the fixtures' GPU
+DEFAULT_GPU = GPUS[4]  # H100 SXM: the GPU of the test suite's recordings
 
 
 def _lookup(device: str) -> GpuSpec | None:

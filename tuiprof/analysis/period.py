@@ -16,15 +16,19 @@ sampler): between two of their launches lie exactly one step's kernels. The sear
    host gap opens before every B step (the token's sync: ``time_supported``). A layer's
    spacing breaks at every step boundary by the step's own kernels (LM head, sampler), and no
    host gap separates layers, so a step is never cut into layers.
-3. **Phase.** Where a step begins: after the largest idle gap of the GPU when one opens before
-   every step (the host reads the token back), else right after the kernels that precede the
-   first regular run (the prefill).
-4. **Cut.** Each launch of the anchor closes a step. A step whose kernel names (as a multiset)
-   match the consensus step at ``SIMILAR`` (90 %) or better is a decode step; what precedes a
-   run of decode steps and matches nothing is its **prefill** (cut at the largest idle gap
-   there, when times are given, so set-up kernels before it are not counted); a first step
-   that matches but takes over ``PREFILL_RATIO`` × the median decode step is a prefill too (a
-   prefill with the decode kernels' names).
+3. **Phase.** Where a step begins: after the idle gap of the GPU that opens before every step
+   (the host reads the token back): the place whose gap is the largest in the median step (a
+   host thread that stalls between two launches leaves a larger gap elsewhere in some steps,
+   never at the same place in most); else right after the kernels that precede the first
+   regular run (the prefill).
+4. **Cut.** A step begins ``lead`` kernels before each launch of the anchor; with the host
+   gap, each boundary is settled within the tolerance by the kernel names around it (those of
+   the consensus step's end before it, of its beginning from it), then by the gap. A step
+   whose kernel names (as a multiset) match the consensus step at ``SIMILAR`` (90 %) or better
+   is a decode step; what precedes a run of decode steps and matches nothing is its
+   **prefill** (cut at the largest idle gap there, when times are given, so set-up kernels
+   before it are not counted); a first step that matches but takes over ``PREFILL_RATIO`` ×
+   the median decode step is a prefill too (a prefill with the decode kernels' names).
 
 **Confidence** = share of the steps in a run that match the consensus (decode steps among
 decode and unmatched ones), times ``min(1, decode steps / 8)``: three clean steps are not yet a
@@ -206,14 +210,26 @@ def _idle(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def _time_phase(c: _Cand, idle: np.ndarray | None) -> int | None:
-    """Offset (from the anchor) of the kernel after the largest idle gap, when such a gap
-    opens before nearly every step; else None."""
+    """Offset (from the anchor) of the kernel after the host gap, when such a gap opens before
+    nearly every step; else None. Where most steps hold exactly the period's kernels, the gap
+    is the offset whose idle time is the largest in the median step: a host that stalls now
+    and then between two launches leaves a larger gap elsewhere in some steps, never at the
+    same place in most. Otherwise (a stray kernel in most steps moves the offsets), the place
+    of each step's largest gap, the most common one."""
     if idle is None or len(c.pos) < MIN_STEPS + 1:
         return None
     pos = c.pos
     regular = np.flatnonzero(np.abs(c.gaps - c.period) <= c.tol)
     if len(regular) < MIN_STEPS:
         return None
+    exact = regular[c.gaps[regular] == c.period]
+    if len(exact) >= MIN_STEPS and 2 * len(exact) >= len(regular):
+        seg = idle[pos[exact][:, None] + 1 + np.arange(c.period)]   # steps x offsets
+        positive = seg[seg > 0]
+        base = float(np.median(positive)) if len(positive) else 0.0
+        k = int(np.argmax(np.median(seg, axis=0)))
+        opens = float(np.mean(seg[:, k] >= GAP_RATIO * max(base, 1.0)))
+        return k + 1 if opens >= PHASE_SHARE else None
     offs, peaks, inside = [], [], []
     for j in regular:
         seg = idle[pos[j] + 1: pos[j + 1] + 1]
@@ -333,8 +349,13 @@ def find_loop(names: Sequence[str], starts: Sequence[int] | None = None,
 def boundaries(names: Sequence[str], loop: Loop, idle: Sequence[int] | None = None,
                start: int = 0) -> list[int]:
     """Indices (≥ ``start``) where a step of ``loop`` begins: ``lead`` kernels before each
-    launch of its anchor, moved to the largest idle gap within the tolerance when ``idle``
-    (the idle time before each kernel) is given and the loop is time-supported."""
+    launch of its anchor; when ``idle`` (the idle time before each kernel) is given and the loop
+    is time-supported, the place within the tolerance where the kernel names around it agree
+    best with the consensus step's end and beginning, and of those the one after the largest
+    idle gap. The names come first: the host gap before a step is usually the largest, but a
+    host thread that stalls between two of a step's first launches leaves the GPU idle inside
+    the step, sometimes longer; the gap still settles where a stray kernel sits at the
+    boundary (the names then fit as well before it as after it)."""
     tol = max(1, int(TOL * loop.period))
     out: list[int] = []
     last = start - 1
@@ -344,18 +365,31 @@ def boundaries(names: Sequence[str], loop: Loop, idle: Sequence[int] | None = No
         b = i - loop.lead
         if idle is not None and loop.time_supported:
             lo, hi = max(last + 1, b - tol, 0), min(len(names), b + tol + 1)
-            if lo < hi:
-                window = idle[lo:hi]
-                b = lo + int(np.argmax(window))
+            if lo < hi and not (lo <= b < hi and idle[b] >= max(idle[lo:hi])
+                                and _misfit(names, loop, b, tol) == 0):  # (nothing beats b)
+                b = min(range(lo, hi), key=lambda c: (_misfit(names, loop, c, tol), -idle[c]))
         if b > last and b >= start:
             out.append(b)
             last = b
     return out
 
 
+def _misfit(names: Sequence[str], loop: Loop, c: int, tol: int) -> int:
+    """Kernels around index ``c`` whose names differ from the consensus step's, were a step to
+    begin at ``c``: ``tol + 1`` (at least 3) kernels before it against the step's end and as
+    many from it against its beginning; kernels outside ``names`` are not counted."""
+    seq, p = loop.consensus, loop.period
+    m = min(max(3, tol + 1), p)
+    lo, hi = max(0, c - m), min(len(names), c + m)
+    return sum(1 for j in range(lo, hi) if names[j] != seq[(j - c) % p])
+
+
 def cut(names: Sequence[str], loop: Loop, starts: Sequence[int] | None = None,
-        ends: Sequence[int] | None = None) -> Cut:
-    """Steps of ``loop`` over one kernel sequence (see the module docstring)."""
+        ends: Sequence[int] | None = None, after_decode: bool = False) -> Cut:
+    """Steps of ``loop`` over one kernel sequence (see the module docstring).
+    ``after_decode``: the sequence continues right after a decode step (a live cut goes on
+    where it stopped), so its first step is not the first of a run and a long one is no
+    prefill for that."""
     idle = None
     if starts is not None and ends is not None:
         idle = _idle(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
@@ -386,7 +420,7 @@ def cut(names: Sequence[str], loop: Loop, starts: Sequence[int] | None = None,
             steps.append(Step(a, b, DECODE, varying=True))
             pending = b
         # else: matches nothing; stays pending (a prefill if a decode step follows)
-    _prefill_by_time(steps, starts, ends)
+    _prefill_by_time(steps, starts, ends, after_decode)
     result.steps = steps
     dec = [s for s in steps if s.phase == DECODE]
     result.identical = sum(1 for s in dec if s.identical)
@@ -412,10 +446,10 @@ def _prefill(a: int, b: int, idle: np.ndarray | None) -> list[Step]:
     return [Step(a, b, PREFILL)]
 
 
-def _prefill_by_time(steps: list[Step], starts, ends) -> None:
+def _prefill_by_time(steps: list[Step], starts, ends, after_decode: bool = False) -> None:
     """A step that takes over PREFILL_RATIO × the median decode step is a prefill when it is
-    the first step, or a decode step whose kernels differ from the consensus: a prefill that
-    launches (some of) the decode kernels' names."""
+    the first step (of a run: not after a decode step), or a decode step whose kernels differ
+    from the consensus: a prefill that launches (some of) the decode kernels' names."""
     if starts is None or ends is None:
         return
     dec = [s for s in steps if s.phase == DECODE and not s.varying]
@@ -423,7 +457,7 @@ def _prefill_by_time(steps: list[Step], starts, ends) -> None:
         return
     med = float(np.median([int(ends[s.end - 1]) - int(starts[s.first]) for s in dec]))
     for i, s in enumerate(steps):
-        if s.phase != DECODE or not (i == 0 or s.varying) or med <= 0:
+        if s.phase != DECODE or not ((i == 0 and not after_decode) or s.varying) or med <= 0:
             continue
         if int(ends[s.end - 1]) - int(starts[s.first]) > PREFILL_RATIO * med:
             s.phase = PREFILL

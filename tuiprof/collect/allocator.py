@@ -3,7 +3,7 @@
 ``num_device_alloc``/``num_device_free`` count real cudaMalloc/cudaFree calls made by the
 caching allocator; ``allocation_all_allocated`` counts allocation requests served. Reading
 ``torch.cuda.memory_stats`` builds a dict of ~150 entries, so it is read every
-``every`` tokens (1 by default; the cost is measured in bench/overhead.py).
+``every`` tokens (1 by default; the cost is measured in bench/overhead/overhead.py).
 """
 from __future__ import annotations
 

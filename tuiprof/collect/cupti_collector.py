@@ -377,8 +377,8 @@ class CuptiCollector:
         traced less than a sampling period ago. One traced prefill per generation would trace
         every short ``generate()`` of a program: each costs the kind switches and folding its
         thousands of records beside the decode that follows (20–85 ms a burst on the H100):
-        the likely cause of a compiled program's 20 % at 64 tokens a call (gpu-verification
-        §29), and of a live compiled session's prefill every 256 steps.
+        the likely cause of a compiled program's 20 % at 64 tokens a call (measured on the H100,
+        docs/performance.md#sampling), and of a live compiled session's prefill every 256 steps.
         """
         if not self.attached:  # detached between bursts: nothing to switch, nothing traced
             return False

@@ -1,9 +1,10 @@
 """Raw CUPTI activity buffers: copy in the callback, parse in bulk with numpy.
 
 Why: cupti-python's buffer-completed callback builds one Python object per record before it
-calls back, and that object's fields are read through numpy. Measured on the H100
-(``bench/cupti_probe.py``, 2,400 kernels per step): a callback that does *nothing* with the
-records already made each step 5.7× slower, and reading the fields made it 9.9× slower.
+calls back, and that object's fields are read through numpy. Measured on the H100 (2,400
+kernels per step, by a probe since removed: docs/history/gpu-verification.md#s3): a callback
+that does *nothing* with the records already made each step 5.7× slower, and reading the
+fields made it 9.9× slower.
 Here the C callbacks (ctypes) only hand out and take back buffers; the completed buffer is
 copied (one memcpy) and parsed on a consumer thread: one small Python step per record to walk
 the variable-size records, and numpy gathers for every field.

@@ -1,4 +1,4 @@
-"""tuiprof's own recording format: the fixtures' format, written from a session's raw window.
+"""tuiprof's own recording format (docs/recording.md), written from a session's raw window.
 
 A recording is what ``tuiprof replay`` reads: ``{"format": "tuiprof-recording", "meta",
 "marks", "records", "nvml", "alloc"}`` gzip'd (see ``docs/recording.md``). It holds the raw

@@ -2,8 +2,8 @@
 
 Two recording formats are read:
 
-* the H100 fixtures' format (``shared/fixtures/README.md``): a gzip'd JSON object with
-  ``meta``, ``marks``, ``records``, ``nvml``, ``alloc``;
+* the first H100 recordings' format (made before ``tuiprof record`` existed): a gzip'd JSON
+  object with ``meta``, ``marks``, ``records``, ``nvml``, ``alloc`` (docs/recording.md);
 * tuiprof's own recordings (``tuiprof record``, :mod:`tuiprof.collect.recording`), which are the
   same format with ``"format": "tuiprof-recording"`` and a version in ``meta``.
 """
@@ -111,8 +111,8 @@ def validate_recording(obj: object, where: str = "recording") -> Recording:
 
 
 _LIMIT = 1 << 63
-_META_STR = ("device", "driver", "torch", "model", "mode", "prefill_mode", "dtype", "weights",
-             "cuda", "tuiprof", "recording", "source")
+_META_STR = ("device", "device_name", "driver", "torch", "model", "mode", "prefill_mode", "dtype",
+             "weights", "cuda", "tuiprof", "recording", "source")
 _META_INT = ("sm_count", "prompt_tokens", "decode_tokens", "params")
 
 
@@ -178,7 +178,8 @@ def replay_into(rec: Recording, store: SessionStore, speed: float = 0.0,
         "model": meta.get("model", ""), "mode": mode,
         "prompt_tokens": meta.get("prompt_tokens"), "decode_tokens": meta.get("decode_tokens"),
     })
-    for key in ("dtype", "weights", "cuda", "tuiprof", "model_def", "params"):
+    # device_name: a tuiprof recording's "device" is "cuda"; the GPU's peaks come from its name
+    for key in ("device_name", "dtype", "weights", "cuda", "tuiprof", "model_def", "params"):
         if key in meta:
             store.meta[key] = meta[key]
     store.set_collector("cupti", True, "replay")

@@ -17,6 +17,11 @@ Tensor-parallel ranks run one engine each with a :class:`~tuiprof.engine.lockste
 their commands then take effect only at boundaries where all ranks agree (rank 0's wishes),
 so every rank switches, pauses and stops at the same step, and compiles in the foreground
 (all ranks together), at the batch they started with.
+
+A background compile may be done first by a helper process (:mod:`tuiprof.engine.compile_helper`)
+that fills inductor's cache while this process goes on decoding without sharing its interpreter
+with inductor; the compile here then finds every graph and kernel in the cache. ``compile_cache`` prepares the persistent cache
+directory (:mod:`tuiprof.engine.compile_cache`) before this process's first compile.
 """
 from __future__ import annotations
 
@@ -61,6 +66,12 @@ class CompiledStep:
 
     fn: Callable
     batches: set = field(default_factory=set)
+    order: list = field(default_factory=list)   # the batches in the order they were compiled
+
+    def add(self, batch: int) -> None:
+        if batch not in self.batches:
+            self.batches.add(batch)
+            self.order.append(batch)
 
 
 @dataclass
@@ -96,6 +107,19 @@ class _CompileJob:
     error: BaseException | None = None
     t0: float = field(default_factory=time.perf_counter)
     seconds: float = 0.0
+    helper: Any = None              # a CompileHelper filling the cache first, if one runs
+    helper_s: float | None = None   # how long it took (None: no helper)
+    helper_note: str = ""           # one line when it failed (the compile goes on here)
+    helper_done: threading.Event = field(default_factory=threading.Event)
+    noted: bool = False
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        """The session stops: end the helper; a compile in this process cannot be stopped."""
+        self.cancelled = True
+        helper = self.helper
+        if helper is not None:
+            helper.stop()
 
 
 class Engine:
@@ -105,6 +129,9 @@ class Engine:
     including the prefill's; a cycle also ends when the static cache is full. With ``loop`` the
     engine then starts again from the prompt. ``background_compile=False`` compiles on the
     engine thread instead (generation waits: benchmarks and sweeps want that).
+    ``compile_helper(batches)``: a started :class:`~tuiprof.engine.compile_helper.CompileHelper`
+    compiling ``batches`` in that order, or None (then the compile runs here from the start).
+    ``compile_cache()``: called once before the first compile (points inductor at a directory).
     """
 
     def __init__(self, adapter: DecoderAdapter, prompt_ids: torch.Tensor, *,
@@ -113,7 +140,9 @@ class Engine:
                  temperature: float = 0.0, top_k: int = 0, seed: int = 0,
                  clock: Callable[[], int] | None = None, listener: EngineListener | None = None,
                  info: dict | None = None, lockstep: Lockstep | None = None,
-                 max_batch: int = DEFAULT_MAX_BATCH, background_compile: bool = True) -> None:
+                 max_batch: int = DEFAULT_MAX_BATCH, background_compile: bool = True,
+                 compile_helper: Callable[[list], Any] | None = None,
+                 compile_cache: Callable[[], Any] | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if prompt_ids.ndim != 2 or prompt_ids.shape[0] < 1 or prompt_ids.shape[1] < 1:
@@ -136,6 +165,8 @@ class Engine:
         self.info: dict = dict(info or {})
         self.max_batch = max(int(max_batch), int(prompt_ids.shape[0]))
         self.background_compile = background_compile
+        self.compile_helper = compile_helper
+        self._prepare_cache = compile_cache
         self.state = "loading"
         self.message = ""
         self.mode = EAGER               # mode in effect; a compiled request switches at a boundary
@@ -143,6 +174,8 @@ class Engine:
         self.tokens = 0                 # steps run in this engine's life
         self.cycle = 0
         self.compile_s: float | None = None
+        self.compile_helper_s: float | None = None   # the helper's part of the last compile
+        self.compile_cache_hits: dict = {}   # inductor's cache hits/misses in the last compile
         self.error: str | None = None
         self.notes: list[str] = []      # one-line reports of switches that did not happen
         self._want_mode = mode
@@ -216,7 +249,19 @@ class Engine:
             self._stop = True
             self._pending = True
             self._cond.notify_all()
+        job = self._job
+        if job is not None:
+            job.cancel()  # a helper process ends with the session, never after it
+        self._close_helper()
         return "stopping"
+
+    def _close_helper(self) -> None:
+        close = getattr(self.compile_helper, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                pass
 
     def request_mode(self, mode: str) -> str:
         """Switch to ``mode`` at the next token boundary (compiling on first use)."""
@@ -271,6 +316,7 @@ class Engine:
                 self._fail(f"{type(exc).__name__}: {one_line(exc)}")
         finally:  # stopped or failed with a compile still running: the interval is per process
             self._restore_switch_interval()
+            self._close_helper()
 
     def _restore_switch_interval(self) -> None:
         saved, self._switch_saved = self._switch_saved, None
@@ -376,6 +422,13 @@ class Engine:
                                            end_ns, (t1 - t0) * 1e3, gpu_ms, self.cycle,
                                            live.batch, self._compiling, token_ids))
         self.tokens += 1
+        if self.tokens == 1 and self.background_compile and self.compile_helper is not None:
+            prestart = getattr(self.compile_helper, "prestart", None)
+            if prestart is not None:  # its imports take seconds: done before a compile is asked
+                try:
+                    prestart()
+                except Exception:
+                    pass
         if live.mode == COMPILED and live.fn is None:  # a compiled batch: capture after prefill
             self._use_compiled(live)
         self._set_state("compiling" if self._compiling else DECODE)
@@ -484,6 +537,10 @@ class Engine:
             if not can_switch:
                 return True
         live = self._live
+        if job is not None and job.helper_note and not job.noted and (
+                job.helper_done.is_set() or job.helper is None):
+            job.noted = True
+            self._note(job.helper_note)
         if job is not None and job.done.is_set():
             self._job = None
             self._finish_job(job)
@@ -601,6 +658,12 @@ class Engine:
     def _compiled_step(self) -> CompiledStep:
         step = self._compiled.get(self.compile_mode)
         if not isinstance(step, CompiledStep):
+            prepare, self._prepare_cache = self._prepare_cache, None
+            if prepare is not None:
+                try:
+                    prepare()
+                except Exception:  # inductor's default cache directory then
+                    pass
             fn = torch.compile(self.adapter.decode, mode=self.compile_mode, dynamic=None)
             step = self._compiled[self.compile_mode] = CompiledStep(fn)
         return step
@@ -611,6 +674,16 @@ class Engine:
         job = _CompileJob(batch, scratch)
         what = f"torch.compile(mode={self.compile_mode!r}) for batch {batch}"
         foreground, self._foreground_compile = self._foreground_compile, False
+        step = self._compiled.get(self.compile_mode)
+        done = list(step.order) if isinstance(step, CompiledStep) else []
+        # batch 1 has a graph of its own; every batch >= 2 shares the first one's (dynamic)
+        new_graph = batch not in done and (batch == 1 or not any(b >= 2 for b in done))
+        warm = getattr(self.compile_helper, "warm", None)
+        if (not foreground and self.background_compile and new_graph and warm is not None
+                and _warm_foreground() and warm([*done, batch])):
+            # Everything is in the persistent cache already: a few seconds with decoding
+            # paused reach compiled mode sooner than a compile sharing the GIL with decoding.
+            foreground, what = True, f"{what} from the cache (decoding paused)"
         if foreground or not self.background_compile:
             self._set_state("compiling", what)
             self._run_job(job)
@@ -618,6 +691,12 @@ class Engine:
             return
         self._job = job
         self._compiling = True
+        if self.compile_helper is not None and new_graph:
+            try:
+                job.helper = self.compile_helper([*done, batch])
+            except Exception as exc:  # could not start: compile here, as before
+                job.helper_note = (f"compile helper not started ({type(exc).__name__}: "
+                                   f"{one_line(exc, 100)}); compiling in this process")
         # Dynamo and inductor run Python for tens of seconds on the worker: at the default
         # 5 ms switch interval the engine thread waits that long for the GIL at each of a
         # step's many Python-level calls (H100, qwen3-0.6b: 3 ms compiled steps became 415 ms).
@@ -628,28 +707,29 @@ class Engine:
         job.thread = threading.Thread(target=self._run_job, args=(job,), daemon=True,
                                       name="tuiprof-compile")
         job.thread.start()
-        self._set_state("compiling", f"{what} in the background; decoding goes on in "
+        where = "in a helper process" if job.helper is not None else "in the background"
+        self._set_state("compiling", f"{what} {where}; decoding goes on in "
                                      f"{self.mode} at batch {self.batch}")
 
     def _run_job(self, job: _CompileJob) -> None:
         """The compile itself: the first call of the compiled step, on a scratch cache of the
-        job's batch (never the live one). CUDA graphs are left to the engine thread."""
+        job's batch (never the live one). CUDA graphs are left to the engine thread. With a
+        helper, dynamo traces here meanwhile and inductor's part waits for the helper (the GIL
+        free), then reads what the helper put in the cache (``TUIPROF_COMPILE_OVERLAP=0``: the
+        helper is waited for first)."""
         torch.set_grad_enabled(False)
         try:
-            step = self._compiled_step()
-            tok = torch.zeros((job.batch, 1), dtype=torch.long, device=self.device)
-            plen = self.prompt_ids.shape[1]
-            pos = torch.tensor([plen], device=self.device)
-            masks = self._decode_masks(job.cache, job.batch)
-            args = (tok, pos, job.cache) if masks is None else (
-                tok, pos, job.cache, masks.at(pos, plen))
-            if job.batch > 1:  # one graph for every batch >= 2 (batch 1 keeps its own)
-                self._mark_batch_dynamic(tok, job.cache, args[3:])
-            with _no_cudagraphs(self.cuda):
-                step.fn(*args)
-            if self.cuda:
-                torch.cuda.synchronize(self.device)
-            step.batches.add(job.batch)
+            if job.helper is None:
+                self.compile_batch(job.batch, job.cache)
+            elif compile_overlap():
+                # dynamo traces here while the helper compiles; inductor's part waits for it
+                wait = _Once(partial(self._await_helper, job))
+                with _inductor_gate(wait):
+                    self.compile_batch(job.batch, job.cache)
+                wait()  # no graph reached inductor: the helper is still waited for (or ended)
+            else:
+                self._await_helper(job)
+                self.compile_batch(job.batch, job.cache)
         except BaseException as exc:  # reported at the next boundary, on the engine thread
             job.error = exc
         finally:
@@ -657,6 +737,41 @@ class Engine:
             job.done.set()
             with self._cond:
                 self._pending = True
+
+    def _await_helper(self, job: _CompileJob) -> None:
+        """Wait for the job's helper (the GIL is free meanwhile); raises if the session stopped."""
+        helper = job.helper
+        if helper is not None:
+            result = helper.wait()
+            job.helper_s = result.seconds
+            job.helper = None
+            if not result.ok and not job.cancelled:
+                job.helper_note = f"{result.reason}; compiling in this process"
+        job.helper_done.set()  # the engine thread tells a failed helper's note
+        if job.cancelled:
+            raise RuntimeError("the session stopped during the compile")
+
+    def compile_batch(self, batch: int, cache: Any = None) -> None:
+        """Compile the decode step for ``batch`` by calling it once on ``cache`` (a scratch
+        cache of that batch, made here when None), without recording CUDA graphs. The compile
+        helper process calls this too, so that both compile the very same graphs."""
+        step = self._compiled_step()
+        cache = self.adapter.new_cache(batch) if cache is None else cache
+        tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
+        plen = self.prompt_ids.shape[1]
+        pos = torch.tensor([plen], device=self.device)
+        masks = self._decode_masks(cache, batch)
+        args = (tok, pos, cache) if masks is None else (tok, pos, cache, masks.at(pos, plen))
+        if batch > 1:  # one graph for every batch >= 2 (batch 1 keeps its own)
+            self._mark_batch_dynamic(tok, cache, args[3:])
+        before = _cache_counters()
+        with _no_cudagraphs(self.cuda):
+            step.fn(*args)
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        after = _cache_counters()
+        self.compile_cache_hits = {k: after[k] - before.get(k, 0) for k in after}
+        step.add(batch)
 
     def _mark_batch_dynamic(self, tok: torch.Tensor, cache: Any, masks: tuple = ()) -> None:
         """Compile the batch dimension as dynamic from the start: a later batch (>= 2) then
@@ -678,13 +793,21 @@ class Engine:
             self._compile_failed(job.error, job.batch)
             return
         self.compile_s = job.seconds
+        self.compile_helper_s = job.helper_s
+        record = getattr(self.compile_helper, "compiled", None)
+        if record is not None:  # the next session of this model finds it in the cache
+            step = self._compiled.get(self.compile_mode)
+            try:
+                record(list(step.order) if isinstance(step, CompiledStep) else [job.batch])
+            except Exception:
+                pass
         want_mode, want_batch = self._want_mode, self._want_batch
         if (want_mode, want_batch) != (COMPILED, job.batch):
-            self._set_state(DECODE, f"compiled for batch {job.batch} in {job.seconds:.1f} s")
+            self._set_state(DECODE, f"compiled for batch {job.batch} in {_took(job)}")
             return  # asked for something else meanwhile: the next boundary handles it
         if job.batch != live.batch:  # captured after the new batch's prefill
             self._begin_batch(job.batch, COMPILED, job.cache)
-            self._set_state(DECODE, f"compiled in {job.seconds:.1f} s")
+            self._set_state(DECODE, f"compiled in {_took(job)}")
             return
         try:
             self._compiled_now(live)
@@ -694,7 +817,7 @@ class Engine:
             self._refuse_batch(job.batch, exc)
             return
         if live.mode == COMPILED:
-            self._set_state(DECODE, f"compiled in {job.seconds:.1f} s")
+            self._set_state(DECODE, f"compiled in {_took(job)}")
 
     def _compile_failed(self, exc: BaseException, batch: int | None = None) -> None:
         """A compile that failed is not fatal: one line, and the live configuration goes on."""
@@ -760,7 +883,7 @@ class Engine:
             first = (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])[:160]
             self._note(f"compile failed ({type(exc).__name__}: {first}); continuing in eager mode")
             return
-        step.batches.add(live.batch)
+        step.add(live.batch)
         if fresh:
             self.compile_s = time.perf_counter() - t0
             self._set_state(DECODE, f"compiled in {self.compile_s:.1f} s")
@@ -802,6 +925,95 @@ class Engine:
             return torch.multinomial(torch.softmax(scaled, -1), 1, generator=gen).view(-1)
 
         return sample
+
+
+OVERLAP_ENV = "TUIPROF_COMPILE_OVERLAP"
+_gate = threading.local()
+_gate_installed = False
+_gate_lock = threading.Lock()
+
+
+def _warm_foreground() -> bool:
+    """A compile whose graphs are all cached runs with decoding paused
+    (``TUIPROF_WARM_COMPILE=beside``: beside decoding, like a cold one)."""
+    import os
+
+    return os.environ.get("TUIPROF_WARM_COMPILE", "foreground").strip().lower() != "beside"
+
+
+def compile_overlap() -> bool:
+    """Trace here while the helper compiles (``TUIPROF_COMPILE_OVERLAP=0``: wait for the helper
+    first, then compile here from start to end)."""
+    import os
+
+    return os.environ.get(OVERLAP_ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+class _Once:
+    """``fn()`` once; later calls return at once (graph breaks reach inductor more than once)."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn, self.called = fn, False
+
+    def __call__(self) -> None:
+        if not self.called:
+            self.called = True
+            self.fn()
+
+
+class _inductor_gate:
+    """While active on this thread, inductor's compile of each graph dynamo hands it first calls
+    ``wait()``: dynamo's trace goes on here while the helper fills the cache, and inductor
+    then finds the graph in it. Inductor's backend object is wrapped once per process, by its
+    ``__call__``; on every other thread, and here outside the block, it is unchanged."""
+
+    def __init__(self, wait: Callable[[], None]) -> None:
+        self.wait = wait
+
+    def __enter__(self) -> None:
+        _install_gate()
+        _gate.wait = self.wait
+
+    def __exit__(self, *exc: Any) -> None:
+        _gate.wait = None
+
+
+def _install_gate() -> None:
+    global _gate_installed
+    with _gate_lock:
+        if _gate_installed:
+            return
+        wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+        original = getattr(wrapper, "__call__", None)
+        if original is None:
+            return
+
+        def gated(self, *args: Any, **kwargs: Any) -> Any:
+            wait = getattr(_gate, "wait", None)
+            if wait is not None:
+                wait()
+            return original(self, *args, **kwargs)
+
+        wrapper.__call__ = gated
+        _gate_installed = True
+
+
+def _cache_counters() -> dict:
+    """Inductor's FX-graph and AOT-autograd cache hits and misses so far in this process."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return {}
+    return {"fxgraph_hit": counters["inductor"]["fxgraph_cache_hit"],
+            "fxgraph_miss": counters["inductor"]["fxgraph_cache_miss"],
+            "aot_hit": counters["aot_autograd"]["autograd_cache_hit"],
+            "aot_miss": counters["aot_autograd"]["autograd_cache_miss"]}
+
+
+def _took(job: _CompileJob) -> str:
+    if job.helper_s is None or job.helper_note:
+        return f"{job.seconds:.1f} s"
+    return f"{job.seconds:.1f} s ({job.helper_s:.1f} s of it in a helper process)"
 
 
 def _events() -> tuple:

@@ -2,7 +2,7 @@
 
 A CUPTI finalized while CUDA graphs it saw are still replayed kills the next replay
 ("unspecified launch failure" on the H100, driver 580, whether the graphs were recorded under
-CUPTI or only replayed under it: docs/gpu-verification.md §30, §32). Graphs recorded after the
+CUPTI or only replayed under it: docs/performance.md#cupti-and-cuda-graphs). Graphs recorded after the
 finalize replay cleanly. So a collector that detaches CUPTI between bursts drops the graphs
 first: inductor's cudagraph trees then record new ones at the compiled functions' next calls
 (tens of milliseconds; no recompile).

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -88,50 +89,111 @@ def expected_meta(model_spec: str, *, device: str | None = None, dtype: str | No
             "weights": f"loaded from {path}" if path else f"random (seed {seed})"}
 
 
-def start_device(device: str | None) -> tuple[str, Callable[[], None]]:
-    """Pick the device; on CUDA, initialise torch's CUDA state here and create the context and
-    the cuBLAS handle on a thread, overlapping the model code's imports.
+def start_device(device: str | None, warm: Callable[[str], None] | None = None
+                 ) -> tuple[str | None, Callable[[], str]]:
+    """Pick the device; on CUDA, create the context and the cuBLAS handle on a thread,
+    overlapping the model code's imports.
 
-    Returns the device and a function that waits for that thread (re-raising its error, which
-    the first CUDA operation would have raised otherwise).
+    Returns the device if known already (else None) and a function that waits for that thread
+    and returns the device (re-raising its error, which the first CUDA operation would have
+    raised otherwise). With the ``cuda-thread`` way (:mod:`tuiprof.engine.imports`) CUDA's
+    initialisation (``cuInit``, the device count) runs on the thread as well, and ``warm(dev)``
+    after the context: work done there while transformers imports is off the first token's path.
     """
     import torch
 
+    from . import imports
+
     if device == "cpu":
-        return device, lambda: None
-    with phase("CUDA init"):
-        dev = pick_device(device)
-        if not dev.startswith("cuda"):
-            return dev, lambda: None
-        torch.cuda.init()
+        return device, lambda: device
+    on_thread = imports.on("cuda-thread")
+    dev: str | None = None
+    if not on_thread:
+        with phase("CUDA init"):
+            dev = pick_device(device)
+            if not dev.startswith("cuda"):
+                return dev, lambda: dev
+            torch.cuda.init()
     failed: list[BaseException] = []
+    picked: list[str] = [dev] if dev else []
 
     def context() -> None:
-        with phase("CUDA context"):
-            try:
-                torch.cuda.synchronize(dev)  # creates the primary context (GIL released)
-            except BaseException as exc:  # re-raised on the loading thread by wait()
-                failed.append(exc)
-                return
-            try:  # a warm-up only: the handle goes back to torch's pool when this thread ends,
-                torch.cuda.current_blas_handle()  # and the prefill's first matmul takes it
-            except Exception:
-                pass
+        try:
+            if not picked:
+                with phase("CUDA init"):
+                    picked.append(pick_device(device))
+                    if not picked[0].startswith("cuda"):
+                        return
+                    torch.cuda.init()
+            with phase("CUDA context"):
+                torch.cuda.synchronize(picked[0])  # creates the primary context (GIL released)
+        except BaseException as exc:  # re-raised on the loading thread by wait()
+            failed.append(exc)
+            return
+        try:  # a warm-up only: the handle goes back to torch's pool when this thread ends,
+            torch.cuda.current_blas_handle()  # and the prefill's first matmul takes it
+            if warm is not None:
+                with phase("warming cuBLAS"):
+                    warm(picked[0])
+        except Exception:
+            pass
 
     thread = in_thread(context, "tuiprof-cuda-init")
 
-    def wait() -> None:
+    def wait() -> str:
         thread.join()
         if failed:
             raise failed[0]
+        return picked[0]
 
     return dev, wait
 
 
+def gemm_warmup(config: dict, dtype: str, tokens: int) -> Callable[[str], None] | None:
+    """Run the matrix products of a decoder's prefill and first decode step once, on random
+    tensors of the model's shapes and dtype (nothing of the model's): cuBLAS/cuBLASLt pick and
+    load their kernels then, not in the first prefill. None without the usual config keys or
+    when a shape is too large to hold twice beside the model (lm heads of huge vocabularies)."""
+    try:
+        h, inter = int(config["hidden_size"]), int(config["intermediate_size"])
+        nq = int(config["num_attention_heads"])
+        nkv = int(config.get("num_key_value_heads") or nq)
+        hd = int(config.get("head_dim") or h // nq)
+        vocab = int(config["vocab_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    outs = sorted({nq * hd, nkv * hd, inter, vocab, (nq + 2 * nkv) * hd})
+    shapes = [(m, h, n) for m in sorted({1, max(1, tokens)}) for n in outs]
+    shapes += [(m, k, h) for m in sorted({1, max(1, tokens)}) for k in sorted({nq * hd, inter})]
+    limit = 512 * 2**20
+
+    def warm(dev: str) -> None:
+        import torch
+
+        dt = getattr(torch, dtype)
+        if not dt.is_floating_point:
+            return
+        for m, k, n in shapes:
+            if k * n * dt.itemsize > limit:
+                continue
+            a = torch.empty((m, k), dtype=dt, device=dev).normal_()
+            w = torch.empty((n, k), dtype=dt, device=dev).normal_()
+            torch.nn.functional.linear(a, w)
+            del a, w
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()  # the model's build is not yet allocating: nothing else frees
+
+    return warm
+
+
 def load_model(model_spec: str, *, device: str | None = None, dtype: str | None = None,
                seed: int = 0, max_len: int | None = None, trust_remote_code: bool = False,
-               weights: str | None = None, tp: object = None) -> LoadedModel:
+               weights: str | None = None, tp: object = None,
+               warm_tokens: int = 16) -> LoadedModel:
     """Resolve ``model_spec`` and build its adapter (random weights unless some are found).
+
+    ``warm_tokens``: the prompt length whose matrix products are warmed on CUDA while the model
+    code imports (:func:`gemm_warmup`).
 
     ``tp``: a :class:`~tuiprof.engine.tensor_parallel.TPContext`: build this rank's shard.
     Reports its phases to the start-up tracker, if one listens (:mod:`tuiprof.startup`).
@@ -142,18 +204,26 @@ def load_model(model_spec: str, *, device: str | None = None, dtype: str | None 
     with phase("importing torch"):
         import torch
 
+        from . import imports
         from .families import get_family
-    dev, device_ready = start_device(device)
-    dt = pick_dtype(dtype, dev, source)
-    note("device", dev)
-    note("dtype", dt)
+    warm = None
+    if device != "cpu" and imports.on("warm-blas") and nvidia_gpu_present():
+        warm = gemm_warmup(dict(source.model_def.config), pick_dtype(dtype, "cuda", source),
+                           warm_tokens)
+    dev, device_ready = start_device(device, warm)
+    if dev is not None:
+        note("device", dev)
+        note("dtype", pick_dtype(dtype, dev, source))
     weights_path = weights or source.weights
     with phase("importing model code"):
         family = get_family(source.family)
         preload = getattr(family, "preload", None)
         if preload is not None:
             preload()
-    device_ready()
+    dev = device_ready()
+    dt = pick_dtype(dtype, dev, source)
+    note("device", dev)
+    note("dtype", dt)
     options = {"max_len": max_len, "trust_remote_code": trust_remote_code}
     accepted = inspect.signature(family.build).parameters
     kwargs = {k: v for k, v in options.items() if k in accepted}
@@ -269,7 +339,8 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
         shard = TPContext(group.rank, group.world_size, group.group)
         lock = Lockstep(group.side, group.rank, group.world_size)
     loaded = load_model(model_spec, device=device, dtype=dtype, seed=seed, max_len=want_len,
-                        trust_remote_code=trust_remote_code, weights=weights, tp=shard)
+                        trust_remote_code=trust_remote_code, weights=weights, tp=shard,
+                        warm_tokens=prompt_len)
     import torch
 
     from .generate import Engine
@@ -298,11 +369,17 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
             info["model_params"] = param_count(loaded.source.model_def)
         except Exception:
             pass
+    compiling = CompileSetup(loaded, model_spec, seed=seed, max_len=want_len,
+                             prompt_len=int(ids.shape[1]), weights=weights,
+                             trust_remote_code=trust_remote_code, info=info)
     engine = Engine(loaded.adapter, ids, device=loaded.device, max_new_tokens=max_new_tokens,
                     loop=loop, mode=mode, compile_mode=compile_mode, temperature=temperature,
                     top_k=top_k, seed=seed, clock=clock, listener=listener, info=info,
                     lockstep=lock, max_batch=max(limit, batch),
-                    background_compile=background_compile)
+                    background_compile=background_compile,
+                    compile_helper=compiling if group is None else None,
+                    compile_cache=compiling.prepare)
+    compiling.engine = engine
     engine.info["compile_mode"] = engine.compile_mode
     try:  # the starting batch's KV cache: at start-up (its own phase), not in the first prefill
         engine.allocate()
@@ -311,6 +388,145 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
                              f"{batch} sequence(s)", "a smaller --batch, or a shorter --max-len "
                              "or --max-new-tokens") from None
     return engine
+
+
+class CompileSetup:
+    """What an engine built here needs for its compiles: the persistent inductor cache of this
+    model (:mod:`tuiprof.engine.compile_cache`) and a helper process that fills it
+    (:mod:`tuiprof.engine.compile_helper`) with the same model, shapes and compile mode."""
+
+    HELPER_MARGIN = 2 * 1024**3   # GPU memory left free beside the helper's copy
+
+    def __init__(self, loaded: LoadedModel, model_spec: str, *, seed: int, max_len: int,
+                 prompt_len: int, weights: str | None, trust_remote_code: bool,
+                 info: dict) -> None:
+        self.loaded, self.model_spec, self.seed, self.max_len = loaded, model_spec, seed, max_len
+        self.prompt_len, self.weights, self.trust = prompt_len, weights, trust_remote_code
+        self.info = info
+        self.engine = None
+        self.cache_dir: Path | None = None
+        self._idle = None             # a prestarted helper, waiting
+        self._prepared = False
+
+    def prepare(self) -> None:
+        """Before this process's first compile (or helper): the key directory, pointed at (and
+        pruned). Once."""
+        from . import compile_cache
+
+        if self._prepared:
+            return
+        self._prepared = True
+        mode = getattr(self.engine, "compile_mode", "")
+        fields = compile_cache.key_fields(self.loaded.source.model_def, self.loaded.dtype,
+                                          self.info.get("device_name", self.loaded.device), mode)
+        self.cache_dir = compile_cache.prepare(fields)
+        compile_cache.activate(self.cache_dir)
+        if self.engine is not None:
+            self.engine.info["inductor_cache"] = str(self.cache_dir) if self.cache_dir else None
+
+    def prestart(self) -> None:
+        """Start the helper now, to wait with its imports done (policy ``prestart``)."""
+        from . import compile_helper
+
+        if compile_helper.policy(self.loaded.device.startswith("cuda")) != "prestart":
+            return
+        self.prepare()
+        if self.warm([int(self.info.get("batch") or 1)]):
+            return  # the likely first compile is cached: no helper to wait for it
+        if self._idle is None or not self._idle.alive:
+            self._idle = self._new_helper()
+
+    MARKS = 64   # compile signatures kept in a cache directory's marks file
+
+    def _signature(self, batches: list[int]) -> dict:
+        return {"max_len": self.max_len, "prompt_len": self.prompt_len,
+                "batches": [int(b) for b in batches]}
+
+    def warm(self, batches: list[int]) -> bool:
+        """True when a compile of ``batches`` (in this order, with these shapes) has completed
+        with this cache directory before: its graphs and kernels are all there."""
+        self.prepare()
+        if self.cache_dir is None:
+            return False
+        return self._signature(batches) in _read_marks(self.cache_dir / "compiled.json")
+
+    def compiled(self, batches: list[int]) -> None:
+        """A compile of ``batches`` completed: mark it in the cache directory (bounded)."""
+        if self.cache_dir is None:
+            return
+        path = self.cache_dir / "compiled.json"
+        marks = [m for m in _read_marks(path) if m != self._signature(batches)]
+        marks = (marks + [self._signature(batches)])[-self.MARKS:]
+        tmp = path.with_name(f".compiled.{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(marks))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """The session ends: an idle helper goes with it."""
+        idle, self._idle = self._idle, None
+        if idle is not None:
+            idle.stop()
+
+    def __call__(self, batches: list[int]):
+        """A helper compiling ``batches`` in order (the prestarted one if it still runs); None
+        when switched off. Raises :class:`TuiprofError` (one line) when it cannot run here."""
+        from . import compile_helper
+
+        if compile_helper.policy(self.loaded.device.startswith("cuda")) == "off":
+            return None
+        self.prepare()
+        need = self._helper_bytes(max(batches))
+        if need is not None:
+            import torch
+
+            free, _ = torch.cuda.mem_get_info(torch.device(self.loaded.device))
+            if free < need + self.HELPER_MARGIN:
+                self.close()
+                raise TuiprofError(f"{free / 1024**3:.1f} GiB of GPU memory free, a second copy "
+                                   f"of the model needs {need / 1024**3:.1f} + "
+                                   f"{self.HELPER_MARGIN / 1024**3:.0f}")
+        request = {"model": self.model_spec, "device": self.loaded.device,
+                   "dtype": self.loaded.dtype, "seed": self.seed, "max_len": self.max_len,
+                   "prompt_len": self.prompt_len, "weights": self.weights,
+                   "trust_remote_code": self.trust, "batches": [int(b) for b in batches],
+                   "compile_mode": getattr(self.engine, "compile_mode", None)}
+        h, self._idle = self._idle, None
+        if h is None or not h.alive:
+            h = self._new_helper()
+        try:
+            h.send(request)
+        except OSError:  # it ended between the check and the request: one more try
+            h.stop()
+            h = self._new_helper()
+            h.send(request)
+        return h
+
+    def _new_helper(self):
+        from . import compile_helper
+
+        log = self.cache_dir / "helper.log" if self.cache_dir else None
+        h = compile_helper.CompileHelper(self.loaded.source.family, self.loaded.device,
+                                         str(self.cache_dir) if self.cache_dir else None, log)
+        h.start()
+        return h
+
+    def _helper_bytes(self, batch: int) -> int | None:
+        if not self.loaded.device.startswith("cuda"):
+            return None
+        per_seq = getattr(self.loaded.adapter, "cache_bytes", None)
+        cache = per_seq(batch) if per_seq is not None else 0
+        return self.loaded.params * DTYPE_BYTES[self.loaded.dtype] + cache
+
+
+def _read_marks(path: Path) -> list:
+    try:
+        marks = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return marks if isinstance(marks, list) else []
 
 
 def fitting_batch(loaded: LoadedModel, cap: int | None = None, share: float = 0.5) -> int:

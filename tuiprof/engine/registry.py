@@ -1,7 +1,8 @@
-"""The model registry: ``models/<name>.json``, one model per file, data only.
+"""The model registry: ``tuiprof/models_data/<name>.json``, one model per file, data only.
 
 A file is ``{"name", "family", "description", "dtype", "config": {...HF config fields...},
-"study": "...optional"}``. The directory is ``$TUIPROF_MODELS_DIR`` or ``<repo root>/models``.
+"study": "...optional"}``. The directory is ``$TUIPROF_MODELS_DIR`` or the package's
+``models_data`` (package data, so a wheel install has the registry too).
 """
 from __future__ import annotations
 
@@ -31,13 +32,11 @@ class ModelDef:
 
 
 def models_dir() -> Path:
-    """Where the registry lives: ``$TUIPROF_MODELS_DIR`` or ``<repo root>/models``."""
+    """Where the registry lives: ``$TUIPROF_MODELS_DIR`` or the package's ``models_data``."""
     env = os.environ.get("TUIPROF_MODELS_DIR")
     if env:
         return Path(env).expanduser()
-    import tuiprof
-
-    return Path(tuiprof.__file__).resolve().parents[1] / "models"
+    return Path(__file__).resolve().parents[1] / "models_data"
 
 
 def list_models() -> list[str]:

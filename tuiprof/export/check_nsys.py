@@ -2,7 +2,7 @@
 
 Run on a machine with Nsight Systems (or the ``nsys`` inside Nsight Compute)::
 
-    python -m tuiprof.export.check_nsys --nsys /path/to/nsys --recording fixture.json.gz
+    python -m tuiprof.export.check_nsys --nsys /path/to/nsys --recording tests/data/qwen3-0.6b_eager_decode64.json.gz
     python -m tuiprof.export.check_nsys --nsys nsys --sqlite out/tuiprof.sqlite --csv-dir out
 
 The first form replays a recording, writes ``tuiprof.sqlite`` and the ``tuiprof_window_*``
@@ -34,11 +34,15 @@ _KEYS = {
 }
 
 
+# what nsys prints on stdout besides a report (a report's CSV captured from stdout holds them)
+NSYS_NOISE = ("Processing [", "NOTICE", "SKIPPED", "Generating SQLite file")
+
+
 def read_nsys_csv(path: str | Path) -> tuple[list[str], list[list[str]]]:
     """Parse nsys's CSV dialect: only the last column may hold commas (then it is quoted,
-    inner quotes not doubled)."""
+    inner quotes not doubled). nsys's own lines before the report are skipped."""
     lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    lines = [ln for ln in lines if ln.strip() and not ln.startswith(("Processing [", "NOTICE", "SKIPPED"))]
+    lines = [ln for ln in lines if ln.strip() and not ln.startswith(NSYS_NOISE)]
     if not lines:
         return [], []
     header = lines[0].split(",")

@@ -169,9 +169,15 @@ TRACE_KINDS = [INT, INT, INT, INT, INT, INT, INT, INT, INT, INT, MB, MB, MB, MB,
                INT, INT, INT, STR]
 
 
+def device_name(view: StoreView) -> str:
+    """The GPU's name as nsys gives it (``NVIDIA H100 80GB HBM3``): a session's ``device`` is
+    only ``cuda``, its ``device_name`` the GPU's (older recordings kept the name in ``device``)."""
+    return str(view.meta.get("device_name") or view.meta.get("device") or "GPU")
+
+
 def device_label(view: StoreView) -> str:
     """``NVIDIA H100 80GB HBM3 (0)``: TARGET_INFO_GPU.name and the device id."""
-    return f"{view.meta.get('device') or 'GPU'} ({device_id(view)})"
+    return f"{device_name(view)} ({device_id(view)})"
 
 
 def device_id(view: StoreView) -> int:
@@ -185,7 +191,7 @@ CONTEXT_ID = 1
 def gpu_trace(view: StoreView, window: Window) -> Report:
     """cuda_gpu_trace: every kernel, memcpy and memset of the window, by start time.
 
-    A memcpy/memset whose record has no stream (the H100 fixtures) has streamId 0 in the
+    A memcpy/memset whose record has no stream (the first H100 recordings) has streamId 0 in the
     SQLite export, which nsys 2025.3.1 prints as an empty ``Strm``; so does this CSV.
     """
     rep = Report(TRACE_REPORT, TITLES[TRACE_REPORT], list(TRACE_COLUMNS), list(TRACE_KINDS))

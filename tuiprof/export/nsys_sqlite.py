@@ -1,7 +1,7 @@
 """SQLite export of the recorded window in the Nsight Systems export schema.
 
-Only the tables and columns that ``nsys stats`` reports read are written (the reference's
-§2.5/§2.7): ``StringIds``, ``CUPTI_ACTIVITY_KIND_KERNEL``/``_MEMCPY``/``_MEMSET``,
+Only the tables and columns that ``nsys stats`` reports read are written (as the 2025.3.1
+reports' SQL reads them; docs/exports.md#sqlite-export-write_nsys_sqlite): ``StringIds``, ``CUPTI_ACTIVITY_KIND_KERNEL``/``_MEMCPY``/``_MEMSET``,
 ``CUPTI_ACTIVITY_KIND_RUNTIME``, ``NVTX_EVENTS``, ``TARGET_INFO_GPU`` and the ``ENUM_*`` tables,
 so ``nsys stats tuiprof.sqlite`` runs ``cuda_gpu_kern_sum``, ``cuda_gpu_mem_time_sum``,
 ``cuda_gpu_mem_size_sum``, ``cuda_gpu_trace``, ``cuda_api_sum`` and ``nvtx_sum`` on it. Like
@@ -21,7 +21,7 @@ from ..store.rank_set import RanksView
 from ..store.records import COPY_KINDS
 from ._atomic import atomic_path
 from .names import base_name
-from .nsys_reports import CONTEXT_ID, NVTX_DOMAIN, device_id
+from .nsys_reports import CONTEXT_ID, NVTX_DOMAIN, device_id, device_name
 from .window import Window, window_of
 
 _COMMON = ("start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
@@ -179,7 +179,7 @@ def fill_parts(con: sqlite3.Connection, parts: list, t0: int) -> None:
         threads.append((strings(pname), 0, gtid))
         processes.append((gpid, pid, pname))
         sm = view.meta.get("sm_count")
-        gpus.setdefault(dev, (0, dev, str(view.meta.get("device") or "GPU"),
+        gpus.setdefault(dev, (0, dev, device_name(view),
                               sm if isinstance(sm, int) else None, dev))
 
     for table in ("StringIds", "ThreadNames", "PROCESSES", "TARGET_INFO_GPU",

@@ -18,7 +18,7 @@ from .. import __version__
 from ..store import StoreView
 from ..store.rank_set import RanksView
 from ._atomic import atomic_write_bytes
-from .nsys_reports import device_id
+from .nsys_reports import device_id, device_name
 from .window import GpuOp, window_of
 
 HOST_PID = 1_000_000       # the tuiprof "process": tokens and counters
@@ -136,7 +136,7 @@ def trace_dict(view: StoreView | RanksView) -> dict:
     w = window_of(view)
     t0 = w.t0
     dev = device_id(view)
-    device = str(view.meta.get("device") or "GPU")
+    device = device_name(view)
     events: list[dict] = [
         _meta("process_name", dev, 0, {"name": f"GPU {dev}: {device}"}),
         _meta("process_labels", dev, 0, {"labels": f"GPU {dev}"}),
@@ -176,7 +176,7 @@ def ranks_trace_dict(rv: RanksView) -> dict:
     body: list[dict] = []
     for r, (view, w, off) in enumerate(zip(rv.views, windows, offsets)):
         dev = device_id(view)
-        device = str(view.meta.get("device_name") or view.meta.get("device") or "GPU")
+        device = device_name(view)
         where = "CPU" if device.startswith("cpu") else f"GPU {dev}: {device}"
         events += [_meta("process_name", r, 0, {"name": f"rank {r} ({where})"}),
                    _meta("process_labels", r, 0, {"labels": f"rank {r}"}),

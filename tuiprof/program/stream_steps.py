@@ -55,6 +55,7 @@ class StreamSteps:
         self._held: list = []
         self._hist: deque = deque(maxlen=SEARCH_KERNELS)  # (start, end, name, stream, corr)
         self._pending: list = []       # loop mode: kernels of the loop's stream, not in a step
+        self._after_decode = False     # the pending kernels follow a decode step without a pause
         self._launch: OrderedDict[int, int] = OrderedDict()
         self._watermark = 0            # steps and windows exist up to here (record clock)
         self._newest = 0
@@ -133,6 +134,7 @@ class StreamSteps:
                 self.found = found
             return
         self.found, self.loop = found, found.loop
+        self._after_decode = False
         lp = self.loop
         self._pending = [k for k in ks if k[0] >= self._watermark
                          and (lp.stream is None or k[3] == lp.stream)]
@@ -145,16 +147,20 @@ class StreamSteps:
             return
         pend.sort()
         lp = self.loop
-        res = cut([k[2] for k in pend], lp, [k[0] for k in pend], [k[1] for k in pend])
+        res = cut([k[2] for k in pend], lp, [k[0] for k in pend], [k[1] for k in pend],
+                  after_decode=self._after_decode)
         steps = res.steps if final else res.steps[:-1]  # the last may still grow
         for s in steps:
             start = self._boundary(pend, s.first)
+            paused = False
             if s.end < len(pend):
                 end = self._boundary(pend, s.end)
-                if self._idle_after(pend, s, end):  # the program paused after this step
+                paused = self._idle_after(pend, s, end)
+                if paused:  # the program paused after this step
                     end = self._last_end(pend[:s.end])
             else:
                 end = self._last_end(pend)
+            self._after_decode = s.phase == DECODE and not paused
             if start < self._watermark:   # windows were cut there already
                 continue
             self._windows(start, final=True)  # records before the step (loading): windows

@@ -1,8 +1,8 @@
 """Layout of the raw activity records that flow from the collectors into the store.
 
 Records are plain tuples, not objects: the CUPTI callback is a hot path and a tuple is the
-cheapest thing Python can build. The layout is the one of the H100 recordings in
-``shared/fixtures`` (see their README), so a replayed recording and a live session feed the
+cheapest thing Python can build. Recordings (docs/recording.md, the H100 ones in
+``tests/data``) hold the same tuples, so a replayed recording and a live session feed the
 store the very same values.
 
 Kernel  ``("K", name, start_ns, end_ns, grid_x, grid_y, grid_z, block_x, block_y, block_z,

@@ -5,7 +5,7 @@ eager decode, then compiled (switched by every rank at the same step) when asked
 keeps the ranks' views (the raw records of the last traced steps), the cross-rank summary and
 findings; :func:`scaling_rows` puts the degrees side by side (speed-up and efficiency over
 TP=1). Each TP>1 snapshot carries its TP=1 reference (``world.tp_reference``), so reopening it
-shows the scaling finding. ``bench/verify_tp.py`` drives the same :class:`TPSession`.
+shows the scaling finding. ``bench/verify/verify_tp.py`` drives the same :class:`TPSession`.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The single registry of user actions: it feeds the bindings, the footer, the command
-palette and the help screen. The panes' number keys come from the pane table
+palette and the help screen, so a key is defined once and every list of keys agrees
+(docs/ui.md#keys). The panes' number keys come from the pane table
 (:mod:`tuiprof.ui.panes`) and the export keys from the export table
 (:mod:`tuiprof.export.registry`)."""
 from __future__ import annotations

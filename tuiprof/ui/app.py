@@ -1,6 +1,7 @@
 """The tuiprof Textual app.
 
-Data flow: the app never receives data from a thread. One timer
+Data flow (docs/ui.md#refresh-model-and-cost): the app never receives data from a thread
+(widgets are not thread-safe, and a thread posting per record would flood the event loop). One timer
 (``refresh_hz``, default 4 Hz; 0 = no timer, for tests) pulls an immutable ``StoreView`` from
 ``control.store.view()`` and hands it to the visible panes inside ``batch_update()``. Actions go
 to the session only through :class:`~tuiprof.control.SessionControl`. Slow or blocking work

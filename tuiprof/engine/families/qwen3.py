@@ -6,6 +6,7 @@ from typing import Any, Mapping
 import torch
 
 from ..tensor_parallel import TPContext
+from ..imports import import_model_classes
 from ..hf_adapter import HFDecoderAdapter, build_random, config_dict, resolve_max_len
 from ..weights import load_safetensors, safetensors_files
 
@@ -31,8 +32,9 @@ def embedding_params(config: Mapping[str, Any]) -> int:
 
 
 def preload() -> None:
-    """Import transformers' Qwen3 classes (seconds), timed and overlapped at start-up."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: F401
+    """Import transformers' Qwen3 classes (seconds), timed and overlapped at start-up, without
+    the optional packages the engine never uses (:mod:`tuiprof.engine.imports`)."""
+    import_model_classes("qwen3")
 
 
 def build(model_def: Any, *, device: torch.device | str, dtype: torch.dtype | str, seed: int,
@@ -40,8 +42,7 @@ def build(model_def: Any, *, device: torch.device | str, dtype: torch.dtype | st
           tp: TPContext | None = None) -> HFDecoderAdapter:
     """Qwen3 on ``device`` in ``dtype``: seeded random weights, or ``weights`` (safetensors);
     ``tp``: this rank's tensor-parallel shard of the same random weights."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
+    Qwen3Config, Qwen3ForCausalLM = import_model_classes("qwen3")
     config = config_dict(model_def)
     cfg = Qwen3Config.from_dict({k: v for k, v in config.items() if k != "model_type"})
     model = build_random(Qwen3ForCausalLM, cfg, dtype=dtype, device=device, seed=seed,

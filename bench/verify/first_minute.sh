@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU runs for issue 42 (the first minute), one device call each (each < 9 min on the H100;
+# carry .whl and .tmx: ../shared/device/wheels.sh and ../shared/device/tmux.sh make them).
+# From the repository root:
+#
+#   bash bench/verify/first_minute.sh 1   # first token, TUIPROF_IMPORTS none/hide/…/all interleaved
+#                                  # (qwen3-0.6b, nanochat-d34), and the import chain (~6 min)
+#   bash bench/verify/first_minute.sh 2   # `c` and `b` in the live app, this tree: cold, then warm
+#                                  # (helper + persistent cache), kernels per step (~5 min)
+#   bash bench/verify/first_minute.sh 3   # the same with the one-process compile as before (~6 min)
+#   bash bench/verify/first_minute.sh 4   # kernel parity (1,839 eager / 522 compiled) and the GPU
+#                                  # collection tests on this tree (~4 min)
+#
+# Each prints its table; files go to $OUT (at most 8).
+set -u
+cd "$(dirname "$0")/../.."
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+OUT=${OUT:-$(mktemp -d)}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+tmx() {  # tmux from the carried .tmx packages, as $T
+  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
+  export LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu TERM=xterm-256color
+  T="/tmp/tmxroot/usr/bin/tmux -S /tmp/tmx.sock"
+}
+
+case "${1:-}" in
+1)
+  timeout 120 python bench/verify/import_ways.py --rounds 2 --ways none,hide,hide+direct \
+    --importtime "$OUT/importtime.txt" >"$OUT/import_ways.txt" 2>&1
+  tail -40 "$OUT/import_ways.txt"
+  timeout 400 python bench/verify/startup_ab.py --rounds 3 >"$OUT/startup_ab_stdout.txt" 2>&1
+  tail -14 "$OUT/startup_ab_stdout.txt" ;;
+2)
+  tmx
+  timeout 520 python bench/verify/compile_live.py --tmux "$T" --code after >"$OUT/compile_after.txt" 2>&1
+  tail -14 "$OUT/compile_after.txt" ;;
+3)
+  tmx
+  timeout 520 python bench/verify/compile_live.py --tmux "$T" --code before >"$OUT/compile_before.txt" 2>&1
+  tail -14 "$OUT/compile_before.txt" ;;
+4)
+  timeout 240 python bench/verify/verify_program.py --no-overhead --no-screens >"$OUT/parity.txt" 2>&1
+  tail -25 "$OUT/parity.txt"
+  timeout 280 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_collect_gpu.py \
+    >"$OUT/gpu_collect_tests.txt" 2>&1
+  tail -5 "$OUT/gpu_collect_tests.txt" ;;
+*)
+  sed -n 2,14p "$0" ;;
+esac

@@ -1,0 +1,496 @@
+"""GPU verification of native programs (``tuiprof run -- ./binary``): a decode-like CUDA C++
+program (tests/gpu/native/decode_like.cu) compiled with nvcc here, then
+
+1. its steps found automatically: decode steps == the program's loop count, one prefill,
+   the kernels of every step by name exactly the program's launch list;
+2. the same with its NVTX ranges (``--step-range``);
+3. kernel times against ``nsys profile`` of the same binary (mean per kernel name, within 1 %,
+   for the kernels of at least 0.5 % of the GPU time; counts equal for every name), every
+   kernel printed with both means;
+4. the program's own decode time alone and under tuiprof, interleaved, medians (<= 5 % slower);
+5. the live app on it in tmux (captures at 200x50 and 80x24, pause and resume, the log, q);
+6. the CPU tests of the native path on this machine, their whole output printed.
+
+    python3 bench/verify/verify_native.py --out DIR [--steps 512] [--rounds 6] [--overhead-steps 3000]
+        [--tmux "TMUX COMMAND"] [--nsys NSYS --importer QDSTRM_IMPORTER --dw-lib DIR]
+        [--only steps,nvtx,nsys,overhead,live,cpu]
+
+Writes into DIR: verify_native.json (every figure and check, rewritten at each check),
+steps.json (the snapshot of the auto-steps run), steps_stdout.txt, nsys_kern_sum.csv (as
+``nsys stats`` printed it) and native_live.txt (the tmux captures); prints every check, then a
+recap of them all and the count passed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = REPO / "tests" / "gpu" / "native" / "decode_like.cu"
+
+
+def sh(cmd, timeout=300, env=None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=env or os.environ, **kw)
+
+
+def program_line(text: str) -> tuple[list[str], dict]:
+    names, figures = [], {}
+    for line in text.splitlines():
+        if line.startswith("decode_like: kernels per step"):
+            names = line.split(":", 2)[2].split()
+        elif line.startswith("decode_like: {"):
+            figures = json.loads(line[len("decode_like: "):])
+    return names, figures
+
+
+def tuiprof(out: Path, binary: str, *args: str, options=(), timeout=300):
+    json_path = out
+    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--json", str(json_path),
+           *options, "--", binary, *args]
+    proc = sh(cmd, timeout=timeout)
+    doc = json.loads(json_path.read_text()) if json_path.exists() else None
+    return proc, doc
+
+
+JSON_OUT: Path | None = None     # verify_native.json, rewritten at every check
+
+
+def save(results: dict) -> None:
+    """Every figure and check so far into verify_native.json: a run cut short (the device
+    call's limit, a hang) still leaves what it measured."""
+    if JSON_OUT is not None:
+        results["failed"] = [k for k, v in results["checks"].items() if not v["ok"]]
+        JSON_OUT.write_text(json.dumps(results, indent=1, default=str))
+
+
+def check(results: dict, name: str, ok: bool, detail) -> None:
+    results["checks"][name] = {"ok": bool(ok), "detail": detail}
+    print(f"  [{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
+    save(results)
+
+
+def steps_checks(results, doc, names, steps, source, prefix):
+    meta = doc["meta"]
+    toks = [t for t in doc["tokens"] if t["done"]]
+    dec = [t for t in toks if t["phase"] == "decode"]
+    pre = [t for t in toks if t["phase"] == "prefill"]
+    check(results, f"{prefix}: step source", meta.get("step_source") == source,
+          meta.get("step_source"))
+    check(results, f"{prefix}: decode steps == loop count", len(dec) == steps,
+          f"{len(dec)} found, {steps} run")
+    check(results, f"{prefix}: one prefill", len(pre) == 1, f"{len(pre)} prefill steps")
+    counts = sorted({t["kernels"] for t in dec})
+    results[f"{prefix}_kernels_per_step"] = {
+        str(n): sum(1 for t in dec if t["kernels"] == n) for n in counts}
+    check(results, f"{prefix}: kernels per decode step", counts == [len(names)],
+          f"{counts} (program: {len(names)})")
+    raw = {e["seq"]: [r for r in e["records"] if r[0] == "K"] for e in doc["raw"]}
+    step_names = {t["seq"]: [r[1] for r in sorted(raw[t["seq"]], key=lambda r: r[2])]
+                  for t in dec if t["seq"] in raw}
+    bad = [seq for seq, got in step_names.items() if got != names]
+    results[f"{prefix}_differing_steps"] = [{"seq": q, "kernels": step_names[q]}
+                                            for q in bad[:3]]
+    seen = len(step_names)
+    check(results, f"{prefix}: kernel names of every step, in order", not bad and seen == len(dec),
+          f"{seen} steps compared, {len(bad)} differ" + (f" (first: seq {bad[0]})" if bad else ""))
+
+
+MEAN_TOL = 0.01      # kernel mean times: |tuiprof / nsys - 1| at most this
+MIN_SHARE = 0.005    # ... for kernels of at least this share of the GPU time (either side's)
+
+
+def base_name(name: str) -> str:
+    """A kernel's name without its parameter list (nsys prints ``k(const float *, int)``,
+    tuiprof's demangler ``k(float const*, int)``); decode_like's kernels are extern "C", so
+    both sides print the plain name anyway."""
+    name = name.strip()
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i].strip()
+                break
+    return name[5:] if name.startswith("void ") else name
+
+
+def kernel_table(nsys_csv: Path, kernels: list) -> dict:
+    """nsys's kernel summary (``cuda_gpu_kern_sum``, CSV as ``nsys stats`` printed it) against
+    a tuiprof snapshot's kernels (summed over phases and modes), per kernel name: counts, mean
+    times, their ratio, each side's share of its GPU time. Every name of either side is a row;
+    ``compared`` are those both sides have with a share of at least ``MIN_SHARE`` on either."""
+    from tuiprof.export.check_nsys import read_nsys_csv
+
+    header, rows = read_nsys_csv(nsys_csv)
+    theirs: dict[str, list] = {}
+    bad_rows = 0
+    for r in rows:
+        try:
+            cell = dict(zip(header, r))
+            c = theirs.setdefault(base_name(cell["Name"]), [0, 0.0])
+            c[0] += int(float(cell["Instances"].replace(",", "")))
+            c[1] += float(cell["Total Time (ns)"].replace(",", ""))
+        except (KeyError, ValueError):
+            bad_rows += 1
+    ours: dict[str, list] = {}
+    for k in kernels:
+        c = ours.setdefault(base_name(k.get("demangled") or k["name"]), [0, 0.0])
+        c[0] += k["stats"]["count"]
+        c[1] += k["stats"]["total"]
+    tot_ours = sum(v[1] for v in ours.values()) or 1.0
+    tot_theirs = sum(v[1] for v in theirs.values()) or 1.0
+    table = []
+    for name in sorted(set(ours) | set(theirs),
+                       key=lambda n: -max(ours.get(n, (0, 0))[1] / tot_ours,
+                                          theirs.get(n, (0, 0))[1] / tot_theirs)):
+        n, tot = ours.get(name, (0, 0.0))
+        nn, ntot = theirs.get(name, (0, 0.0))
+        share = max(tot / tot_ours, ntot / tot_theirs)
+        mean, nmean = (tot / n if n else None), (ntot / nn if nn else None)
+        ratio = mean / nmean if mean is not None and nmean else None
+        table.append({"kernel": name, "tuiprof_count": n, "nsys_count": nn,
+                      "tuiprof_mean_ns": mean, "nsys_mean_ns": nmean, "mean_ratio": ratio,
+                      "share_of_gpu_time": share,
+                      "only_in": "tuiprof" if not nn else "nsys" if not n else None,
+                      "compared": ratio is not None and share >= MIN_SHARE})
+    compared = [r for r in table if r["compared"]]
+    worst = max(compared, key=lambda r: abs(r["mean_ratio"] - 1), default=None)
+    return {"header": header, "nsys_rows": len(rows), "unreadable_rows": bad_rows,
+            "table": table, "compared": [r["kernel"] for r in compared],
+            "worst": worst and {"kernel": worst["kernel"],
+                                "abs_ratio_minus_1": abs(worst["mean_ratio"] - 1)},
+            "missing": [r["kernel"] for r in table
+                        if r["only_in"] and r["share_of_gpu_time"] >= MIN_SHARE],
+            "count_differs": [r["kernel"] for r in table
+                              if r["tuiprof_count"] != r["nsys_count"]]}
+
+
+def kernel_checks(results: dict, res: dict) -> None:
+    """The two nsys checks from :func:`kernel_table`'s result, and the table printed."""
+    print(f"    {'kernel':<22} {'tuiprof mean':>13} {'count':>7} {'nsys mean':>13} {'count':>7} "
+          f"{'ratio':>7} {'share':>6}")
+    for r in res["table"]:
+        def us(v):
+            return "-" if v is None else f"{v / 1e3:.3f} us"
+        ratio = "-" if r["mean_ratio"] is None else f"{r['mean_ratio']:.4f}"
+        note = ("" if r["compared"] else f"  (only in {r['only_in']})" if r["only_in"]
+                else f"  (< {MIN_SHARE:.1%} of GPU time: not compared)")
+        print(f"    {r['kernel'][:22]:<22} {us(r['tuiprof_mean_ns']):>13} {r['tuiprof_count']:>7} "
+              f"{us(r['nsys_mean_ns']):>13} {r['nsys_count']:>7} {ratio:>7} "
+              f"{r['share_of_gpu_time']:>6.1%}{note}")
+    worst = res["worst"]
+    if not res["nsys_rows"]:
+        detail = f"nsys's CSV held no kernel rows (header {res['header']}): see nsys_kern_sum.csv"
+    elif not res["compared"]:
+        detail = "no kernel of at least 0.5 % of the GPU time on both sides"
+    else:
+        detail = (f"worst |ratio-1| = {worst['abs_ratio_minus_1']:.4f} ({worst['kernel']}) over "
+                  f"{len(res['compared'])} kernels: {', '.join(res['compared'])}")
+    if res["missing"]:
+        detail += f"; on one side only: {res['missing']}"
+    check(results, "nsys: kernel mean times within 1 % (kernels >= 0.5 % of GPU time)",
+          bool(res["compared"]) and worst["abs_ratio_minus_1"] <= MEAN_TOL
+          and not res["missing"], detail)
+    differ = [f"{r['kernel']} tuiprof {r['tuiprof_count']} nsys {r['nsys_count']}"
+              for r in res["table"] if r["kernel"] in res["count_differs"]]
+    check(results, "nsys: kernel counts equal", bool(res["nsys_rows"]) and not differ,
+          f"{len(res['table'])} kernel names, every one's count equal" if not differ
+          else f"differ: {differ}")
+
+
+def nsys_compare(results, args, binary, steps, doc, out):
+    rep = Path("/tmp/tuiprof_native_nsys")
+    for p in rep.parent.glob(rep.name + ".*"):
+        p.unlink()
+    t0 = time.time()
+    prof = sh([args.nsys, "profile", "-o", str(rep), "--force-overwrite", "true", "--trace",
+               "cuda", binary, str(steps)], timeout=240)
+    qd = rep.with_suffix(".qdstrm")
+    if not qd.exists():
+        check(results, "nsys: profile", False, prof.stderr[-300:] or prof.stdout[-300:])
+        return
+    env = dict(os.environ, LD_LIBRARY_PATH=args.dw_lib or "")
+    sh([args.importer, "-i", str(qd)], timeout=240, env=env)
+    stats = sh([args.nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
+                str(rep.with_suffix(".nsys-rep"))], timeout=240)
+    csv_path = out / "nsys_kern_sum.csv"
+    csv_path.write_text(stats.stdout)
+    res = kernel_table(csv_path, doc["kernels"])
+    res["seconds"] = round(time.time() - t0, 1)
+    res["nsys_stats_stderr"] = stats.stderr[-2000:]
+    results["nsys"] = res
+    kernel_checks(results, res)
+
+
+def nsys_repeat(results, args, binary, out):
+    """tuiprof and nsys each run ``--repeat`` times, alternating: per kernel, each tool's mean
+    in every run, the spread of each tool's own runs, and the ratio of the two tools' medians.
+    Two profilers cannot trace one run, so a ratio from one run of each mixes measurement with
+    run-to-run change; the spread of nsys's own runs says how much of that change there is."""
+    per = {"tuiprof": [], "nsys": []}
+    for r in range(args.repeat):
+        for tool in (("tuiprof", "nsys") if r % 2 == 0 else ("nsys", "tuiprof")):
+            if tool == "tuiprof":
+                _, doc = tuiprof(Path(f"/tmp/tuiprof_native_rep_{r}.json"), binary,
+                                 str(args.steps), options=("--ring-tokens", "8"))
+                means = {}
+                for k in (doc or {}).get("kernels", []):
+                    c = means.setdefault(base_name(k.get("demangled") or k["name"]), [0, 0.0])
+                    c[0] += k["stats"]["count"]
+                    c[1] += k["stats"]["total"]
+                per["tuiprof"].append({n: t / c for n, (c, t) in means.items() if c})
+            else:
+                rep = Path(f"/tmp/tuiprof_native_nsys_rep_{r}")
+                sh([args.nsys, "profile", "-o", str(rep), "--force-overwrite", "true",
+                    "--trace", "cuda", binary, str(args.steps)], timeout=240)
+                env = dict(os.environ, LD_LIBRARY_PATH=args.dw_lib or "")
+                sh([args.importer, "-i", str(rep.with_suffix(".qdstrm"))], timeout=240, env=env)
+                st = sh([args.nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
+                         str(rep.with_suffix(".nsys-rep"))], timeout=240)
+                csv_path = Path(f"/tmp/tuiprof_native_nsys_rep_{r}.csv")
+                csv_path.write_text(st.stdout)
+                from tuiprof.export.check_nsys import read_nsys_csv
+                header, rows = read_nsys_csv(csv_path)
+                means = {}
+                for row in rows:
+                    cell = dict(zip(header, row))
+                    means[base_name(cell["Name"])] = (
+                        float(cell["Total Time (ns)"].replace(",", ""))
+                        / float(cell["Instances"].replace(",", "")))
+                per["nsys"].append(means)
+    table = []
+    shares = (results.get("nsys") or {}).get("table") or []
+    share = {r["kernel"]: r["share_of_gpu_time"] for r in shares}
+    for name in sorted({n for runs in per.values() for m in runs for n in m},
+                       key=lambda n: -share.get(n, 0)):
+        a = [m[name] for m in per["tuiprof"] if name in m]
+        b = [m[name] for m in per["nsys"] if name in m]
+        if not a or not b:
+            continue
+        ma, mb = statistics.median(a), statistics.median(b)
+        table.append({"kernel": name, "share": share.get(name), "tuiprof_means_ns": a,
+                      "nsys_means_ns": b, "tuiprof_spread": max(a) / min(a) - 1,
+                      "nsys_spread": max(b) / min(b) - 1, "median_ratio": ma / mb})
+    results["nsys_repeat"] = {"runs": args.repeat, "table": table}
+    print(f"    {'kernel':<18} {'share':>6} {'ratio of medians':>17} {'tuiprof spread':>15} "
+          f"{'nsys spread':>12}")
+    for r in table:
+        print(f"    {r['kernel'][:18]:<18} {(r['share'] or 0):>6.1%} {r['median_ratio']:>17.4f} "
+              f"{r['tuiprof_spread']:>15.2%} {r['nsys_spread']:>12.2%}")
+    big = [r for r in table if (r["share"] or 0) >= MIN_SHARE]
+    worst = max(big, key=lambda r: abs(r["median_ratio"] - 1), default=None)
+    check(results, f"nsys x{args.repeat}: medians of repeated runs within 1 % "
+                   f"(kernels >= 0.5 % of GPU time)",
+          worst is not None and abs(worst["median_ratio"] - 1) <= MEAN_TOL,
+          "no kernel compared" if worst is None else
+          f"worst {worst['kernel']} {worst['median_ratio']:.4f} (tuiprof's own runs spread "
+          f"{worst['tuiprof_spread']:.2%}, nsys's {worst['nsys_spread']:.2%})")
+
+
+def overhead(results, args, binary, out):
+    alone, under = [], []
+    for r in range(args.rounds):
+        for which in ("alone", "tuiprof") if r % 2 == 0 else ("tuiprof", "alone"):
+            if which == "alone":
+                p = sh([binary, str(args.overhead_steps)], timeout=120)
+                _, fig = program_line(p.stdout)
+                alone.append(fig)
+            else:
+                p, _ = tuiprof(Path(f"/tmp/tuiprof_native_overhead_{r}.json"), binary,
+                               str(args.overhead_steps))
+                _, fig = program_line(p.stdout)
+                under.append(fig)
+    res = {}
+    for key in ("decode_ms", "median_step_us"):
+        a = statistics.median(f[key] for f in alone if f)
+        b = statistics.median(f[key] for f in under if f)
+        res[key] = {"alone": [f.get(key) for f in alone], "tuiprof": [f.get(key) for f in under],
+                    "median_alone": a, "median_tuiprof": b, "ratio": b / a}
+    results["overhead"] = res
+    r = res["decode_ms"]["ratio"]
+    check(results, "overhead: the program's own decode time under tuiprof <= 1.05x", r <= 1.05,
+          f"{res['decode_ms']['median_tuiprof']:.1f} / {res['decode_ms']['median_alone']:.1f} ms "
+          f"= {r:.3f} (median of {args.rounds}, interleaved); median step "
+          f"{res['median_step_us']['ratio']:.3f}")
+
+
+def live(results, args, binary, out):
+    t = args.tmux.split()
+    sess = "tpnative"
+    exp = Path("/tmp/tuiprof_native_live")
+    exp.mkdir(exist_ok=True)
+    subprocess.run([*t, "kill-session", "-t", sess], capture_output=True)
+    cmd = (f"cd {REPO} && {sys.executable} -m tuiprof run --export-dir {exp} -- {binary} "
+           f"{args.live_steps} --sleep-us 300; sleep 30")
+    subprocess.run([*t, "new-session", "-d", "-s", sess, "-x", "200", "-y", "50", cmd], check=True)
+
+    screens = out / "native_live.txt"   # every capture, one after the other
+    screens.write_text("")
+
+    def cap(name, wait):
+        time.sleep(wait)
+        text = subprocess.run([*t, "capture-pane", "-p", "-t", sess], capture_output=True,
+                              text=True).stdout
+        with screens.open("a") as fh:
+            fh.write(f"===== {name}\n{text}\n")
+        return text
+
+    def key(k):
+        subprocess.run([*t, "send-keys", "-t", sess, k])
+
+    first = cap("200x50", 25)
+    later = cap("200x50_later", 10)
+    key("space")
+    cap("200x50_paused", 3)
+    key("space")
+    cap("200x50_resumed", 3)
+    key("l")
+    cap("200x50_log", 3)
+    key("Escape")
+    subprocess.run([*t, "resize-window", "-t", sess, "-x", "80", "-y", "24"])
+    cap("80x24", 4)
+    key("q")
+    end = cap("quit", 12)
+    subprocess.run([*t, "kill-session", "-t", sess], capture_output=True)
+    steps = [int(m.group(1).replace(",", "")) for txt in (first, later)
+             for m in [re.search(r"steps ([\d,]+)", txt)] if m]
+    check(results, "live: steps counted on screen and moving", len(steps) == 2
+          and steps[1] > steps[0] > 0, f"header steps {steps}")
+    check(results, "live: q wrote the snapshot", "snapshot written" in end,
+          end.strip().splitlines()[-3:] if end.strip() else "")
+
+
+CPU_TESTS = ("tests/native", "tests/analysis/test_period.py", "tests/program/test_stream_steps.py")
+
+
+def cpu_tests(results: dict) -> None:
+    """The CPU tests of the native path on this machine (its compiler, CUPTI headers,
+    cupti-python, real libcupti and libcuda): the result in the JSON, pytest's whole output
+    printed (every failure in full, not a tail)."""
+    t0 = time.time()
+    try:
+        p = sh([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+                *CPU_TESTS], timeout=180, cwd=REPO)
+        text, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as exc:   # its output is bytes, whatever text= said
+        got = exc.stdout or b""
+        got = got.decode(errors="replace") if isinstance(got, bytes) else got
+        text, rc = got + "\n(pytest ran past 180 s)", 124
+    lines = [x for x in text.splitlines() if x.strip()]
+    summary = lines[-1] if lines else "no output"
+    failed = [x.split(" - ")[0] for x in lines if x.startswith(("FAILED ", "ERROR "))]
+    results["cpu_tests"] = {"paths": list(CPU_TESTS), "returncode": rc, "summary": summary,
+                            "failed": failed, "seconds": round(time.time() - t0, 1)}
+    print(f"\n===== pytest {' '.join(CPU_TESTS)} (whole output)")
+    print(text.rstrip())
+    print("===== end of pytest output")
+    check(results, "cpu tests of the native path pass here", rc == 0, summary)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--overhead-steps", type=int, default=3000)
+    ap.add_argument("--live-steps", type=int, default=200000)
+    ap.add_argument("--tmux", default="")
+    ap.add_argument("--nsys", default="")
+    ap.add_argument("--importer", default="")
+    ap.add_argument("--dw-lib", default="")
+    ap.add_argument("--only", default="steps,nvtx,nsys,overhead,live,cpu")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="also run tuiprof and nsys this many times each, alternating, and "
+                         "compare the medians of their kernel means (with each one's spread)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(","))
+    results: dict = {"checks": {}}
+    global JSON_OUT
+    JSON_OUT = out / "verify_native.json"
+    smi = sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    results["device"] = smi.stdout.strip()
+    print("device:", results["device"])
+    binary = "/tmp/decode_like"
+    t0 = time.time()
+    b = sh(["nvcc", "-O2", "-arch=native", "-o", binary, str(SOURCE)], timeout=300)
+    if b.returncode:
+        b = sh(["nvcc", "-O2", "-arch=sm_90", "-o", binary, str(SOURCE)], timeout=300)
+    check(results, "nvcc builds decode_like.cu", b.returncode == 0,
+          f"{time.time() - t0:.1f} s {b.stderr[-200:]}")
+    if b.returncode:
+        return 1
+    lib = sh([sys.executable, "-c", "from tuiprof.native.build import build; b = build(); "
+              "print(b.path, b.cuda_h, b.cupti.source, b.cupti.version, b.cupti.lib)"])
+    results["library"] = lib.stdout.strip() or lib.stderr.strip()[-300:]
+    print("injection library:", results["library"])
+    alone = sh([binary, str(args.steps)], timeout=120)
+    names, fig = program_line(alone.stdout)
+    results["program_alone"] = fig
+    print("program:", fig)
+
+    if "steps" in only:
+        snap = Path("/tmp/tuiprof_native_steps.json")    # its program log beside it stays
+        proc, doc = tuiprof(snap, binary, str(args.steps),
+                            options=("--ring-tokens", str(args.steps + 8)))
+        if snap.exists():
+            shutil.copy(snap, out / "steps.json")
+        (out / "steps_stdout.txt").write_text(proc.stdout[-6000:] + "\n" + proc.stderr[-3000:])
+        if doc is None:
+            check(results, "auto: snapshot", False, proc.stderr[-400:])
+        else:
+            results["auto_steps"] = doc["meta"].get("auto_steps")
+            results["native_meta"] = doc["meta"].get("native")
+            steps_checks(results, doc, names, args.steps, "auto", "auto")
+            auto = doc["meta"].get("auto_steps") or {}
+            check(results, "auto: confidence high, host-gap boundary",
+                  auto.get("confidence_label") == "high"
+                  and auto.get("boundary") == "host gap before each step",
+                  f"{auto.get('confidence')} {auto.get('confidence_label')}; {auto.get('boundary')}")
+            check(results, "exit status and output kept", proc.returncode == 0
+                  and any("decode_like: {" in x for x in doc.get("output", [])),
+                  f"status {proc.returncode}")
+            ids = [f["id"] for f in doc.get("findings", [])]
+            check(results, "finding grid-too-small applies", "grid-too-small" in ids, ids)
+            if "nsys" in only and args.nsys:
+                nsys_compare(results, args, binary, args.steps, doc, out)
+                if args.repeat:
+                    nsys_repeat(results, args, binary, out)
+    if "nvtx" in only:
+        proc, doc = tuiprof(Path("/tmp/tuiprof_native_nvtx.json"), binary, str(args.steps),
+                            "--nvtx",
+                            options=("--ring-tokens", str(args.steps + 8), "--step-range",
+                                     "decode", "--step-range", "prefill"))
+        if doc is None:
+            check(results, "nvtx: snapshot", False, proc.stderr[-400:])
+        else:
+            steps_checks(results, doc, names, args.steps, "nvtx", "nvtx")
+    if "overhead" in only:
+        overhead(results, args, binary, out)
+    if "live" in only and args.tmux:
+        live(results, args, binary, out)
+    if "cpu" in only:
+        cpu_tests(results)
+    save(results)
+    failed = results["failed"]
+    print("\nchecks:")
+    for name, c in results["checks"].items():
+        print(f"  [{'ok' if c['ok'] else 'FAIL'}] {name}")
+    print(f"{len(results['checks']) - len(failed)} of {len(results['checks'])} checks passed"
+          + (f"; failed: {failed}" if failed else ""))
+    shutil.rmtree("/tmp/tuiprof_native_nsys", ignore_errors=True)
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

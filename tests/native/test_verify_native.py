@@ -1,0 +1,107 @@
+"""bench/verify/verify_native.py's comparison with nsys, on the CSV that ``nsys stats`` printed on the
+H100 for decode_like (data/h100_nsys_kern_sum.csv, nsys's own lines before the report
+included): like with like, every kernel printed with both means."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CSV = Path(__file__).resolve().parent / "data" / "h100_nsys_kern_sum.csv"
+MEAN = "nsys: kernel mean times within 1 % (kernels >= 0.5 % of GPU time)"
+COUNTS = "nsys: kernel counts equal"
+
+
+@pytest.fixture(scope="module")
+def vn():
+    spec = importlib.util.spec_from_file_location("verify_native",
+                                                  REPO / "bench" / "verify_native.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# the H100 run's nsys figures: name -> (instances, total ns); and the phases tuiprof puts
+# each name's launches in (set-up in a window, the prompt's kernels in the prefill)
+NSYS = {"gemv_small_grid": (4608, 327916264), "attn_decode": (1024, 9855118),
+        "rmsnorm": (2560, 5453083), "argmax_token": (513, 4270091),
+        "add_residual": (2048, 2177300), "embed": (512, 1478246), "silu_mul": (1024, 1310749),
+        "rope": (1024, 1139968), "gemm_prefill": (3, 258279), "fill_weights": (8, 61634),
+        "attn_prefill": (2, 2464)}
+PHASES = {"fill_weights": "other", "gemm_prefill": "prefill", "attn_prefill": "prefill"}
+
+
+def snapshot_kernels(scale=None, drop=()):
+    """tuiprof's ``kernels`` section for the same run, means scaled per name by ``scale``;
+    argmax_token split between the prefill (1) and the decode steps (512)."""
+    out = []
+    for name, (n, tot) in NSYS.items():
+        if name in drop:
+            continue
+        tot = tot * (scale or {}).get(name, 1.003)
+        parts = [(PHASES.get(name, "decode"), n)]
+        if name == "argmax_token":
+            parts = [("prefill", 1), ("decode", n - 1)]
+        for phase, k in parts:
+            out.append({"name": name, "demangled": name, "phase": phase, "mode": "eager",
+                        "stats": {"count": k, "total": tot * k / n}})
+    return out
+
+
+def run(vn, kernels, csv=CSV):
+    results = {"checks": {}}
+    res = vn.kernel_table(csv, kernels)
+    vn.kernel_checks(results, res)
+    return res, results["checks"]
+
+
+def test_the_h100_csv_is_read_and_like_is_compared_with_like(vn, capsys):
+    res, checks = run(vn, snapshot_kernels())
+    assert res["nsys_rows"] == 11 and res["unreadable_rows"] == 0
+    # the kernels of at least 0.5 % of the GPU time; embed (0.4 %) and the rest are listed
+    assert res["compared"] == ["gemv_small_grid", "attn_decode", "rmsnorm", "argmax_token",
+                               "add_residual"]
+    assert checks[MEAN]["ok"] and checks[COUNTS]["ok"], checks
+    assert "worst |ratio-1| = 0.0030" in checks[MEAN]["detail"]
+    assert "gemv_small_grid, attn_decode" in checks[MEAN]["detail"]
+    printed = capsys.readouterr().out
+    for name in NSYS:                       # every kernel, with both means
+        assert name in printed
+    line = next(x for x in printed.splitlines() if "attn_decode" in x)
+    assert "9.653 us" in line and "9.624 us" in line and "1.0030" in line
+
+
+def test_a_mean_off_by_2_percent_fails_and_says_which(vn):
+    _, checks = run(vn, snapshot_kernels({"attn_decode": 1.02}))
+    assert not checks[MEAN]["ok"]
+    assert "worst |ratio-1| = 0.0200 (attn_decode)" in checks[MEAN]["detail"]
+
+
+def test_a_small_kernel_is_listed_but_not_held_to_1_percent(vn):
+    _, checks = run(vn, snapshot_kernels({"rope": 1.05}))          # 0.3 % of the GPU time
+    assert checks[MEAN]["ok"] and checks[COUNTS]["ok"]
+
+
+def test_kernels_one_side_lacks_are_named(vn):
+    _, checks = run(vn, snapshot_kernels(drop=("fill_weights",)))
+    assert checks[MEAN]["ok"]                # fill_weights is 0.0 % of the GPU time
+    assert not checks[COUNTS]["ok"]
+    assert "fill_weights tuiprof 0 nsys 8" in checks[COUNTS]["detail"]
+    _, checks = run(vn, snapshot_kernels(drop=("attn_decode",)))
+    assert not checks[MEAN]["ok"] and "on one side only: ['attn_decode']" in checks[MEAN]["detail"]
+
+
+def test_a_csv_without_rows_fails_both_checks(vn, tmp_path):
+    empty = tmp_path / "k.csv"
+    empty.write_text("Generating SQLite file /tmp/x.sqlite from /tmp/x.nsys-rep\n")
+    res, checks = run(vn, snapshot_kernels(), empty)
+    assert res["nsys_rows"] == 0
+    assert not checks[MEAN]["ok"] and "held no kernel rows" in checks[MEAN]["detail"]
+    assert not checks[COUNTS]["ok"]
+
+
+def test_parameter_lists_are_not_part_of_the_name(vn):
+    assert vn.base_name("void k<(int)8>(const float *, int)") == "k<(int)8>"
+    assert vn.base_name("gemv_small_grid") == "gemv_small_grid"

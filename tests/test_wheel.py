@@ -1,0 +1,86 @@
+"""tuiprof as a user installs it: a wheel built from this tree, installed (not editable) into a
+fresh virtual environment, runs ``tuiprof models`` and a headless tiny CPU run from a directory
+that is not the checkout. A registry or a stylesheet that only exists beside the sources (not
+in the package) fails here, not on a user's machine.
+
+The environment reuses this interpreter's packages (``--system-site-packages``: torch,
+transformers, textual) and installs nothing from the network (``--no-index --no-deps``)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# What a wheel must carry besides the modules (pyproject.toml's package-data).
+PACKAGE_DATA = ("tuiprof/ui/tuiprof.tcss", "tuiprof/export/snapshot.schema.json")
+
+
+def _run(cmd: list, cwd: Path, env: dict, timeout: float = 240) -> str:
+    p = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, f"{cmd} exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+    return p.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel built from a copy of the tree (a build in place would leave build/ and
+    *.egg-info in the checkout)."""
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "tuiprof", src / "tuiprof",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    out = tmp_path_factory.mktemp("wheel")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+          "--no-index", "-w", out, src], cwd=src, env=env)
+    (whl,) = out.glob("tuiprof-*.whl")
+    return whl
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_registry_and_the_package_data(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for path in PACKAGE_DATA:
+        assert path in names, f"{path} missing from {wheel.name}"
+    models = sorted(p.name for p in (REPO / "tuiprof" / "models_data").glob("*.json"))
+    assert "qwen3-tiny.json" in models and "qwen3-0.6b.json" in models
+    shipped = sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("tuiprof/models_data/"))
+    assert shipped == models
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_lists_the_models_and_runs_headless_from_elsewhere(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    # no pip of its own: this interpreter's pip is visible through the system site-packages
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True, timeout=120)
+    py, exe = venv / "bin" / "python", venv / "bin" / "tuiprof"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "TUIPROF_MODELS_DIR", "VIRTUAL_ENV")}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # --force-reinstall: an editable install of the checkout may already be on the system
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--force-reinstall",
+          wheel], cwd=elsewhere, env=env)
+
+    where = _run([py, "-c", "import tuiprof; print(tuiprof.__file__)"], elsewhere, env).strip()
+    assert Path(where).resolve().is_relative_to(venv.resolve()), where   # the wheel, not the tree
+
+    listed = _run([exe, "models"], elsewhere, env)
+    assert "qwen3-0.6b" in listed and "qwen3-tiny" in listed, listed
+
+    snap = elsewhere / "tiny.json"
+    _run([exe, "--model", "qwen3-tiny", "--device", "cpu", "--headless", "--max-new-tokens", "4",
+          "--no-loop", "--no-nvml", "--no-cupti", "--json", snap], elsewhere, env)
+    doc = json.loads(snap.read_text())
+    assert doc["meta"]["model"] == "qwen3-tiny"
+    assert [t["phase"] for t in doc["tokens"]] == ["prefill"] + ["decode"] * 3
