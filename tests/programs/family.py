@@ -1,7 +1,8 @@
 """A program whose work happens in processes it starts: an engine process (multiprocessing,
 spawn) that runs ``generate()`` and starts a helper of its own (``subprocess`` running Python:
-a grandchild), a process that crashes (a segfault), one that ends with ``os._exit(3)``, and a
-forked one (multiprocessing's fork: no new interpreter).
+a grandchild), a process that crashes (a segfault), one that ends with ``os._exit(3)``, a
+forked one (multiprocessing's fork: no new interpreter) and one forked by multiprocessing's
+forkserver.
 
 Usage: python family.py [--new-tokens N]
 """
@@ -16,7 +17,7 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).parent
-CONFIG = HERE.parents[1] / "models" / "qwen3-tiny.json"
+CONFIG = HERE.parents[1] / "tuiprof" / "models_data" / "qwen3-tiny.json"
 
 
 def engine(new_tokens, requests, done):
@@ -69,6 +70,23 @@ def forked():
     print("forked: done", flush=True)
 
 
+def served(touch_cuda):
+    """Forked from multiprocessing's forkserver (which never touched CUDA): CUPTI may start in
+    it, at its first CUDA call (here on a CPU-only torch, the call fails after tuiprof's hook
+    has run, as a program's first call would succeed on a GPU)."""
+    import torch
+
+    import tuiprof
+    if touch_cuda:
+        try:
+            torch.cuda.init()
+        except Exception as exc:
+            print("served: no CUDA here:", type(exc).__name__, flush=True)
+    for _ in range(2):
+        with tuiprof.step("decode"):
+            torch.ones(64).sum()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--new-tokens", type=int, default=5)
@@ -80,6 +98,8 @@ def main():
                          name="EngineCore"),
              ctx.Process(target=crasher, name="crasher"), ctx.Process(target=quitter, name="quitter")]
     procs.append(mp.get_context("fork").Process(target=forked, name="forked"))
+    procs.append(mp.get_context("forkserver").Process(target=served, args=(True,),
+                                                      name="served"))
     for proc in procs:
         proc.start()
     print("helper exit", done.get(timeout=600), flush=True)

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM, Qwen3Config
 
-MODELS = pathlib.Path(__file__).resolve().parents[2] / "models"
+MODELS = pathlib.Path(__file__).resolve().parents[2] / "tuiprof" / "models_data"
 
 
 def shard_mlp(mlp, rank, world):

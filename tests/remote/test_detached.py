@@ -119,6 +119,9 @@ def _attach_then_q(cwd, *argv: str) -> None:
     try:
         app.wait_for("steps_forever.py", 60)
         app.wait_for("steps ", 30)
+        before = set(Path(cwd).glob("tuiprof-*.json"))
+        app.type(b"e")                                   # a snapshot from the attached UI
+        _until(lambda: set(Path(cwd).glob("tuiprof-*.json")) - before, 30, "e")
         app.type(b"q")
         app.proc.wait(30)
         assert app.proc.returncode == 0

@@ -86,11 +86,26 @@ def test_a_forked_child_is_followed_without_kernels(family):
     """A fork child is a process of its own (registered after the fork, its own store and
     steps); CUPTI is not used there: its parent's ran (docs/multi-gpu.md)."""
     tmp, held, rv, snap = family
-    fork = _by_name(rv, "fork of")
+    fork = _by_name(rv, "forked (fork of")
     p = process_facts(fork)
     assert p["forked_from"] == process_facts(rv.views[0])["pid"] and p["state"] == "ended"
     assert len([t for t in fork.timeline if t.done]) == 2
     assert "fork child" in fork.collectors["cupti"]["message"]
+
+
+def test_a_forkserver_child_starts_its_collectors_at_its_first_cuda_call(family):
+    """The forkserver (a new interpreter, quiet) forks the child; neither touched CUDA, so the
+    child's CUPTI and NVML start at its first CUDA call (here the call fails on a CPU-only
+    torch after tuiprof's hook ran): the collectors' lines are theirs, not the fork's."""
+    tmp, held, rv, snap = family
+    server = _by_name(rv, "forkserver")
+    assert not is_active(server) and process_facts(server)["state"] in ("ended", "running")
+    child = _by_name(rv, "served")
+    p = process_facts(child)
+    assert p["forked_from"] == process_facts(server)["pid"]
+    assert child.meta["cuda"] is True                       # the hook ran before the call
+    assert "fork child" not in child.collectors["cupti"]["message"]
+    assert len([t for t in child.timeline if t.done and t.phase == "decode"]) == 2
 
 
 def test_every_processs_output_is_in_the_log(family):
@@ -120,6 +135,10 @@ def test_the_snapshot_holds_every_process_and_reopens_with_the_process_selector(
     from tuiprof.cli import main
     assert main(["export", str(snap), "--nsys", str(out)]) == 0
     assert (out / "rank1_nvtx_sum.csv").exists() or any(out.iterdir())
+    # diff per process: the first one that worked by default, or the one named
+    assert main(["diff", str(snap), str(snap)]) == 0
+    assert main(["diff", str(snap), str(snap), "--rank", str(active[-1])]) == 0
+    assert main(["diff", str(snap), str(snap), "--rank", "99"]) == 2
 
 
 def test_the_start_up_hook_changes_nothing_the_program_sees(tmp_path, monkeypatch):

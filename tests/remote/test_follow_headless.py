@@ -48,3 +48,28 @@ def test_no_follow_keeps_to_the_main_process(tmp_path):
     proc, doc = _run(tmp_path, "--no-follow")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert doc.get("format") == "tuiprof-snapshot" and "nested: depth 0" in proc.stdout
+
+
+ORPHAN = """import subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(6)"])
+print("main: done", flush=True)
+"""
+
+
+def test_a_process_that_outlives_the_program_is_reported(tmp_path):
+    """The session ends when the program's main process ends; a process of it still running
+    then is an orphan, named in one line (and in the snapshot)."""
+    (tmp_path / "rt").mkdir(mode=0o700)
+    (tmp_path / "orphan.py").write_text(ORPHAN)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TUIPROF_RUNTIME_DIR=str(tmp_path / "rt"))
+    proc = subprocess.run([sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml",
+                           "--no-cupti", "--json", str(tmp_path / "o.json"), "--", "python",
+                           str(tmp_path / "orphan.py")], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "o.json").read_text())
+    line = next(n for n in doc["world"]["notices"] if "still run" in n)
+    assert "1 of its processes still run: pid " in line and "(python -c)" in line
+    assert doc["ranks"][1]["meta"]["process"]["state"] == "orphan"
+    assert "orphan" in proc.stdout

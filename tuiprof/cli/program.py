@@ -154,6 +154,12 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
             pass
     try:
         result = session.run()
+        if held is not None:   # its processes end as they would at the interpreter's end
+            from ..remote.session_process import program_exit  # noqa: PLC0415
+            try:
+                program_exit()
+            except (KeyboardInterrupt, SessionStop):   # Ctrl-C while they are joined
+                pass
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)

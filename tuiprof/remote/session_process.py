@@ -356,7 +356,7 @@ def _serve_program(spec: SessionSpec) -> None:
             follow.follow_from_main(spec.follow_env, session, srv)
         try:
             result = session.run()
-            _program_exit()
+            program_exit()
         except KeyboardInterrupt:  # a forwarded Ctrl-C that came just as the program ended
             result = ProgramResult(128 + signal.SIGINT, "interrupted")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -365,7 +365,7 @@ def _serve_program(spec: SessionSpec) -> None:
         time.sleep(3600)
 
 
-def _program_exit() -> None:
+def program_exit() -> None:
     """What Python does for a program's processes when its main module has run: daemonic
     multiprocessing children are terminated and the others joined (the program's process
     ends only then)."""
