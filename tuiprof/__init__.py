@@ -2,10 +2,14 @@
 
 Importing ``tuiprof`` imports nothing heavy (no torch, no textual): the CLI decides what to load.
 A program profiled with ``tuiprof run -- python prog.py`` may mark its own decode steps with
-:func:`tuiprof.step` and :func:`tuiprof.mark_prefill` (no-ops when it runs without tuiprof).
+:func:`tuiprof.step` and :func:`tuiprof.mark_prefill`, and a server its requests with
+:func:`tuiprof.request_arrived`, :func:`tuiprof.request_token` and
+:func:`tuiprof.request_finished` (all no-ops when it runs without tuiprof).
 """
 __version__ = "0.1.0"
 
-from .marks import mark_prefill, step  # noqa: E402  (after __version__, which cli imports)
+from .marks import (mark_prefill, request_arrived, request_finished,  # noqa: E402  (after
+                    request_token, step)                            # __version__: cli imports it)
 
-__all__ = ["step", "mark_prefill", "__version__"]
+__all__ = ["step", "mark_prefill", "request_arrived", "request_token", "request_finished",
+           "__version__"]

@@ -96,11 +96,18 @@ AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
 COMPILED_CUPTI_COST = "+8-23 %"
 # Where each per-step device figure comes from (a snapshot's meta says so; docs/snapshot.md).
 STEP_TIME_SOURCES = {
-    "gpu_ms": "CUDA events recorded before and after every step (every step, any mode)",
+    "gpu_ms": "CUDA events recorded before and after every step (every step, any mode; a "
+              "program's steps: read a step or two later, never waited for)",
     "span_ns": "CUPTI kernel records: first kernel start to last kernel end (traced steps)",
     "graph_span_ns": "CUPTI GRAPH_TRACE records, one per CUDA-graph launch (untraced compiled "
                      "steps; only with graph records on, which is not the default)",
 }
+
+
+# where the model window goes in the arguments of a queued SessionStore.begin_token
+_MODEL_ARG = 11
+# token index -> store seq kept for steps whose CUDA-event time comes after they ended
+_GPU_LATE = 64
 
 
 class Profiler(SessionControl):
@@ -145,6 +152,7 @@ class Profiler(SessionControl):
         self._old_switch: float | None = None
         self._batch = int(options.engine_kwargs.get("batch", 1) or 1)
         self._compiling = False       # steps now run beside a background compile
+        self._seq_of_index: dict[int, int] = {}  # recent steps' TokenEvent.index -> store seq
 
     # ------------------------------------------------------------- life cycle
     def start(self) -> None:
@@ -421,8 +429,10 @@ class Profiler(SessionControl):
             batch, config = self._batch, self._batch
         else:  # a program: its batch may change step by step, so one configuration for all
             config = PROGRAM_CONFIG
+        attached = self.cupti is not None and self.cupti.attached
         self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled, batch,
-                                         config, self._compiling, positions, rerecord)))
+                                         config, self._compiling, positions, rerecord, None,
+                                         attached)))
         if not self._overlap:
             self._catch_up()
 
@@ -497,11 +507,22 @@ class Profiler(SessionControl):
             for i in range(len(todo) - 1, -1, -1):
                 fn, args = todo[i]
                 if fn == self._begin:
-                    todo[i] = (fn, args + (model_ns,))
+                    todo[i] = (fn, args[:_MODEL_ARG] + (model_ns,) + args[_MODEL_ARG + 1:])
                     break
             else:  # that step is in the store already
                 todo.append((self._model_window, model_ns))
         self._catch_up()
+
+    def step_requests(self, info: dict) -> None:
+        """The requests of the step begun last (a server's; ``StepRecorder.step_requests``):
+        stored with that step's other queued work, in order."""
+        self._todo.append((self._step_requests, info))
+        if not self._overlap:
+            self._catch_up()
+
+    def _step_requests(self, info: dict) -> None:
+        if self._begun_seq is not None:
+            self.store.set_step_requests(self._begun_seq, **info)
 
     def token_finished(self, ev) -> None:
         self._tokens_seen += 1
@@ -528,12 +549,29 @@ class Profiler(SessionControl):
         if self._begun_seq is not None:
             self.store.set_model_window(self._begun_seq, window[0], window[1])
 
+    def token_gpu_time(self, index: int, gpu_ms: float) -> None:
+        """The CUDA-event time of the step ``TokenEvent.index``, read after the step ended (a
+        program's steps: their events are polled, never waited for). Stored with the queued
+        work, after that step's own."""
+        self._todo.append((self._late_gpu, (index, gpu_ms)))
+        if not self._overlap:
+            self._catch_up()
+
+    def _late_gpu(self, item: tuple) -> None:
+        seq = self._seq_of_index.get(item[0])
+        if seq is not None:
+            self.store.set_token_gpu(seq, item[1])
+
     def _finish(self, item: tuple) -> None:
         ev, stats = item
         seq = self._open_seq
         if seq is None:
             return
         store = self.store
+        late = self._seq_of_index
+        late[ev.index] = seq
+        if len(late) > _GPU_LATE:
+            del late[next(iter(late))]
         store.end_token(seq, ev.end_ns, ev.host_ms, ev.gpu_ms, ev.token_id)
         self._open_seq = None
         if stats is not None:

@@ -1,5 +1,7 @@
-"""What ``tuiprof.step`` / ``tuiprof.mark_prefill`` cost a program that runs without tuiprof
-(target: < 1 µs a step), and what a marked step costs under a session (no collectors).
+"""What ``tuiprof.step`` / ``tuiprof.mark_prefill`` and the request marks
+(``tuiprof.request_arrived`` / ``request_token`` / ``request_finished``) cost a program that
+runs without tuiprof (target: < 1 µs a call), and what a marked step costs under a session
+(no collectors; a request's cost under a session is ``bench/overhead/request_cost.py``).
 
     python bench/overhead/marks_noop.py [--n 1000000]
 
@@ -20,6 +22,10 @@ CASES = {
     "with tuiprof.step('decode', tokens=8): pass": "with tuiprof.step('decode', tokens=8): pass",
     "tuiprof.mark_prefill(tokens=8)": "tuiprof.mark_prefill(tokens=8)",
     "with tuiprof.mark_prefill(): pass": "with tuiprof.mark_prefill(): pass",
+    "tuiprof.request_arrived('r1', prompt_tokens=16)":
+        "tuiprof.request_arrived('r1', prompt_tokens=16)",
+    "tuiprof.request_token('r1')": "tuiprof.request_token('r1')",
+    "tuiprof.request_finished('r1', reason='stop')": "tuiprof.request_finished('r1', reason='stop')",
 }
 
 
@@ -34,7 +40,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=1_000_000)
     args = ap.parse_args()
     import tuiprof
-    assert tuiprof.marks._sink is None
+    assert tuiprof.marks._sink is None and tuiprof.marks._requests is None
     print(f"{platform.python_implementation()} {platform.python_version()} on "
           f"{platform.machine()}, {args.n:,} calls, best of 7")
     print(f"{'without tuiprof':<48} ns/call")
@@ -52,7 +58,7 @@ def main() -> int:
     ns = per_call_ns("with tuiprof.step('decode', tokens=8): pass", args.n // 100, setup)
     print(f"{'under a session (store work, no collectors)':<48} {ns:7.1f}")
     ok = worst < 1000.0
-    print(f"without tuiprof: {'OK' if ok else 'OVER'} (< 1000 ns per marked step)")
+    print(f"without tuiprof: {'OK' if ok else 'OVER'} (< 1000 ns per mark)")
     return 0 if ok else 1
 
 

@@ -65,7 +65,8 @@ def preimport() -> None:
     from transformers.models.qwen3 import modeling_qwen3  # noqa: F401
 
     import tuiprof.cli  # noqa: F401
-    from tuiprof.program import command, hf, session, steps  # noqa: F401
+    from tuiprof.cli import program as command  # noqa: F401
+    from tuiprof.program import program_session, steps, transformers_steps  # noqa: F401
     from tuiprof.profiler import Profiler  # noqa: F401
 
     if torch.cuda.is_initialized():  # is_available() would init the driver: not before fork
@@ -89,7 +90,7 @@ def child(name: str, script_args: list[str], work: Path, conn) -> None:
                 out["exit"] = exc.code
         else:
             from tuiprof import cli
-            from tuiprof.program import command
+            from tuiprof.cli import program as command
 
             if name in ("no-api", "api-stay-on", "attached"):
                 make = command.program_options

@@ -17,6 +17,16 @@ def _view(path: Path):
     return s.view()
 
 
+@pytest.fixture(autouse=True)
+def kernel_times_not_measured(monkeypatch):
+    """The analysis as it reads before the per-kernel cost of tracing is filled in
+    (analysis.tracing.DURATION_INFLATION_NS): the figures here are checked against independent
+    reads of CUPTI's records; test_tracing.py sets a constant where it tests the correction."""
+    from tuiprof.analysis import tracing
+
+    monkeypatch.setattr(tracing, "DURATION_INFLATION_NS", {"stream": None, "graph": None})
+
+
 @pytest.fixture(scope="session")
 def eager_view():
     return _view(EAGER)

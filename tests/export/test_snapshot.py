@@ -12,6 +12,7 @@ import pytest
 
 from tuiprof.errors import TuiprofError
 from tuiprof.export import snapshot as snap
+from tuiprof.export.snapshot import SCHEMA_VERSION
 
 from ._independent import token_windows
 
@@ -50,7 +51,7 @@ def test_written_file_validates_against_schema(eager_doc, compiled_view):
     snap.validate_snapshot(eager_doc, all_records=False)
     doc = json.loads(snap.dumps(snap.snapshot_dict(compiled_view)))
     snap.validate_snapshot(doc)   # every record against the full schema
-    assert doc["schema_version"] == 4 and doc["format"] == "tuiprof-snapshot"
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["format"] == "tuiprof-snapshot"
     import jsonschema
     jsonschema.Draft202012Validator.check_schema(snap.schema())
 
@@ -122,8 +123,9 @@ def test_rejects_bad_input(tmp_path, small_doc):
     _expect(_write(tmp_path, "{not json"), "is not a tuiprof snapshot", "invalid JSON")
     _expect(_write(tmp_path, "[1, 2]"), "is not a tuiprof snapshot", "JSON object")
     _expect(_write(tmp_path, {"format": "chrome-trace"}), "not a tuiprof snapshot")
-    newer = dict(small_doc, schema_version=5)
-    _expect(_write(tmp_path, newer), "snapshot schema version 5 is newer than this tuiprof reads", "upgrade")
+    newer = dict(small_doc, schema_version=SCHEMA_VERSION + 1)
+    _expect(_write(tmp_path, newer), f"snapshot schema version {SCHEMA_VERSION + 1} is newer than "
+            "this tuiprof reads", "upgrade")
     bad = dict(small_doc, tokens="lots")
     _expect(_write(tmp_path, bad), "not a tuiprof snapshot", "tokens")
     bad = copy.deepcopy(small_doc)

@@ -59,6 +59,40 @@ def test_program_compiled_bursts_keep_valid_kernel_records(compiled_program):
     assert statistics.median(nvjet.values()) < 50_000, nvjet
 
 
+def test_every_program_step_has_its_gpu_time_traced_or_not(compiled_program):
+    """A generate() program's steps get CUDA-event times as the engine's do (read a step or
+    two later, never waited for): every step, traced or untraced, and the traced steps'
+    against the untraced median is the snapshot's tracing cost."""
+    doc = compiled_program
+    steps = [t for t in doc["tokens"] if t["done"] and t["phase"] in ("prefill", "decode")]
+    missing = [t["seq"] for t in steps if t["gpu_ms"] is None]
+    assert steps and not missing, missing
+    traced = [t for t in steps if t["attached"] and t["sampled"]]
+    untraced = [t for t in steps if t["attached"] is False]
+    print(f"{len(steps)} steps: {len(traced)} traced, {len(untraced)} untraced; GPU ms median "
+          f"traced {statistics.median(t['gpu_ms'] for t in traced):.3f}, untraced "
+          f"{statistics.median(t['gpu_ms'] for t in untraced):.3f}")
+    assert traced and untraced
+    # the pair is recorded inside the step: its device time fits in the step's wall time
+    assert all(0 < t["gpu_ms"] <= 1.02 * t["host_ms"] + 0.2 for t in steps), \
+        [(t["seq"], t["gpu_ms"], t["host_ms"]) for t in steps
+         if not 0 < t["gpu_ms"] <= 1.02 * t["host_ms"] + 0.2][:8]
+    cost = doc["summary"]["modes"]["compiled"]["tracing_cost"]
+    print("tracing cost:", cost)
+    assert cost is not None and cost["source"] == "gpu_ms"
+
+
+def test_the_step_events_cost_stays_within_their_share_of_the_overhead_budget():
+    """bench/overhead/step_cost.py --events: the CUDA-event pair's own cost a step on the program's
+    thread, against the hooked step without it (its target lives in the benchmark)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "overhead" / "step_cost.py"), "--events",
+                           "--check", "--steps", "5000", "--rounds", "6"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    print(proc.stdout[-1500:])
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+
+
 def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
     """A program calling generate() for a few tokens at a time brings a prefill every few
     steps; at the live app's sampling only one prefill per period (256 eager steps) is traced,

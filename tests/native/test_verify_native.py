@@ -17,7 +17,7 @@ COUNTS = "nsys: kernel counts equal"
 @pytest.fixture(scope="module")
 def vn():
     spec = importlib.util.spec_from_file_location("verify_native",
-                                                  REPO / "bench" / "verify_native.py")
+                                                  REPO / "bench" / "verify" / "verify_native.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

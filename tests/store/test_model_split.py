@@ -14,7 +14,7 @@ import pytest
 from tuiprof.analysis.findings import find
 from tuiprof.analysis.model_split import model_split
 from tuiprof.engine.events import TokenEvent
-from tuiprof.export.snapshot import read_snapshot, write_snapshot
+from tuiprof.export.snapshot import SCHEMA_VERSION, read_snapshot, write_snapshot
 from tuiprof.profiler import Profiler, ProfilerOptions
 from tuiprof.store import SessionStore
 from tuiprof.store import session as store_session
@@ -166,10 +166,11 @@ def test_the_split_survives_a_snapshot_and_old_snapshots_still_load(tmp_path):
     back = read_snapshot(path)
     assert model_split(back) == model_split(view)
     doc = json.loads(path.read_text())
-    assert doc["schema_version"] == 4
+    assert doc["schema_version"] == SCHEMA_VERSION
     # a version 3 document (no model window anywhere) loads, with nothing split
     doc["schema_version"] = 3
     for t in doc["tokens"]:
+        t.pop("attached")   # version 5
         for k in ("model_start_ns", "model_end_ns", "model_kernels", "model_kernel_ns",
                   "loop_kernels", "loop_kernel_ns"):
             t.pop(k)

@@ -12,6 +12,16 @@ from tuiprof.control import SessionControl
 from tuiprof.store import SessionStore
 
 
+@pytest.fixture(autouse=True)
+def kernel_times_not_measured(monkeypatch):
+    """The panes as they read before the per-kernel cost of tracing is filled in
+    (analysis.tracing.DURATION_INFLATION_NS): what the screens show does not change when the
+    measured value lands (tests/ui/test_tracing_figures.py shows a corrected table too)."""
+    from tuiprof.analysis import tracing
+
+    monkeypatch.setattr(tracing, "DURATION_INFLATION_NS", {"stream": None, "graph": None})
+
+
 @pytest.fixture(scope="session")
 def recordings():
     return {"eager": load_recording(need(EAGER)), "compiled": load_recording(need(COMPILED))}

@@ -208,7 +208,8 @@ def test_traced_steps_older_than_the_series_are_named_in_both_panes(recordings):
         shown = float(line.split("kernel busy/step")[1].split()[1][:-1])
         assert shown == pytest.approx(mean, abs=0.05)
         footer = str(app.query_one("#latency-summary").render())
-        assert f"(mean of {len(traced)} earlier): kernel-busy {mean:.1f}%" in footer, footer
+        assert f"(mean of {len(traced)} earlier): busy {mean:.1f}% of its traced step" \
+            in footer, footer
     _run(st, (200, 50), body)
 
 

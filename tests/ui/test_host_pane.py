@@ -52,4 +52,4 @@ def test_key_6_shows_it_alone_at_80x24_and_says_why_when_there_is_nothing():
     out = _run(_store(with_samples=False), (80, 24), key="6")
     assert out["panes"] == ["host"]
     assert "/proc is Linux's" in out["text"]
-    assert "6 host" in out["text"] and "tab/1-6" in out["text"]
+    assert "6 host" in out["text"] and "7 requests" in out["text"]  # all seven tabs fit 80 columns

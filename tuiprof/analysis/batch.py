@@ -8,7 +8,8 @@ Definitions (all per decode step of a configuration, medians over its clean step
 * MFU (model FLOP utilisation) = FLOPs of the step (:func:`.model.decode_step_flops`) / step
   time / peak dense bf16 FLOP/s;
 * class: ``launch-bound`` when the GPU is busy less than ``LAUNCH_BUSY`` of the step (it waits
-  for the host to launch work), else ``compute-bound`` when MFU >= MBU (equivalently: the step's
+  for the host to launch work; the busy share is the traced steps' kernel-busy time over an
+  untraced step's wall time where untraced steps were measured, see :mod:`.tracing`), else ``compute-bound`` when MFU >= MBU (equivalently: the step's
   arithmetic intensity is at or past the ridge point, peak FLOP/s / peak bytes/s), else
   ``memory-bound``;
 * predicted knee: the batch at which the matmuls' arithmetic intensity reaches the ridge point,
@@ -28,6 +29,7 @@ from typing import Any
 from .gpus import GpuSpec, gpu_spec
 from .model import ModelConfig, decode_step_bytes, decode_step_flops, linear_layers, model_config
 from .tokens import mode_summaries, steady_tokens
+from .tracing import busy_basis_label
 
 __all__ = ["ConfigSummary", "config_summaries", "summarize_config", "classify_step",
            "predicted_knee", "measured_knee", "roofline_tokens_per_s", "Knee", "LAUNCH_BUSY",
@@ -60,6 +62,8 @@ class ConfigSummary:
     why: str                      # the numbers that decide the class
     compiling_steps: int = 0      # steps decoded beside a compile (timed apart)
     compiling_ms: float | None = None   # their median ms per step
+    busy_basis: str = "traced"    # the busy share's denominator: an untraced step's wall time
+                                  # ("untraced") or the traced steps' own ("traced")
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -74,13 +78,17 @@ def on_gpu(meta: dict) -> bool:
 
 
 def classify_step(busy: float | None, mbu: float | None, mfu: float | None,
-                  intensity: float | None, ridge: float, gpu: bool = True) -> tuple[str, str]:
-    """``(class, the numbers that decide it)``; see the module docstring."""
+                  intensity: float | None, ridge: float, gpu: bool = True,
+                  basis: str = "traced") -> tuple[str, str]:
+    """``(class, the numbers that decide it)``; see the module docstring. ``basis``: the busy
+    share's denominator (``untraced``: an untraced step's wall time; ``traced``: the traced
+    step's own)."""
     if not gpu:
         return "unknown", CPU_RUN
     if busy is not None and busy < LAUNCH_BUSY:
-        return "launch-bound", (f"GPU busy {busy:.0%} of the step (< {LAUNCH_BUSY:.0%}): it "
-                                f"waits for the host to launch kernels")
+        return "launch-bound", (f"GPU busy {busy:.0%} {busy_basis_label(basis == 'untraced')} "
+                                f"(< {LAUNCH_BUSY:.0%}): it waits for the host to launch "
+                                "kernels")
     if mbu is None or mfu is None or intensity is None:
         return "unknown", "no model description: bytes and FLOPs per step unknown"
     busy_note = "" if busy is not None else "; launch-bound not assessed (no kernel data)"
@@ -95,7 +103,8 @@ def summarize_config(batch: Any, mode: str, *, seqs: float, steps: int, ms_media
                      ms_mean: float, context: int, cfg: ModelConfig | None, spec: GpuSpec,
                      kernels_step: float | None = None, busy: float | None = None,
                      compiling_steps: int = 0,
-                     compiling_ms: float | None = None, gpu: bool = True) -> ConfigSummary:
+                     compiling_ms: float | None = None, gpu: bool = True,
+                     busy_basis: str = "traced") -> ConfigSummary:
     """A :class:`ConfigSummary` from measured step times (ms) and the model description."""
     ridge = spec.bf16_flops / spec.bandwidth_Bps
     bsz = max(1, round(seqs))
@@ -108,23 +117,24 @@ def summarize_config(batch: Any, mode: str, *, seqs: float, steps: int, ms_media
         if step_s > 0:
             mbu = nbytes / step_s / spec.bandwidth_Bps
             mfu = flops / step_s / spec.bf16_flops
-    klass, why = classify_step(busy, mbu, mfu, ai, ridge, gpu)
+    klass, why = classify_step(busy, mbu, mfu, ai, ridge, gpu, busy_basis)
     return ConfigSummary(batch, mode, seqs, steps, ms_median,
                          seqs * 1000.0 / ms_mean if ms_mean else 0.0, kernels_step, busy,
                          int(context), nbytes, flops, mbu, mfu, ai, ridge, klass, why,
-                         compiling_steps, compiling_ms)
+                         compiling_steps, compiling_ms, busy_basis)
 
 
 def config_summaries(view: Any, cfg: ModelConfig | None = None,
-                     spec: GpuSpec | None = None) -> list[ConfigSummary]:
-    """Every configuration of the session with decode steps, batches in increasing order."""
+                     spec: GpuSpec | None = None, basis: str = "auto") -> list[ConfigSummary]:
+    """Every configuration of the session with decode steps, batches in increasing order
+    (``basis``: the busy share's, see :func:`.tokens.mode_summaries`)."""
     cfg = cfg or model_config(view.meta)
     spec = spec or gpu_spec(view.meta)
     prompt = int(view.meta.get("prompt_tokens") or 0)
     out = []
     for key in view.config_keys:
         sub = view.select(key)
-        by_mode = mode_summaries(sub, "decode")
+        by_mode = mode_summaries(sub, "decode", basis)
         for mode in sorted(by_mode, key=lambda m: (m != "eager", m != "compiled", m)):
             ms = by_mode[mode]
             ts = sub.token_stats.get(("decode", mode), {})
@@ -142,7 +152,7 @@ def config_summaries(view: Any, cfg: ModelConfig | None = None,
                 busy=ms.busy_fraction if traced else None,
                 compiling_steps=comp.count if comp is not None else 0,
                 compiling_ms=comp.median if comp is not None and comp.count else None,
-                gpu=on_gpu(view.meta)))
+                gpu=on_gpu(view.meta), busy_basis=ms.busy_basis))
     return out
 
 

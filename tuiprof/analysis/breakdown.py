@@ -11,6 +11,7 @@ from .gpus import gpu_spec
 from .kernels import ATTENTION, COPY, ELEMENTWISE, MEMCPY, REDUCTION, KernelInfo, kernel_info
 from .occupancy import launch_info
 from .tokens import steady_tokens, token_timing
+from .tracing import untraced_wall_ms
 
 __all__ = ["Share", "shares", "category_shares", "library_shares", "gpu_time_ns",
            "phase_split", "LaunchBound", "launch_bound", "KernelRow", "top_kernels",
@@ -107,6 +108,10 @@ class LaunchBound:
     us_per_kernel_wall: float     # wall / kernels: host time available per launch
     graph_fraction: float         # graph kernels / kernels
     launch_bound: bool            # busy_fraction < LAUNCH_BOUND_BUSY_FRACTION
+    # wall_ms and busy_fraction are of an untraced step ("untraced": the median wall time of
+    # the steps run with CUPTI detached, busy over it) or of the traced steps ("traced");
+    # head, tail and gaps are the traced steps' either way
+    basis: str = "traced"
 
 
 def launch_bound(view, mode: str | None = None, phase: str = "decode") -> LaunchBound | None:
@@ -123,12 +128,17 @@ def launch_bound(view, mode: str | None = None, phase: str = "decode") -> Launch
     kern = float(np.median([x.kernels for x in tt]))
     wall = med("wall_ms")
     bf = med("busy_frac")
+    busy = med("busy_ms")
+    basis = "traced"
+    untraced = untraced_wall_ms(view, phase, mode or toks[0].mode)
+    if untraced is not None:  # tracing stretches the step: an untraced one is the basis
+        wall, bf, basis = untraced, min(1.0, busy / untraced), "untraced"
     nk = sum(x.kernels for x in tt)
-    return LaunchBound(mode or toks[0].mode, len(tt), wall, med("busy_ms"), bf, med("head_ms"),
+    return LaunchBound(mode or toks[0].mode, len(tt), wall, busy, bf, med("head_ms"),
                        med("tail_ms"), med("gaps_ms"), kern,
                        wall * 1000 / kern if kern else 0.0,
                        sum(x.graph_kernels for x in tt) / nk if nk else 0.0,
-                       bf < LAUNCH_BOUND_BUSY_FRACTION)
+                       bf < LAUNCH_BOUND_BUSY_FRACTION, basis)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,12 +84,14 @@ def _launch_or_idle(view, mode: str) -> list:
     lb = launch_bound(view, mode)
     if lb is None or lb.kernels_per_token == 0:
         return []
-    idle = lb.wall_ms - lb.busy_ms
+    idle = max(0.0, lb.wall_ms - lb.busy_ms)
     nums = {"mode": mode, "wall_ms": lb.wall_ms, "busy_ms": lb.busy_ms,
             "busy_fraction": lb.busy_fraction, "idle_ms": idle, "head_ms": lb.head_ms,
             "tail_ms": lb.tail_ms, "gaps_ms": lb.gaps_ms, "kernels_per_token": lb.kernels_per_token,
             "us_per_kernel_wall": lb.us_per_kernel_wall, "graph_fraction": lb.graph_fraction,
-            "tokens": lb.tokens}
+            "tokens": lb.tokens, "busy_basis": lb.basis}
+    of_step = ("an untraced step's wall time" if lb.basis == "untraced"
+               else "the traced steps' own wall time")
     if _is_graph_run(lb):
         if 1 - lb.busy_fraction < IDLE_FRACTION:
             return []
@@ -101,7 +103,8 @@ def _launch_or_idle(view, mode: str) -> list:
         nums["host_side_idle_ms"] = host
         nums["in_graph_idle_ms"] = in_graph
         ev = (f"GPU busy {lb.busy_ms:.2f} of {lb.wall_ms:.2f} ms per step "
-              f"({lb.busy_fraction:.0%}); idle {idle:.2f} ms. Host side {host:.2f} ms: "
+              f"({lb.busy_fraction:.0%}, of {of_step}); idle {idle:.2f} ms. In traced steps, "
+              f"host side {host:.2f} ms: "
               f"{lb.head_ms:.2f} ms before the first kernel (input preparation), "
               f"{outside:.2f} ms between the kernels launched outside the CUDA graph and the graph "
               f"(graph launch, input copies, argmax), {lb.tail_ms:.2f} ms after the last kernel "
@@ -130,7 +133,7 @@ def _launch_or_idle(view, mode: str) -> list:
                "mode=\"reduce-overhead\" (CUDA graphs) with a static KV cache, and check for "
                "graph breaks and recompilations (TORCH_LOGS=graph_breaks,recompiles).")
     ev = (f"GPU busy {lb.busy_ms:.2f} ms of a {lb.wall_ms:.2f} ms step "
-          f"({lb.busy_fraction:.1%}, median of {lb.tokens} steady tokens); "
+          f"({lb.busy_fraction:.1%} of {of_step}, median of {lb.tokens} steady tokens); "
           f"{lb.kernels_per_token:.0f} kernels per token, {lb.us_per_kernel_wall:.1f} µs of wall "
           f"time per launch against {lb.busy_ms * 1000 / max(1, lb.kernels_per_token):.1f} µs of "
           f"GPU work")
@@ -552,5 +555,10 @@ def _caveats(view, summaries=None) -> list:
 # function returning a list of :class:`Finding`; adding one is a function and a row here
 # (docs/extending.md). A mode rule runs once for each mode that decoded: ``rule(view, mode)``;
 # a session rule once: ``rule(view, summaries)`` (``summaries``: mode -> ModeSummary of decode).
+# Request rules (a server's requests: waiting, TTFT split, ITL spikes, time outside steps,
+# KV cache, underfilled batches) live in analysis/requests.py and run as session rules.
+from .requests import REQUEST_RULES  # noqa: E402  (after Finding: that module builds them)
+
 MODE_RULES = (_launch_or_idle, _small_grids, _fusable, _below_roof, _allocs)
-SESSION_RULES = (_loop_kernels, _compiled_slower, _batch, _gpu_unused, _no_steps, _caveats)
+SESSION_RULES = (_loop_kernels, _compiled_slower, _batch, _gpu_unused, _no_steps,
+                 *REQUEST_RULES, _caveats)

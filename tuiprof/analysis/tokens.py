@@ -3,6 +3,11 @@
 ``view.token_stats`` holds wall time (``host_ms``) for every token of the session and the
 kernel counters (``kernels``, ``busy_ns``, ``kernel_ns``) only for tokens that left the
 window; the tokens still in ``view.tokens`` are added here.
+
+The busy share of a mode is its traced steps' kernel-busy time over the wall time of an
+*untraced* step (the median of the steps run with CUPTI detached, :mod:`.tracing`) where there
+are enough of those, else over the traced steps' own wall time, which tracing stretches
+(``busy_basis`` says which).
 """
 from __future__ import annotations
 
@@ -10,8 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .tracing import busy_correction_ns, launch_path, untraced_wall_ms
+
 __all__ = ["TokenTiming", "token_timing", "ModeSummary", "mode_summaries", "tokens_of",
-           "steady_tokens", "traced_tokens"]
+           "steady_tokens", "traced_tokens", "mode_launch_path"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +108,18 @@ class ModeSummary:
     window_tokens: int
     unsampled_tokens: int        # in the window, without kernel data
     batch: float = 1.0           # sequences per step (mean)
+    busy_basis: str = "traced"   # busy_fraction's denominator: "untraced" (the median wall
+                                 # time of untraced steps) or "traced" (the traced steps' own)
+    traced_busy_fraction: float = 0.0    # sum busy / sum wall of the traced steps themselves
+    untraced_ms: float | None = None     # median wall time of untraced steps (None: too few)
+    busy_correction_ms: float = 0.0      # taken from a traced step's busy time (tracing's own
+                                         # per-kernel cost, analysis.tracing), 0: none
 
 
-def mode_summaries(view, phase: str = "decode") -> dict[str, ModeSummary]:
-    """One :class:`ModeSummary` per mode that has tokens of ``phase``."""
+def mode_summaries(view, phase: str = "decode", basis: str = "auto") -> dict[str, ModeSummary]:
+    """One :class:`ModeSummary` per mode that has tokens of ``phase``. ``basis``: ``auto``
+    (untraced steps' wall time where measured) or ``traced`` (the traced steps' own: what
+    tuiprof showed before untraced steps were told apart)."""
     out: dict[str, ModeSummary] = {}
     modes = {m for (p, m) in view.token_stats if p == phase}
     modes |= {t.mode for t in view.tokens if t.phase == phase and t.done}
@@ -127,14 +142,34 @@ def mode_summaries(view, phase: str = "decode") -> dict[str, ModeSummary]:
         seqs = ts.get("seqs")
         batch = (seqs.total / seqs.count if seqs is not None and seqs.count
                  else (sum(t.batch for t in win) / len(win) if win else 1.0))
+        per_token = kernels / n_k if n_k else 0.0
+        busy_ms = busy_ns / 1e6 / n_k if n_k else 0.0
+        traced_frac = busy_ns / 1e6 / wall_ms if wall_ms > 0 else 0.0
+        untraced = untraced_wall_ms(view, phase, mode) if basis == "auto" else None
+        fix = busy_correction_ns(per_token, mode_launch_path(view, phase, mode)) / 1e6
+        frac, basis = traced_frac, "traced"
+        if untraced is not None and n_k:
+            frac, basis = min(1.0, max(0.0, busy_ms - fix) / untraced), "untraced"
+        elif n_k and fix and wall_ms > 0:
+            frac = max(0.0, busy_ns / 1e6 - fix * n_k) / wall_ms
         out[mode] = ModeSummary(
             phase, mode, n_all, batch * 1000.0 / mean if mean > 0 else 0.0, mean, median,
             float(np.percentile(wall, 90)) if len(wall) else 0.0,
             float(np.percentile(wall, 99)) if len(wall) else 0.0,
-            kernels / n_k if n_k else 0.0, busy_ns / 1e6 / n_k if n_k else 0.0,
-            busy_ns / 1e6 / wall_ms if wall_ms > 0 else 0.0, len(win), len(win) - len(sampled),
-            batch)
+            per_token, busy_ms, frac, len(win), len(win) - len(sampled),
+            batch, basis, traced_frac, untraced, fix)
     return out
+
+
+def mode_launch_path(view, phase: str, mode: str) -> str:
+    """How (``phase``, ``mode``)'s traced kernels were launched, most of them: ``graph`` (CUDA
+    graphs) or ``stream``."""
+    graph = count = 0
+    for (_name, ph, md), agg in view.kernels.items():
+        if ph == phase and md == mode:
+            graph += agg.graph_launches
+            count += agg.stats.count
+    return launch_path(graph, count)
 
 
 def _traced_wall_left(ts: dict, host, win: list) -> float:

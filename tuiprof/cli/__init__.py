@@ -40,7 +40,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("replay", "files", "replay a recording through the live pipeline"),
     Command("export", "files", "export a snapshot to nsys-style reports, SQLite, trace"),
     Command("diff", "files", "compare two snapshots side by side"),
-    Command("sweep", "sweep", "sweep models × sequence lengths, batches or TP degrees"),
+    Command("sweep", "sweep", "sweep models × sequence lengths, batches, TP degrees, or a "
+                              "server's request rates (--serve)"),
+    Command("serve", "serve", "serve a model with transformers' continuous batching under "
+                              "generated load (--rate or --concurrency): per-request TTFT/ITL"),
     Command("ls", "sessions", "list the sessions: detached ones (tuiprof run --detach) and "
                               "live apps"),
     Command("attach", "sessions", "open the live app on a detached session (q detaches, the "

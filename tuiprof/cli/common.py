@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from ..phases import MODES
+from ..text import printable
 
 
 class Interrupted(KeyboardInterrupt):
@@ -69,9 +72,10 @@ def detach_terminal() -> None:
 
 
 def say(line: str) -> None:
-    """One line on stderr; a closed terminal (SIGHUP) must not turn it into a traceback."""
+    """One line on stderr, made printable (it may quote a path, a name or a program's words);
+    a closed terminal (SIGHUP) must not turn it into a traceback."""
     try:
-        print(line, file=sys.stderr, flush=True)
+        print(printable(line), file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
 
@@ -91,15 +95,45 @@ def exit_if_busy(prof, code: int) -> int:
     os._exit(code)
 
 
-def write_outputs(view, out: Path, record: str | None) -> None:
+def write_outputs(view, out: Path, record: str | None) -> Path:
+    """Write the snapshot (and the recording); returns where the snapshot went."""
     from ..export.snapshot import write_snapshot  # noqa: PLC0415
 
-    write_snapshot(view, out)
-    say(f"tuiprof: snapshot written to {out}")
+    written = write_or_fallback(write_snapshot, view, out, "snapshot")
+    say(f"tuiprof: snapshot written to {written}")
     if record:
         from ..collect.recording import write_recording  # noqa: PLC0415
-        write_recording(view, record)
-        say(f"tuiprof: recording written to {record}")
+        rec = write_or_fallback(write_recording, view, Path(record), "recording")
+        say(f"tuiprof: recording written to {rec}")
+    return written
+
+
+def fallback_dirs() -> list[Path]:
+    """Where a run's data goes when its own path fails at the end: here, then the temp dir."""
+    return [Path.cwd(), Path(tempfile.gettempdir())]
+
+
+def write_or_fallback(write, view, path: Path, what: str) -> Path:
+    """``write(view, path)``; if that fails at the end of a run (the disk filled, the directory
+    went away), the same data to a fallback location, named in the message. Raises the
+    original error only when no location can be written."""
+    from ..errors import TuiprofError  # noqa: PLC0415
+
+    try:
+        write(view, path)
+        return Path(path)
+    except TuiprofError as exc:
+        first = exc
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for d in fallback_dirs():
+        alt = d / f"tuiprof-rescued-{stamp}-{Path(path).name}"
+        try:
+            write(view, alt)
+        except TuiprofError:
+            continue
+        say(f"tuiprof: {first}; the {what} was written to {alt} instead")
+        return alt
+    raise first
 
 
 def print_summary(view, prof=None) -> None:
@@ -107,11 +141,11 @@ def print_summary(view, prof=None) -> None:
 
     meta = view.meta
     if meta.get("weights") and meta.get("source") != "program":
-        print(f"model {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}), "
-              f"weights: {meta.get('weights')}")
+        print(printable(f"model {meta.get('model')} on {meta.get('device')} ({meta.get('dtype')}), "
+                        f"weights: {meta.get('weights')}"))
     for c, st in sorted(view.collectors.items()):
         if not st.get("ok"):
-            print(st.get("message"))
+            print(printable(st.get("message")))
     if meta.get("source") == "program":
         print_steps(view)
     for key in view.config_keys:
@@ -133,11 +167,13 @@ def print_summary(view, prof=None) -> None:
             spread = (f" (batch {batches[0]}-{batches[-1]}, {seqs:.1f} on average)"
                       if len(batches) > 1 else "")
             where = "program" if key == PROGRAM_CONFIG else f"batch {key}"
-            print(f"{mode:>9} {where}: {len(ts)} decode steps{spread}, "
+            print(f"{printable(mode, 20):>9} {printable(where, 40)}: {len(ts)} decode steps{spread}, "
                   f"{seqs * steps_s:.1f} tokens/s{per}, median {med:.2f} ms/step, {k} kernels/step"
                   + (f" ({ntraced} traced steps)" if ntraced < len(ts) else ""))
+    if view.requests:
+        print_requests(view)
     if prof is not None and prof.status.state == "error":
-        print(f"tuiprof: {prof.status.message}", file=sys.stderr)
+        print(f"tuiprof: {printable(prof.status.message)}", file=sys.stderr)
     if view.counters.get("dropped"):
         print(f"warning: {view.counters['dropped']} CUPTI records dropped", file=sys.stderr)
 
@@ -145,14 +181,14 @@ def print_summary(view, prof=None) -> None:
 def print_steps(view) -> None:
     """Where a program's steps came from."""
     meta = view.meta
-    src = meta.get("step_source") or "none"
+    src = printable(meta.get("step_source") or "none", 40)
     counts = meta.get("step_sources") or {}
     phases: dict[str, int] = {}  # over the whole run (the token stats), not the rows kept
     for (ph, _mode), ts in (view.token_stats or {}).items():
         n = sum(ts[k].count for k in ("host_ms", "compiling_ms", "rerecord_ms") if k in ts)
         phases[ph] = phases.get(ph, 0) + n
     windows = phases.pop("window", 0)
-    split = ", ".join(f"{n} {p}" for p, n in sorted(phases.items()))
+    split = ", ".join(f"{n} {printable(p, 40)}" for p, n in sorted(phases.items()))
     if src == "windows":
         print(f"steps: none marked by the program: {counts.get('windows', 0)} windows of "
               f"{meta.get('window_ms', 100):g} ms (see the no-step-boundaries finding)")
@@ -170,3 +206,30 @@ def print_steps(view) -> None:
                  if counts.get("ignored_nested") else "")
               + (f"; before and between them {windows} windows of {meta.get('window_ms', 100):g}"
                  " ms (phase window)" if windows else ""))
+
+
+def print_requests(view) -> None:
+    """A server's requests: counts and latency percentiles over every request kept."""
+    from ..analysis.requests import pct, window  # noqa: PLC0415
+
+    req = view.requests
+    c = req.counts
+    w = window(view, seconds=1e9)
+    line = (f"requests: {c.get('finished', 0)} finished, {c.get('failed', 0)} failed, "
+            f"{len(req.in_flight)} in flight (of {c.get('arrived', 0)}; from "
+            f"{', '.join(f'{k} {v}' for k, v in req.sources.items()) or 'nowhere'}); "
+            f"{w.requests_per_s:.2f} req/s, {w.tokens_per_s:,.1f} output tokens/s")
+    print(line)
+    for metric, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("queue_ms", "queue wait"),
+                          ("e2e_ms", "end to end")):
+        q = w.quantiles.get(metric)
+        if q is not None:
+            print(f"  {label:<10} p50 {q[0]:9.2f} ms  p90 {q[1]:9.2f} ms  p99 {q[2]:9.2f} ms")
+    out = [r for r in req.finished if r.model_ns is not None and r.model_ns >= 0 and r.e2e_ms]
+    if out:
+        o = pct([(r.finish_ns - r.arrival_ns - r.model_ns) / 1e6 for r in out], 0.5)
+        e = pct([r.e2e_ms for r in out], 0.5)
+        print(f"  outside model steps: {o:.2f} of {e:.2f} ms a request (p50)")
+    if req.misuse:
+        print("  misuse (counted, never raised): "
+              + ", ".join(f"{k} {v}" for k, v in req.misuse.items()), file=sys.stderr)

@@ -5,6 +5,8 @@ import argparse
 from pathlib import Path
 
 from ..errors import TuiprofError, safe_text
+from ..export._atomic import check_output, check_output_dir
+from ..text import printable
 from .common import print_summary, write_outputs
 
 
@@ -52,7 +54,7 @@ def _cmd_models() -> int:
         except Exception as exc:  # a broken definition file is listed, not fatal
             print(f"{name:<24} (unreadable: {safe_text(exc)})")
             continue
-        desc = (d.description or "")[:60]
+        desc = printable(d.description or "", 60)
         print(f"{name:<24} {d.family:<12} {params:>15,} {wbytes / 1e9:>10.2f} GB  {desc}")
     return 0
 
@@ -71,12 +73,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from ..collect.replay import ReplayControl, load_recording  # noqa: PLC0415
     from ..store import SessionStore  # noqa: PLC0415
 
+    if args.ring_tokens < 1 or args.speed < 0:
+        raise TuiprofError("--ring-tokens must be positive and --speed 0 or more")
+    out = Path(args.json or Path(args.file).name.split(".")[0] + ".snapshot.json")
+    if args.headless:
+        check_output(out, "--json" if args.json else "the snapshot")
     rec = load_recording(args.file)
     store = SessionStore(ring_tokens=args.ring_tokens)
     if args.headless:
         from ..collect.replay import replay_into  # noqa: PLC0415
         replay_into(rec, store, speed=0.0)
-        out = Path(args.json or Path(args.file).name.split(".")[0] + ".snapshot.json")
         write_outputs(store.view(), out, None)
         print_summary(store.view())
         return 0
@@ -93,14 +99,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     asked = [(e, getattr(args, f"export_{e.name}")) for e in with_flags()
              if getattr(args, f"export_{e.name}", None)]
-    view = read_any_snapshot(args.snapshot)  # all ranks of a multi-rank snapshot
     if not asked:
         flags = ", ".join(f"{e.flag} {e.target.upper()}" for e in with_flags())
         raise TuiprofError(f"nothing to export: give one or more of {flags}")
+    for e, path in asked:   # before reading a large snapshot: a bad path says so at once
+        (check_output_dir if e.target == "dir" else check_output)(path, e.flag)
+    view = read_any_snapshot(args.snapshot)  # all ranks of a multi-rank snapshot
     for e, path in asked:
         written = write(e.name, view, Path(path))
         for p in (written if isinstance(written, (list, tuple)) else [written]):
-            print(p)
+            print(printable(p))
     return 0
 
 

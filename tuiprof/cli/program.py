@@ -3,14 +3,21 @@ program of one's own, headless or live (the program's side is :mod:`tuiprof.prog
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime as _dt
+import os
 import re
 import signal
+import threading
+import time
 from pathlib import Path
 
 from ..errors import TuiprofError
-from ..program.launch import ProgramSpec, SessionStop, parse_program
-from .common import print_summary, say, write_outputs
+from ..text import printable
+from ..program.launch import ProgramResult, ProgramSpec, parse_program
+from .common import (Interrupted, detach_terminal, handle_signals, print_summary, say,
+                     write_outputs)
 from .run import run_defaults
 
 # Options of the built-in engine: a program loads and runs its own model.
@@ -113,95 +120,186 @@ def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
         build()
 
 
+STOP_GRACE_S = 10.0    # after a stop, how long the program has to end (a native binary gets
+                       # SIGTERM, then SIGKILL 3 s later, and its records are then folded)
+PULL_S = 0.5           # how often a headless run copies the session (the most a crash loses)
+
+
 def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) -> int:
-    """Run the program here, write the snapshot whatever happened, return its exit status."""
-    from ..profiler import Profiler  # noqa: PLC0415
-    from ..store import SessionStore  # noqa: PLC0415
-    from ..program.program_session import ProgramSession  # noqa: PLC0415
+    """Run the program in a session process of its own and write the snapshot here, whatever
+    happens to that process (``os._exit``, a kill, a crash): this process keeps a complete
+    copy of the session (pulled every ``PULL_S``) and reads the program's output itself, so
+    the log has every byte the program wrote. Returns the program's exit status, or 128 + N
+    after signal N."""
+    from ..export._atomic import check_output  # noqa: PLC0415
+    from ..remote import RemoteControl  # noqa: PLC0415
 
     spec = parse_program(args.program)
     _prepare_native(spec, args)
     out = Path(args.json or f"tuiprof-{stem(spec)}.json")
     log = out.with_suffix(".log")
-    prof = Profiler(SessionStore(ring_tokens=args.ring_tokens), program_options(args, True))
-    session = ProgramSession(prof, spec, log, options=source_options(args), tee=True)
+    check_output(out, "--json" if args.json else "the snapshot")
+    check_output(log, "the program's log")
+    program = {"spec": spec, "log_path": str(log), "options": source_options(args),
+               "own_group": True, "stop_on_term": True, "tee": True,
+               "stdin": None if os.isatty(0) else 0,   # a terminal stays here (Ctrl-C)
+               "meta": getattr(args, "meta", None)}
+    ctl = RemoteControl(program_options(args, True), {"ring_tokens": args.ring_tokens},
+                        program=program, poll=False)
     if spec.note:
         say(f"tuiprof: {spec.note}")
     say(f"tuiprof: running {spec.name} (its output is also kept in {log}); Ctrl-C goes to "
         f"the program, a second one stops it")
     seen: list[int] = []
+    stop = threading.Event()
 
-    def on_signal(signum, frame):  # in the program's thread, between its bytecodes
+    def on_signal(signum, frame):
         seen.append(signum)
-        if signum == signal.SIGINT and seen.count(signal.SIGINT) == 1:
-            raise KeyboardInterrupt
-        raise SessionStop(signum)
+        if signum == signal.SIGHUP:
+            detach_terminal()
+        if signum == signal.SIGINT and seen == [signal.SIGINT]:
+            if ctl.pid:
+                with contextlib.suppress(OSError):
+                    os.kill(ctl.pid, signal.SIGINT)   # KeyboardInterrupt in the program
+            return
+        if stop.is_set():
+            raise Interrupted(signum)
+        stop.set()
+        say(f"tuiprof: {signal.Signals(signum).name}: stopping the session: ending the program, "
+            f"then writing {out} (again to quit at once)")
 
+    old = handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     try:
-        session.start()
-    except OSError as exc:
-        prof.stop()
-        raise TuiprofError(f"cannot capture the program's output in {log}: "
-                           f"{exc.strerror or exc}") from None
-    held = _follow_here(args, prof, session) if spec.kind != "native" else None
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        held = _hold_here(args, ctl, spec)   # its processes, followed (None: --no-follow)
+        others = None
         try:
-            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
-                continue
-            old[sig] = signal.signal(sig, on_signal)
-        except (ValueError, OSError):
-            pass
-    try:
-        result = session.run()
-        if held is not None:   # its processes end as they would at the interpreter's end
-            from ..remote.session_process import program_exit  # noqa: PLC0415
             try:
-                program_exit()
-            except (KeyboardInterrupt, SessionStop):   # Ctrl-C while they are joined
-                pass
+                (held or ctl).start()
+            except OSError as exc:
+                raise TuiprofError(f"cannot capture the program's output in {log}: "
+                                   f"{exc.strerror or exc}") from None
+            _follow(ctl, stop)
+            if stop.is_set() and _program_running(ctl):
+                _end_program(ctl)           # it ends (its last step closed), or is stopped
+            if not ctl._gone:
+                ctl.view(raw=True)          # the last copy
+            if held is not None:            # and of every process it started
+                held.check_end()
+                held.stop()
+                others = held.views(raw=True)
+        finally:
+            ctl.close()    # ends the session process (and the program); the log is complete
+            if held is not None:
+                held.close()
+        view, line = _final_view(ctl, _stop_signal(seen) if stop.is_set() else None)
+        view = _with_processes(view, others)
+        write_outputs(view, out, None)
+        print_summary(view.views[0] if others is not None and others.world_size > 1 else view,
+                      None)
+        if held is not None:
+            print_processes(held)
+        say(f"tuiprof: {line}")
+        for note in (ctl.status.extra or {}).get("notes") or ():
+            say(f"tuiprof: {note}")
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    session.finish(result)
-    view = prof.store.view()
-    if held is not None:   # the program's processes: every one in the snapshot
-        try:
-            held.check_end()
-            held.stop()
-            view = held.export_view()
-        finally:
-            held.close()
-    write_outputs(view, out, None)
-    print_summary(view.views[0] if hasattr(view, "views") else view, None)
-    if held is not None:
-        print_processes(held)
-    say(f"tuiprof: {result.line()}")
-    for note in session.notes():
-        say(f"tuiprof: {note}")
-    return result.status
+    if stop.is_set():
+        return 128 + _stop_signal(seen)
+    return int(view.meta["program"]["exit_status"])
 
 
-def _follow_here(args: argparse.Namespace, prof, session):
+def _stop_signal(seen: list[int]) -> int:
+    """The signal that stopped the session: the first that was not the forwarded Ctrl-C."""
+    return next((s for i, s in enumerate(seen) if s != signal.SIGINT or i > 0), seen[-1])
+
+
+def _program_running(ctl) -> bool:
+    prog = (ctl.status.extra or {}).get("program") or {}
+    return not ctl._gone and prog.get("running", True)
+
+
+def _follow(ctl, stop: threading.Event) -> None:
+    """Copy the session every ``PULL_S`` until the program ends, its process goes or a stop."""
+    while not stop.is_set():
+        ctl.view(raw=True)
+        if not _program_running(ctl):
+            return
+        stop.wait(PULL_S)
+
+
+def _end_program(ctl) -> None:
+    """End a stopped program: SIGTERM to its process (a ``SessionStop`` on the program's main
+    thread; a native binary gets SIGTERM, then SIGKILL) and ``STOP_GRACE_S`` to end, so that
+    its last step is closed and a native binary's kernel stream is cut into its steps. A
+    program that does not end by then (stuck in native code, or catching everything) has its
+    collection stopped where it is; the session process is closed after the snapshot's copy."""
+    with contextlib.suppress(OSError, TypeError):
+        os.kill(ctl.pid, signal.SIGTERM)
+    end = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < end and not ctl._gone:
+        ctl.view(raw=True)
+        if not _program_running(ctl):
+            return
+        time.sleep(0.1)
+    if not ctl._gone:
+        ctl.stop()
+
+
+def _final_view(ctl, stop_sig: int | None):
+    """The last complete copy of the session, with how the program ended filled in where its
+    process could not say (it ended the process itself, was killed, crashed or was stopped),
+    and the program's output as this process read it. Returns (view, the line to say)."""
+    view = ctl.mirror.view(raw=True)
+    meta = dict(view.meta)
+    info = dict(meta.get("program") or {})
+    result = ProgramResult(int(info.get("exit_status") or 0), str(info.get("ended") or "exited"),
+                           str(info.get("error") or ""))
+    line = result.line()
+    if info.get("running", True) or "exit_status" not in info:   # it never got to say
+        code = ctl._proc.exitcode if ctl._proc is not None else None
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            info.update(exit_status=128 - code, ended="killed")
+            line = (f"the program's process was killed by {name} (exit status {128 - code}); "
+                    f"the snapshot holds what was collected until then")
+        elif stop_sig is None:
+            info.update(exit_status=code if code is not None else 1, ended="exited")
+            line = (f"the program ended its process itself (os._exit or a crash, exit status "
+                    f"{code}); the snapshot holds what was collected until then")
+    if stop_sig is not None:
+        info.update(exit_status=128 + stop_sig, ended="stopped")
+        line = (f"the program was stopped by tuiprof ({signal.Signals(stop_sig).name}, exit "
+                f"status {128 + stop_sig})")
+    info["running"] = False
+    meta["program"] = info
+    if "step_source" not in meta:   # the process never finished: its last word on steps
+        meta.update((ctl.status.extra or {}).get("steps") or {"step_source": "none"})
+    return ctl.with_output(dataclasses.replace(view, meta=meta)), line
+
+
+def _hold_here(args: argparse.Namespace, ctl, spec):
     """A headless run holds its session itself: the program's processes register with this
-    process and are mirrored here (None with --no-follow)."""
-    if getattr(args, "no_follow", False):
+    process and are mirrored here (None with --no-follow, or for a native program)."""
+    if getattr(args, "no_follow", False) or spec.kind == "native":
         return None
-    from ..remote import follow  # noqa: PLC0415
-    from ..remote.holder import LocalMain  # noqa: PLC0415
     from .sessions import hold  # noqa: PLC0415
 
-    main = LocalMain(prof, session)
-    held = hold(args, main, name=session.spec.name, kind="program", stem=stem(session.spec))
-    held.start()
-    follow.follow_from_main(main.follow_env, session, held.server)
-    return held
+    return hold(args, ctl, name=spec.name, kind="program", stem=stem(spec))
+
+
+def _with_processes(view, others):
+    """The snapshot of a run whose program started processes: every process (the main one's
+    final view first), else the main one's view as it is."""
+    if others is None or others.world_size < 2:
+        return view
+    meta = dict(view.meta, process=others.views[0].meta.get("process"))
+    return dataclasses.replace(others, views=(dataclasses.replace(view, meta=meta),
+                                              *others.views[1:]))
 
 
 def print_processes(held) -> None:
     """One line per process the program started, and how each ended."""
-    from ..errors import safe_text  # noqa: PLC0415
-
     entries = held.entries[1:]
     if not entries:
         return
@@ -210,9 +308,9 @@ def print_processes(held) -> None:
         v = e.ctl.view(raw=False) if e.ctl is not None else None
         steps = int(v.counters.get("tokens", 0) or 0) if v is not None else 0
         rank = v.meta.get("rank") if v is not None else None
-        print(f"  pid {e.pid} {safe_text(e.name, 40)}: {steps} steps"
+        print(f"  pid {e.pid} {printable(e.name, 40)}: {steps} steps"
               + (f", rank {rank}" if isinstance(rank, int) else "")
-              + (f"; {safe_text(e.line, 200)}" if e.line else f"; {e.state}"))
+              + (f"; {printable(e.line, 200)}" if e.line else f"; {e.state}"))
 
 
 def run_live(args: argparse.Namespace) -> int:
@@ -242,7 +340,8 @@ def live_control(args: argparse.Namespace):
     except OSError as exc:
         raise TuiprofError(f"cannot write the program's log in {export}: "
                            f"{exc.strerror or exc}") from None
-    program = {"spec": spec, "log_path": str(log), "options": source_options(args)}
+    program = {"spec": spec, "log_path": str(log), "options": source_options(args),
+               "meta": getattr(args, "meta", None)}
     ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
                         orphan_snapshot_dir=args.export_dir, program=program)
     return ctl, spec.name, stem(spec)

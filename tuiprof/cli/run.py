@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ..errors import TuiprofError
 from ..phases import EAGER, MODES
+from ..text import printable
 from .common import (Interrupted, exit_if_busy, print_summary, say, stop_on_signals,
-                     write_outputs)
+                     write_or_fallback, write_outputs)
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -112,9 +113,10 @@ def _make_options(args: argparse.Namespace):
     from ..profiler import ProfilerOptions  # noqa: PLC0415
     from ..startup import command_start  # noqa: PLC0415
 
-    resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    source = resolve_model(args.model, trust_remote_code=args.trust_remote_code)
     if args.batch < 1 or (args.max_batch is not None and args.max_batch < 1):
         raise TuiprofError("--batch and --max-batch must be at least 1")
+    cap_new_tokens(args, source.model_def.config)
     ring = args.ring_tokens
     if args.record:
         ring = max(ring, args.max_new_tokens + 1)
@@ -125,6 +127,34 @@ def _make_options(args: argparse.Namespace):
                            detach_between_bursts=not getattr(args, "cupti_attached", False),
                            engine_kwargs=_engine_kwargs(args), started_at=command_start())
     return opts, {"ring_tokens": ring}
+
+
+DEFAULT_MAX_LEN = 4096   # the static cache without --max-len (engine.hf_adapter.resolve_max_len)
+
+
+def cap_new_tokens(args: argparse.Namespace, config: dict) -> None:
+    """A ``--max-new-tokens`` that the KV cache cannot hold is capped, and the user is told
+    (the cache holds the prompt plus the new tokens, up to the model's positions or
+    ``--max-len``). The capped count is what the engine runs and the snapshot says."""
+    if args.prompt is not None:   # a text prompt's length is known only once tokenized
+        return
+    limit = int(config.get("max_position_embeddings") or config.get("n_positions")
+                or DEFAULT_MAX_LEN)
+    want = args.max_len or (max(args.prompt_len, 64) + args.max_new_tokens)
+    positions = min(int(want), limit)
+    most = positions - args.prompt_len + 1   # the prefill's token, then one per decode step
+    if most < 1:
+        raise TuiprofError(f"--prompt-len {args.prompt_len} leaves no room in a KV cache of "
+                           f"{positions} positions; use a shorter prompt"
+                           + ("" if args.max_len is None else " or a larger --max-len"))
+    if args.max_new_tokens <= most:
+        return
+    why = (f"--max-len {args.max_len}" if args.max_len and args.max_len <= limit
+           else f"the model's {limit} positions")
+    say(f"tuiprof: --max-new-tokens {args.max_new_tokens}: capped at {most} ({most - 1} decode "
+        f"steps): the KV cache holds {positions} positions ({why}) and the prompt takes "
+        f"{args.prompt_len}")
+    args.max_new_tokens = most
 
 
 def _make_profiler(args: argparse.Namespace):
@@ -146,6 +176,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .program import check_options  # noqa: PLC0415
 
     check_options(args, run_defaults())
+    check_arguments(args)
+    check_outputs(args)
     if args.detach:
         from .sessions import start_detached  # noqa: PLC0415
         _make_options(args)   # a bad --model fails here, in the terminal
@@ -168,7 +200,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # A headless run is a bounded measurement for its snapshot, not a live display that
         # must stay out of the way: every token is traced.
         prof.options.sample_every = 1
-    out = Path(args.json or f"tuiprof-{Path(args.model).name}.json")
+    out = snapshot_path(args)
     stopping, old = stop_on_signals(out, prof.done.set)
     try:
         _say_start(store, prof)
@@ -187,6 +219,56 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if stopping:
         return exit_if_busy(prof, 128 + stopping[0])
     return exit_if_busy(prof, 1 if prof.status.state == "error" else 0)
+
+
+def snapshot_path(args: argparse.Namespace) -> Path:
+    """A headless engine run's snapshot: ``--json``, or ``tuiprof-<model>[-tp<N>].json``."""
+    if args.json:
+        return Path(args.json)
+    tp = f"-tp{args.tp}" if args.tp != 1 else ""
+    return Path(f"tuiprof-{Path(args.model).name}{tp}.json")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every file a run writes at its end, checked before it starts (a path that cannot be
+    written is found in well under a second, not after the run)."""
+    from ..export._atomic import check_output, check_output_dir  # noqa: PLC0415
+
+    if args.headless:
+        check_output(snapshot_path(args), "--json" if args.json else "the snapshot")
+    else:
+        check_output_dir(args.export_dir, "--export-dir")
+    if args.record:
+        check_output(args.record, "--record")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Counts and rates that make no sense are refused before anything starts."""
+    for flag, value, least in (("--max-new-tokens", args.max_new_tokens, 1),
+                               ("--prompt-len", args.prompt_len, 1),
+                               ("--batch", args.batch, 1), ("--max-batch", args.max_batch, 1),
+                               ("--max-len", args.max_len, 2), ("--ring-tokens", args.ring_tokens, 1),
+                               ("--top-k", args.top_k, 0)):
+        if value is not None and value < least:
+            what = "positive" if least == 1 else f"at least {least}"
+            raise TuiprofError(f"{flag} {value}: must be {what}"
+                               + (" (0: no top-k)" if flag == "--top-k" else ""))
+    if not args.nvml_hz > 0:
+        raise TuiprofError(f"--nvml-hz {args.nvml_hz:g}: must be positive")
+    if args.temperature < 0:
+        raise TuiprofError(f"--temperature {args.temperature:g}: must be 0 (greedy) or more")
+    for flag, value, words in (("--sample-every", args.sample_every, ("auto", "live")),
+                               ("--alloc-every", args.alloc_every, ("auto",))):
+        if value in words:
+            continue
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        least = 1 if flag == "--sample-every" else 0
+        if n is None or n < least:
+            raise TuiprofError(f"{flag} {value}: give {' or '.join(words)}, or a whole number "
+                               f"of at least {least}")
 
 
 def _cmd_run_ui(args: argparse.Namespace) -> int:
@@ -232,6 +314,12 @@ def _check_tp(args: argparse.Namespace) -> None:
     from ..engine.load import pick_device, tp_families  # noqa: PLC0415
 
     source = resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    config = source.model_def.config
+    heads = int(config.get("num_attention_heads") or 0)
+    kv = int(config.get("num_key_value_heads") or heads)
+    if heads and kv and args.tp > kv:   # before any process starts (each rank would refuse)
+        raise TuiprofError(f"--tp {args.tp} needs at least {args.tp} KV heads; {source.name} "
+                           f"has {kv}: use --tp {kv} or fewer")
     if args.tp > 1 and source.family not in tp_families():
         raise TuiprofError(f"--tp: the {source.family} family ({source.name}) has no "
                            f"tensor-parallel build; supported: {', '.join(tp_families())}")
@@ -247,9 +335,9 @@ def _check_tp(args: argparse.Namespace) -> None:
 
 def _cmd_run_tp(args: argparse.Namespace) -> int:
     """N tensor-parallel ranks, each a session process; the live app or a headless run."""
+    _check_tp(args)   # before importing what starts ranks: a refusal takes a fraction of a second
     from ..remote.rank_launcher import RankSetControl  # noqa: PLC0415
 
-    _check_tp(args)
     if args.headless:
         args.no_loop = True
     opts, store_kwargs = _make_options(args)
@@ -261,7 +349,7 @@ def _cmd_run_tp(args: argparse.Namespace) -> int:
         ctl.start()
         return run_app(ctl, title=f"tuiprof {args.model} TP={args.tp}",
                        export_dir=Path(args.export_dir), auto_snapshot=True)
-    out = Path(args.json or f"tuiprof-{Path(args.model).name}-tp{args.tp}.json")
+    out = snapshot_path(args)
     stopping, old = stop_on_signals(out)
     try:
         say(f"tuiprof: loading {args.model} on {args.tp} ranks ({args.device}) ...")
@@ -281,8 +369,8 @@ def _cmd_run_tp(args: argparse.Namespace) -> int:
         ctl.stop()
         rv = ctl.views(raw=True)
         from ..export.snapshot import write_snapshot  # noqa: PLC0415
-        write_snapshot(rv, out)
-        say(f"tuiprof: snapshot of {args.tp} ranks written to {out}")
+        written = write_or_fallback(write_snapshot, rv, out, "snapshot")
+        say(f"tuiprof: snapshot of {args.tp} ranks written to {written}")
         _print_ranks_summary(rv)
     finally:
         ctl.close()
@@ -304,8 +392,9 @@ def _print_ranks_summary(rv) -> None:
     s = ranks_summary(rv)
     first = rv[0].meta
     if first.get("model"):
-        print(f"model {first.get('model')} on {rv.world_size} ranks ({first.get('backend')}, "
-              f"{first.get('device')}, {first.get('dtype')}), weights: {first.get('weights')}")
+        print(printable(f"model {first.get('model')} on {rv.world_size} ranks "
+                        f"({first.get('backend')}, {first.get('device')}, {first.get('dtype')}), "
+                        f"weights: {first.get('weights')}"))
     for v in rv.views:
         delay = v.meta.get("test_tp_delay")
         if isinstance(delay, dict) and delay.get("us"):
@@ -343,8 +432,8 @@ def _print_ranks_summary(rv) -> None:
               f"{s.skew.end_p90_us:.0f} µs over {s.skew.steps} steps; clock residual "
               f"{s.clock.get('residual_ns')} ns")
     for f in find_ranks(rv, s):
-        print(f"finding: {f.title}")
-        print(f"  {f.evidence}")
+        print(f"finding: {printable(f.title)}")
+        print(f"  {printable(f.evidence)}")
     if s.steps:
         print(f"({HELP_LINE})")
     for r, v in enumerate(rv.views):

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import TuiprofError, safe_text
+from ..errors import TuiprofError
+from ..text import printable
 from .common import say
 
 DETACH_WAIT_S = 60.0       # how long `run --detach` waits for its keeper to start the session
@@ -130,7 +131,8 @@ def hold(args: argparse.Namespace, main: Any, *, name: str, kind: str, stem: str
     except OSError as exc:
         raise TuiprofError(str(exc)) from None
     main.socket_path = str(directory / "main.sock")
-    if kind == "program" and not getattr(args, "no_follow", False):
+    native = main.program is not None and getattr(main.program.get("spec"), "kind", "") == "native"
+    if kind == "program" and not getattr(args, "no_follow", False) and not native:
         main.follow_env = follow_env(str(directory / rt.SESSION_SOCKET), child_options(args))
     every = float(getattr(args, "snapshot_every", 0) or 0)
     info = {"id": sid, "kind": kind, "name": name, "stem": stem, "state": "starting",
@@ -192,7 +194,7 @@ def start_detached(args: argparse.Namespace, name: str) -> int:
         why = info.get("error") or _tail(directory / "keeper.log") or "it did not start in time"
         raise TuiprofError(f"the detached session did not start: {why} (session {sid}; "
                            f"tuiprof stop {sid} removes it)")
-    say(f"tuiprof: session {sid} started: {safe_text(name, 60)} (pid {info.get('pid')})")
+    say(f"tuiprof: session {sid} started: {printable(name, 60)} (pid {info.get('pid')})")
     say(f"tuiprof: attach: tuiprof attach {sid} · stop: tuiprof stop {sid} · list: tuiprof ls")
     snap = info.get("snapshot")
     every = args.snapshot_every
@@ -211,7 +213,7 @@ def _tail(path: Path) -> str:
         lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    return safe_text(lines[-1], 200) if lines else ""
+    return printable(lines[-1], 200) if lines else ""
 
 
 # ---------------------------------------------------------------------------- ls
@@ -265,10 +267,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
             if not i.get("detached"):
                 state += " [live app]"
         req = i.get("requests")
-        rows.append((str(i.get("id")), safe_text(i.get("name") or "?", 32),
+        rows.append((str(i.get("id")), printable(i.get("name") or "?", 32),
                      str(i.get("started") or "?"), str(i.get("pid") or "–"),
                      f"{int(i.get('steps') or 0):,}", f"{int(req):,}" if req else "–",
-                     safe_text(state, 40)))
+                     printable(state, 40)))
     if not rows:
         print("no sessions (start one with tuiprof run --detach -- python SCRIPT.py)")
         return 0
@@ -335,7 +337,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         raise TuiprofError(f"cannot attach to session {sid}: {exc}") from None
     from ..ui.app import run_app  # noqa: PLC0415
 
-    name = safe_text(ctl.info.get("name") or sid, 40)
+    name = printable(ctl.info.get("name") or sid, 40)
     return run_app(ctl, title=f"tuiprof {name} (session {sid})", export_dir=Path(args.export_dir),
                    auto_snapshot=False)
 

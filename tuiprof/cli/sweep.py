@@ -38,6 +38,13 @@ def _choices(allowed: Sequence[str]):
     return parse
 
 
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
 def _weights(text: str) -> tuple[str, str]:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
@@ -47,7 +54,9 @@ def _weights(text: str) -> tuple[str, str]:
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     """Add the sweep's options to ``parser`` (the ``tuiprof sweep`` subcommand)."""
-    parser.add_argument("--models", type=_csv, required=True, help="comma-separated registry names")
+    parser.add_argument("--models", type=_csv, default=None,
+                        help="comma-separated registry names (--serve: one model, or a local "
+                             "Hugging Face directory)")
     parser.add_argument("--ui", action="store_true",
                         help="show the sweep screen (cells fill in as they finish; Escape closes)")
     parser.add_argument("--seq-lens", type=_ints, default=None,
@@ -84,6 +93,27 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
     parser.add_argument("--no-profile", action="store_true", help="skip the profiled iteration per cell")
     parser.add_argument("--out", default="out/sweep", help="output directory (default out/sweep)")
+    g = parser.add_argument_group("a server under load (--serve): one tuiprof serve run per cell")
+    g.add_argument("--serve", action="store_true",
+                   help="sweep request rates (--rates) or concurrencies (--concurrency) of the "
+                        "model served by transformers' continuous batching")
+    g.add_argument("--rates", type=_floats, default=None, metavar="R,R,...",
+                   help="open-loop Poisson arrival rates, requests/s")
+    g.add_argument("--concurrency", type=_ints, default=None, metavar="C,C,...",
+                   help="closed-loop concurrencies (requests in flight)")
+    g.add_argument("--requests", type=int, default=None, help="requests per cell (default 32)")
+    g.add_argument("--duration", type=float, default=None, help="seconds of load per cell")
+    g.add_argument("--output-len", default="64", help="output tokens: N, A:B or N~S (default 64)")
+    g.add_argument("--serve-prompt-len", default=None,
+                   help="prompt tokens of --serve: N, A:B or N~S (default: --prompt-len)")
+    g.add_argument("--max-batch-tokens", type=int, default=None)
+    g.add_argument("--num-blocks", type=int, default=None)
+    g.add_argument("--slo-ttft-ms", type=float, default=None, help="SLO: TTFT at most this")
+    g.add_argument("--slo-itl-ms", type=float, default=None,
+                   help="SLO: a request's mean inter-token latency at most this")
+    g.add_argument("--slo-attainment", type=float, default=0.9,
+                   help="share of requests within the SLO for a cell to meet it (default 0.9)")
+    g.add_argument("--no-cupti", action="store_true", help="--serve cells: no kernel records")
 
 
 class ProgressLine:
@@ -135,8 +165,64 @@ def run_batches(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def run_serve(args: argparse.Namespace) -> int:
+    """``--serve``: one ``tuiprof serve --headless`` per rate or concurrency; 0 when no cell
+    failed."""
+    from tuiprof.cli.serve import check_model  # noqa: PLC0415
+    from tuiprof.engine.lengths import parse_lengths  # noqa: PLC0415
+    from tuiprof.errors import TuiprofError  # noqa: PLC0415
+    from tuiprof.sweep.serve_sweep import run_serve_sweep  # noqa: PLC0415
+
+    if not args.models or len(args.models) != 1:
+        raise TuiprofError("--serve sweeps one model: --models NAME (or a directory)")
+    if bool(args.rates) == bool(args.concurrency):
+        raise TuiprofError("--serve needs --rates R,R,... or --concurrency C,C,... (one of them)")
+    kind, values = ("rate", args.rates) if args.rates else ("concurrency", args.concurrency)
+    if any(v <= 0 for v in values):
+        raise TuiprofError(f"--{'rates' if kind == 'rate' else 'concurrency'}: every value "
+                           "must be positive")
+    prompt = args.serve_prompt_len or str(args.prompt_len)
+    for flag, text in (("--serve-prompt-len", prompt), ("--output-len", args.output_len)):
+        try:
+            parse_lengths(text)
+        except ValueError as exc:
+            raise TuiprofError(f"{flag} {exc}") from None
+    model = check_model(args.models[0])
+    load = ["--prompt-len", prompt, "--output-len", args.output_len, "--seed", str(args.seed),
+            "--no-nvml"]
+    if args.requests is None and args.duration is None:
+        args.requests = 32
+    for flag in ("requests", "duration", "max_batch_tokens", "num_blocks", "device", "dtype"):
+        v = getattr(args, flag, None)
+        if v is not None:
+            load += [f"--{flag.replace('_', '-')}", str(v)]
+    if args.warmup is not None:
+        load += ["--warmup", str(args.warmup)]
+    if args.no_cupti:
+        load.append("--no-cupti")
+    sweep = run_serve_sweep(model, kind, values, load, args.out, slo_ttft_ms=args.slo_ttft_ms,
+                            slo_itl_ms=args.slo_itl_ms, attainment=args.slo_attainment,
+                            progress=lambda text: print(text, file=sys.stderr, flush=True))
+    paths = sweep.write(args.out)
+    print(sweep.table())
+    fnd = sweep.finding
+    if fnd is not None:
+        print(f"\n{fnd.title}\n  {fnd.evidence}")
+    bad = [c for c in sweep.cells if c.status != "ok"]
+    print(f"{len(sweep.cells)} cells, {len(bad)} failed; wrote "
+          f"{', '.join(str(p) for p in paths.values())}")
+    return 1 if bad else 0
+
+
 def run(name: str, args: argparse.Namespace) -> int:
     """Run the sweep described by ``args``; write its files; 0 when no cell failed, 1 otherwise."""
+    if getattr(args, "serve", False):
+        return run_serve(args)
+    if not args.models:
+        from tuiprof.errors import TuiprofError  # noqa: PLC0415
+
+        raise TuiprofError("tuiprof sweep needs --models (and --seq-lens, --batches or --tp), "
+                           "or --serve with one model")
     if getattr(args, "tp", None):
         from tuiprof.sweep.tp import run as run_tp  # noqa: PLC0415
 

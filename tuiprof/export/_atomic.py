@@ -15,19 +15,83 @@ from typing import Iterator
 from ..errors import TuiprofError
 
 
-def _fail(path: Path, exc: BaseException) -> TuiprofError:
+def _why(exc: BaseException) -> str:
+    """What an OSError means for a file being written, in words (never its temp path)."""
     code = getattr(exc, "errno", None)
     if code == errno.ENOSPC or "full" in str(exc).lower():
-        why = "the disk is full"
-    elif code in (errno.EACCES, errno.EPERM, errno.EROFS):
-        why = "permission denied"
-    elif code == errno.ENOENT:
-        why = "no such directory"
-    elif code == errno.ENOTDIR:
-        why = "a part of the path is a file, not a directory"
-    else:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return TuiprofError(f"cannot write {path}: {why}")
+        return "the disk is full"
+    if code == errno.EROFS:
+        return "it is on a read-only file system"
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if code == errno.ENOENT:
+        return "no such directory"
+    if code == errno.ENOTDIR:
+        return "a part of the path is a file, not a directory"
+    if code == errno.EISDIR:
+        return "it is a directory; give a file name"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _fail(path: Path, exc: BaseException) -> TuiprofError:
+    return TuiprofError(f"cannot write {path}: {_why(exc)}")
+
+
+def check_output(path: str | Path, flag: str = "") -> Path:
+    """Refuse at once an output file that could not be written at the end of a run: its
+    directory missing or not a directory, the path itself a directory, a read-only file system,
+    no permission. A temp file is created and removed beside it (the only sure test)."""
+    p = Path(path)
+    what = f"{flag} {p}" if flag else str(p)
+    if p.is_dir():
+        raise TuiprofError(f"cannot write {what}: it is a directory; give a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.exists():
+        raise TuiprofError(f"cannot write {what}: directory {_first_missing(parent)} does not "
+                           f"exist")
+    if not parent.is_dir():
+        raise TuiprofError(f"cannot write {what}: {parent} is a file, not a directory")
+    _try_create(parent, what)
+    return p
+
+
+def check_output_dir(path: str | Path, flag: str = "") -> Path:
+    """Refuse at once an output directory that could not be made or written: the nearest
+    directory that exists must take a new file (the rest is created when writing)."""
+    d = Path(path)
+    what = f"{flag} {d}" if flag else str(d)
+    probe = d
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise TuiprofError(f"cannot write {what}: {probe} is a file, not a directory")
+    _try_create(probe, what)
+    return d
+
+
+def _first_missing(d: Path) -> Path:
+    while not d.parent.exists() and d.parent != d:
+        d = d.parent
+    return d
+
+
+def _try_create(directory: Path, what: str) -> None:
+    try:
+        fd, name = tempfile.mkstemp(prefix=".tuiprof-check.", dir=directory)
+    except OSError as exc:
+        why = _why(exc)
+        if why == "permission denied":
+            why = f"permission denied in {directory}"
+        elif why.startswith("it is on"):
+            why = f"{directory} is on a read-only file system"
+        raise TuiprofError(f"cannot write {what}: {why}") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
 
 
 @contextlib.contextmanager

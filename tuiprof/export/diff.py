@@ -4,16 +4,20 @@
 ``diff_modes(view, "eager", "compiled")`` compares two modes within one session. Both give a
 :class:`DiffResult` that :func:`render_rich` (a rich renderable) and :func:`render_text`
 (plain text or markdown) print: tokens/s (every sequence), ms/step, kernels per step, GPU busy fraction,
-kernel-time shares per category and the top kernels with their absolute and % change.
+kernel-time shares per category and the top kernels with their absolute and % change; and for a
+server's sessions, its requests: TTFT, ITL, queue wait and end-to-end p50/p99 over every
+finished request.
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..store import StoreView
 from ..store.records import DECODE
+from ..text import printable
 from .names import kernel_label
 from .summary import mode_summary, modes_of
 
@@ -34,6 +38,7 @@ class Side:
     kernels: dict[str, tuple] = field(default_factory=dict)      # raw -> (short, cat, µs/token, launches/token)
     decode_tokens: int = 0           # every decode token of the mode, traced or not
     batch: float | None = None                                   # sequences per step
+    requests: dict = field(default_factory=dict)  # figure -> value (a server's requests)
 
 
 @dataclass
@@ -63,6 +68,7 @@ class DiffResult:
     metrics: list[Change]
     categories: list[Change]
     kernels: list[Change]       # label: short kernel name; unit µs/token; category set
+    requests: list[Change] = field(default_factory=list)   # TTFT, ITL, ... (servers only)
 
 
 def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
@@ -78,7 +84,7 @@ def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
     for (name, phase, m), agg in view.kernels.items():
         if phase != DECODE or m != mode:
             continue
-        short, cat = kernel_label(name)
+        short, cat = (printable(x) for x in kernel_label(name))
         per_cat[cat] += agg.stats.total
         if n:
             kernels[name] = (short, cat, agg.stats.total / n / 1e3, agg.stats.count / n)
@@ -87,10 +93,37 @@ def side_of(view: StoreView, mode: str | None = None, label: str = "") -> Side:
     shared = _analysis_shares(view, mode)
     if shared is not None:
         cats = shared
-    return Side(label or str(view.meta.get("recording") or mode), mode, n, ms["tokens_per_s"],
+    side = Side(printable(label or view.meta.get("recording") or mode, 80), printable(mode, 40),
+                n, ms["tokens_per_s"],
                 ms["ms_per_token_median"], ms["kernels_per_token_median"],
                 ms["gpu_busy_fraction"], ms["kernel_ms_per_token_median"], cats, kernels,
                 ms["decode_tokens"] or 0, ms.get("batch"))
+    side.requests = request_figures(view)
+    return side
+
+
+REQUEST_FIGURES = (("finished requests", "finished", None, ""),
+                   ("TTFT p50", "ttft_ms", 0.5, "ms"), ("TTFT p99", "ttft_ms", 0.99, "ms"),
+                   ("ITL p50", "itl_ms", 0.5, "ms"), ("ITL p99", "itl_ms", 0.99, "ms"),
+                   ("queue wait p50", "queue_ms", 0.5, "ms"),
+                   ("end to end p50", "e2e_ms", 0.5, "ms"),
+                   ("outside model steps p50", "outside_ms", 0.5, "ms"))
+
+
+def request_figures(view: StoreView) -> dict:
+    """TTFT, ITL, queue wait and end-to-end percentiles over every finished request of the
+    session (its running statistics), empty for a session without requests."""
+    req = view.requests
+    if not req:
+        return {}
+    out = {}
+    for label, key, q, _unit in REQUEST_FIGURES:
+        if q is None:
+            out[label] = req.counts.get(key, 0)
+            continue
+        st = req.stats.get(key)
+        out[label] = st.quantile(q) if st is not None and st.count else None
+    return out
 
 
 def _analysis_shares(view: StoreView, mode: str) -> dict[str, float] | None:
@@ -116,7 +149,8 @@ def compare(a: Side, b: Side, top: int = 10) -> DiffResult:
         Change("sequences/step", a.batch, b.batch, ""),
     ]
     cat_names = list(a.categories) + [c for c in b.categories if c not in a.categories]
-    cats = [Change(c, a.categories.get(c, 0.0), b.categories.get(c, 0.0), "%") for c in cat_names]
+    cats = [Change(printable(c), a.categories.get(c, 0.0), b.categories.get(c, 0.0), "%")
+            for c in cat_names]
 
     def top_of(side: Side) -> list[str]:
         return sorted(side.kernels, key=lambda k: (-side.kernels[k][2], k))[:top]
@@ -129,7 +163,9 @@ def compare(a: Side, b: Side, top: int = 10) -> DiffResult:
         rows.append(Change(info[0], ka[2] if ka else 0.0, kb[2] if kb else 0.0, "µs/token",
                            info[1]))
     rows.sort(key=lambda c: (-max(c.a or 0.0, c.b or 0.0), c.label))
-    return DiffResult(a, b, metrics, cats, rows)
+    reqs = [Change(label, a.requests.get(label), b.requests.get(label), unit)
+            for label, _k, _q, unit in REQUEST_FIGURES] if (a.requests or b.requests) else []
+    return DiffResult(a, b, metrics, cats, rows, reqs)
 
 
 def _pct(x: float | None) -> float | None:
@@ -175,6 +211,10 @@ def _rows(res: DiffResult) -> list[tuple[str, list[list[str]]]]:
     sections = []
     sections.append(("Summary", [[c.label, _num(c.a, c.unit), _num(c.b, c.unit), *_chg(c), c.unit]
                                  for c in res.metrics]))
+    if res.requests:
+        sections.append(("Requests (every finished request)",
+                         [[c.label, _num(c.a, c.unit), _num(c.b, c.unit), *_chg(c), c.unit]
+                          for c in res.requests]))
     sections.append(("Kernel time by category (share %)",
                      [[c.label, _num(c.a), _num(c.b), *_chg(c), "%"] for c in res.categories]))
     sections.append(("Top kernels (µs per token)",
@@ -191,9 +231,9 @@ def render_text(res: DiffResult, markdown: bool = False, name_width: int = 48) -
     out: list[str] = []
     for title, rows in _rows(res):
         if markdown:
-            out += [f"### {title}", "", "| " + " | ".join(head) + " |",
+            out += [f"### {title}", "", "| " + " | ".join(_md(h) for h in head) + " |",
                     "|" + "|".join(["---"] + ["---:"] * 4 + ["---"]) + "|"]
-            out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+            out += ["| " + " | ".join(_md(c) for c in r) + " |" for r in rows]
         else:
             rows = [[r[0] if len(r[0]) <= name_width else r[0][: name_width - 1] + "…", *r[1:]]
                     for r in rows]
@@ -209,17 +249,26 @@ def render_text(res: DiffResult, markdown: bool = False, name_width: int = 48) -
     return "\n".join(out)
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_<>\[\]|])")
+
+
+def _md(cell: str) -> str:
+    """A markdown table cell: a name's ``|``, ``<`` (an HTML tag), ``*`` or ``[`` is text."""
+    return _MD_SPECIAL.sub(r"\\\1", cell)
+
+
 def render_rich(res: DiffResult) -> Any:
     """A rich renderable (``rich.console.Group`` of tables) of a diff."""
     from rich.console import Group  # noqa: PLC0415 - rich only when rendering
     from rich.table import Table
+    from rich.text import Text
 
     tables = []
     for title, rows in _rows(res):
         t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
         t.add_column("", overflow="ellipsis", max_width=60, no_wrap=True)
-        t.add_column(f"{res.a.label} ({res.a.mode})", justify="right")
-        t.add_column(f"{res.b.label} ({res.b.mode})", justify="right")
+        t.add_column(Text(f"{res.a.label} ({res.a.mode})"), justify="right")
+        t.add_column(Text(f"{res.b.label} ({res.b.mode})"), justify="right")
         t.add_column("change", justify="right")
         t.add_column("%", justify="right")
         t.add_column("unit")
@@ -227,6 +276,6 @@ def render_rich(res: DiffResult) -> Any:
             style = ""
             if r[4].startswith("-"):
                 style = "green" if title.startswith("Top") or "ms" in r[5] else ""
-            t.add_row(*r, style=style or None)
+            t.add_row(*(Text(c) for c in r), style=style or None)
         tables.append(t)
     return Group(*tables)

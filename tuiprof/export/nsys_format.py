@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Iterable, Sequence
 
 from ..store.stats import RunningStats
+from ..text import csv_cell, printable
 
 # Column kinds: how a cell is printed.
 INT, F1, MB, STR = "int", "f1", "mb", "str"
@@ -117,7 +118,7 @@ def _cell(v: object, kind: str) -> str:
         return repr(float(v))
     if kind == MB:
         return f"{float(v) / 1e6:.3f}"
-    return str(v)
+    return csv_cell(v)   # a name: printable, and never a spreadsheet formula
 
 
 def csv_field(text: str) -> str:
@@ -142,7 +143,7 @@ def _pretty(v: object, kind: str) -> str:
         return f"{float(v):,.1f}"
     if kind == MB:
         return f"{float(v) / 1e6:,.3f}"
-    return str(v)
+    return printable(v)
 
 
 def _clip(text: str, colmax: int) -> str:

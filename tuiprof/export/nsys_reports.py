@@ -7,6 +7,8 @@ adds the per-instance ``cuda_gpu_trace``. See docs/exports.md for how each colum
 """
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Sequence
@@ -250,6 +252,13 @@ def format_reports(view: StoreView, window_only: bool = False, colmax: int = 100
     return "\n".join(to_column(r, colmax) for r in build_reports(view, window_only))
 
 
+MANIFEST = "tuiprof_export.json"   # the files of the last export into a directory
+MANIFEST_FORMAT = "tuiprof-export"
+# tuiprof's names in a directory without a manifest (an export by an older tuiprof)
+_OLD_NAMES = re.compile(r"^tuiprof(_window)?_(reports\.txt|(%s)\.csv)$"
+                        % "|".join(SUMMARY_REPORTS + (TRACE_REPORT,)))
+
+
 def write_nsys_reports(view: StoreView | RanksView, directory: str | Path,
                        window_only: bool = False, prefix: str | None = None, text: bool = True,
                        window: Window | None = None) -> list[Path]:
@@ -259,10 +268,62 @@ def write_nsys_reports(view: StoreView | RanksView, directory: str | Path,
     window, which also writes ``cuda_gpu_trace``). With ``text`` the console tables go to
     ``<prefix>_reports.txt``. Returns the paths written. A :class:`RanksView` writes every
     rank's reports and the combined ones (:func:`write_rank_reports`).
+
+    An export is a complete set: the files of an earlier export into the same directory
+    (listed in its ``tuiprof_export.json``) that this one does not write are removed, so a
+    directory never mixes two sessions' reports; files that are not tuiprof's are never
+    touched (see :func:`replace_set`).
     """
-    if isinstance(view, RanksView):
-        return write_rank_reports(view, directory, text=text)
     d = ensure_dir(directory)
+    if isinstance(view, RanksView):
+        paths = write_rank_reports(view, d, text=text)
+    else:
+        paths = _write_reports(view, d, window_only, prefix, text, window)
+    return replace_set(d, paths)
+
+
+def replace_set(directory: Path, paths: list[Path]) -> list[Path]:
+    """Make ``paths`` (just written) the directory's whole set of tuiprof reports: remove the
+    earlier export's files that were not written again, then list the new set in the manifest.
+    An earlier export's files are those its manifest names, or, without a manifest (tuiprof
+    before manifests), the files named ``tuiprof_<report>.csv``, ``tuiprof_window_<report>.csv``
+    and ``tuiprof[_window]_reports.txt``."""
+    names = {p.name for p in paths}
+    old = _previous_set(directory)
+    for name in sorted(old - names):
+        p = directory / name
+        if p.parent == directory and p.is_file() and not p.is_symlink():
+            try:
+                p.unlink()
+            except OSError:   # stays; the manifest no longer claims it
+                pass
+    atomic_write_text(directory / MANIFEST, json.dumps(
+        {"format": MANIFEST_FORMAT, "files": sorted(names)}, indent=1) + "\n")
+    return paths
+
+
+def _previous_set(directory: Path) -> set[str]:
+    try:
+        doc = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {p.name for p in directory.iterdir() if _OLD_NAMES.match(p.name)}
+    except (OSError, ValueError):
+        return set()
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("format") == MANIFEST_FORMAT \
+        else None
+    # only plain names of report files: a manifest edited by hand cannot point elsewhere
+    return {f for f in files if isinstance(f, str) and _REPORT_NAME.match(f)} \
+        if isinstance(files, list) else set()
+
+
+_REPORT_NAME = re.compile(r"^[A-Za-z0-9_]+_(reports\.txt|(%s)\.csv)$"
+                          % "|".join(SUMMARY_REPORTS + (TRACE_REPORT,)))
+
+
+def _write_reports(view: StoreView, d: Path, window_only: bool = False,
+                   prefix: str | None = None, text: bool = True,
+                   window: Window | None = None) -> list[Path]:
+    """One view's reports into ``d`` (no manifest: see :func:`write_nsys_reports`)."""
     prefix = prefix or ("tuiprof_window" if window_only else "tuiprof")
     reports = build_reports(view, window_only, window=window)
     paths = []
@@ -284,15 +345,15 @@ def write_rank_reports(rv: RanksView, directory: str | Path, text: bool = True) 
     from ..store.rank_set import combined_view  # noqa: PLC0415
     from .window import ranks_window  # noqa: PLC0415
 
+    d = ensure_dir(directory)
     paths: list[Path] = []
     for r, view in enumerate(rv.views):
-        paths += write_nsys_reports(view, directory, prefix=f"rank{r}", text=text)
-        paths += write_nsys_reports(view, directory, window_only=True, prefix=f"rank{r}_window",
-                                    text=text)
+        paths += _write_reports(view, d, prefix=f"rank{r}", text=text)
+        paths += _write_reports(view, d, window_only=True, prefix=f"rank{r}_window", text=text)
     merged = combined_view(rv)
-    paths += write_nsys_reports(merged, directory, prefix="all", text=text)
-    paths += write_nsys_reports(merged, directory, window_only=True, prefix="all_window",
-                                text=text, window=ranks_window(rv))
+    paths += _write_reports(merged, d, prefix="all", text=text)
+    paths += _write_reports(merged, d, window_only=True, prefix="all_window", text=text,
+                            window=ranks_window(rv))
     return paths
 
 

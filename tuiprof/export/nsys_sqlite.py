@@ -11,6 +11,7 @@ Timestamps are CUPTI nanoseconds minus the window's first event. The DDL is tuip
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import sqlite3
 from pathlib import Path
 
@@ -53,7 +54,7 @@ DDL = {
     "NVTX_EVENTS": (
         "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, "
         "category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, "
-        "textId INTEGER, domainId INTEGER"),
+        "textId INTEGER, domainId INTEGER, jsonText TEXT"),
     "ThreadNames": "nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER",
     "PROCESSES": "globalPid INTEGER, pid INTEGER, name TEXT",
     "TARGET_INFO_GPU": (
@@ -82,7 +83,7 @@ ENUM_CUDA_MEM_KIND = [(i, f"CUDA_MEMOPR_MEMORY_KIND_{label.upper().replace(' ', 
                                                  "Managed", "Device Static", "Managed Static",
                                                  "Unknown"])]
 MEM_KIND_UNKNOWN_ID = 7
-EVENT_PUSHPOP, EVENT_DOMAIN_CREATE = 59, 75
+EVENT_PUSHPOP, EVENT_STARTEND, EVENT_DOMAIN_CREATE = 59, 60, 75
 ENUM_NSYS_EVENT_TYPE = [(33, "NVTX_CATEGORY", "NvtxCategory"), (34, "NVTX_MARK", "NvtxMark"),
                         (39, "NVTX_THREAD", "NvtxThread"),
                         (59, "NVTX_PUSHPOP_RANGE", "NvtxPushPopRange"),
@@ -121,7 +122,11 @@ def _insert(con: sqlite3.Connection, table: str, cols: str, rows: list) -> None:
 def fill_database(con: sqlite3.Connection, view: StoreView, window: Window | None = None) -> None:
     """Create and fill the tables in an open (empty) database."""
     w = window if window is not None else window_of(view)
-    fill_parts(con, [(view, w, device_id(view), PID, "tuiprof")], w.t0)
+    t0 = w.t0
+    arrivals = [r.arrival_ns for r in _requests_in(view, w)]
+    if arrivals:  # the timeline starts at the earliest request: its queue wait is whole
+        t0 = min(arrivals) if w.empty else min(t0, *arrivals)
+    fill_parts(con, [(view, w, device_id(view), PID, "tuiprof")], t0)
 
 
 def fill_database_ranks(con: sqlite3.Connection, rv: RanksView) -> None:
@@ -174,12 +179,16 @@ def fill_parts(con: sqlite3.Connection, parts: list, t0: int) -> None:
         runtime += [(a.start - t0, a.end - t0, 1 if a.name.startswith("cu") and not
                      a.name.startswith("cuda") else 0, gtid, a.corr, strings(a.name), 0)
                     for a in w.api]
-        nvtx += [(s - t0, e - t0, EVENT_PUSHPOP, f"{name}", gtid, None, 0)
+        nvtx += [(s - t0, e - t0, EVENT_PUSHPOP, _text(name), gtid, None, 0, None)
                  for name, s, e in w.ranges]
         threads.append((strings(pname), 0, gtid))
-        processes.append((gpid, pid, pname))
+        reqs = _request_ranges(view, w, t0, gpid | (pid + 1))
+        if reqs:
+            nvtx += reqs
+            threads.append((strings(f"{pname} requests"), 0, gpid | (pid + 1)))
+        processes.append((gpid, pid, _text(pname)))
         sm = view.meta.get("sm_count")
-        gpus.setdefault(dev, (0, dev, device_name(view),
+        gpus.setdefault(dev, (0, dev, _text(device_name(view)),
                               sm if isinstance(sm, int) else None, dev))
 
     for table in ("StringIds", "ThreadNames", "PROCESSES", "TARGET_INFO_GPU",
@@ -209,7 +218,8 @@ def fill_parts(con: sqlite3.Connection, parts: list, t0: int) -> None:
             "start,end,eventClass,globalTid,correlationId,nameId,returnValue", runtime)
     if nvtx and NVTX_DOMAIN:
         pass  # a named domain would need an eventType-75 row; tuiprof uses the default one
-    _insert(con, "NVTX_EVENTS", "start,end,eventType,text,globalTid,endGlobalTid,domainId", nvtx)
+    _insert(con, "NVTX_EVENTS",
+            "start,end,eventType,text,globalTid,endGlobalTid,domainId,jsonText", nvtx)
     _insert(con, "ThreadNames", "nameId,priority,globalTid", threads)
     _insert(con, "PROCESSES", "globalPid,pid,name", processes)
     _insert(con, "TARGET_INFO_GPU", "vmId,id,name,smCount,cuDevice", list(gpus.values()))
@@ -228,7 +238,44 @@ def fill_parts(con: sqlite3.Connection, parts: list, t0: int) -> None:
     _insert(con, "ENUM_CUDA_MEM_KIND", "id,name,label", ENUM_CUDA_MEM_KIND)
     _insert(con, "ENUM_NSYS_EVENT_TYPE", "id,name,label", ENUM_NSYS_EVENT_TYPE)
     _insert(con, "ENUM_NSYS_EVENT_CLASS", "id,name,label", ENUM_NSYS_EVENT_CLASS)
-    _insert(con, "StringIds", "id,value", [(i, s) for s, i in strings.ids.items()])
+    _insert(con, "StringIds", "id,value", [(i, _text(s)) for s, i in strings.ids.items()])
+
+
+def _text(value: object) -> str:
+    """A name as SQLite TEXT: exactly, unless it holds a lone surrogate (valid in JSON, not
+    UTF-8), which is written as its ``\\udxxx`` escape."""
+    s = str(value)
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _requests_in(view: StoreView, w: Window) -> list:
+    from ..analysis.requests import export_requests  # noqa: PLC0415
+
+    if not view.requests.rows:
+        return []
+    return export_requests(view, w.t0, w.t1) if not w.empty else list(view.requests.rows)
+
+
+def _request_ranges(view: StoreView, w: Window, t0: int, gtid: int) -> list:
+    """A server's requests as start/end ranges on a thread of their own: ``request`` and its
+    ``request queued``, ``request prefill`` and ``request decode``, the request's id in
+    ``jsonText``; those alive in the window (all, with no window)."""
+    from ..analysis.requests import now_ns, phases  # noqa: PLC0415
+
+    reqs = _requests_in(view, w)
+    now = now_ns(view)
+    out = []
+    for r in reqs:
+        rid = json.dumps({"request": r.id if isinstance(r.id, (str, int)) else str(r.id)})
+        for name, s, e in phases(r, now):
+            label = "request" if name == "request" else f"request {name}"
+            out.append((max(s, t0) - t0, max(e, t0) - t0, EVENT_STARTEND, label, gtid, None, 0,
+                        rid))
+    return out
 
 
 def write_nsys_sqlite(view: StoreView | RanksView, path: str | Path) -> Path:

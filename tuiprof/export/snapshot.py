@@ -15,6 +15,8 @@ import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain, repeat
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -23,14 +25,21 @@ from ..errors import TuiprofError, safe_text, safe_tree
 from ..store import (ConfigData, KernelAggregate, RunningStats, StoreView, TokenRow, compose_view,
                      config_order)
 from ..store.rank_set import RanksView
+from ..store.requests import RequestRow, RequestsView
 from ..store.records import COPY_KINDS, DIRECTION
 from ._atomic import atomic_write_bytes
 from .names import demangle
 from .summary import summary
 
-SCHEMA_VERSION = 4       # 2: batch configurations ("batch", "configurations", token "config");
+SCHEMA_VERSION = 6       # 2: batch configurations ("batch", "configurations", token "config");
                          # 3: token "rerecord"; 4: token "model_*"/"loop_*" (a step's kernels
-                         # launched inside and outside its model forward), kernel "loop_*"
+                         # launched inside and outside its model forward), kernel "loop_*";
+                         # 5: token "attached" (CUPTI attached while the step ran: traced and
+                         # untraced steps told apart) and the token statistics "untraced_*",
+                         # "traced_step_ms", "traced_gpu_ms"
+                         # 6: a server's "requests" and "request_stats", token "requests",
+                         # "prefills", "prefill_tokens", "decode_tokens", "pending", "running",
+                         # "kv_used", "kv_total"
 FORMAT = "tuiprof-snapshot"
 RANKS_FORMAT = "tuiprof-ranks-snapshot"   # a tensor-parallel session: one snapshot per rank
 MAX_RANKS = 1024
@@ -52,7 +61,9 @@ META_KEYS = frozenset({
     "rank", "world_size", "local_rank", "tp", "backend", "clock_sync", "lockstep", "tp_shard",
     "model_params", "test_tp_delay",
     "max_batch", "step_time_sources",
-    "process", "job", "cuda", "native", "auto_steps",
+    "process", "job", "cuda",
+    "native", "auto_steps",
+    "request_sources", "load",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
 WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference",
@@ -205,21 +216,54 @@ def snapshot_dict(view: StoreView, findings: Iterable | None = None,
         "overhead": _jsonable(view.overhead),
         "findings": [_finding_dict(f) for f in findings],
         "output": [str(line) for line in view.output],
+        **(_request_sections(view.requests) if view.requests else {}),
     }
 
 
+# request fields written as they are (the rest: derived, or the arrays)
+_REQUEST_FIELDS = ("source", "status", "reason", "arrival_ns", "queued_ns", "first_step_ns",
+                   "first_step_seq", "first_token_ns", "last_token_ns", "finish_ns",
+                   "prompt_tokens", "output_tokens", "kv_blocks", "prefill_steps",
+                   "decode_steps", "shared", "preemptions", "model_ns")
+
+
+def _request_id(rid: Any) -> Any:
+    return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else str(rid)
+
+
+def request_dict(r: RequestRow) -> dict:
+    """One request's entry: its fields, every token's time, its steps, and the derived
+    ``queue_ms``, ``ttft_ms``, ``e2e_ms``, ``outside_ms`` and ``itl_ms`` (statistics)."""
+    from ..analysis.requests import itl_summary, outside_ms  # noqa: PLC0415
+
+    d = {"id": _request_id(r.id), **{k: getattr(r, k) for k in _REQUEST_FIELDS},
+         "token_ns": list(r.token_ns), "steps": list(r.steps),
+         "queue_ms": r.queue_ms, "ttft_ms": r.ttft_ms, "e2e_ms": r.e2e_ms,
+         "outside_ms": outside_ms(r), "itl_ms": itl_summary(r)}
+    return _jsonable(d)
+
+
+def _request_sections(req: RequestsView) -> dict:
+    return {"requests": [request_dict(r) for r in req.rows],
+            "request_stats": {"counts": dict(req.counts), "misuse": dict(req.misuse),
+                              "sources": {str(k): v for k, v in req.sources.items()},
+                              "keep": req.keep,
+                              "stats": {k: stats_dict(v) for k, v in req.stats.items()}}}
+
+
 def dumps(doc: dict) -> bytes:
-    """Canonical bytes of a snapshot document (sorted keys, compact, UTF-8, newline)."""
+    """Canonical bytes of a snapshot document (sorted keys, compact, ASCII, newline).
+
+    ASCII (``\\u`` escapes) rather than raw UTF-8: one character outside Latin-1 anywhere in
+    the file (a "→" in a finding) makes Python hold the whole text at two bytes a character
+    when it is read back, which doubled the memory a large snapshot needs to load. It also
+    keeps a lone surrogate (valid JSON) exactly."""
     try:
-        text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                           allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TuiprofError(f"cannot encode snapshot: {exc}") from None
-    try:
-        return text.encode("utf-8") + b"\n"
-    except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800" escape read back): keep it
-        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                          allow_nan=False).encode("ascii") + b"\n"
+    return text.encode("ascii") + b"\n"
 
 
 def world_meta(rv: RanksView) -> dict:
@@ -326,17 +370,27 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
     if obj.get("format") != FORMAT:
         raise _bad(where, f"format is {str(obj.get('format'))[:40]!r}, not {FORMAT!r}")
     _check_version(obj.get("schema_version"), where)
+    doc = dict(obj)
+    # The two long arrays (a token row per step, an NVML sample per 100 ms) are checked one
+    # element at a time by rules compiled from the schema (checked against jsonschema's
+    # verdict in the tests); the schema itself then runs on a sample of them and the rest.
+    checked = set()
+    for key, check, sub in (("tokens", _token_problem, "token"), ("nvml", _nvml_problem, None)):
+        items = obj.get(key)
+        if isinstance(items, list):
+            _check_items(items, check, sub, key, where)
+            doc[key] = _sample(items)
+            checked.add(key)
     for key in ("meta", "overhead", "findings", "allocs", "nvml", "series", "tokens", "counters",
                 "collectors", "summary", "events", "api", "nvtx", "output",
-                "configurations"):
-        problem = _free_form_problem(obj[key], MAX_DEPTH) if key in obj else None
+                "configurations", "requests", "request_stats"):
+        problem = (_free_form_problem(obj[key], MAX_DEPTH)
+                   if key in obj and key not in checked else None)
         if problem:
             raise _bad(where, f"'{key}' {problem}")
     import jsonschema  # noqa: PLC0415 - only readers need it
 
-    doc = obj
     if not all_records and isinstance(obj.get("raw"), list):
-        doc = dict(obj)
         doc["raw"] = [dict(r, records=r["records"][:4])
                       if isinstance(r, dict) and isinstance(r.get("records"), list) else r
                       for r in obj["raw"]]
@@ -344,6 +398,243 @@ def validate_snapshot(obj: Any, where: str = "document", all_records: bool = Tru
     if err is not None:
         at = "/".join(str(p) for p in err.absolute_path) or "top level"
         raise _bad(where, f"{at}: {err.message[:120]}")
+
+
+SAMPLE = 256     # elements of a long array that the full JSON Schema checks as well
+
+
+def _sample(items: list) -> list:
+    """The first and last elements and an even spread between, at most ``SAMPLE`` (rows
+    already built by the streaming reader stand in as their dicts)."""
+    if isinstance(items, _Rows):
+        return items.sample
+    if len(items) <= SAMPLE:
+        return items
+    step = len(items) / (SAMPLE - 1)
+    return [items[min(len(items) - 1, int(i * step))] for i in range(SAMPLE)]
+
+
+def _check_items(items: list, check, sub: str | None, key: str, where: str) -> None:
+    """Every element of a long array by its compiled rule; the first bad one is reported with
+    jsonschema's own words where it has them."""
+    if isinstance(items, _Rows):      # built by the streaming reader, checked by columns
+        if items.problem is None:
+            return
+        i, problem = items.problem
+        raise _bad(where, f"{key}/{i}: {problem}")
+    for i, item in enumerate(items):
+        problem = check(item)
+        if problem is None:
+            continue
+        if sub is not None:
+            err = _sub_error(sub, item)
+            if err is not None:
+                at = "/".join(str(p) for p in (key, i, *err.absolute_path))
+                raise _bad(where, f"{at}: {err.message[:120]}")
+        raise _bad(where, f"{key}/{i}: {problem}")
+
+
+def _sub_error(name: str, item: Any) -> Any:
+    import jsonschema  # noqa: PLC0415
+
+    sc = schema()
+    cls = jsonschema.validators.validator_for(sc)
+    v = cls({"$defs": sc["$defs"], "$ref": f"#/$defs/{name}"})
+    return jsonschema.exceptions.best_match(v.iter_errors(item))
+
+
+# ------------------------------------------------------------------ compiled rules
+_INTEGER, _NUMBER = "integer", "number"
+_PY = {"string": (str,), "boolean": (bool,), "null": (type(None),), "object": (dict,),
+       "array": (list,), _NUMBER: (int, float), _INTEGER: (int,)}
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def _allowed(spec: dict) -> tuple[frozenset, bool]:
+    """The Python types a JSON Schema ``type`` allows, and whether it is an integer (a float
+    with an integral value passes too, as jsonschema has it)."""
+    names = spec["type"] if isinstance(spec["type"], list) else [spec["type"]]
+    types = {t for n in names for t in _PY[n]}
+    return frozenset(types), _INTEGER in names and _NUMBER not in names
+
+
+@lru_cache(maxsize=1)
+def _token_rules() -> tuple:
+    d = schema()["$defs"]["token"]
+    props = d["properties"]
+    order = tuple(sorted(props))
+    allowed = tuple(_allowed(props[k]) for k in order)
+    minimum = tuple((k, props[k]["minimum"]) for k in order if "minimum" in props[k])
+    maps = tuple((k, _allowed(props[k]["additionalProperties"])[0]) for k in order
+                 if isinstance(props[k].get("additionalProperties"), dict))
+    strings = tuple(k for k in order if str in _allowed(props[k])[0])
+    return (order, allowed, minimum, maps, strings, frozenset(d["required"]), frozenset(props))
+
+
+_GOOD_SIGNATURES: set = set()   # type signatures of token rows found good (most rows share few)
+
+
+def _token_problem(t: Any) -> str | None:
+    """Why a token row breaks the schema (``$defs/token``), or None. Nesting and string
+    lengths are bounded here too (the free-form check is not run over the rows).
+
+    The common case costs a few C-level passes over the row: its keys, the tuple of its
+    values' types (a signature already found good), the minimums, its two small maps; any
+    doubt goes to :func:`_token_problem_in_full`, which names the problem."""
+    if type(t) is not dict:
+        return _token_problem_in_full(t)
+    order, _allowed_, minimum, maps, strings, required, known = _token_rules()
+    keys = t.keys()
+    if not (required <= keys <= known) \
+            or tuple(map(type, map(t.get, order, repeat(_MISSING)))) not in _GOOD_SIGNATURES \
+            or min(map(t.get, _min_keys_cached(), repeat(0))) < 0 \
+            or max(map(len, filter(_is_str, map(t.get, strings))), default=0) > MAX_STRING:
+        return _token_problem_in_full(t)
+    for k, types in maps:
+        m = t.get(k)
+        if type(m) is dict and m and (not set(map(type, m.values())) <= types
+                                      or max(map(len, m)) > MAX_STRING):
+            return _token_problem_in_full(t)
+    return None
+
+
+@lru_cache(maxsize=1)
+def _min_keys_cached() -> tuple:
+    minimum = _token_rules()[2]
+    assert {least for _k, least in minimum} == {0}, "the fast path assumes every minimum is 0"
+    return tuple(k for k, _least in minimum)
+
+
+def _is_str(v: Any) -> bool:
+    return type(v) is str
+
+
+def _token_problem_in_full(t: Any) -> str | None:
+    if type(t) is not dict:
+        return f"{safe_text(t, 40)} is not of type 'object'"
+    order, allowed, minimum, maps, strings, required, known = _token_rules()
+    keys = t.keys()
+    if not required <= keys:
+        return f"{sorted(required - keys)[0]!r} is a required property"
+    if not keys <= known:
+        return f"Additional properties are not allowed ({sorted(keys - known)[0]!r} was unexpected)"
+    sig = tuple(map(type, map(t.get, order, repeat(_MISSING))))
+    integral = True
+    for k, typ, (types, integer) in zip(order, sig, allowed):
+        if typ is _Missing or typ in types:
+            continue
+        v = t[k]
+        if integer and typ is float and v.is_integer():
+            integral = False        # value-dependent: this signature is not remembered
+            continue
+        return f"{k}: {safe_text(v, 40)} is not of type {props_type(k)}"
+    for k, least in minimum:
+        v = t.get(k)
+        if v is not None and v < least:
+            return f"{k}: {v} is less than the minimum of {least}"
+    for k, types in maps:
+        m = t.get(k)
+        if type(m) is dict:
+            for mk, mv in m.items():
+                tv = type(mv)
+                if tv not in types and not (int in types and tv is float and mv.is_integer()):
+                    return f"{k}/{safe_text(mk, 40)}: {safe_text(mv, 40)} is not allowed"
+                if tv is float and float not in types:
+                    integral = False
+                if len(mk) > MAX_STRING:
+                    return f"{k} holds a key of {len(mk):,} characters (the limit is {MAX_STRING:,})"
+    for k in strings:
+        v = t.get(k)
+        if type(v) is str and len(v) > MAX_STRING:
+            return f"{k} holds a string of {len(v):,} characters (the limit is {MAX_STRING:,})"
+    if integral and len(_GOOD_SIGNATURES) < 4096:
+        _GOOD_SIGNATURES.add(sig)
+    return None
+
+
+def _column_problem(rows: list) -> tuple | None:
+    """The first row (index, why) whose values break the token schema, checked column by
+    column: each field's set of value types, minimums and string lengths come from C-level
+    passes over all rows (a few hundred ms for 500,000 rows, where a row-by-row check took
+    seconds). Only a column with something unexpected is looked at row by row."""
+    built = [r for r in rows if type(r) is TokenRow]
+    if len(built) != len(rows):
+        i = next(i for i, r in enumerate(rows) if type(r) is not TokenRow)
+        return i, _token_problem_in_full(rows[i]) or "malformed token row"
+    if not rows:
+        return None
+    order, allowed, minimum, maps, strings, _required, _known = _token_rules()
+    suspect: set[int] = set()
+    for k, (types, integer) in zip(order, allowed):
+        col = list(map(attrgetter(k), rows))
+        kinds = set(map(type, col))
+        if k == "config":
+            kinds.discard(_Missing)
+        if not kinds <= types:
+            suspect.update(i for i, v in enumerate(col) if type(v) not in types)
+    for k, least in minimum:
+        col = map(attrgetter(k), rows)
+        if min(col, key=_num_or_min, default=least) < least:
+            suspect.update(i for i, r in enumerate(rows) if _num_or_min(getattr(r, k)) < least)
+    for k in strings:
+        lens = list(map(len, filter(_is_str, map(attrgetter(k), rows))))
+        if lens and max(lens) > MAX_STRING:
+            suspect.update(i for i, r in enumerate(rows)
+                           if type(getattr(r, k)) is str and len(getattr(r, k)) > MAX_STRING)
+    for k, types in maps:
+        ms = [m for m in map(attrgetter(k), rows) if type(m) is dict]
+        kinds = set(map(type, chain.from_iterable(map(dict.values, ms))))
+        longest = max(map(len, chain.from_iterable(ms)), default=0)
+        if not kinds <= types or longest > MAX_STRING:
+            suspect.update(i for i, r in enumerate(rows) if type(getattr(r, k)) is dict)
+    for i in sorted(suspect):
+        why = _token_problem_in_full(_as_dict(rows[i]))
+        if why is not None:
+            return i, why
+    return None
+
+
+def _num_or_min(v: Any) -> float:
+    return v if type(v) in (int, float) else float("inf")
+
+
+def _as_dict(row: TokenRow) -> dict:
+    d = row.to_dict()
+    if d.get("config") is _MISSING:
+        del d["config"]
+    return d
+
+
+def props_type(k: str) -> str:
+    spec = schema()["$defs"]["token"]["properties"][k]["type"]
+    return repr(spec) if isinstance(spec, str) else " or ".join(map(repr, spec))
+
+
+def _nvml_problem(s: Any) -> str | None:
+    """Why an NVML sample breaks the schema (an object: integer ``ts_ns``, numbers or null)."""
+    if type(s) is not dict:
+        return f"{safe_text(s, 40)} is not of type 'object'"
+    ts = s.get("ts_ns", _MISSING)
+    if ts is _MISSING:
+        return "'ts_ns' is a required property"
+    if not (type(ts) is int or (type(ts) is float and ts.is_integer())):
+        return f"ts_ns: {safe_text(ts, 40)} is not of type 'integer'"
+    if not set(map(type, s.values())) <= _NVML_TYPES:
+        bad = next(v for v in s.values() if type(v) not in _NVML_TYPES)
+        return f"{safe_text(bad, 40)} is not of type 'number', 'null'"
+    for k in s:
+        if len(k) > MAX_STRING:
+            return f"holds a key of {len(k):,} characters (the limit is {MAX_STRING:,})"
+    return None
+
+
+_NVML_TYPES = frozenset({int, float, type(None)})
 
 
 def _stats(d: dict, where: str) -> RunningStats:
@@ -404,9 +695,14 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
         key = doc.get("batch", 1)
         tokens = []
         for t in doc["tokens"]:
-            row = TokenRow(**{k: t[k] for k in _TOKEN_FIELDS if k in t})
-            if "config" not in t:
-                row.config = key
+            if type(t) is TokenRow:
+                row = t
+                if row.config is _MISSING:
+                    row.config = key
+            else:
+                row = _row(t)            # validated: only the schema's (= TokenRow's) fields
+                if row.config is _MISSING:
+                    row.config = key
             tokens.append(row)
         parts = {key: _read_part(doc, where)}
         for c in doc.get("configurations", []):
@@ -414,17 +710,41 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
                 raise _bad(where, f"configuration {str(c['batch'])[:20]!r} appears twice")
             parts[c["batch"]] = _read_part(c, where)
         raw = [(r["seq"], [_record(x, where) for x in r["records"]]) for r in doc["raw"]]
+        for t in tokens:
+            if isinstance(t.requests, list):
+                t.requests = tuple(t.requests)
         return compose_view(
             safe_tree(dict(doc["meta"])), tokens, parts, key, raw=raw, nvml=list(doc["nvml"]),
             counters=dict(doc["counters"]), collectors=safe_tree(dict(doc["collectors"])),
             events=[tuple(safe_tree(list(e))) for e in doc["events"]],
             overhead=safe_tree(dict(doc["overhead"])),
             output=[safe_text(str(line), 4096) for line in doc.get("output", ())],
-            series={str(k): list(v) for k, v in doc.get("series", {}).items()})
+            series={str(k): list(v) for k, v in doc.get("series", {}).items()},
+            requests=_read_requests(doc, where))
     except TuiprofError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as exc:
         raise _bad(where, f"{type(exc).__name__}: {safe_text(exc, 80)}") from None
+
+
+def _read_requests(doc: dict, where: str) -> RequestsView | None:
+    """The requests of a snapshot (None when it has none: a version < 5, or no server)."""
+    if "requests" not in doc and "request_stats" not in doc:
+        return None
+    from array import array  # noqa: PLC0415
+
+    rows = []
+    for d in doc.get("requests", ()):
+        r = RequestRow(d["id"], d["source"], d["arrival_ns"],
+                       **{k: d[k] for k in _REQUEST_FIELDS[4:] if k in d})
+        r.status, r.reason = d["status"], d.get("reason", "")
+        r.token_ns = array("q", d["token_ns"])
+        r.steps = array("q", d.get("steps", ()))
+        rows.append(r)
+    st = doc.get("request_stats") or {"counts": {}, "stats": {}}
+    return RequestsView(tuple(rows), {k: _stats(v, where) for k, v in st["stats"].items()},
+                        dict(st["counts"]), dict(st.get("misuse", {})),
+                        dict(st.get("sources", {})), int(st.get("keep", len(rows))))
 
 
 @dataclass
@@ -446,24 +766,183 @@ def _read_document(p: Path) -> Any:
         size = p.stat().st_size
         if size > MAX_BYTES:
             raise _bad(where, f"{size / 1024**2:.0f} MB is over the {MAX_BYTES // 1024**2} MB limit")
-        with open(p, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        with open(p, "rb", buffering=0) as fh:
+            data = bytearray(size + 1)   # exactly the file (one byte more tells a growing one)
+            view, n = memoryview(data), 0
+            while n < len(data):
+                k = fh.readinto(view[n:])
+                if not k:
+                    break
+                n += k
+            view.release()
+        if n > MAX_BYTES:
+            raise _bad(where, f"over the {MAX_BYTES // 1024**2} MB limit")
+        del data[n:]
+        text = data.decode("utf-8")
+        del data
     except FileNotFoundError:
         raise TuiprofError(f"no such snapshot: {p}") from None
     except IsADirectoryError:
         raise _bad(where, "it is a directory") from None
-    except OSError as exc:
-        raise TuiprofError(f"cannot read snapshot {p}: {safe_text(exc.strerror or exc, 120)}") from None
-    if len(data) > MAX_BYTES:
-        raise _bad(where, f"over the {MAX_BYTES // 1024**2} MB limit")
-    try:
-        return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise _bad(where, "not UTF-8 text (a gzip file? unpack it first)") from None
+    except OSError as exc:
+        raise TuiprofError(f"cannot read snapshot {p}: {safe_text(exc.strerror or exc, 120)}") from None
+    try:
+        return parse_document(text)
     except RecursionError:
         raise _bad(where, "JSON nested too deeply") from None
     except ValueError as exc:
         raise _bad(where, f"invalid JSON ({safe_text(exc, 80)})") from None
+
+
+# ------------------------------------------------------------------ streaming reader
+class _Rows(list):
+    """Token rows built while reading, a sample of their dicts for the full schema check, and
+    the first problem the column check found: (index, why) or None."""
+
+    sample: list
+    problem: tuple | None = None
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow))
+_FRESH_DICT = object()
+_DEFAULTS = tuple(_MISSING if f.name == "config" else _FRESH_DICT
+                  if f.default is dataclasses.MISSING else f.default
+                  for f in dataclasses.fields(TokenRow))
+
+
+def _row(d: dict, names: dict | None = None) -> TokenRow:
+    """A checked token dict as a row, positionally (a tenth of the cost of ``**d``); a
+    missing ``config`` is left ``_MISSING`` for the reader to fill in. ``names``: one copy of
+    each phase, mode and map key across the rows (each row read on its own would hold its
+    own copies: half of a row's memory)."""
+    row = TokenRow(*map(d.get, _FIELDS, _DEFAULTS))
+    if row.memcpy_bytes is _FRESH_DICT:
+        row.memcpy_bytes = {}
+    if names is not None:
+        one = names.setdefault
+        if type(row.phase) is str:
+            row.phase = one(row.phase, row.phase)
+        if type(row.mode) is str:
+            row.mode = one(row.mode, row.mode)
+        m = row.memcpy_bytes
+        if type(m) is dict and m:
+            row.memcpy_bytes = {one(k, k): v for k, v in m.items()}
+        a = row.alloc
+        if type(a) is dict and a:
+            row.alloc = {one(k, k): v for k, v in a.items()}
+    return row
+
+
+class _NotStreamable(Exception):
+    """The document is not laid out as the streaming reader expects: json.loads reads it."""
+
+
+_DECODER = json.JSONDecoder()
+_SCAN = _DECODER.scan_once
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def parse_document(text: str) -> Any:
+    """The JSON document in ``text``, as ``json.loads`` reads it, except that the token rows
+    of a snapshot (``tokens``, and each rank's in a multi-rank snapshot) become
+    :class:`TokenRow` objects as they are read, each after its schema check: a row's dict never
+    outlives its row, so a 500k-step snapshot needs a fraction of the memory (and none of the
+    time) that a million dicts would. Anything unusual falls back to ``json.loads``."""
+    try:
+        i = _WS.match(text, 0).end()
+        if not text.startswith("{", i):
+            raise _NotStreamable
+        doc, i = _object(text, i, top=True)
+        if _WS.match(text, i).end() != len(text):
+            raise _NotStreamable
+        return doc
+    except (_NotStreamable, StopIteration, IndexError, ValueError):
+        return json.loads(text)
+
+
+def _object(text: str, i: int, top: bool = False, rank: bool = False) -> tuple[dict, int]:
+    out: dict = {}
+    i = _WS.match(text, i + 1).end()
+    if text[i] == "}":
+        return out, i + 1
+    while True:
+        if text[i] != '"':
+            raise _NotStreamable
+        key, i = _SCAN(text, i)
+        i = _WS.match(text, i).end()
+        if text[i] != ":":
+            raise _NotStreamable
+        i = _WS.match(text, i + 1).end()
+        if key == "tokens" and (top or rank) and text[i] == "[":
+            value, i = _token_array(text, i)
+        elif key == "ranks" and top and text[i] == "[":
+            value, i = _array(text, i, lambda t, j: _object(t, j, rank=True)
+                              if t[j] == "{" else _SCAN(t, j))
+        else:
+            value, i = _SCAN(text, i)
+        out[key] = value
+        i = _WS.match(text, i).end()
+        c = text[i]
+        if c == ",":
+            i = _WS.match(text, i + 1).end()
+        elif c == "}":
+            return out, i + 1
+        else:
+            raise _NotStreamable
+
+
+def _array(text: str, i: int, element) -> tuple[list, int]:
+    out: list = []
+    i = _WS.match(text, i + 1).end()
+    if text[i] == "]":
+        return out, i + 1
+    while True:
+        value, i = element(text, i)
+        out.append(value)
+        i = _WS.match(text, i).end()
+        c = text[i]
+        if c == ",":
+            i = _WS.match(text, i + 1).end()
+        elif c == "]":
+            return out, i + 1
+        else:
+            raise _NotStreamable
+
+
+def _token_array(text: str, i: int) -> tuple[list, int]:
+    """The token rows of a snapshot, each built as soon as it is read (its dict is dropped);
+    every column is then checked against the schema at C speed (:func:`_column_problem`). A
+    row with other keys than the schema's stays a dict, for the validator to report."""
+    rows = _Rows()
+    sample: list = []
+    _order, _allowed_, _minimum, _maps, _strings, required, known = _token_rules()
+    append, match, scan, row_of = rows.append, _WS.match, _SCAN, _row
+    names: dict = {}
+    n = 0
+    i = match(text, i + 1).end()
+    if text[i] != "]":
+        while True:
+            d, i = scan(text, i)
+            if n < SAMPLE // 2 or (n % 499 == 0 and len(sample) < SAMPLE):
+                sample.append(d)
+            if type(d) is dict and required <= d.keys() <= known:
+                append(row_of(d, names))
+            else:
+                append(d)
+            n += 1
+            i = match(text, i).end()
+            c = text[i]
+            if c == ",":
+                i = match(text, i + 1).end()
+            elif c == "]":
+                break
+            else:
+                raise _NotStreamable
+    rows.sample = sample
+    rows.problem = _column_problem(rows)
+    return rows, i + 1
 
 
 def _ranks_document(doc: dict, where: str) -> RanksView:

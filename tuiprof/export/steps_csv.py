@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from ..store.rank_set import RanksView
+from ..text import csv_cell
 from ._atomic import atomic_write_text
 
 COLUMNS = ("seq", "config", "phase", "mode", "batch", "positions", "start_ns", "end_ns",
            "host_ms", "gpu_ms", "traced", "kernels", "kernel_ms", "busy_ms", "compiling",
-           "rerecord")
+           "rerecord", "untraced", "requests", "prefill_tokens", "decode_tokens", "pending",
+           "kv_used", "kv_total")
 
 
 def rows(view: Any) -> list[dict]:
@@ -30,7 +32,9 @@ def rows(view: Any) -> list[dict]:
             continue
         traced = bool(t.sampled and t.kernels)
         out.append({
-            "seq": t.seq, "config": t.config, "phase": t.phase, "mode": t.mode,
+            # a snapshot read back may hold any words here: never a formula or an escape
+            "seq": t.seq, "config": _text(t.config), "phase": _text(t.phase),
+            "mode": _text(t.mode),
             "batch": t.batch, "positions": t.positions, "start_ns": t.start_ns,
             "end_ns": t.end_ns, "host_ms": round(t.host_ms, 4),
             "gpu_ms": "" if t.gpu_ms is None else round(t.gpu_ms, 4),
@@ -38,8 +42,18 @@ def rows(view: Any) -> list[dict]:
             "kernel_ms": round(t.kernel_ns / 1e6, 4) if traced else "",
             "busy_ms": round(t.busy_ns / 1e6, 4) if traced else "",
             "compiling": int(t.compiling), "rerecord": int(t.rerecord),
+            # run with CUPTI finalized or absent: the reference for what tracing costs
+            "untraced": "" if t.attached is None else int(t.attached is False),
+            # a server's step: how many requests (not their ids: a program's text), its mix
+            "requests": len(t.requests), "prefill_tokens": t.prefill_tokens,
+            "decode_tokens": t.decode_tokens, "pending": t.pending, "kv_used": t.kv_used,
+            "kv_total": t.kv_total,
         })
     return out
+
+
+def _text(value: Any) -> Any:
+    return csv_cell(value) if isinstance(value, str) else value
 
 
 def write_steps_csv(view: Any, path: str | Path) -> Path:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from ..analysis import tracing
+from ..analysis.tracing import SMALL_KERNEL_NS, tracing_cost, untraced_wall_ms
 from ..store import StoreView
 from ..store.records import DECODE, PREFILL
 
@@ -90,6 +92,16 @@ def mode_summary(view: StoreView, mode: str) -> dict:
         kms = stats["kernel_ns"].median / 1e6
         if ts is not None and ts.count and stats["busy_ns"].count:
             busy_frac = stats["busy_ns"].mean / 1e6 / ts.mean
+    # over an untraced step's wall time where untraced steps were measured (tracing stretches
+    # a traced step's own), as the UI and the batch analysis
+    untraced = untraced_wall_ms(view, DECODE, mode) if traced else None
+    basis = "traced" if busy_frac is not None else None
+    if untraced is not None and (ktoks or (old_k is not None and old_k.count)):
+        n_old = old_k.count if old_k is not None else 0
+        busy_ms = (sum(t.busy_ns for t in ktoks) / 1e6
+                   + (stats["busy_ns"].total / 1e6 if n_old else 0.0)) / (len(ktoks) + n_old)
+        busy_frac, basis = min(1.0, busy_ms / untraced), "untraced"
+    cost = tracing_cost(view, DECODE, mode) if traced else None
     return {
         "decode_tokens": ts.count if ts is not None else len(toks),
         "tokens_in_series": len(toks),
@@ -105,6 +117,10 @@ def mode_summary(view: StoreView, mode: str) -> dict:
                    "p99": _r(percentile(itl, 99)), "count": len(itl)},
         "kernels_per_token_median": _r(kmed),
         "gpu_busy_fraction": _r(busy_frac),
+        "gpu_busy_basis": basis,
+        "untraced_ms_per_step_median": _r(untraced),
+        "tracing_cost": ({k: (_r(v) if isinstance(v, float) else v)
+                          for k, v in cost.to_dict().items()} if cost is not None else None),
         "kernel_ms_per_token_median": _r(kms),
     }
 
@@ -121,4 +137,15 @@ def summary(view: StoreView) -> dict:
             "count": count,
         },
         "modes": {m: mode_summary(view, m) for m in modes_of(view)},
+        "kernel_times": kernel_times_note(),
     }
+
+
+def kernel_times_note() -> dict:
+    """How the kernel times of the file are to be read (analysis.tracing): the measured
+    per-kernel cost of tracing by launch path (null: not measured, and the times of kernels
+    shorter than ``small_kernel_ns`` are upper bounds)."""
+    table = dict(sorted(tracing.DURATION_INFLATION_NS.items()))
+    measured = any(v is not None for v in table.values())
+    return {"duration_inflation_ns": table, "small_kernel_ns": SMALL_KERNEL_NS,
+            "read_as": "corrected" if measured else "upper bounds below small_kernel_ns"}

@@ -3,7 +3,10 @@
 One process per GPU (``pid`` = device id) with one track per CUDA stream (``tid`` = stream
 id) holding its kernels, memcpys and memsets as complete (``"X"``) events; a ``tuiprof``
 process with a ``tokens`` track (prefill/decode phase ranges enclosing one range per token)
-and counter (``"C"``) tracks for the NVML series and the per-token latency. Timestamps are
+and counter (``"C"``) tracks for the NVML series and the per-token latency; a server's
+requests alive in the window in a ``requests`` process, one async track per request
+(``"b"``/``"e"`` events with the request's id: ``request`` holding ``queued``, ``prefill`` and
+``decode``; the timeline then starts at the earliest arrival). Timestamps are
 microseconds (floats, ns precision) from the window's first event. Events that would overlap
 partially on one track (never seen on a real stream) go to an extra ``overlap`` track, which
 Perfetto requires. A multi-rank session has one process per rank instead (its streams, its
@@ -23,6 +26,7 @@ from .window import GpuOp, window_of
 
 HOST_PID = 1_000_000       # the tuiprof "process": tokens and counters
 TOKENS_TID = 1
+REQUESTS_PID = 1_000_001   # a server's requests: one async track each
 RANK_TOKENS_TID = 2_000_000_000   # a rank's tokens track (beside its stream tracks)
 UNKNOWN_STREAM_TID = 0     # memcpy/memset records without a stream id
 LANE_STRIDE = 1_000_000    # tid of overlap lane n of stream s: s + n * LANE_STRIDE
@@ -123,6 +127,34 @@ def _host_events(view: StoreView, w, t0: int, pid: int, tid: int, off: int = 0) 
     return body
 
 
+def _requests_of(view: StoreView, w) -> list:
+    """The requests alive in the window (every kept one when it is empty)."""
+    from ..analysis.requests import export_requests  # noqa: PLC0415
+
+    if not view.requests.rows:
+        return []
+    return export_requests(view, w.t0, w.t1) if not w.empty else list(view.requests.rows)
+
+
+def _request_events(view: StoreView, reqs: list, t0: int, pid: int = REQUESTS_PID) -> list:
+    """Async ranges of ``reqs``: ``request`` holding ``queued``, ``prefill``, ``decode``."""
+    from ..analysis.requests import now_ns, phases  # noqa: PLC0415
+
+    body: list[dict] = []
+    now = now_ns(view)
+    for r in reqs:
+        rid = str(r.id)
+        for name, start, end in phases(r, now):
+            args = {"request": rid}
+            if name == "request":
+                args.update(prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens,
+                            status=r.status, ttft_ms=r.ttft_ms, e2e_ms=r.e2e_ms)
+            common = {"cat": "request", "id": rid, "pid": pid, "tid": 0}
+            body.append({"name": name, "ph": "b", "ts": _us(start - t0), "args": args, **common})
+            body.append({"name": name, "ph": "e", "ts": _us(end - t0), **common})
+    return body
+
+
 def _sorted(body: list) -> list:
     # Parents before children at equal timestamps: by ts, then longest first.
     body.sort(key=lambda e: (e["ts"], -e.get("dur", 0.0)))
@@ -146,8 +178,16 @@ def trace_dict(view: StoreView | RanksView) -> dict:
         _meta("thread_name", HOST_PID, TOKENS_TID, {"name": "tokens"}),
         _meta("thread_sort_index", HOST_PID, TOKENS_TID, {"sort_index": 0}),
     ]
+    reqs = _requests_of(view, w)
+    if reqs:  # the timeline starts at the earliest of them: a request's queue wait is whole
+        t0 = min(t0, *(r.arrival_ns for r in reqs)) if not w.empty else \
+            min(r.arrival_ns for r in reqs)
     meta, body = _gpu_events(w, t0, dev)
     body += _host_events(view, w, t0, HOST_PID, TOKENS_TID)
+    if reqs:
+        events += [_meta("process_name", REQUESTS_PID, 0, {"name": "requests"}),
+                   _meta("process_sort_index", REQUESTS_PID, 0, {"sort_index": -2})]
+        body += _request_events(view, reqs, t0)
     return {
         "traceEvents": events + meta + _sorted(body),
         "displayTimeUnit": "ms",
@@ -201,6 +241,11 @@ def ranks_trace_dict(rv: RanksView) -> dict:
 
 def write_trace(view: StoreView | RanksView, path: str | Path) -> Path:
     """Write the Chrome trace JSON of the recorded window atomically; returns the path."""
-    data = json.dumps(trace_dict(view), separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    doc = trace_dict(view)
+    try:
+        data = json.dumps(doc, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate in a name: kept exactly, as a \u escape
+        data = json.dumps(doc, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False).encode("ascii")
     return atomic_write_bytes(path, data)

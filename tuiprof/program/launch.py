@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TuiprofError
+from ..text import printable
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?(\.exe)?$")
 IGNORED_OPTIONS = ("-u", "-B", "-E", "-s", "-q")   # meaningless or harmless here
@@ -64,6 +65,7 @@ class ProgramResult:
 
     status: int                    # the exit status ``python`` (or a shell) would have returned
     how: str                       # exited | raised | interrupted | stopped | signaled | failed
+                                   # | os._exit
     error: str = ""                # ``ValueError: bad input`` (one line) when it raised; the
                                    # signal's name (signaled) or why it could not start (failed)
     traceback: list[str] = field(default_factory=list)  # its last lines
@@ -77,6 +79,8 @@ class ProgramResult:
                     f"status {self.status})")
         if self.how == "stopped":
             return f"the program was stopped by tuiprof (exit status {self.status})"
+        if self.how == "os._exit":
+            return f"the program ended its process with os._exit({self.status})"
         if self.how == "signaled":
             return f"the program was killed by {self.error} (exit status {self.status})"
         if self.how == "failed":
@@ -164,8 +168,7 @@ def _launcher_note(launcher: str) -> str:
 
 def _shown(text: str) -> str:
     """A command-line word for a message: printable, bounded."""
-    text = re.sub(r"[\x00-\x1f\x7f]", "?", text)
-    return text if len(text) <= 80 else text[:79] + "…"
+    return printable(text, 80)
 
 
 # ---------------------------------------------------------------------------- run

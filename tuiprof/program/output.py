@@ -9,33 +9,72 @@ log file has everything; the ring keeps the newest lines.
 from __future__ import annotations
 
 import os
-import re
 import selectors
 import sys
 import threading
 from pathlib import Path
+from typing import Callable, Iterable
 
 from ..store import SessionStore
+from ..text import OUTPUT_LIMIT, output_line
 
-MAX_LINE = 400            # characters kept of one line in the ring
+MAX_LINE = OUTPUT_LIMIT   # characters kept of one line in the ring
 MAX_PARTIAL = 1 << 16     # bytes of an unfinished line before it is cut
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def clean_line(text: str, home: str | None = None, limit: int = MAX_LINE) -> str:
-    """One printed line made safe for a screen and a shared snapshot: terminal escapes and
-    control characters removed, a carriage-return redraw reduced to its last state, the home
-    directory written ``~``, at most ``limit`` characters."""
-    text = _ANSI.sub("", text)
-    if "\r" in text:
-        parts = [p for p in text.split("\r") if p]
-        text = parts[-1] if parts else ""
-    text = _CONTROL.sub("", text.replace("\t", "    "))
-    home = os.path.expanduser("~") if home is None else home
-    if home and home not in ("/", "~"):
-        text = text.replace(home, "~")
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    """One printed line made safe for a screen and a shared snapshot
+    (:func:`tuiprof.text.output_line`)."""
+    return output_line(text, home, limit)
+
+
+def pump(reads: Iterable[int], on_chunk: Callable[[int, bytes], None],
+         on_end: Callable[[int], None]) -> None:
+    """Read the pipes ``reads`` until each is at its end: every chunk to ``on_chunk(r, data)``,
+    then ``on_end(r)``; each read end is closed when done."""
+    sel = selectors.DefaultSelector()
+    open_ends = set(reads)
+    for r in open_ends:
+        sel.register(r, selectors.EVENT_READ)
+    while open_ends:
+        for key, _ in sel.select():
+            r = key.fd
+            try:
+                chunk = os.read(r, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                sel.unregister(r)
+                open_ends.discard(r)
+                on_end(r)
+                os.close(r)
+                continue
+            on_chunk(r, chunk)
+    sel.close()
+
+
+def write_all(chunk: bytes, *fds: int) -> None:
+    """``chunk`` to each fd that is open (>= 0): the log, the terminal. A failed write (the
+    terminal is gone, the disk is full) loses only that copy."""
+    for fd in fds:
+        if fd >= 0:
+            try:
+                os.write(fd, chunk)
+            except OSError:
+                pass
+
+
+def split_lines(partial: dict, r: int, chunk: bytes, final: bool = False) -> list[bytes]:
+    """The complete lines of pipe ``r`` after ``chunk`` (``partial[r]``: what came before the
+    last newline); at the end, or past ``MAX_PARTIAL`` bytes without one (a progress bar), the
+    unfinished line too."""
+    parts = (partial[r] + chunk).split(b"\n")
+    rest = parts.pop()
+    if (final and rest) or len(rest) > MAX_PARTIAL:
+        parts.append(rest)
+        rest = b""
+    partial[r] = rest
+    return parts
 
 
 class OutputCapture:
@@ -108,56 +147,118 @@ class OutputCapture:
 
     # ------------------------------------------------------------------ reader
     def _read(self) -> None:
-        sel = selectors.DefaultSelector()
-        for r in self._reads:
-            sel.register(r, selectors.EVENT_READ)
-        open_ends = set(self._reads)
-        while open_ends:
-            for key, _ in sel.select():
-                r = key.fd
-                try:
-                    chunk = os.read(r, 1 << 16)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    sel.unregister(r)
-                    open_ends.discard(r)
-                    self._lines(r, b"", final=True)
-                    os.close(r)
-                    continue
-                self._write(r, chunk)
-                self._lines(r, chunk)
-        sel.close()
+        pump(self._reads, self._chunk, lambda r: self._lines(r, b"", final=True))
         if self._log >= 0 and not self._saved:
             os.close(self._log)
             self._log = -1
 
+    def _chunk(self, r: int, chunk: bytes) -> None:
+        self._write(r, chunk)
+        self._lines(r, chunk)
+
     def _write(self, r: int, chunk: bytes) -> None:
         self.bytes += len(chunk)
-        try:
-            os.write(self._log, chunk)
-        except OSError:
-            pass
-        if self.tee:
-            try:
-                os.write(self._saved.get(self._reads[r], self._reads[r]), chunk)
-            except OSError:  # the terminal is gone: the log file still has it
-                pass
+        write_all(chunk, self._log, self._saved.get(self._reads[r], self._reads[r])
+                  if self.tee else -1)
 
     def _lines(self, r: int, chunk: bytes, final: bool = False) -> None:
-        data = self._partial[r] + chunk
-        parts = data.split(b"\n")
-        rest = parts.pop()
-        if final and rest:
-            parts.append(rest)
-            rest = b""
-        if len(rest) > MAX_PARTIAL:  # a line without end (a progress bar): show what it has
-            parts.append(rest)
-            rest = b""
-        self._partial[r] = rest
+        parts = split_lines(self._partial, r, chunk, final)
         if not parts:
             return
         self.lines += len(parts)
         keep = parts[-(self.store.output_len or len(parts)):]
         self.store.add_output([clean_line(p.decode("utf-8", "replace"), self._home)
                                for p in keep], skipped=len(parts) - len(keep))
+
+
+class RelayedOutput:
+    """The session process's side when another process relays the program's output: fds 1
+    and 2 already point at that process's pipes, so a line is out of this process as soon as
+    it is printed and nothing is lost if the program ends the process (``os._exit``), is killed
+    or crashes. Only Python's own streams are made line-buffered here."""
+
+    lines = 0
+
+    def __init__(self, *_: object, **__: object) -> None:
+        pass
+
+    def start(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.reconfigure(line_buffering=True)
+            except (AttributeError, ValueError, OSError):
+                pass
+
+    def stop(self, timeout: float = 2.0) -> None:
+        OutputCapture._flush_python()
+
+    flush = stop
+
+
+class OutputRelay:
+    """The program's stdout and stderr, read in the process that writes the snapshot (not the
+    program's own): every byte to the log file as it arrives, optionally to this process's
+    terminal (``tee``), and the newest sanitised lines in a bounded ring. The program's
+    process gets the pipes' write ends (:meth:`child_fds`)."""
+
+    def __init__(self, log_path: str | Path, tee: bool = False, ring: int = 1000) -> None:
+        self.log_path = str(log_path)
+        self.tee = tee
+        self._ring: list[str] = []
+        self._ring_len = ring
+        self.lines = 0
+        self.bytes = 0
+        self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._pipes = [os.pipe(), os.pipe()]     # (read, write) for the program's fd 1 and 2
+        self._partial = {r: b"" for r, _ in self._pipes}
+        self._to = {self._pipes[0][0]: 1, self._pipes[1][0]: 2}
+        self._lock = threading.Lock()
+        self._home = os.path.expanduser("~")
+        self._thread = threading.Thread(target=self._read, name="tuiprof-relay", daemon=True)
+
+    def child_fds(self) -> tuple[int, int]:
+        """The write ends for the program's fds 1 and 2."""
+        return self._pipes[0][1], self._pipes[1][1]
+
+    def started(self) -> None:
+        """The program's process has its copies: close ours (its end is then the pipes' end)
+        and start reading."""
+        for _, w in self._pipes:
+            os.close(w)
+        self._thread.start()
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Read to the end (at most ``timeout`` s more: a child of the program may still hold
+        a pipe open) and close the log."""
+        self._thread.join(timeout)
+        with self._lock:
+            if self._log >= 0:
+                os.close(self._log)
+                self._log = -1
+
+    def recent(self) -> list[str]:
+        with self._lock:
+            return list(self._ring)
+
+    def _read(self) -> None:
+        pump([r for r, _ in self._pipes], self._chunk,
+             lambda r: self._split(r, b"", final=True))
+
+    def _chunk(self, r: int, chunk: bytes) -> None:
+        self._write(r, chunk)
+        self._split(r, chunk)
+
+    def _write(self, r: int, chunk: bytes) -> None:
+        with self._lock:
+            self.bytes += len(chunk)
+            write_all(chunk, self._log, self._to[r] if self.tee else -1)
+
+    def _split(self, r: int, chunk: bytes, final: bool = False) -> None:
+        parts = split_lines(self._partial, r, chunk, final)
+        if not parts:
+            return
+        keep = parts[-self._ring_len:]
+        lines = [clean_line(p.decode("utf-8", "replace"), self._home) for p in keep]
+        with self._lock:
+            self.lines += len(parts)
+            self._ring = (self._ring + lines)[-self._ring_len:]

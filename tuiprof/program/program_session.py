@@ -14,13 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import marks
 from ..engine.graphs import GraphCaptures
 from ..collect.device import device_facts, rank_facts
 from ..profiler import Profiler
 from .launch import ProgramResult, ProgramSpec, run_program
 from .native_session import NativeSide
 from .nvtx import NoNvtx
-from .output import OutputCapture, clean_line
+from .output import OutputCapture, RelayedOutput, clean_line
 from .sources import STEP_SOURCES, factory, option_values
 from .steps import HOST_SOURCES, SOURCES, StepRecorder
 from .windows import WindowSteps
@@ -38,9 +39,11 @@ class ProgramSession:
 
     def __init__(self, prof: Profiler, spec: ProgramSpec, log_path: str | Path, *,
                  options: dict | None = None, window_ms: float | None = None,
-                 step_ranges: tuple[str, ...] | None = None, tee: bool = False) -> None:
+                 step_ranges: tuple[str, ...] | None = None, tee: bool = False,
+                 relayed: bool = False, meta: dict | None = None) -> None:
         """``options``: the step sources' options by ``dest`` (``program.sources.OPTIONS``;
-        ``window_ms`` and ``step_ranges`` are shorthands for two of them)."""
+        ``window_ms`` and ``step_ranges`` are shorthands for two of them); ``meta``: facts
+        about the run for the snapshot (``tuiprof serve``'s load)."""
         self.prof = prof
         self.spec = spec
         self.log_path = str(log_path)
@@ -53,9 +56,13 @@ class ProgramSession:
         self.window_ms = float(self.options["window_ms"])
         self.step_ranges = tuple(self.options["step_range"] or ())
         self.tee = tee
+        self.meta = dict(meta or {})
         # a native binary runs as a child, its CUPTI injected (tuiprof.program.native_session)
         self.native = NativeSide(self) if spec.kind == "native" else None
         self.recorder = StepRecorder(prof, self.native.clock if self.native else prof.clock)
+        # a server's requests, on the clock of the steps (tuiprof/store/requests.py)
+        self.requests = prof.store.requests
+        self.requests.clock = self.recorder.clock
         # the step sources of this run, in precedence order (tuiprof.program.sources)
         self.sources: dict[str, Any] = {}
         kind = "native" if self.native is not None else "python"
@@ -66,7 +73,8 @@ class ProgramSession:
             if source is not None:
                 self.sources[spec.name] = source
         self.recorder.enabled = frozenset(self.sources)
-        self.capture = OutputCapture(prof.store, log_path, tee=tee)
+        # relayed: fds 1 and 2 are another process's pipes, which keeps the log and the lines
+        self.capture = RelayedOutput() if relayed else OutputCapture(prof.store, log_path, tee=tee)
         self.captures = GraphCaptures()
         self.result: ProgramResult | None = None
         self.running = False
@@ -84,6 +92,7 @@ class ProgramSession:
         })
         if self.step_ranges:
             store.meta["step_range"] = list(self.step_ranges)
+        store.meta.update(self.meta)
         markers = next((m for m in (getattr(s, "markers", None) for s in self.sources.values())
                         if m is not None), None)
         if self.native is not None:  # the child's CUPTI feeds the step source's marker sink
@@ -99,6 +108,7 @@ class ProgramSession:
                 self.captures.undroppable):
             self.captures.install()  # one rank: CUPTI attached around its bursts only
         self.capture.start()
+        marks._requests = self.requests   # tuiprof.request_arrived() and the rest
         for name, source in list(self.sources.items()):
             try:
                 self._install(name, source)
@@ -144,6 +154,8 @@ class ProgramSession:
             self.native.finish()
         for source in reversed(list(self.sources.values())):
             source.uninstall()
+        if marks._requests is self.requests:
+            marks._requests = None
         self.recorder.close()
         self.captures.uninstall()
         if keep_capture:
@@ -153,17 +165,15 @@ class ProgramSession:
         self._describe_device()
         prof = self.prof
         prof.stop()
-        rec = self.recorder
         meta = prof.store.meta
         info = dict(meta.get("program") or {})
         info.update({"running": False, "exit_status": result.status, "ended": result.how,
                      "error": clean_line(result.error), "output_lines": self.capture.lines,
                      "traceback": [clean_line(x) for x in result.traceback]})
         meta["program"] = info
-        meta["step_source"] = rec.source or "none"
-        meta["step_sources"] = {s: rec.counts[s] for s in SOURCES if rec.counts[s]}
-        if rec.nested:
-            meta["step_sources"]["ignored_nested"] = rec.nested
+        meta.update(self.step_facts())
+        if self.requests.sources:
+            meta["request_sources"] = dict(self.requests.sources)
         prof.status.state = "done" if result.status == 0 else "error"
         prof.status.message = f"{result.line()} · log {Path(self.log_path).name}"
         if result.how == "raised":
@@ -249,17 +259,27 @@ class ProgramSession:
         except Exception:
             pass
 
+    def step_facts(self) -> dict:
+        """Where the steps came from so far (``meta.step_source``, ``meta.step_sources``)."""
+        rec = self.recorder
+        counts = {s: rec.counts[s] for s in SOURCES if rec.counts[s]}
+        if rec.nested:
+            counts["ignored_nested"] = rec.nested
+        return {"step_source": rec.source or "none", "step_sources": counts}
+
     def notes(self) -> list[str]:
         """Lines a headless run prints after the program's end line."""
         return [self.native.gpu_line] if self.native is not None and self.native.gpu_line else []
 
     def status_extra(self) -> dict:
-        """Program facts the UI process shows (``SourceStatus.extra``)."""
+        """Program facts the UI process shows (``SourceStatus.extra``); ``steps``: the step
+        facts so far, which a process that outlives this one writes into the snapshot."""
         meta = self.prof.store.meta.get("program") or {}
         return {"program": {k: meta.get(k) for k in ("name", "log", "running", "exit_status",
                                                       "ended", "error", "traceback")},
                 "log_path": self.log_path, "disabled": dict(ENGINE_ONLY),
-                "can_interrupt": self.running}
+                "can_interrupt": self.running, "steps": self.step_facts(),
+                "notes": self.notes()}
 
 
 def _version() -> str:

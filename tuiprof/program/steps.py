@@ -25,6 +25,12 @@ A source that sees where the model's forward begins and ends inside a step (tran
 ``prepare_inputs_for_generation`` returning, ``_update_model_kwargs_for_generation`` called)
 calls :meth:`model_begins` and :meth:`model_ends`: the listener gets that host window with
 ``token_launched`` and the store splits the step's kernels into the model's and the loop's.
+
+Every step of a source on the program's own threads (transformers, api) gets its GPU time from
+a pair of CUDA events (:mod:`.step_gpu_time`): the first recorded when the step begins, the second
+when its source says that the step's device work is all queued (:meth:`device_done`) or when
+it ends; they are read at a later step boundary, never waited for, and reach the listener as
+``token_gpu_time(index, ms)``.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..engine.events import EngineListener, TokenEvent
+from .step_gpu_time import StepTimer
 
 from .sources import HOST as HOST_SOURCES, NAMES as SOURCES  # precedence order
 from ..phases import DECODE, PREFILL, WINDOW  # noqa: F401
@@ -51,6 +58,7 @@ class _Open:
     launched: bool = False  # its device work was reported queued (listener.token_launched)
     model_start: int = 0    # the host window of its model forward (0: not marked)
     model_end: int = 0
+    gpu: list | None = None  # its CUDA-event pair (StepTimer.start), None: not timed
 
     def model_window(self, end_ns: int) -> tuple[int, int] | None:
         """(start, end) of its model forward; a forward still open ends at ``end_ns``."""
@@ -63,8 +71,10 @@ class StepRecorder:
     """Serialises step boundaries from every source into listener calls (thread-safe)."""
 
     def __init__(self, listener: EngineListener, clock: Callable[[], int] = time.perf_counter_ns,
-                 sources: tuple[str, ...] = SOURCES) -> None:
+                 sources: tuple[str, ...] = SOURCES, timer: StepTimer | None = None) -> None:
         self.listener = listener
+        self.timer = timer if timer is not None else StepTimer()
+        self._gpu_sink = getattr(listener, "token_gpu_time", None)
         self.clock = clock
         self.enabled = frozenset(sources)
         self.counts = {s: 0 for s in SOURCES}   # steps recorded per source
@@ -137,12 +147,15 @@ class StepRecorder:
                 self._step += 1
             self._fresh = False
             step = -1 if phase == PREFILL else self._step
-            self._open = _Open(source, phase, mode, t, step, max(0, self._cycle))
+            op = self._open = _Open(source, phase, mode, t, step, max(0, self._cycle))
             self.counts[source] += 1
+            host = source in HOST_SOURCES
             self.listener.token_started(phase, mode, step, max(0, self._cycle), t,
                                         batch=max(0, int(batch)),
-                                        positions=max(0, int(positions)),
-                                        host=source in HOST_SOURCES)
+                                        positions=max(0, int(positions)), host=host)
+            if host:  # after token_started, as in the engine: a CUPTI switch there is not the step's
+                op.gpu = self.timer.start()
+                self._read_gpu_times()
             if phase != self._state:
                 self._state = phase
                 self.listener.state_changed(phase)
@@ -157,6 +170,24 @@ class StepRecorder:
                 op.launched = True
                 self.listener.token_launched(op.model_window(self.clock()) if op.model_start
                                              else None)
+
+    def device_done(self, source: str) -> None:
+        """The open step's device work is all queued (``source`` opened it), before the loop
+        waits for it: the step's second CUDA event is recorded now rather than at its end."""
+        with self._lock:
+            op = self._open
+            if op is not None and op.source == source:
+                self.timer.stop(op.gpu)
+
+    def step_requests(self, step: _Open | None, info: dict) -> None:
+        """The requests ``step`` (the open step, as :meth:`begin` returned it) advances, its
+        prompt and decode tokens, the requests waiting and running, KV-cache blocks
+        (``SessionStore.set_step_requests``'s arguments): for a listener that keeps them."""
+        if step is None or self._open is not step:
+            return
+        fn = getattr(self.listener, "step_requests", None)
+        if fn is not None:
+            fn(info)
 
     def model_begins(self, step: _Open | None) -> None:
         """The model's forward of ``step`` (the open step, as :meth:`begin` returned it) starts
@@ -181,23 +212,34 @@ class StepRecorder:
                 self.listener.token_launched(None if op.launched else op.model_window(t))
 
     def close(self) -> None:
-        """End whatever step is open (the program ended)."""
+        """End whatever step is open (the program ended) and read the last steps' GPU times
+        (waiting for them is harmless now)."""
         with self._lock:
             op, window = self._open, None
             if op is not None:
                 t = self.clock()
                 self._finish(t)
                 window = None if op.launched else op.model_window(t)
+            self._read_gpu_times(wait=True)
             self.listener.token_launched(window)
 
     def _finish(self, t: int) -> None:
         op = self._open
         self._open = None
         t = max(t, op.start_ns)
+        if op.gpu is not None:
+            self.timer.finished(self._tokens, op.gpu)
         self.listener.token_finished(TokenEvent(
             self._tokens, op.step, op.phase, op.mode, None, op.start_ns, t,
             (t - op.start_ns) / 1e6, None, op.cycle))
         self._tokens += 1
+
+    def _read_gpu_times(self, wait: bool = False) -> None:
+        """Hand the GPU times of ended steps whose events have completed to the listener."""
+        sink = self._gpu_sink
+        for index, ms in self.timer.poll(wait):
+            if sink is not None:
+                sink(index, ms)
 
     def _new_cycle(self) -> None:
         self._cycle += 1

@@ -16,10 +16,17 @@ Where the boundary is (the same in transformers 5.17 and 5.23, and in 4.5x):
 * continuous batching (``generate_batch``, ``ContinuousBatchingManager``):
   ``ContinuousBatchingManager._generation_step`` runs one forward over the scheduled requests;
   the step lasts for that call and its batch is the number of requests scheduled in it, which
-  varies from step to step.
+  varies from step to step. Its GPU time is from events recorded at the call's start and end on
+  the generation thread's current stream (the legacy default stream, which waits for the
+  manager's own compute stream).
 * The step's device work is queued when ``generate()`` calls its logits processors
   (``LogitsProcessorList.__call__``, right after the forward and before the step's sync):
   tuiprof's bookkeeping for the step boundary is done there, while the device computes.
+* All of a ``generate()`` step's device work is queued once its stopping criteria
+  (``StoppingCriteriaList.__call__``) return, after the token's selection and right before the
+  loop reads whether to stop (the step's sync): the step's second CUDA event goes there
+  (:mod:`.step_gpu_time`). A streamer's copy of the token to the host comes before them: with a
+  streamer, the step's GPU time includes that sync's wait.
 
 Prefill: the forward calls at the start of a ``generate()`` while every call so far fed more
 than one position per sequence (a chunked prefill is several such calls); in continuous
@@ -41,10 +48,17 @@ from typing import Any, Callable
 
 from .import_hooks import Patches
 from .steps import DECODE, PREFILL, StepRecorder
+from .transformers_requests import ArrivalMiddleware, TransformersRequests
 
 GENERATION = "transformers.generation.utils"
 LOGITS = "transformers.generation.logits_process"
+STOPPING = "transformers.generation.stopping_criteria"
 BATCHING = "transformers.generation.continuous_batching.continuous_api"
+# transformers serve's handlers of /v1/completions, /v1/chat/completions and /v1/responses
+SERVING = {"transformers.cli.serving.completion": "CompletionHandler",
+           "transformers.cli.serving.chat_completion": "ChatCompletionHandler",
+           "transformers.cli.serving.response": "ResponseHandler"}
+SERVER = "transformers.cli.serving.server"   # build_server: the FastAPI app
 SOURCE = "transformers"
 
 
@@ -53,9 +67,13 @@ class TransformersSteps:
 
     name = "transformers"
 
-    def __init__(self, recorder: StepRecorder, describe: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, recorder: StepRecorder, describe: Callable[[Any], None] | None = None,
+                 requests: Any = None) -> None:
         self.recorder = recorder
         self.describe = describe or (lambda model: None)  # called once per model seen
+        # the store's requests (None: steps only); tuiprof/program/transformers_requests.py
+        self.requests = TransformersRequests(requests, recorder.clock) if requests is not None \
+            else None
         self._patches = Patches()
         self._local = threading.local()
         self._seen: set[int] = set()
@@ -63,8 +81,12 @@ class TransformersSteps:
     # ----------------------------------------------------------------- install
     def install(self) -> None:
         """Patch now what is imported, and the rest when the program imports it."""
-        self._patches.on_import({GENERATION: self._patch_generate, LOGITS: self._patch_logits,
-                                 BATCHING: self._patch_batching})
+        hooks = {GENERATION: self._patch_generate, LOGITS: self._patch_logits,
+                 STOPPING: self._patch_stopping, BATCHING: self._patch_batching}
+        if self.requests is not None:
+            hooks.update({name: self._patch_handler for name in SERVING})
+            hooks[SERVER] = self._patch_server
+        self._patches.on_import(hooks)
 
     def uninstall(self) -> None:
         """Restore every patched attribute and drop the import hook."""
@@ -84,25 +106,43 @@ class TransformersSteps:
         def generate(model, *args, **kwargs):
             if getattr(steps._local, "depth", 0):  # a generate() inside one (assistant model)
                 return orig(model, *args, **kwargs)
-            with _GenerateScope(steps, model):
-                return orig(model, *args, **kwargs)
+            with _GenerateScope(steps, model) as scope:
+                out = orig(model, *args, **kwargs)
+                scope.result(out, kwargs)
+                return out
 
         self._replace(cls, "generate", generate)
 
     def _patch_logits(self, mod: Any) -> None:
         """Every decoding loop of ``generate()`` runs its logits processors right after the
         forward is launched and before the step's sync: the step's device work is queued."""
-        cls = getattr(mod, "LogitsProcessorList", None)
+        self._inside_generate(getattr(mod, "LogitsProcessorList", None),
+                              before=self.recorder.launched)
+
+    def _patch_stopping(self, mod: Any) -> None:
+        """Once the stopping criteria return, a ``generate()`` step's device work is all queued
+        and the loop syncs next: the step's GPU time ends there."""
+        self._inside_generate(getattr(mod, "StoppingCriteriaList", None),
+                              after=self.recorder.device_done)
+
+    def _inside_generate(self, cls: Any, before: Callable[[str], None] | None = None,
+                         after: Callable[[str], None] | None = None) -> None:
+        """Wrap ``cls.__call__``: ``before`` / ``after`` it, when called inside a
+        ``generate()`` (not an assistant model's), tell the recorder (``before(SOURCE)``)."""
         if cls is None or "__call__" not in cls.__dict__:
             return
         orig = cls.__dict__["__call__"]
-        rec, local = self.recorder, self._local
+        local = self._local
 
         @functools.wraps(orig)
-        def __call__(processors, *args, **kwargs):
-            if getattr(local, "depth", 0):
-                rec.launched(SOURCE)
-            return orig(processors, *args, **kwargs)
+        def __call__(obj, *args, **kwargs):
+            inside = getattr(local, "depth", 0)
+            if inside and before is not None:
+                before(SOURCE)
+            out = orig(obj, *args, **kwargs)
+            if inside and after is not None:
+                after(SOURCE)
+            return out
 
         self._replace(cls, "__call__", __call__)
 
@@ -114,6 +154,8 @@ class TransformersSteps:
         rec = self.recorder
         steps = self
 
+        reqs = self.requests
+
         @functools.wraps(orig)
         def _generation_step(manager, *args, **kwargs):
             proc = getattr(manager, "batch_processor", None)
@@ -124,6 +166,10 @@ class TransformersSteps:
             t = rec.clock()
             step = rec.begin(SOURCE, phase, batch=batch, positions=positions, mode=mode,
                              start_ns=t)
+            if step is not None and reqs is not None:
+                info = reqs.step_info(proc, manager)
+                if info is not None:
+                    rec.step_requests(step, info)
             try:
                 return orig(manager, *args, **kwargs)
             finally:
@@ -131,6 +177,107 @@ class TransformersSteps:
                     rec.end(SOURCE, step=step)
 
         self._replace(cls, "_generation_step", _generation_step)
+        if reqs is not None:
+            self._patch_batching_requests(mod, reqs)
+
+    def _patch_batching_requests(self, mod: Any, reqs: TransformersRequests) -> None:
+        """Arrivals (add_request), tokens and finishes (update_batch), failures, cancels."""
+        cls = getattr(mod, "ContinuousBatchingManager", None)
+        clock = self.recorder.clock
+        if cls is not None and "add_request" in cls.__dict__:
+            add = cls.__dict__["add_request"]
+
+            @functools.wraps(add)
+            def add_request(manager, input_ids, *args, **kwargs):
+                t = clock()
+                rid = add(manager, input_ids, *args, **kwargs)
+                try:
+                    reqs.added(rid, input_ids, t)
+                except Exception:  # bookkeeping must never break the server
+                    pass
+                return rid
+
+            self._replace(cls, "add_request", add_request)
+        if cls is not None and "cancel_request" in cls.__dict__:
+            cancel = cls.__dict__["cancel_request"]
+
+            @functools.wraps(cancel)
+            def cancel_request(manager, request_id, *args, **kwargs):
+                out = cancel(manager, request_id, *args, **kwargs)
+                try:
+                    reqs.cancelled(request_id)
+                except Exception:
+                    pass
+                return out
+
+            self._replace(cls, "cancel_request", cancel_request)
+        proc_cls = getattr(mod, "ContinuousBatchProcessor", None)
+        if proc_cls is not None and "update_batch" in proc_cls.__dict__:
+            update = proc_cls.__dict__["update_batch"]
+
+            @functools.wraps(update)
+            def update_batch(proc, *args, **kwargs):
+                try:
+                    seen = reqs.before_update(proc)
+                except Exception:
+                    seen = None
+                out = update(proc, *args, **kwargs)
+                try:
+                    reqs.after_update(seen)
+                except Exception:
+                    pass
+                return out
+
+            self._replace(proc_cls, "update_batch", update_batch)
+        router = getattr(mod, "OutputRouter", None)
+        if router is not None and "fail_and_deliver" in router.__dict__:
+            fail = router.__dict__["fail_and_deliver"]
+
+            @functools.wraps(fail)
+            def fail_and_deliver(self_, state, error, *args, **kwargs):
+                try:
+                    reqs.failed(state, error)
+                except Exception:
+                    pass
+                return fail(self_, state, error, *args, **kwargs)
+
+            self._replace(router, "fail_and_deliver", fail_and_deliver)
+
+    def _patch_server(self, mod: Any) -> None:
+        """transformers serve's app: an outermost middleware notes when a request arrives."""
+        if "build_server" not in mod.__dict__:
+            return
+        orig = mod.__dict__["build_server"]
+        clock = self.recorder.clock
+
+        @functools.wraps(orig)
+        def build_server(*args, **kwargs):
+            app = orig(*args, **kwargs)
+            try:
+                app.add_middleware(ArrivalMiddleware, clock=clock)
+            except Exception:  # an app that takes no middleware: handler times only
+                pass
+            return app
+
+        self._replace(mod, "build_server", build_server)
+
+    def _patch_handler(self, mod: Any) -> None:
+        """transformers serve: an HTTP request reaches its handler (before tokenisation)."""
+        cls = getattr(mod, SERVING.get(mod.__name__, ""), None)
+        if cls is None or "handle_request" not in cls.__dict__:
+            return
+        orig = cls.__dict__["handle_request"]
+        reqs = self.requests
+
+        @functools.wraps(orig)
+        async def handle_request(handler, body, request_id, *args, **kwargs):
+            try:
+                reqs.http_arrived(request_id)
+            except Exception:
+                pass
+            return await orig(handler, body, request_id, *args, **kwargs)
+
+        self._replace(cls, "handle_request", handle_request)
 
     def _describe_once(self, model: Any) -> None:
         if id(model) not in self._seen:
@@ -151,6 +298,9 @@ class _GenerateScope:
         self.auto_compile = False    # transformers chose its compiled forward for decode
         self.compiled_forward = _is_compiled(getattr(model, "forward", None))
         self._saved: dict[str, Any] = {}
+        # its rows as requests (None: steps only)
+        self.rows = steps.requests.generate_scope() if steps.requests is not None else None
+        self._done = False
 
     def __enter__(self) -> "_GenerateScope":
         steps, model = self.steps, self.model
@@ -168,7 +318,21 @@ class _GenerateScope:
             self._set("_update_model_kwargs_for_generation", self._wrap_update(update))
         return self
 
+    def result(self, out: Any, kwargs: dict) -> None:
+        """generate() returned ``out``: each row's length (its end-of-sequence token)."""
+        self._done = True
+        if self.rows is not None:
+            try:
+                self.rows.done(out, _eos(self.model, kwargs), True)
+            except Exception:
+                pass
+
     def __exit__(self, *exc: object) -> None:
+        if self.rows is not None and not self._done:  # generate() raised
+            try:
+                self.rows.done(None, None, False)
+            except Exception:
+                pass
         for name, old in self._saved.items():
             if old is _MISSING:
                 self.model.__dict__.pop(name, None)
@@ -194,6 +358,12 @@ class _GenerateScope:
             compiled = self.compiled_forward or (phase == DECODE and self.auto_compile)
             step = rec.begin(SOURCE, phase, batch=batch, positions=batch * per_seq,
                              mode="compiled" if compiled else "eager", start_ns=t)
+            rows = self.rows
+            if rows is not None and step is not None:
+                try:
+                    rows.step(inputs, batch, per_seq, t)
+                except Exception:
+                    pass
             rec.model_begins(step)  # generate() calls the forward next
             return inputs
 
@@ -221,6 +391,17 @@ class _GenerateScope:
 
 
 _MISSING = object()
+
+
+def _eos(model: Any, kwargs: dict) -> Any:
+    """The end-of-sequence id(s) a generate() call stopped at."""
+    if kwargs.get("eos_token_id") is not None:
+        return kwargs["eos_token_id"]
+    for cfg in (kwargs.get("generation_config"), getattr(model, "generation_config", None)):
+        eos = getattr(cfg, "eos_token_id", None)
+        if eos is not None:
+            return eos
+    return None
 
 
 def _input_shape(inputs: Any) -> tuple[int, int]:
@@ -268,4 +449,5 @@ def make(session: Any) -> TransformersSteps | None:
     """transformers' loops mark the steps unless they come from NVTX ranges."""
     if session.step_ranges:
         return None
-    return TransformersSteps(session.recorder, describe=session.describe_model)
+    return TransformersSteps(session.recorder, describe=session.describe_model,
+                             requests=getattr(session, "requests", None))

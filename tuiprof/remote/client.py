@@ -10,6 +10,7 @@ mirrored state. Only ``view(raw=True)`` (exports, findings: called from worker t
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import multiprocessing as mp
 import os
 import queue
@@ -103,10 +104,13 @@ class RemoteControl(SessionControl):
                  *, orphan_snapshot_dir: str | Path | None = None, hook: str | None = None,
                  reply_timeout: float = 60.0, program: dict | None = None,
                  socket_path: str | None = None, follow_env: dict | None = None,
-                 pull_every: float = 1.0) -> None:
+                 pull_every: float = 1.0, poll: bool = True) -> None:
         options = options if options is not None else ProfilerOptions()
         self.options = options
         self.program = program   # run this program instead of the engine (SessionSpec.program)
+        # poll=False: no background puller; the caller pulls (a headless run pulls whole
+        # views, histograms included, so that the mirror is always a complete snapshot)
+        self.poll = poll
         self.store_kwargs = dict(store_kwargs or {})
         self.store = RemoteStore(self)  # type: ignore[assignment]
         self.mirror = Mirror(self.store_kwargs.get("series_len", 2048),
@@ -127,6 +131,7 @@ class RemoteControl(SessionControl):
         self.follow_env = follow_env
         self.pull_every = pull_every    # seconds between pulls nobody asked for (at most)
         self.log_path: str | None = None
+        self.relay: Any = None   # a program's output, read here (OutputRelay)
         self.pulls = 0
         self.owner = False              # this control started the process and ends it
         self.remote_pid: int | None = None
@@ -158,6 +163,7 @@ class RemoteControl(SessionControl):
         """Spawn the session process (it loads the model and starts generating)."""
         if self.program is not None:
             self.log_path = self.program["log_path"]   # the program's output: kept
+            self._relay_output()
         else:
             self.log_path = new_log_path()
         if self.socket_path is None:
@@ -167,7 +173,23 @@ class RemoteControl(SessionControl):
         ctx = mp.get_context("spawn")  # never fork a process that may hold CUDA or threads
         proc = ctx.Process(target=serve, args=(self.spec(),), name="tuiprof-session")
         proc.start()
+        if self.relay is not None:
+            self.relay.started()
         self.watch(proc, self.socket_path)
+
+    def _relay_output(self) -> None:
+        """The program's stdout and stderr come to this process through pipes (log file and
+        recent lines kept here), so whatever ends the session process, a kill or a crash in
+        the program included, every byte it wrote is in the log."""
+        from ..program.output import OutputRelay  # noqa: PLC0415
+        from .session_process import PassFd  # noqa: PLC0415
+
+        prog = self.program
+        self.relay = OutputRelay(self.log_path, tee=bool(prog.get("tee")))
+        w1, w2 = self.relay.child_fds()
+        stdin = prog.get("stdin")
+        self.program = dict(prog, fds=(PassFd(stdin) if stdin is not None else None,
+                                       PassFd(w1), PassFd(w2)))
 
     def spec(self, env: dict | None = None) -> SessionSpec:
         """What the session process is started with (``env``: set there before anything)."""
@@ -184,7 +206,8 @@ class RemoteControl(SessionControl):
         self.socket_path = socket_path
         self._connector = lambda: protocol.Client.unix(socket_path, role="owner")
         _watch_at_exit(self)
-        self._start_puller()
+        if self.poll:
+            self._start_puller()
 
     def connect(self, connector: Any, proc: Any = None) -> None:
         """Mirror a process that serves already: ``connector()`` returns a connected
@@ -262,6 +285,8 @@ class RemoteControl(SessionControl):
                 proc.join(5)
         if client is not None:
             client.close()
+        if self.relay is not None:
+            self.relay.finish()    # the rest of what the program wrote, into the log
         if self.log_path and self.status.state != "error" and self.program is None:
             try:
                 if os.path.getsize(self.log_path) == 0:
@@ -280,6 +305,10 @@ class RemoteControl(SessionControl):
     def call(self, op: str, *args: Any, timeout: float | None = None) -> Any:
         """One request and its answer; raises :class:`SessionGone` if the process is gone."""
         timeout = self.reply_timeout if timeout is None else timeout
+        if self._puller is None and not self._connected.is_set() and self._connector is not None:
+            with self._rpc:   # nothing polls (poll=False): the caller's thread connects
+                if not self._connected.is_set():
+                    self._connect()
         if not self._connected.wait(timeout):
             raise SessionGone("the session process is not serving yet")
         with self._rpc:
@@ -345,7 +374,19 @@ class RemoteControl(SessionControl):
         else:
             self._want.set()
         with self._mirror_lock:
-            return self.mirror.view(raw, batch)
+            view = self.mirror.view(raw, batch)
+        return self.with_output(view)
+
+    def with_output(self, view: Any) -> Any:
+        """``view`` with the program's output as this process read it (relayed output)."""
+        relay = self.relay
+        if relay is None:
+            return view
+        meta = view.meta
+        if isinstance(meta.get("program"), dict):
+            meta = dict(meta, program=dict(meta["program"], output_lines=relay.lines))
+        return dataclasses.replace(view, meta=meta, output=relay.recent(),
+                                   counters=dict(view.counters, output_lines=relay.lines))
 
     def _pull(self, raw_tokens: int | None) -> None:
         # Full statistics (median histograms) only for an export, which asks for all raw records.

@@ -10,6 +10,7 @@ from collections import deque
 from typing import Any
 
 from ..store import NVML, ConfigData, SessionStore, StoreView, compose_view
+from ..store.requests import RequestsMirror
 
 
 class Mirror:
@@ -31,6 +32,7 @@ class Mirror:
         self._session: dict[str, Any] = {k: getattr(empty, k) for k in (
             "counters", "collectors", "overhead", "events")}
         self._raw: list = []
+        self._requests = RequestsMirror()
 
     def apply(self, delta: dict) -> None:
         """Fold one delta from :meth:`SessionStore.changes` into the mirror."""
@@ -41,6 +43,7 @@ class Mirror:
             self._parts = {}
             self._raw = []
             self._output.clear()
+            self._requests = RequestsMirror()
             self.generation = delta["generation"]
         self.meta = delta["meta"]
         self.config = delta["config"]
@@ -63,6 +66,7 @@ class Mirror:
             self._parts[key] = part
         if delta["raw"] is not None:
             self._raw = _merge_raw(self._raw, delta["raw"])
+        self._requests.apply(delta.get("requests"))
 
     def _merge_tokens(self, rows: list) -> None:
         if not rows:
@@ -101,7 +105,8 @@ class Mirror:
                             nvml=list(self._series[NVML]), counters=s["counters"],
                             collectors=s["collectors"], events=s["events"],
                             overhead=s["overhead"], output=list(self._output),
-                            series={k: list(v) for k, v in self._series.items() if k != NVML})
+                            series={k: list(v) for k, v in self._series.items() if k != NVML},
+                            requests=self._requests.view())
 
 
 def _merge_raw(held: list, change: dict) -> list:

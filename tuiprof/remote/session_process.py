@@ -63,7 +63,7 @@ class SessionServer:
         self.prof = prof
         self.hook = hook
         self.program = program   # a tuiprof.program.program_session.ProgramSession
-        self.pulls = 0           # pulls answered
+        self.pulls = 0           # pulls answered (a program's os._exit waits for one more)
         self._lock = threading.Lock()   # one request at a time, whichever connection
 
     def pull(self, cursor: Any, raw_tokens: Any, light: bool, mirror: Any = None) -> tuple:
@@ -323,16 +323,26 @@ def _release_named_semaphores() -> None:
 def _serve_program(spec: SessionSpec) -> None:
     """Run the program on this (main) thread; serve from other threads until the owner
     closes the session (or vanishes)."""
-    from ..program.launch import ProgramResult  # noqa: PLC0415
+    from ..program.launch import ProgramResult, SessionStop  # noqa: PLC0415
     from ..program.program_session import ProgramSession  # noqa: PLC0415
 
-    _redirect_output(None)  # until the capture starts, nothing may reach the UI's terminal
+    prog = spec.program
+    relayed = prog.get("fds")   # (stdin, stdout, stderr): the parent reads the output
+    if relayed:
+        _adopt_fds(*relayed)
+    else:
+        _redirect_output(None)  # until the capture starts, nothing may reach the UI's terminal
+    if prog.get("own_group"):
+        # The terminal's Ctrl-C reaches only the process that started this one, which
+        # forwards the first and stops the session at the second.
+        os.setpgrp()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)   # the UI process handles a closed terminal
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the UI's Ctrl-C, forwarded
-    prog = spec.program
+    if prog.get("stop_on_term"):
+        signal.signal(signal.SIGTERM, _stop_program)
     prof = Profiler(SessionStore(**spec.store), spec.options)
     session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog.get("options"),
-                             tee=False)
+                             tee=False, relayed=bool(relayed), meta=prog.get("meta"))
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     life = Life()
     srv = start_server(spec, server, life)
@@ -351,6 +361,7 @@ def _serve_program(spec: SessionSpec) -> None:
 
     threading.Thread(target=wait_end, name="tuiprof-end", daemon=True).start()
     if started:
+        _keep_on_exit(session, server)
         if spec.follow_env:
             from . import follow  # noqa: PLC0415
             follow.follow_from_main(spec.follow_env, session, srv)
@@ -359,10 +370,83 @@ def _serve_program(spec: SessionSpec) -> None:
             program_exit()
         except KeyboardInterrupt:  # a forwarded Ctrl-C that came just as the program ended
             result = ProgramResult(128 + signal.SIGINT, "interrupted")
+        except SessionStop:  # a stop that came just as the program ended
+            result = ProgramResult(128 + signal.SIGTERM, "stopped")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         session.finish(result, keep_capture=True)
     while True:  # the end thread ends the process (q, or the UI process gone)
         time.sleep(3600)
+
+
+EXIT_WAIT_S = 3.0   # how long a program's os._exit waits for the session to be fetched
+
+
+def _keep_on_exit(session: Any, server: SessionServer) -> None:
+    """A program that ends its process itself (``os._exit(n)``) skips every cleanup; before it
+    goes, its run is recorded as ended (last step closed, collectors flushed) and the process
+    that reads the session gets one more copy (at most ``EXIT_WAIT_S``). Then it exits with
+    its status as it asked."""
+    from ..program.launch import ProgramResult  # noqa: PLC0415
+
+    real_exit = os._exit
+    once = threading.Lock()
+
+    def exit_now(status: int = 0) -> None:
+        if session.running and once.acquire(blocking=False):
+            try:
+                seen = server.pulls
+                session.finish(ProgramResult(int(status) & 0xFF, "os._exit"), keep_capture=True)
+                end = time.monotonic() + EXIT_WAIT_S
+                while server.pulls < seen + 2 and time.monotonic() < end:
+                    time.sleep(0.02)
+            except Exception:
+                pass
+        real_exit(status)
+
+    os._exit = exit_now
+
+
+def _stop_program(signum: int, frame: Any) -> None:
+    """SIGTERM from the process that started this one: end the program (its main thread
+    gets :class:`SessionStop`, which it does not catch as an Exception), so that it ends
+    and its run is recorded as stopped."""
+    from ..program.launch import SessionStop  # noqa: PLC0415
+
+    raise SessionStop(signum)
+
+
+class PassFd:
+    """A file descriptor handed to the spawned session process (duplicated for it while the
+    process starts); it arrives there as a plain fd number."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        from multiprocessing import reduction  # noqa: PLC0415
+
+        return (_fd_number, (reduction.DupFd(self.fd),))
+
+
+def _fd_number(dup: Any) -> int:
+    return dup.detach()
+
+
+def _adopt_fds(stdin: int | None, stdout: int, stderr: int) -> None:
+    """Make the handed fds this process's 0, 1 and 2 (stdin /dev/null when none)."""
+    import sys  # noqa: PLC0415
+
+    if stdin is None:
+        stdin = os.open(os.devnull, os.O_RDONLY)
+    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
+    try:   # multiprocessing gave this process a /dev/null stdin: the program gets fd 0
+        sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)
+    except OSError:
+        pass
 
 
 def program_exit() -> None:

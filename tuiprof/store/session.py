@@ -31,6 +31,7 @@ from .records import (
 )
 from .alloc_classes import (MAX_CLASSES, OVERFLOW, class_key, has_detail, is_device_malloc,
                             memory_class)
+from .requests import EMPTY as NO_REQUESTS, RequestBook, RequestsView
 from .stats import RunningStats
 
 from ..phases import OTHER
@@ -66,6 +67,10 @@ class TokenRow:
     # recorded its CUDA graphs again: tuiprof dropped them at its start to attach or detach
     # CUPTI (compiled sessions); timed apart like ``compiling``, its time is tuiprof's
     rerecord: bool = False
+    # CUPTI was attached while the step ran (True: a traced step, or one just before or after
+    # a burst; False: finalized or absent, the untraced reference; None: not known, e.g. a
+    # replay or a snapshot written before this was recorded)
+    attached: bool | None = None
     kernels: int = 0
     kernel_ns: int = 0
     busy_ns: int = 0
@@ -99,6 +104,17 @@ class TokenRow:
     alloc: dict | None = None
     sampled: bool = True
     done: bool = False
+    # Requests (a server's): which ones the step advanced (the prefilling ones first, ``prefills``
+    # of them), its prompt and decode tokens, requests waiting and running when it began, and
+    # KV-cache blocks in use of the total (0: not known); see tuiprof/store/requests.py
+    requests: tuple = ()
+    prefills: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    pending: int = 0
+    running: int = 0
+    kv_used: int = 0
+    kv_total: int = 0
     busy_cursor: int = 0
 
     def to_dict(self) -> dict:
@@ -141,9 +157,13 @@ class KernelAggregate:
 # traced step's kernel-busy share of its own wall time (derive.busy_fraction)
 # "model_*" and "loop_*": a traced step's kernels launched inside and outside its model forward;
 # "traced_ms": a traced step's wall time (with sampling, "host_ms" covers every step instead)
+# Folded when a step ends (whole session, like "host_ms"): "untraced_ms" / "untraced_gpu_ms" the
+# wall and CUDA-event times of steps that ran with CUPTI detached or absent (the reference for
+# what tracing costs), "traced_step_ms" / "traced_gpu_ms" those of traced steps
 TOKEN_STATS = ("host_ms", "gpu_ms", "kernels", "busy_ns", "kernel_ns", "seqs", "span_ns",
                "graph_span_ns", "busy_pct", "model_kernels", "model_kernel_ns", "loop_kernels",
-               "loop_kernel_ns", "traced_ms")
+               "loop_kernel_ns", "traced_ms", "untraced_ms", "untraced_gpu_ms",
+               "traced_step_ms", "traced_gpu_ms")
 
 
 @dataclass(slots=True)
@@ -205,6 +225,7 @@ class StoreView:
     configs: dict = field(default_factory=dict)   # every configuration: key -> ConfigData
     timeline: list = field(default_factory=list)  # token rows of every configuration
     series: dict = field(default_factory=dict)    # other sampled kinds: kind -> [sample dicts]
+    requests: RequestsView = NO_REQUESTS          # a server's requests (store/requests.py)
 
     @property
     def kernels_traced(self) -> bool:
@@ -233,12 +254,13 @@ class StoreView:
         return compose_view(self.meta, self.timeline or self.tokens, parts, key, raw=self.raw,
                             nvml=self.nvml, counters=self.counters, collectors=self.collectors,
                             events=self.events, overhead=self.overhead, output=self.output,
-                            series=self.series)
+                            series=self.series, requests=self.requests)
 
 
 def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list, nvml: list,
                  counters: dict, collectors: dict, events: list, overhead: dict,
-                 output: list | None = None, series: dict | None = None) -> StoreView:
+                 output: list | None = None, series: dict | None = None,
+                 requests: RequestsView | None = None) -> StoreView:
     """A :class:`StoreView` of configuration ``key``: its token rows and aggregates, plus the
     session-wide parts (NVML, raw window, counters, events) and every configuration."""
     part = parts.get(key) or ConfigData()
@@ -247,14 +269,16 @@ def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list
         memcpy=part.memcpy, memset=part.memset, api=part.api, token_stats=part.token_stats,
         allocs=part.allocs, nvml=nvml, raw=raw, counters=counters, collectors=collectors,
         events=events, nvtx=part.nvtx, overhead=overhead, output=list(output or ()), batch=key,
-        configs=parts, timeline=timeline, series=dict(series or {}))
+        configs=parts, timeline=timeline, series=dict(series or {}),
+        requests=requests if requests is not None else NO_REQUESTS)
 
 
 class SessionStore:
     """Bounded, thread-safe store; see the module docstring."""
 
     def __init__(self, ring_tokens: int = 64, series_len: int = 2048, nvml_len: int = 6000,
-                 meta: dict | None = None, output_len: int = 1000) -> None:
+                 meta: dict | None = None, output_len: int = 1000,
+                 requests_keep: int = 1024) -> None:
         self.ring_tokens = ring_tokens
         self.series_len = series_len
         self._lock = threading.Lock()
@@ -271,6 +295,12 @@ class SessionStore:
         # Rows changed since each mirror's last delta (mirror key -> lowest seq), so that any
         # number of mirrors (a UI, a second UI, the session's keeper) each get every change.
         self._mirror_dirty: OrderedDict[Any, int] = OrderedDict()
+        # A server's requests: a record kind with a lock of its own (producers on the server's
+        # threads must not wait for a CUPTI fold); a program's misuse becomes one event per kind
+        # (appended without the store's lock: the book calls it holding its own, and deque
+        # appends are atomic)
+        self.requests = RequestBook(requests_keep, on_misuse=lambda kind, text: self._events.append(
+            (self._seq, time.time_ns(), "requests", text)))
         self._reset_data()
 
     # ------------------------------------------------------------------ state
@@ -318,6 +348,7 @@ class SessionStore:
             if open_row is not None:
                 self._open = open_row
             self._events.append((seq, time.time_ns(), "reset", "statistics reset"))
+        self.requests.reset()
 
     # -------------------------------------------------------------- producers
     def next_seq(self) -> int:
@@ -337,7 +368,7 @@ class SessionStore:
     def begin_token(self, phase: str, mode: str, start_ns: int, step: int, cycle: int = 0,
                     sampled: bool = True, batch: int = 1, config: Any = None,
                     compiling: bool = False, positions: int = 1, rerecord: bool = False,
-                    model: tuple[int, int] | None = None) -> int:
+                    model: tuple[int, int] | None = None, attached: bool | None = None) -> int:
         """Open a token window at ``start_ns`` (CUPTI clock); returns its sequence number.
 
         ``config``: the batch configuration of the step (default: the latest one given);
@@ -345,7 +376,8 @@ class SessionStore:
         from the configuration's clean statistics); ``positions``: input positions of the
         step over all sequences; ``rerecord``: the step recorded its CUDA graphs again after
         tuiprof dropped them (timed apart); ``model``: the host window of the step's model
-        forward (see :meth:`set_model_window`)."""
+        forward (see :meth:`set_model_window`); ``attached``: CUPTI was attached while the
+        step ran (False: the step is an untraced reference; None: not known)."""
         with self._lock:
             seq = self._seq
             self._seq += 1
@@ -356,7 +388,8 @@ class SessionStore:
                 self._cur = self._part(config)
             row = TokenRow(seq=seq, step=step, phase=phase, mode=mode, start_ns=start_ns,
                            cycle=cycle, sampled=sampled, batch=batch, config=config,
-                           compiling=compiling, positions=positions, rerecord=rerecord)
+                           compiling=compiling, positions=positions, rerecord=rerecord,
+                           attached=attached)
             if model is not None:
                 row.model_start_ns, row.model_end_ns = model
                 self._split = True
@@ -390,6 +423,33 @@ class SessionStore:
                 if row.seq < seq:
                     return
 
+    def set_step_requests(self, seq: int, prefill: tuple = (), decode: tuple = (),
+                          prefill_tokens: int = 0, decode_tokens: int = 0, pending: int = 0,
+                          running: int = 0, kv_used: int = 0, kv_total: int = 0,
+                          blocks: dict | None = None) -> None:
+        """The requests step ``seq`` advanced: ``prefill`` (feeding their prompt,
+        ``prefill_tokens`` in all) and ``decode`` (a token each, ``decode_tokens``), the
+        requests waiting (``pending``) and running when it began, KV-cache blocks used of
+        ``kv_total``; ``blocks``: request -> blocks it holds. The requests' rows learn their
+        steps (:class:`~tuiprof.store.requests.RequestBook`)."""
+        start = None
+        with self._lock:
+            for row in reversed(self._win_rows):
+                if row.seq == seq:
+                    row.requests = tuple(prefill) + tuple(decode)
+                    row.prefills = len(prefill)
+                    row.prefill_tokens, row.decode_tokens = prefill_tokens, decode_tokens
+                    row.pending, row.running = pending, running
+                    row.kv_used, row.kv_total = kv_used, kv_total
+                    start = row.start_ns
+                    if seq < self._dirty_seq:
+                        self._dirty_seq = seq
+                    break
+                if row.seq < seq:
+                    break
+        if start is not None:
+            self.requests.step(seq, start, tuple(prefill), tuple(decode), blocks)
+
     def end_token(self, seq: int, end_ns: int, host_ms: float, gpu_ms: float | None = None,
                   token_id: int | None = None) -> None:
         """Close the window of token ``seq`` and fold its timing into the per-mode stats."""
@@ -408,6 +468,8 @@ class SessionStore:
             self._counters["tokens"] += 1
             if row.phase == "window":  # a program's fixed window (no step marked then)
                 self._counters["window_steps"] += 1
+            else:  # a model step: requests in flight now are inside one
+                self.requests.step_interval(row.start_ns, end_ns)
             part = self._part(row.config)
             ts = _token_stats(part, row)
             if row.compiling or row.rerecord:  # slowed by a compile beside it or by tuiprof's
@@ -421,12 +483,41 @@ class SessionStore:
             ts["seqs"].add(row.batch)
             if gpu_ms is not None:
                 ts["gpu_ms"].add(gpu_ms)
+            side = _tracing_side(row)
+            if side is not None:
+                _add_stat(ts, _SIDE_HOST[side], host_ms)
+                if gpu_ms is not None:
+                    _add_stat(ts, f"{side}_gpu_ms", gpu_ms)
             nv = part.nvtx
             for name in ("step", row.phase):
                 s = nv.get(name)
                 if s is None:
                     s = nv[name] = RunningStats()
                 s.add(max(0, end_ns - row.start_ns))
+
+    def set_token_gpu(self, seq: int, gpu_ms: float) -> None:
+        """The CUDA-event time of token ``seq``, known after it ended (a program's step: its
+        events are read without waiting for the device, a step or more later)."""
+        with self._lock:
+            for row in reversed(self._win_rows):
+                if row.seq == seq:
+                    break
+                if row.seq < seq:
+                    return
+            else:
+                return
+            if row.gpu_ms is not None or not row.done:
+                return
+            row.gpu_ms = gpu_ms
+            if seq < self._dirty_seq:
+                self._dirty_seq = seq
+            if row.compiling or row.rerecord:
+                return
+            ts = _token_stats(self._part(row.config), row)
+            ts["gpu_ms"].add(gpu_ms)
+            side = _tracing_side(row)
+            if side is not None:
+                _add_stat(ts, f"{side}_gpu_ms", gpu_ms)
 
     def _fold_evicted(self, row: TokenRow) -> None:
         # A token leaving the window is long complete: its kernel counts join the running stats.
@@ -828,8 +919,11 @@ class SessionStore:
                 if new:
                     seen[kind] = new[-1].get("ts_ns", 0)
             top = self._tokens[-1].seq if self._tokens else since.token_seq
+            rsince = since.requests if not full else (-1, -1)
+            delta["requests"], *rnow = self.requests.changes(*rsince, light=light)
             return delta, ViewCursor(self._generation, max(top, since.token_seq),
-                                     tuple(seen.items()), records, ev, self._output_count, held)
+                                     tuple(seen.items()), records, ev, self._output_count, held,
+                                     tuple(rnow))
 
     MAX_MIRRORS = 256
 
@@ -880,7 +974,8 @@ class SessionStore:
                 collectors={k: dict(v) for k, v in self._collectors.items()},
                 events=list(self._events), overhead=dict(self.overhead),
                 output=list(self._output),
-                series={k: list(v) for k, v in self._series.items() if k != NVML})
+                series={k: list(v) for k, v in self._series.items() if k != NVML},
+                requests=self.requests.view())
 
 
 @dataclass(frozen=True, slots=True)
@@ -894,6 +989,7 @@ class ViewCursor:
     events: tuple = ()           # (count, last event) when events were last sent
     output: int = 0              # program output lines sent
     raw: tuple = ()              # ((seq, record count), ...) of the raw records the mirror holds
+    requests: tuple = (-1, -1)   # (rev, evictions) of the request rows sent
 
 
 def _alloc_counter() -> dict:
@@ -910,6 +1006,27 @@ def _token_stats(part: ConfigData, row: TokenRow) -> dict:
     if ts is None:
         ts = part.token_stats[(row.phase, row.mode)] = {k: RunningStats() for k in TOKEN_STATS}
     return ts
+
+
+def _tracing_side(row: TokenRow) -> str | None:
+    """``"untraced"``: the step ran with CUPTI detached or absent (the reference for what
+    tracing costs); ``"traced"``: its kernels were traced; None: neither (CUPTI attached around
+    a burst without tracing it, or not known)."""
+    if row.attached is False:
+        return "untraced"
+    if row.attached and row.sampled:
+        return "traced"
+    return None
+
+
+_SIDE_HOST = {"untraced": "untraced_ms", "traced": "traced_step_ms"}
+
+
+def _add_stat(ts: dict, name: str, value: float) -> None:
+    s = ts.get(name)
+    if s is None:  # token statistics read from a snapshot written before this one existed
+        s = ts[name] = RunningStats()
+    s.add(value)
 
 
 def _count_alloc(bucket: dict, is_alloc: bool, nbytes: int) -> None:

@@ -125,6 +125,20 @@ class RunningStats:
                 break
         return (lo + hi) / 2.0
 
+    def quantile(self, q: float) -> float:
+        """The value at rank ``q`` (0..1) of the values seen: the nearest rank to
+        ``q * (count - 1)`` (exact while ``median_exact``, else a 1% bin's centre); a light
+        copy keeps only its median. 0.0 when empty."""
+        if not self.count:
+            return 0.0
+        rank = min(self.count - 1, max(0, int(q * (self.count - 1) + 0.5)))
+        seen = 0
+        for k in sorted(self._hist):
+            seen += self._hist[k]
+            if seen > rank:
+                return float(k) if self.median_exact else _unbin(k)
+        return float(self.max)
+
     def merge(self, other: "RunningStats") -> None:
         """Fold another statistic in (Chan et al. parallel variance)."""
         if not other.count:

@@ -1,5 +1,5 @@
 """Workload sweeps: time and profile registry models over sequence lengths, passes and modes,
-or decode over batch sizes.
+or decode over batch sizes, or a server over request rates (``--serve``).
 
 ``run_sweep(...) -> SweepResult``; ``run_batch_sweep(...) -> BatchSweep`` (``--batches``). The
 ``tuiprof sweep`` command is :mod:`tuiprof.cli.sweep` (``python -m tuiprof.sweep`` too). No UI
@@ -17,7 +17,7 @@ _EXPORTS = {
     "MODES": "results", "PASSES": "results",
     "Progress": "runner", "env_fault_hook": "runner", "is_oom": "runner", "run_sweep": "runner",
     "run_batch_sweep": "batch_sweep", "BatchSweep": "batch_sweep", "BatchResult": "batch_sweep",
-    "BatchCell": "batch_sweep",
+    "BatchCell": "batch_sweep", "run_serve_sweep": "serve_sweep", "ServeSweep": "serve_sweep",
 }
 
 __all__ = sorted(_EXPORTS)

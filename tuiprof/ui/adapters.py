@@ -6,6 +6,7 @@ the app down. Every function here is pure or thread-safe and never imports Textu
 """
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 from typing import Any
 
@@ -16,17 +17,21 @@ from ..analysis.kernels import KernelInfo, kernel_info
 from ..export import diff as _diff
 from ..export import registry as _exports
 from ..export import snapshot as _snapshot
+from ..text import printable
 
 KernelName = KernelInfo  # what the panes show of a kernel name
 
 
 @lru_cache(maxsize=4096)
 def kernel_name(raw: str) -> KernelInfo:
-    """Classify a raw (mangled) kernel name; cached, so it is cheap on every refresh."""
+    """Classify a raw (mangled) kernel name; cached, so it is cheap on every refresh. The
+    fields a pane shows are made printable (the raw name stays exact: it is the row's key)."""
     try:
-        return kernel_info(raw)
+        k = kernel_info(raw)
     except Exception:  # an unparsable name stays readable as it is
-        return KernelInfo(raw, raw, raw[:60], "?", "?")
+        k = KernelInfo(raw, raw, raw[:60], "?", "?")
+    return dataclasses.replace(k, demangled=printable(k.demangled), short=printable(k.short),
+                               library=printable(k.library), category=printable(k.category))
 
 
 # ------------------------------------------------------------------ findings
@@ -35,7 +40,7 @@ def findings(view: Any) -> tuple[list, str]:
     try:
         return list(_findings.find(view) or []), ""
     except Exception as exc:  # a bug in analysis must not take the UI down
-        return [], f"analysis failed: {type(exc).__name__}: {exc}"[:200]
+        return [], printable(f"analysis failed: {type(exc).__name__}: {exc}", 200)
 
 
 def ranks_summary(ranks: Any) -> Any | None:

@@ -33,13 +33,15 @@ from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
 from ..control import SessionControl
-from ..errors import one_line, safe_text
+from ..errors import one_line
+from ..text import printable
 from ..store.rank_set import RanksView, is_rank_set
 from . import adapters
 from .actions import ACTIONS
 from .derive import view_signature
 from .screens.compare import CompareScreen
 from .screens.detail import KernelDetailScreen
+from .screens.request import RequestDetailScreen
 from .screens.help import HelpScreen
 from .screens.log import LogScreen
 from .screens.all_ranks import RanksScreen
@@ -50,6 +52,7 @@ from .widgets.base import Pane, RefreshContext
 from .widgets.findings_pane import FindingsPane
 from .widgets.header import HeaderPane
 from .widgets.kernels_pane import KernelsPane
+from .widgets.requests_pane import RequestsPane
 from .widgets.statusline import StatusLine
 
 WIDE_AT = (150, 40)          # columns, rows from which all panes show at once
@@ -64,6 +67,7 @@ class MainScreen(Screen):
         super().__init__()
         self.wide_at = wide_at
         self.active = int(pane_table.FIRST)   # pane number: kernels first
+        self.present: tuple[str, ...] = ()    # ids of the panes in the wide grid now
 
     def compose(self) -> ComposeResult:
         yield HeaderPane(id="header")
@@ -84,14 +88,28 @@ class MainScreen(Screen):
         return self.has_class("-narrow")
 
     def on_mount(self) -> None:
-        rows, heights, span = pane_table.grid_layout()
+        self.place(None)
+        self.apply_layout()
+        self.app.show_header()  # the first frame says what is loading, and how far it is
+
+    def place(self, view) -> bool:
+        """Lay the wide grid out for the panes that belong in it with ``view`` (an optional
+        pane once it has data); True when that changed."""
+        by_id = {p.id: p for p in self.panes}
+        present = tuple(s.id for s in pane_table.PANES if not s.optional
+                        or (view is not None and by_id[s.id].has_data(view)))
+        if present == self.present:
+            return False
+        self.present = present
+        specs = tuple(s for s in pane_table.PANES if s.id in present)
+        rows, heights, span = pane_table.grid_layout(specs)
         grid = self.query_one("#panes").styles
         grid.grid_size_columns, grid.grid_size_rows = 2, rows
         grid.grid_rows = heights
         for p in self.panes:
             p.styles.column_span = 2 if p.id in span else 1
-        self.apply_layout()
-        self.app.show_header()  # the first frame says what is loading, and how far it is
+            p.set_class(p.id not in present, "-absent")
+        return True
 
     def on_resize(self) -> None:
         self.apply_layout()
@@ -117,7 +135,7 @@ class MainScreen(Screen):
     def visible_panes(self) -> list[Pane]:
         if self.narrow:
             return [p for p in self.panes if p.PANE_KEY == str(self.active)]
-        return self.panes
+        return [p for p in self.panes if p.id in self.present]
 
 
 class TuiprofApp(App):
@@ -337,6 +355,8 @@ class TuiprofApp(App):
                              changed=changed, **self._rank_context())
         screen = self.screen
         main = self.main
+        if changed and main.place(view):  # an optional pane has data now: into the grid
+            ctx.changed = True
         with self.batch_update():
             main.query_one(HeaderPane).show(view, ctx)
             if isinstance(screen, LogScreen):
@@ -438,9 +458,10 @@ class TuiprofApp(App):
             return
         self._program_ended = True
         tail = prog.get("traceback") or []
-        text = "\n".join([status.message or "the program ended", *tail[-3:]])
+        text = "\n".join(printable(x, 300) for x in [status.message or "the program ended",
+                                                     *tail[-3:]])
         self.notify(text, severity="error" if prog.get("exit_status") else "information",
-                    timeout=10)
+                    timeout=10, markup=False)
 
     # ------------------------------------------------------------------ availability
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -465,7 +486,7 @@ class TuiprofApp(App):
     def _say(self, msg: str, severity: str = "information") -> None:
         self.last_message = msg
         if msg:
-            self.notify(msg, severity=severity, timeout=3)
+            self.notify(printable(msg, 400), severity=severity, timeout=3, markup=False)
 
     def action_toggle_mode(self) -> None:
         self._say(self.control.toggle_mode())
@@ -549,7 +570,7 @@ class TuiprofApp(App):
         if procs is not None:
             e = procs.entries[self.rank]
             self._say(f"showing process {self.rank} of {ranks.world_size}: pid {e.pid} "
-                      f"{safe_text(e.name, 40)} (g: next, a: all processes)")
+                      f"{printable(e.name, 40)} (g: next, a: all processes)")
         else:
             self._say(f"showing rank {self.rank} of {ranks.world_size} (g: next, a: all ranks)")
         self.refresh_view(force=True)
@@ -628,6 +649,10 @@ class TuiprofApp(App):
             k.open_filter()
 
     def action_kernel_detail(self) -> None:
+        if self.screen is self.main and self.main.narrow and str(self.main.active) == \
+                self.main.query_one(RequestsPane).PANE_KEY:  # enter on the requests pane
+            self.open_request(self.main.query_one(RequestsPane).current_request())
+            return
         if (k := self._kernels()) is not None:
             row = k.current_row()
             if row is not None:
@@ -635,6 +660,22 @@ class TuiprofApp(App):
 
     def on_kernels_pane_open_detail(self, m: KernelsPane.OpenDetail) -> None:
         self.push_screen(KernelDetailScreen(m.row, self.view))
+
+    def on_requests_pane_open_request(self, m: RequestsPane.OpenRequest) -> None:
+        self.open_request(m.rid)
+
+    def open_request(self, rid: Any) -> None:
+        """One request's story, from a view with the raw records of its traced steps."""
+        from ..analysis.requests import story  # noqa: PLC0415
+
+        if rid is None:
+            return
+        s = story(self.store.view(raw=True, raw_tokens=FINDINGS_RAW_TOKENS), rid)
+        if s is None:
+            self._say("that request has left the store (only the last ones are kept whole)",
+                      "warning")
+            return
+        self.push_screen(RequestDetailScreen(s))
 
     # ------------------------------------------------------------------ exports
     def _stamp_name(self, prefix: str, suffix: str) -> Path:

@@ -11,8 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.tokens import traced_tokens
+from ..analysis.tracing import (TracingCost, busy_basis_label, kernel_times, tracing_cost,
+                                untraced_wall_ms)
 from ..store import RunningStats
 from ..phases import COMPILED, DECODE, EAGER, OTHER, PREFILL
+from ..text import printable
+from . import format as fmt
 from .adapters import KernelName, kernel_name
 
 ALL = "all"
@@ -54,11 +58,27 @@ def gpu_ms(row: Any) -> float | None:
     return None
 
 
-def busy_fraction(row: Any) -> float | None:
-    """Share (%) of a token's wall time during which some kernel of it was running."""
+def busy_fraction(row: Any, wall_ms: float | None = None) -> float | None:
+    """Share (%) of a token's wall time during which some kernel of it was running; over
+    ``wall_ms`` instead when given (an untraced step's: :func:`busy_wall`), at most 100."""
     if not row.done or row.end_ns <= row.start_ns:
         return None
+    if wall_ms:
+        return min(100.0, 100.0 * row.busy_ns / 1e6 / wall_ms)
     return 100.0 * row.busy_ns / (row.end_ns - row.start_ns)
+
+
+def busy_wall(view: Any, phase: str, mode: str) -> float | None:
+    """The wall time (ms) a traced step's kernel-busy time is shared over: the median of the
+    untraced steps of (``phase``, ``mode``) in the view's configuration, or None (too few:
+    each traced step's own wall time, which tracing stretches)."""
+    return untraced_wall_ms(view, phase, mode)
+
+
+def basis_note(wall_ms: float | None) -> str:
+    """How the busy shares on screen were computed: ``of an untraced step (2.90 ms)``."""
+    label = busy_basis_label(wall_ms is not None)
+    return f"{label} ({wall_ms:.2f} ms)" if wall_ms is not None else label
 
 
 def traced_rows(rows: list, phase: str, mode: str) -> list:
@@ -80,6 +100,8 @@ class TokenKernels:
     mode: str
     kernels: int
     busy_pct: float | None
+    gpu_ms: float | None = None
+    host_ms: float | None = None
 
 
 @dataclass
@@ -95,10 +117,15 @@ def earlier_traced(view: Any, phase: str, mode: str) -> EarlierTraced | None:
     """The store's running means of traced tokens that left the series, or ``None``: compiled
     sampling traces 4 steps in 4,096, so at most times every traced step is older than the
     series of 2,048 (and "no traced step yet" would be wrong). Busy share as
-    :func:`busy_fraction`, each token over its own wall time."""
+    :func:`busy_fraction`: over an untraced step's wall time where there is one
+    (:func:`busy_wall`), else each token over its own."""
     ts = view.token_stats.get((phase, mode)) or {}
     busy, kn = ts.get("busy_pct"), ts.get("kernels")
     kernels = kn.mean if kn is not None and kn.count else None
+    wall, busy_ns = busy_wall(view, phase, mode), ts.get("busy_ns")
+    if wall is not None and busy_ns is not None and busy_ns.count:
+        return EarlierTraced(busy_ns.count, kernels,
+                             min(100.0, 100.0 * busy_ns.mean / 1e6 / wall))
     if busy is not None and busy.count:
         return EarlierTraced(busy.count, kernels, busy.mean)
     # A snapshot written before "busy_pct" existed: mean busy time over the median step
@@ -110,12 +137,35 @@ def earlier_traced(view: Any, phase: str, mode: str) -> EarlierTraced | None:
 
 
 def latest_traced(view: Any, phase: str, mode: str) -> TokenKernels | None:
-    """The latest traced token of (``phase``, ``mode``) in the series, or ``None``."""
+    """The latest traced token of (``phase``, ``mode``) in the series, or ``None``; its busy
+    share over :func:`busy_wall` where there is one."""
     for r in reversed(view.tokens):
         if r.done and r.phase == phase and r.mode == mode and getattr(r, "sampled", True) \
                 and r.kernels > 0:
-            return TokenKernels(r.seq, r.phase, r.mode, r.kernels, busy_fraction(r))
+            return TokenKernels(r.seq, r.phase, r.mode, r.kernels,
+                                busy_fraction(r, busy_wall(view, phase, mode)), r.gpu_ms,
+                                r.host_ms)
     return None
+
+
+def traced_vs_untraced(view: Any, phase: str, mode: str,
+                       k: TokenKernels | None = None) -> str:
+    """What tracing costs the steps of (``phase``, ``mode``), for a footer: ``GPU 3.10 vs 2.74
+    ms untraced (+13 %: tracing cost)`` for the traced step ``k`` against the untraced steps'
+    median, or the medians' ``traced steps run 12 % slower: tracing cost``; "" without
+    untraced steps."""
+    cost = tracing_cost(view, phase, mode)
+    if cost is None:
+        return ""
+    own = None
+    if k is not None:
+        own = k.gpu_ms if cost.source == "gpu_ms" else k.host_ms
+    if own:
+        what = "GPU" if cost.source == "gpu_ms" else "wall"
+        pct = 100.0 * (own / cost.untraced_ms - 1.0)
+        return (f"{what} {own:.2f} vs {cost.untraced_ms:.2f} ms untraced "
+                f"({pct:+.0f} %: tracing cost)")
+    return cost.text()
 
 
 def done_rows(view: Any, phase: str | None = None, mode: str | None = None,
@@ -199,7 +249,7 @@ def marked_steps(counters: dict) -> int:
 
 def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
     meta = view.meta
-    model = str(meta.get("model") or "?")
+    model = printable(meta.get("model") or "?")
     dtype = meta.get("dtype")
     weights = meta.get("weights")
     low = model.lower()
@@ -207,7 +257,7 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
         dtype = next((d for d in ("bf16", "fp16", "fp32", "fp8") if d in low), "?")
     if not weights:
         weights = "random" if "random" in low else "?"
-    device = str(meta.get("device") or "?").replace("NVIDIA ", "")
+    device = printable(meta.get("device") or "?").replace("NVIDIA ", "")
     recent = done_rows(view, DECODE, mode, compiling=True)[-window:]
     beside = bool(recent) and recent[-1].compiling   # a compile runs beside decoding now
     decode = [r for r in recent if r.compiling] if beside else done_rows(view, DECODE, mode)[-window:]
@@ -231,10 +281,11 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
                 ttft = ts["host_ms"].mean
     ov = view.overhead or {}
     return HeaderNumbers(
-        model=model, device=device, dtype=str(dtype), weights=str(weights), mode=mode,
+        model=model, device=device, dtype=printable(dtype), weights=printable(weights),
+        mode=printable(mode),
         steps=marked_steps(view.counters), batch=batch, tok_s=tok_s, ttft_ms=ttft,
         itl_p50=percentile(host, 50), itl_p99=percentile(host, 99),
-        overhead_pct=ov.get("pct"), overhead_method=str(ov.get("method", "")),
+        overhead_pct=ov.get("pct"), overhead_method=printable(ov.get("method", "")),
         rank=rank_label(meta),
         compile_cost=compile_cost(view, mode), beside_compile=beside,
     )
@@ -275,7 +326,7 @@ def latency_series(view: Any, n: int = 256) -> LatencySeries:
         if r.phase == PREFILL:
             out.prefill.append((r.seq, r.host_ms))
         elif prev_mode is not None and r.mode != prev_mode:
-            out.mode_marks.append((r.seq, f"→{r.mode}"))
+            out.mode_marks.append((r.seq, printable(f"→{r.mode}", 40)))
         if r.phase == DECODE:
             prev_mode = r.mode
     marked = {s for s, _ in out.mode_marks}
@@ -283,7 +334,7 @@ def latency_series(view: Any, n: int = 256) -> LatencySeries:
         seq, _ts, kind, text = ev
         if kind in ("mode", "batch") and seq >= first and seq not in marked \
                 and seq not in {s - 1 for s in marked}:
-            out.mode_marks.append((seq, str(text)))
+            out.mode_marks.append((seq, printable(text, 40)))
     out.mode_marks.sort()
     return out
 
@@ -329,6 +380,17 @@ class KernelRow:
     configs: dict
     per_token: float | None = None
     loop_launches: int = 0   # launched outside a step's model forward (the loop's own)
+    times: Any = None        # analysis.tracing.KernelTimes: corrected, or an upper bound
+
+
+def kernel_ns_text(r: KernelRow, value_ns: float, launches: int = 1) -> str:
+    """A kernel time of row ``r`` as shown: less the measured per-kernel cost of tracing
+    (``launches`` times it, for a total), or marked ``≤`` as an upper bound while that cost is
+    not measured (:mod:`tuiprof.analysis.tracing`)."""
+    t = r.times
+    if t is None:
+        return fmt.ns(value_ns)
+    return ("≤" if t.upper_bound else "") + fmt.ns(max(0.0, value_ns - t.correction_ns * launches))
 
 
 def kernel_modes(view: Any, phase: str) -> dict[str, int]:
@@ -384,7 +446,8 @@ def kernel_rows(view: Any, mode: str, phase: str) -> list[KernelRow]:
             registers=agg.registers, shared_mem=agg.shared_mem,
             graph_launches=agg.graph_launches, configs=dict(agg.configs),
             per_token=(agg.stats.count / ntok) if ntok else None,
-            loop_launches=agg.loop_launches))
+            loop_launches=agg.loop_launches,
+            times=kernel_times(agg.stats.mean, agg.graph_launches, agg.stats.count)))
     return rows
 
 
@@ -451,9 +514,11 @@ class ModeSummary:
     tok_s: float | None = None
     gpu_ms: float | None = None
     busy_pct: float | None = None
+    busy_wall_ms: float | None = None  # busy_pct's basis: an untraced step's wall (None: own)
     kernels_token: float | None = None
     graph_pct: float | None = None
     alloc_req_token: float | None = None
+    tracing: TracingCost | None = None        # traced vs untraced steps
     top: list = field(default_factory=list)   # KernelRow, by total time
 
 
@@ -485,7 +550,9 @@ def mode_summary(view: Any, mode: str, top: int = 8) -> ModeSummary:
     # kernel figures only from tokens whose device records were kept (sampling)
     # (none at all without CUPTI: its steps are "sampled" by the schedule, with no records)
     krows = [r for r in rows if getattr(r, "sampled", True)] if s.traced else []
-    b = [busy_fraction(r) for r in krows if busy_fraction(r) is not None]
+    s.busy_wall_ms = wall = busy_wall(view, DECODE, mode)
+    s.tracing = tracing_cost(view, DECODE, mode)
+    b = [busy_fraction(r, wall) for r in krows if busy_fraction(r, wall) is not None]
     s.busy_pct = median(b)
     if krows:
         s.kernels_token = sum(r.kernels for r in krows) / len(krows)
@@ -493,8 +560,9 @@ def mode_summary(view: Any, mode: str, top: int = 8) -> ModeSummary:
         s.graph_pct = 100.0 * sum(r.graph_kernels for r in krows) / kt if kt else None
     elif s.traced and ts and ts["kernels"].count:  # every token of this mode has left the window
         s.kernels_token = ts["kernels"].mean
-        if s.ms_token and ts["busy_ns"].count:
-            s.busy_pct = 100.0 * ts["busy_ns"].mean / 1e6 / s.ms_token
+        over = wall or s.ms_token
+        if over and ts["busy_ns"].count:
+            s.busy_pct = min(100.0, 100.0 * ts["busy_ns"].mean / 1e6 / over)
     deltas = []
     prev = None
     for r in view.tokens:

@@ -24,6 +24,10 @@ class PaneSpec:
     help: str       # one line for the help screen
     wide: bool = False   # a row of its own in the wide grid
     height: str = "1fr"  # its row's height in the wide grid
+    # in the wide grid only once the session has its data (the pane's ``has_data(view)``):
+    # a server's requests pane stays out of the way of a session without requests; its key
+    # shows it in the narrow layout whatever
+    optional: bool = False
 
 
 PANES: tuple[PaneSpec, ...] = (   # grid order
@@ -41,6 +45,9 @@ PANES: tuple[PaneSpec, ...] = (   # grid order
     PaneSpec("6", "host", "host_pane:HostPane", "host",
              "the session process's CPU use and memory, and tuiprof's own CPU time",
              height="5"),
+    PaneSpec("7", "requests", "requests_pane:RequestsPane", "requests",
+             "a server's requests: TTFT/ITL/queue/e2e p50/p90/p99, req/s, tokens/s, the ones "
+             "in flight (enter: one request's story)", height="12", optional=True),
 )
 
 FIRST = "2"   # the pane shown first in the narrow layout: the kernels
@@ -97,7 +104,8 @@ def _height(specs: tuple[PaneSpec, ...]) -> str:
 
 
 def grid_layout(panes: tuple[PaneSpec, ...] = PANES) -> tuple[int, str, set[str]]:
-    """(rows, the ``grid-rows`` value, ids of the panes that span both columns)."""
+    """(rows, the ``grid-rows`` value, ids of the panes that span both columns) of the wide
+    grid holding ``panes`` (in table order)."""
     rows = grid_rows(panes)
     span = {r[0].id for r in rows if len(r) == 1}
     return len(rows), " ".join(_height(r) for r in rows), span

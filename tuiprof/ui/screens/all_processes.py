@@ -20,7 +20,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from ...errors import safe_text
+from ...text import printable
 from ...store.rank_set import is_active, jobs, process_facts
 from .. import adapters
 from ..derive import header_numbers
@@ -58,9 +58,9 @@ def render_processes(rv: Any, selected: int, width: int = 200) -> Any:
         gpu = str(v.meta.get("device") or ("cuda" if v.meta.get("cuda") else "–"))
         cells = {"#": ("▶" if i == selected else "") + str(i), "pid": str(p.get("pid", "–")),
                  "parent": str(p.get("ppid", "–")),
-                 "process": safe_text(p.get("name") or v.meta.get("model"),
+                 "process": printable(p.get("name") or v.meta.get("model"),
                                       28 if width >= 100 else 20),
-                 "state": safe_text(p.get("state", "running"), 8), "GPU": safe_text(gpu, 10),
+                 "state": printable(p.get("state", "running"), 8), "GPU": printable(gpu, 10),
                  "rank": f"{rank}/{world}" if isinstance(rank, int) else "–",
                  "steps": f"{int(v.counters.get('tokens', 0) or 0):,}", "tok/s": _tok_s(v),
                  "kernels": f"{int(v.counters.get('kernels', 0) or 0):,}"}
@@ -97,7 +97,7 @@ class ProcessesScreen(Screen):
         notices = (views.meta or {}).get("notices") or []
         parts: list = [head, render_processes(views, selected, self.app.size.width)]
         for line in notices[-4:]:
-            parts.append(Text(safe_text(line, 300), "yellow"))
+            parts.append(Text(printable(line, 300), "yellow"))
         table.update(Group(*parts))
         blocks: list = []
         analysis = analysis if isinstance(analysis, dict) else {}
@@ -105,7 +105,7 @@ class ProcessesScreen(Screen):
             split, cross = analysis.get(key, (None, None))
             pick = next((r for r, v in enumerate(rv.views)
                          if process_facts(v).get("index") == selected), -1)
-            blocks.append(Text(f"torch.distributed job {safe_text(key, 60)}: "
+            blocks.append(Text(f"torch.distributed job {printable(key, 60)}: "
                                f"{rv.world_size} ranks", "bold"))
             blocks.append(render_ranks(adapters.ranks_summary(rv), split, pick, _no_kernels(rv)))
             if cross is None:

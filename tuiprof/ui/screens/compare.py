@@ -20,7 +20,8 @@ from textual.widgets import Footer, Static
 
 from .. import format as fmt
 from ..adapters import config_summaries, diff_configs, render_diff
-from ..derive import ModeSummary, config_label, config_summary, configurations, default_pair
+from ..derive import (ModeSummary, config_label, config_summary, configurations, default_pair,
+                      kernel_ns_text)
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -28,6 +29,20 @@ def _ratio(a: float | None, b: float | None) -> str:
         return ""
     r = a / b
     return f"×{r:.2f}" if r >= 1 else f"×{r:.3f}"
+
+
+def _basis(a: ModeSummary, b: ModeSummary) -> str:
+    """Which wall time the busy shares are of: an untraced step's, the traced step's own."""
+    bases = {s.busy_wall_ms is not None for s in (a, b) if s.busy_pct is not None}
+    if bases == {True}:
+        return "of an untraced step"
+    if bases == {False}:
+        return "of its traced step"
+    return "untraced step where measured, else traced" if bases else "traced"
+
+
+def _cost(s: ModeSummary) -> float | None:
+    return s.tracing.ratio if s.tracing is not None else None
 
 
 def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
@@ -45,7 +60,9 @@ def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
          lambda v: f"{v:,.1f}" if v else "–", True),
         ("ms/step (median)", ea.ms_token, co.ms_token, fmt.ms, True),
         ("GPU ms/step", ea.gpu_ms, co.gpu_ms, fmt.ms, True),
-        ("kernel-busy share (traced)", ea.busy_pct, co.busy_pct, fmt.pct, True),
+        (f"kernel-busy share ({_basis(ea, co)})", ea.busy_pct, co.busy_pct, fmt.pct, True),
+        ("traced / untraced step (tracing cost)", _cost(ea), _cost(co),
+         lambda v: "–" if v is None else f"×{v:.3f}", False),
         ("kernels/step (traced)", ea.kernels_token, co.kernels_token,
          lambda v: fmt.count(round(v, 1)) if v is not None else "–", True),
         ("from CUDA graphs", ea.graph_pct, co.graph_pct, fmt.pct, False),
@@ -72,8 +89,8 @@ def render_top(s: ModeSummary, traced: bool = True) -> Any:
         return Text(f"no {name} decode kernels yet" +
                     (" — press c to switch modes" if s.mode == "compiled" else ""), "dim")
     for r in s.top:
-        t.add_row(r.name.short, r.name.library, f"{r.pct:.1f}",
-                  f"{r.per_token:.1f}" if r.per_token else "–", fmt.ns(r.stats.mean))
+        t.add_row(Text(r.name.short), Text(r.name.library), f"{r.pct:.1f}",
+                  f"{r.per_token:.1f}" if r.per_token else "–", kernel_ns_text(r, r.stats.mean))
     return t
 
 
@@ -81,6 +98,8 @@ COLUMNS = (("config", "left", True), ("steps", "right", False), ("tok/s", "right
            ("ms/step", "right", True), ("kernels/step", "right", False),
            ("GPU busy", "right", False), ("MBU", "right", True), ("MFU", "right", True),
            ("bound", "left", True), ("beside compile", "right", False))
+# the busy share's basis, after the figure: an untraced step's wall time, or the traced step's
+BASIS_MARK = {"untraced": "", "traced": "†"}
 
 
 def render_configs(rows: list, pair: tuple, compact: bool = False) -> Any:
@@ -88,8 +107,11 @@ def render_configs(rows: list, pair: tuple, compact: bool = False) -> Any:
     the columns that fit 80 columns)."""
     if not rows:
         return Text("configurations: analysis not available", "dim")
+    traced = any(s.busy is not None and s.busy_basis == "traced" for s in rows)
     t = Table(title="every configuration of the session (decode; MBU/MFU against "
-                    f"{rows[0].ridge:.0f} FLOP/B ridge)", expand=True, show_edge=False)
+                    f"{rows[0].ridge:.0f} FLOP/B ridge; GPU busy of an untraced step"
+                    + ("; † of its traced step: no untraced steps" if traced else "") + ")",
+              expand=True, show_edge=False)
     keep = [i for i, (_n, _j, core) in enumerate(COLUMNS) if core or not compact]
     for i in keep:
         name, just, _core = COLUMNS[i]
@@ -99,7 +121,8 @@ def render_configs(rows: list, pair: tuple, compact: bool = False) -> Any:
         style = "bold cyan" if key == pair[0] else ("bold magenta" if key == pair[1] else "")
         cells = (config_label(s.batch, s.mode), fmt.count(s.steps), f"{s.tok_s:,.1f}",
                  fmt.ms(s.ms_step), "–" if s.kernels_step is None else f"{s.kernels_step:,.0f}",
-                 fmt.pct(None if s.busy is None else 100 * s.busy),
+                 fmt.pct(None if s.busy is None else 100 * s.busy)
+                 + (BASIS_MARK.get(s.busy_basis, "") if s.busy is not None else ""),
                  "–" if s.mbu is None else f"{s.mbu:.1%}",
                  "–" if s.mfu is None else f"{s.mfu:.1%}", s.klass,
                  "–" if not s.compiling_steps else
@@ -151,7 +174,7 @@ class CompareScreen(Screen):
                 self.pair[which] = nxt
                 break
         self.show(self._view)
-        self.app.notify(f"comparing {config_label(*self.pair[0])} with "
+        self.app.notify(markup=False, message=f"comparing {config_label(*self.pair[0])} with "
                         f"{config_label(*self.pair[1])}", timeout=2)
 
     def show(self, view: Any) -> None:

@@ -12,7 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from .. import format as fmt
-from ..derive import KernelRow
+from ...text import markup, printable
+from ..derive import KernelRow, kernel_ns_text
 
 
 def render_detail(row: KernelRow, view: Any | None = None) -> Table:
@@ -22,11 +23,11 @@ def render_detail(row: KernelRow, view: Any | None = None) -> Table:
     t.add_column(style="bold", no_wrap=True)
     t.add_column()
     t.add_row("short", Text(n.short, "bold cyan"))
-    t.add_row("library", n.library)
-    t.add_row("category", n.category)
-    t.add_row("mode / phase", f"{row.mode} / {row.phase}")
+    t.add_row("library", Text(n.library))
+    t.add_row("category", Text(n.category))
+    t.add_row("mode / phase", Text(printable(f"{row.mode} / {row.phase}")))
     t.add_row("demangled", Text(n.demangled))
-    t.add_row("raw", Text(n.raw, "dim"))
+    t.add_row("raw", Text(printable(n.raw), "dim"))
     t.add_row("", "")
     t.add_row("launches", fmt.count(s.count) + (f"  ({row.per_token:.1f} per traced token)" if row.per_token else ""))
     t.add_row("from CUDA graphs", fmt.count(row.graph_launches))
@@ -37,6 +38,15 @@ def render_detail(row: KernelRow, view: Any | None = None) -> Table:
     t.add_row("mean / median", f"{fmt.ns(s.mean)} / {fmt.ns(s.median)}")
     t.add_row("min / max", f"{fmt.ns(s.min)} / {fmt.ns(s.max)}")
     t.add_row("stddev", fmt.ns(s.stddev))
+    times = row.times
+    if times is not None and (times.upper_bound or times.correction_ns):
+        t.add_row("read as", Text(
+            f"less {fmt.ns(times.correction_ns)} a launch, tracing's own ({times.path} path; "
+            f"the table shows {kernel_ns_text(row, s.mean)} a launch): CUPTI's times above"
+            if times.correction_ns else
+            "upper bounds: the times above are CUPTI's, recorded while tracing, whose own cost "
+            "in a kernel this short is not measured yet (docs/performance.md, "
+            "\"What tracing changes\")", "yellow"))
     t.add_row("registers/thread", str(row.registers))
     t.add_row("shared mem", fmt.nbytes(row.shared_mem))
     cfgs = sorted(row.configs.items(), key=lambda kv: -kv[1])
@@ -50,9 +60,10 @@ def render_detail(row: KernelRow, view: Any | None = None) -> Table:
         others = []
         for (name, ph, md), agg in sorted(view.kernels.items(), key=lambda kv: kv[0][1:]):
             if name == row.key and (ph, md) != (row.phase, row.mode):
-                others.append(f"{md}/{ph}: {agg.stats.count:,} × {fmt.ns(agg.stats.mean)}")
+                others.append(printable(f"{md}/{ph}") + f": {agg.stats.count:,} × "
+                              f"{fmt.ns(agg.stats.mean)}")
         if others:
-            t.add_row("elsewhere", "\n".join(others))
+            t.add_row("elsewhere", Text("\n".join(others)))
     return t
 
 
@@ -73,4 +84,5 @@ class KernelDetailScreen(ModalScreen):
             yield Static(render_detail(self.row, self.view), id="detail-body")
 
     def on_mount(self) -> None:
-        self.query_one(VerticalScroll).border_title = f"kernel — {self.row.name.short} — esc to close"
+        self.query_one(VerticalScroll).border_title = (f"kernel — {markup(self.row.name.short)}"
+                                                       " — esc to close")

@@ -9,6 +9,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static
 
+from ...text import printable
+
 
 class LogScreen(Screen):
     """Key ``l``: the program's stdout and stderr as it printed them (sanitised lines)."""
@@ -40,19 +42,19 @@ class LogScreen(Screen):
                 log.write_line(f"… {total - len(lines):,} earlier lines: see the log file")
             new = len(lines)
         if new:
-            log.write_lines(lines[len(lines) - new:])
+            log.write_lines([printable(ln) for ln in lines[len(lines) - new:]])
         self._shown = total
         prog = (status.extra or {}).get("program") or (view.meta.get("program") or {})
         where = (status.extra or {}).get("log_path") or prog.get("log") or "?"
         cap = Text(no_wrap=True, overflow="ellipsis")
-        cap.append(f"{prog.get('name') or 'program'} ", "bold")
+        cap.append(printable(prog.get('name') or 'program', 80) + " ", "bold")
         if prog.get("running", False):
             cap.append("running", "bold green")
         elif prog.get("exit_status") is not None:
             code = prog.get("exit_status")
             cap.append(f"exit status {code}", "bold" if code == 0 else "bold red")
             if prog.get("error"):
-                cap.append(f" · {prog['error']}", "red")
-        cap.append(f" · {total:,} lines · all of them in {where}\n", "")
+                cap.append(f" · {printable(prog['error'], 200)}", "red")
+        cap.append(f" · {total:,} lines · all of them in {printable(where)}\n", "")
         cap.append("stdout and stderr as printed (escapes removed); esc or l to close", "dim")
         self.query_one("#log-caption", Static).update(cap)

@@ -41,6 +41,12 @@ class Pane(Vertical):
     def on_mount(self) -> None:
         self.border_title = f"{self.PANE_KEY} {self.PANE_TITLE}"
 
+    @classmethod
+    def has_data(cls, view: Any) -> bool:
+        """Whether ``view`` holds what this pane shows (an ``optional`` pane of the table
+        joins the wide grid only then)."""
+        return True
+
     def show(self, view: Any, ctx: RefreshContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ...text import printable
 from .base import Pane, RefreshContext
 
 _SEV_STYLE = {"critical": "bold white on red", "high": "bold red", "error": "bold red",
@@ -52,7 +53,7 @@ def _num(v: Any) -> str:
 
 def render_findings(found: list, message: str = "") -> Any:
     if message:
-        return Text(message, "dim")
+        return Text(printable(message, 400), "dim")
     if not found:
         return Text("no findings (yet)", "dim")
     parts = []
@@ -63,21 +64,21 @@ def render_findings(found: list, message: str = "") -> Any:
         t = Text()
         t.append(f"{i}. ", "bold")
         t.append(f"[{sev}] ", _SEV_STYLE.get(sev, "bold"))
-        t.append(str(getattr(f, "title", f)), "bold")
+        t.append(printable(getattr(f, "title", f), 400), "bold")
         impact = getattr(f, "impact_ms_per_token", None)
         if isinstance(impact, (int, float)):
             # per decode step (one forward over the batch), as the latency pane counts
             t.append(f"  ~{impact:.2f} ms/step", "bold magenta")
         adv = getattr(f, "advice", None)
         if adv:
-            t.append(f"\n   → {adv}", "green")
+            t.append(f"\n   → {printable(adv, 1000)}", "green")
         ev = getattr(f, "evidence", None)
         if ev:
             ev_s = "; ".join(map(str, ev)) if isinstance(ev, (list, tuple)) else str(ev)
-            t.append(f"\n   evidence: {ev_s}")
+            t.append(f"\n   evidence: {printable(ev_s, 1000)}")
         nums = _numbers(getattr(f, "numbers", None))
         if nums:
-            t.append(f"\n   {nums}", "dim")
+            t.append(f"\n   {printable(nums, 1000)}", "dim")
         parts.append(t)
     return Group(*parts)
 

@@ -16,9 +16,12 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from ... import errors
+from ...text import printable
 from ...analysis.model_split import model_split
 from .. import format as fmt
-from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_rows,
+from ...analysis.tracing import duration_note, tracing_cost
+from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_ns_text,
+                      kernel_rows,
                       resolve_kernel_phase,
                       resolve_kernel_mode, select_kernels)
 from .base import Pane, RefreshContext
@@ -63,19 +66,39 @@ def visible_columns(inner: int) -> tuple[tuple, int]:
 
 def _cells(rank: int, r: KernelRow) -> dict[str, str]:
     s = r.stats
+    # CUPTI's times of a short kernel may hold tracing's own cost: corrected by the measured
+    # constant (analysis.tracing.DURATION_INFLATION_NS), or marked as upper bounds
     return {
         "rank": str(rank),
         "name": r.name.short,
         "library": r.name.library,
         "category": r.name.category,
         "pct": f"{r.pct:.1f}",
-        "total": fmt.ns(s.total),
+        "total": kernel_ns_text(r, s.total, s.count),
         "count": fmt.count(s.count),
-        "avg": fmt.ns(s.mean),
-        "minmax": f"{fmt.ns(s.min)} / {fmt.ns(s.max)}",
+        "avg": kernel_ns_text(r, s.mean),
+        "minmax": f"{kernel_ns_text(r, s.min)} / {kernel_ns_text(r, s.max)}",
         "grid": fmt.dim3(r.grid),
         "block": fmt.dim3(r.block),
     }
+
+
+def _cell(text: str, right: bool) -> Text:
+    """A table cell: a Text, never a string (DataTable parses a string as markup)."""
+    return Text(text, justify="right") if right else Text(text)
+
+
+def tracing_caption(view: Any, phase: str, mode: str, shown: list[KernelRow]) -> str:
+    """What tracing changes in the table, for its caption: how much slower the traced steps
+    these kernels come from ran than untraced ones, and how short kernels' times are read."""
+    parts = []
+    cost = tracing_cost(view, phase, mode) if phase != ALL else None
+    if cost is not None:
+        parts.append(f"traced steps {cost.pct:+.0f} % (tracing cost)")
+    if any(r.times is not None and (r.times.upper_bound or r.times.correction_ns)
+           for r in shown):
+        parts.append(duration_note())
+    return "".join(f" · {p}" for p in parts)
 
 
 def empty_reason(view: Any, phase: str, mode: str) -> str:
@@ -305,11 +328,11 @@ class KernelsPane(Pane):
         sel = select_kernels(rows, self.sort, self.descending, self.filter_text, self.top_n)
         self.rows = {r.key: r for r in sel}
         cap = Text(no_wrap=True, overflow="ellipsis")
-        cap.append(f"{config_label(view.batch, mode)} · {phase}", "bold")
+        cap.append(printable(f"{config_label(view.batch, mode)} · {phase}", 80), "bold")
         if phase != self.phase:
-            cap.append(f" (no {self.phase} steps: every phase)", "dim")
+            cap.append(printable(f" (no {self.phase} steps: every phase)"), "dim")
         if mode != want:
-            cap.append(f" (no {want} kernels in this phase)", "dim")
+            cap.append(printable(f" (no {want} kernels in this phase)", 80), "dim")
         # first, so that 80 columns show it: a step's kernels, the model's and the loop's
         split = model_split(view, phase).get(mode) if phase != ALL else None
         if split is not None:
@@ -318,8 +341,9 @@ class KernelsPane(Pane):
                        f"({fmt.ms(split.loop_ms)})", "cyan")
         cap.append(f" · {len(rows)} kernels · {fmt.ns(total_ns)} GPU"
                    f" · sort {self.sort} {'↓' if self.descending else '↑'}")
+        cap.append(tracing_caption(view, phase, mode, sel), "yellow")
         if self.filter_text:
-            cap.append(f" · filter “{self.filter_text}” ({len(sel)} match)", "yellow")
+            cap.append(f" · filter “{printable(self.filter_text, 40)}” ({len(sel)} match)", "yellow")
         cap.append("  [k] batch [p]hase [m]ode [s]ort [i]nvert [/]filter [enter]details", "dim")
         self.query_one("#kernels-caption", Static).update(cap)
         comm = comm_lines(sel, ctx, mode, phase)
@@ -329,7 +353,7 @@ class KernelsPane(Pane):
         empty = "" if rows else empty_reason(view, phase, mode)
         self.set_class(bool(empty), "-empty")
         if empty:
-            self.query_one("#kernels-empty", Static).update(empty)
+            self.query_one("#kernels-empty", Static).update(Text(empty))
         self._update_table(sel)
 
     def _update_table(self, sel: list[KernelRow]) -> None:
@@ -346,13 +370,12 @@ class KernelsPane(Pane):
             cells = {k: cells[k] for k in shown}
             old = self._shown.get(r.key)
             if old is None:
-                table.add_row(*[Text(cells[k], justify="right") if k in rights else cells[k]
-                                for k in shown], key=r.key)
+                table.add_row(*[_cell(cells[k], k in rights) for k in shown], key=r.key)
                 self._shown[r.key] = cells
                 continue
             for k, v in cells.items():
                 if old[k] != v:
-                    table.update_cell(r.key, k, Text(v, justify="right") if k in rights else v)
+                    table.update_cell(r.key, k, _cell(v, k in rights))
             self._shown[r.key] = cells
         current = [row.key.value for row in table.ordered_rows]
         if current != want:

@@ -1,5 +1,6 @@
 """Per-step latency: host and GPU ms per step (one step advances every sequence of the batch)
-of the last N steps, prefill, mode and batch switches and steps beside a compile marked."""
+of the last N steps, prefill, mode and batch switches and steps beside a compile marked; a
+server's step also gives its mix of prefill and decode tokens and the requests waiting."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,8 +11,10 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from .. import format as fmt
-from ..derive import (compile_cost, compile_cost_text, config_label, latency_series,
-                      earlier_traced, latest_traced, place_labels)
+from ...analysis.tracing import busy_basis_label
+from ..derive import (busy_wall, compile_cost, compile_cost_text, config_label,
+                      latency_series, earlier_traced, latest_traced, place_labels,
+                      traced_vs_untraced)
 
 # columns of the plot left of its canvas (y tick labels and axis) and right of it
 Y_AXIS_COLS = 10
@@ -22,7 +25,7 @@ class LatencyPane(Pane):
     PANE_TITLE = "latency, ms/step"
     DEFAULT_CSS = """
     LatencyPane PlotextPlot { height: 1fr; min-height: 5; }
-    LatencyPane #latency-summary { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    LatencyPane #latency-summary { height: 2; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, n_tokens: int = 256, **kw: Any) -> None:
@@ -44,13 +47,18 @@ class LatencyPane(Pane):
             last = done[-1]
             summary.append(f"#{last.seq} {last.phase}/{config_label(last.batch, last.mode)}: ",
                            "bold")
+            if last.requests:  # a server's step: its mix of prompt and decode tokens
+                summary.append(f"{last.prefill_tokens:,} prefill + {last.decode_tokens:,} "
+                               f"decode tok", "yellow" if last.prefill_tokens else "magenta")
+                summary.append(f" ({len(last.requests)} req, {last.pending} waiting) · ")
             summary.append(f"━ host {fmt.ms(last.host_ms)}/step", "cyan")
             summary.append(" · ")
             summary.append(f"━ GPU {fmt.ms(s.gpu[-1])}", "green")
-            summary.append(_kernel_note(view, last))
             cost = compile_cost(view, ctx.mode)
             if cost is not None:
                 summary.append(f" · {compile_cost_text(cost)}", "yellow")
+            summary.append("\n")
+            summary.append(_kernel_note(view, last))
         else:
             summary.append("waiting for the first token…", "dim")
         self.query_one("#latency-summary", Static).update(summary)
@@ -103,18 +111,32 @@ class LatencyPane(Pane):
 
 def _kernel_note(view: Any, last: Any) -> Text:
     """Kernel figures of the latest *traced* token of the last token's phase and mode, naming
-    that token when it is not the last one (sampling traces few tokens)."""
-    k = latest_traced(view, last.phase, last.mode)
+    that token when it is not the last one (sampling traces few tokens): its busy share (over
+    an untraced step's wall time where there is one, and which basis), and its time beside the
+    untraced steps' median (what tracing costs)."""
+    phase, mode = last.phase, last.mode
+    k = latest_traced(view, phase, mode)
+    basis = busy_basis_label(busy_wall(view, phase, mode) is not None)
     if k is None:
         if not view.kernels_traced:
-            return Text(" · no kernel records (CUPTI off)", "dim")
+            return Text("no kernel records (CUPTI off)", "dim")
         # Sampling traces 4 tokens in thousands in compiled mode: the traced ones may have
         # left the series. Their running means are kept: say so rather than "none yet".
-        e = earlier_traced(view, last.phase, last.mode)
-        if e is not None:
-            kernels = f" · {e.kernels:,.0f} kernels" if e.kernels is not None else ""
-            return Text(f" · traced {last.phase}/{last.mode} (mean of {e.count:,} earlier): "
-                        f"kernel-busy {fmt.pct(e.busy_pct)}{kernels}")
-        return Text(f" · no traced {last.phase}/{last.mode} step yet", "dim")
-    who = "" if k.seq == last.seq else f"traced #{k.seq}: "
-    return Text(f" · {who}kernel-busy {fmt.pct(k.busy_pct)} · {k.kernels:,} kernels")
+        e = earlier_traced(view, phase, mode)
+        if e is None:
+            return Text(f"no traced {phase}/{mode} step yet", "dim")
+        out = Text(f"traced {phase}/{mode} (mean of {e.count:,} earlier): ")
+        cost = traced_vs_untraced(view, phase, mode)
+        if cost:
+            out.append(cost, "yellow")
+            out.append(" · ")
+        kernels = f" · {e.kernels:,.0f} kernels" if e.kernels is not None else ""
+        out.append(f"busy {fmt.pct(e.busy_pct)} {basis}{kernels}")
+        return out
+    out = Text("" if k.seq == last.seq else f"traced #{k.seq}: ")
+    cost = traced_vs_untraced(view, phase, mode, k)
+    if cost:  # first: what tracing did to the step the kernel figures come from
+        out.append(cost, "yellow")
+        out.append(" · ")
+    out.append(f"busy {fmt.pct(k.busy_pct)} {basis} · {k.kernels:,} kernels")
+    return out

@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ..derive import compile_cost, compile_cost_text
+from ...text import printable
 from .base import RefreshContext
 
 _STATE_STYLE = {"error": "bold white on red", "compiling": "bold black on yellow",
@@ -23,7 +24,7 @@ class StatusLine(Static):
              kernels: str = "") -> None:
         st = ctx.status
         t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(f" {st.state} ", _STATE_STYLE.get(st.state, "bold"))
+        t.append(f" {printable(st.state, 20)} ", _STATE_STYLE.get(st.state, "bold"))
         if st.state == "compiling":
             if st.compiling_since is not None and not ctx.deterministic:
                 t.append(f" compiling {max(0.0, ctx.now - st.compiling_since):.1f}s", "yellow")
@@ -33,17 +34,18 @@ class StatusLine(Static):
         if prog:  # a profiled program: how it runs or ended, and where its output is
             t.append(" ")
             if prog.get("running", True):
-                t.append(f"▶ {prog.get('name')}", "bold green")
+                t.append(f"▶ {printable(prog.get('name'), 80)}", "bold green")
             else:
                 code = prog.get("exit_status")
-                t.append(f"■ {prog.get('name')} exit {code}", "bold" if code == 0 else "bold red")
+                t.append(f"■ {printable(prog.get('name'), 80)} exit {printable(code)}",
+                         "bold" if code == 0 else "bold red")
                 if prog.get("error"):
-                    t.append(f" {prog['error']}", "red")
-            t.append(f" · log {prog.get('log')} (l)", "cyan")
+                    t.append(f" {printable(prog['error'], 200)}", "red")
+            t.append(f" · log {printable(prog.get('log'), 120)} (l)", "cyan")
             if st.message and not st.message.startswith(("the program", str(prog.get("name")))):
-                t.append(f" · {st.message}")
+                t.append(f" · {printable(st.message, 300)}")
         elif st.message:
-            t.append(f" {st.message}", "red" if st.state == "error" else "")
+            t.append(f" {printable(st.message, 300)}", "red" if st.state == "error" else "")
         cost = compile_cost(view, ctx.mode) if st.state == "compiling" else None
         if cost is not None:
             t.append(" │ ")
@@ -54,12 +56,12 @@ class StatusLine(Static):
         for name, c in sorted(view.collectors.items()):
             if not c.get("ok", True):
                 t.append(" │ ")
-                t.append(f"⚠ {name}: {c.get('message') or 'degraded'}", "bold yellow")
+                t.append(printable(f"⚠ {name}: {c.get('message') or 'degraded'}", 300), "bold yellow")
             elif "sampled:" in (c.get("message") or ""):
                 # Kernel figures come from traced bursts only: say so where the eye goes.
                 t.append(" │ ")
-                t.append(c["message"].split("sampled:", 1)[1].strip().join(("traced: ", "")),
-                         "cyan")
+                t.append(printable(c["message"].split("sampled:", 1)[1].strip(), 200)
+                         .join(("traced: ", "")), "cyan")
         if frozen:
             t.append(" │ ")
             t.append("display frozen (f)", "bold cyan")

@@ -12,8 +12,8 @@ from textual.widgets import Static
 
 from .. import format as fmt
 from ...store.records import DECODE
-from ..derive import (NVML_SERIES, busy_fraction, earlier_traced, mean, nvml_series,
-                      traced_rows)
+from ..derive import (NVML_SERIES, basis_note, busy_fraction, busy_wall, earlier_traced, mean,
+                      nvml_series, traced_rows)
 from .base import Pane, RefreshContext
 
 
@@ -66,7 +66,8 @@ class UtilPane(Pane):
         # Traced decode tokens of the current mode only: a prefill (traced outside bursts) is
         # another workload, and untraced tokens have no kernel records.
         rows = traced_rows(view.tokens, DECODE, ctx.mode)[-n:]
-        busy = [busy_fraction(r) for r in rows]
+        wall = busy_wall(view, DECODE, ctx.mode)  # an untraced step's, where there is one
+        busy = [busy_fraction(r, wall) for r in rows]
         earlier = None if rows else earlier_traced(view, DECODE, ctx.mode)
         tbl.add_row(Text("kernel busy/step", "bold"), fmt.pct(busy[-1] if busy else None),
                     fmt.pct(mean(busy) if busy else earlier and earlier.busy_pct),
@@ -81,6 +82,8 @@ class UtilPane(Pane):
         else:
             note = f"no traced decode/{ctx.mode} step yet"
         tbl.add_row("", "", "", Text(note, "dim"))
+        if rows or earlier is not None:  # tracing stretches a traced step: say what busy is of
+            tbl.add_row("", "", "", Text(f"busy share {basis_note(wall)}", "dim"))
         if have_nvml:
             last = view.nvml[-1]
             parts = []

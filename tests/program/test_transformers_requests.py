@@ -1,0 +1,124 @@
+"""transformers' own serving paths as request sources, unchanged: the continuous-batching
+manager with staggered arrivals (and a token budget that makes requests queue),
+generate_batch, and a plain generate() whose rows are requests."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from tuiprof.program.steps import StepRecorder
+from tuiprof.program.transformers_steps import TransformersSteps
+
+from .conftest import REPO
+
+transformers = pytest.importorskip("transformers")
+CB = getattr(transformers, "ContinuousBatchingConfig", None)
+
+
+@pytest.fixture(scope="module")
+def model():
+    config = json.loads((REPO / "tuiprof" / "models_data" / "qwen3-tiny.json").read_text())["config"]
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(
+        transformers.Qwen3Config(**config)).eval()
+
+
+@pytest.fixture
+def hooked(prof):
+    book = prof.store.requests
+    book.clock = prof.clock
+    steps = TransformersSteps(StepRecorder(prof, prof.clock), requests=book)
+    steps.install()
+    yield steps
+    steps.uninstall()
+
+
+def _gen_config(new: int):
+    return transformers.GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=None,
+                                         pad_token_id=0)
+
+
+@pytest.mark.skipif(CB is None, reason="no continuous batching in this transformers")
+def test_the_manager_with_staggered_arrivals_and_a_token_budget_that_queues(model, hooked,
+                                                                            prof):
+    # 16-token prompts and at most 16 tokens a step: one prompt a step. Four arrive together
+    # (the later ones must wait for room), two more later, 30 ms apart.
+    with model.continuous_batching_context_manager(
+            generation_config=_gen_config(6),
+            continuous_batching_config=CB(num_blocks=16, max_batch_tokens=16),
+            block=True, timeout=10, warmup=False) as manager:
+        for i in range(6):
+            if i >= 4:
+                time.sleep(0.03)
+            manager.add_request(list(range(1, 17)), max_new_tokens=3 + i % 4)
+        done = 0
+        while done < 6:
+            res = manager.get_result(timeout=30)
+            assert res is not None
+            done += res.is_finished()
+    v = prof.store.view(raw=False)
+    req = v.requests
+    assert req.counts["arrived"] == 6 and req.counts["finished"] == 6 and not req.misuse
+    assert req.sources == {"transformers": 6}
+    rows = {r.id: r for r in req.rows}
+    assert [rows[f"req_{i}"].output_tokens for i in range(6)] == [3, 4, 5, 6, 3, 4]
+    for r in rows.values():
+        assert r.prompt_tokens == 16 and r.status == "finished" and r.reason == "length"
+        assert 0 < r.queue_ms <= r.ttft_ms <= r.e2e_ms
+        assert len(r.token_ns) == r.output_tokens and list(r.token_ns) == sorted(r.token_ns)
+        assert r.kv_blocks >= 1 and r.prefill_steps >= 1
+    # the token budget held the later ones back while the first prefilled
+    steps = [t for t in v.timeline if t.requests]
+    assert max(t.prefill_tokens + t.decode_tokens for t in steps) <= 16
+    assert any(t.pending for t in steps)
+    assert rows["req_3"].first_step_seq > rows["req_0"].first_step_seq
+    assert rows["req_3"].queue_ms > rows["req_0"].queue_ms
+    assert all(t.kv_total > 0 and 0 < t.kv_used <= t.kv_total for t in steps)
+    assert sum(t.decode_tokens for t in steps) + 6 == sum(r.output_tokens for r in rows.values())
+
+
+@pytest.mark.skipif(CB is None, reason="no continuous batching in this transformers")
+def test_generate_batch_requests(model, hooked, prof):
+    out = model.generate_batch([[1, 2, 3, 4, 5], [6, 7, 8]], generation_config=_gen_config(4),
+                               continuous_batching_config=CB(num_blocks=8, max_batch_tokens=64),
+                               warmup=False)
+    assert len(out) == 2
+    req = prof.store.view(raw=False).requests
+    assert req.counts["finished"] == 2
+    assert sorted(r.prompt_tokens for r in req.rows) == [3, 5]
+    assert all(r.output_tokens == 4 and r.ttft_ms <= r.e2e_ms for r in req.rows)
+
+
+def test_a_plain_generate_makes_each_row_a_request(model, hooked, prof):
+    ids = torch.randint(4, 1024, (3, 6), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[2, :2] = 0                                   # row 2: a 4-token prompt, left-padded
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=5, min_new_tokens=5,
+                         do_sample=False, pad_token_id=0)
+    assert out.shape == (3, 11)
+    v = prof.store.view(raw=False)
+    rows = sorted(v.requests.rows, key=lambda r: r.id)
+    assert [r.id for r in rows] == ["generate0/0", "generate0/1", "generate0/2"]
+    assert [r.prompt_tokens for r in rows] == [6, 6, 4]
+    assert all(r.output_tokens == 5 and r.status == "finished" for r in rows)
+    steps = [t for t in v.timeline if t.done]
+    assert rows[0].first_token_ns == steps[1].start_ns    # the prefill's token: at step 1
+    assert v.requests.sources == {"generate": 3}
+
+
+def test_a_generate_row_that_hits_its_end_token_finishes_there(model, hooked, prof):
+    ids = torch.randint(4, 1024, (2, 6), generator=torch.Generator().manual_seed(2))
+    ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                         do_sample=False, pad_token_id=0)
+    new = ref[0, 6:].tolist()
+    k = next(i for i in range(1, 6) if new[i] not in new[:i])   # a token new to row 0
+    eos = new[k]
+    prof.store.reset()
+    model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                   do_sample=False, pad_token_id=0, eos_token_id=eos)
+    rows = {r.id: r for r in prof.store.view(raw=False).requests.rows}
+    r0 = rows["generate1/0"]
+    assert r0.output_tokens == k + 1 and r0.reason == "eos" and len(r0.token_ns) == k + 1

@@ -1,0 +1,101 @@
+"""A real server and a real client: ``transformers serve DIR --continuous-batching`` on
+127.0.0.1 under ``tuiprof run --headless``, driven by the OpenAI client (streaming
+completions), stopped with Ctrl-C once the client is done. The model directory has random
+weights and a tokenizer trained here (nothing downloaded)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+N, MAX_TOKENS = 4, 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_transformers_serve_under_tuiprof_with_a_real_client(tmp_path):
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    port = _free_port()
+    snap = tmp_path / "serve.json"
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
+           str(snap), "--", "python", "-m", "transformers.cli.transformers", "serve",
+           str(model), "--continuous-batching", "--device", "cpu", "--host", "127.0.0.1",
+           "--port", str(port), "--cb-num-blocks", "32", "--cb-max-batch-tokens", "128"]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, cwd=tmp_path)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                           timeout=60, max_retries=0)
+    seen: dict[str, tuple[float, float, int]] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while True:   # until the server answers (bounded)
+            try:
+                client.models.list()
+                break
+            except Exception:
+                assert server.poll() is None, server.stdout.read()[-3000:]
+                assert time.monotonic() < deadline, "the server did not come up in 120 s"
+                time.sleep(0.3)
+
+        def one(rid: str) -> None:
+            t0 = time.perf_counter()
+            first, chunks = None, 0
+            stream = client.completions.create(
+                model=str(model), prompt=prompt_words(12, seed=len(seen), size=1024),
+                max_tokens=MAX_TOKENS, stream=True, extra_headers={"X-Request-ID": rid})
+            for _ in stream:
+                first = first or time.perf_counter()
+                chunks += 1
+            seen[rid] = ((first - t0) * 1e3, (time.perf_counter() - t0) * 1e3, chunks)
+
+        one("warmup")   # the first request starts continuous batching
+        threads = [threading.Thread(target=one, args=(f"req{i}",)) for i in range(N)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        server.send_signal(signal.SIGINT)   # Ctrl-C: the server stops, tuiprof writes
+        try:
+            out, _ = server.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            out, _ = server.communicate()
+    assert len(seen) == N + 1, out[-3000:]
+    doc = json.loads(snap.read_text())
+    reqs = {r["id"]: r for r in doc["requests"]}
+    assert sorted(reqs) == sorted(seen), (sorted(reqs), out[-2000:])
+    for rid, (c_ttft, c_e2e, chunks) in seen.items():
+        r = reqs[rid]
+        assert r["source"] == "transformers serve" and r["status"] == "finished"
+        assert r["output_tokens"] == MAX_TOKENS and r["prompt_tokens"] == 12
+        assert chunks >= MAX_TOKENS                        # one chunk per token (+ the last)
+        assert r["queued_ns"] >= r["arrival_ns"]           # HTTP, then the engine's queue
+        assert 0 < r["ttft_ms"] <= r["e2e_ms"]
+        # the client also counts HTTP, the SSE stream and detokenisation: it sees more
+        assert c_ttft >= r["ttft_ms"] - 2.0 and c_e2e >= r["e2e_ms"] - 2.0, (rid, c_ttft, r)
+    assert doc["meta"]["request_sources"] == {"transformers serve": N + 1}
+    assert doc["request_stats"]["counts"]["finished"] == N + 1
+    assert not doc["request_stats"]["misuse"]
+    assert any(t.get("requests") for t in doc["tokens"])

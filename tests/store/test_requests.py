@@ -1,0 +1,152 @@
+"""Requests as a record kind of the store: each request's timeline from the calls a source
+makes, the aggregates over every request, misuse counted once and never raised, bounded
+memory over a 10,000-request soak, and the mirror in another process seeing the same rows."""
+from __future__ import annotations
+
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from tuiprof.remote.mirror import Mirror
+from tuiprof.store import SessionStore
+from tuiprof.store.requests import RequestBook
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from requests_data import MS, serving_store  # noqa: E402
+
+
+def test_a_requests_timeline_from_the_calls_of_a_source():
+    v = serving_store().view()
+    req = {r.id: r for r in v.requests.rows}
+    a, c, d = req["a"], req["c"], req["d"]
+    assert [r.id for r in v.requests.rows] == ["a", "b", "c", "d"]   # finished, then in flight
+    assert (a.queue_ms, a.ttft_ms, a.e2e_ms) == (10.0, 30.0, 111.0)
+    assert a.ttft_ms <= a.e2e_ms and a.output_tokens == 5 and a.status == "finished"
+    assert a.itls_ms() == [50.0, 11.0, 10.0, 10.0]        # the spike: c's prefill beside it
+    assert a.model_ns == 98 * MS                            # steps 10-30, 32-80, 81-111
+    assert list(a.steps) == [0, 1, 2, 3, 4] and a.prefill_steps == 1 and a.decode_steps == 4
+    assert a.shared == 2 * 4                                # others in its 4 decode steps
+    assert c.status == "decode" and c.first_step_seq == 1 and not c.finish_ns
+    assert d.status == "queued" and d.first_step_ns == 0
+    steps = v.timeline
+    assert steps[1].requests == ("c", "a", "b") and steps[1].prefills == 1
+    assert (steps[1].prefill_tokens, steps[1].decode_tokens) == (64, 2)
+    assert (steps[5].pending, steps[5].kv_used, steps[5].kv_total) == (1, 4, 64)
+    st = v.requests.stats
+    assert st["ttft_ms"].count == 2 and st["e2e_ms"].max == 111.0
+    assert st["itl_ms"].count == 8 and st["itl_ms"].quantile(0.99) == 50.0
+    assert st["outside_ms"].median == pytest.approx(12.5)  # a: 13 ms, b: 12 ms outside
+    assert v.requests.counts["tokens"] == 15 and v.requests.sources == {"api": 4}
+
+
+def test_misuse_is_counted_reported_once_and_never_raises():
+    st = SessionStore()
+    book = st.requests
+    book.tokens("ghost", 1)                 # never arrived
+    book.tokens("ghost", 1)
+    book.arrived("x", 3, "api", t=1)
+    book.arrived("x", 3, "api", t=2)        # twice while in flight
+    book.finished("x", "stop", t=5)
+    book.finished("x", "stop", t=6)         # twice
+    book.tokens("x", 1, t=7)                # after its finish
+    book.arrived(["not", "hashable"], 1)    # a list as an id
+    assert book.misuse == {"unknown_id": 2, "arrived_twice": 1, "finished_twice": 1,
+                           "token_after_finish": 1, "bad_id": 1}
+    events = [e for e in st.view().events if e[2] == "requests"]
+    assert len(events) == 5                  # one per kind, the first one
+    assert "never raised" in events[0][3]
+    x = st.view().requests.get("x")
+    assert x.finish_ns == 5 and x.output_tokens == 0
+
+
+def test_the_public_api_is_a_no_op_without_a_session_and_feeds_the_store_under_one():
+    import tuiprof
+    from tuiprof import marks
+
+    assert marks._requests is None
+    assert tuiprof.request_arrived("q", prompt_tokens=4) is None
+    tuiprof.request_token("q")
+    tuiprof.request_finished("q", reason="stop")
+    book = RequestBook()
+    marks._requests = book
+    try:
+        tuiprof.request_arrived("q", prompt_tokens=4)
+        tuiprof.request_token("q", n=2)
+        tuiprof.request_finished("q", reason="stop")
+        tuiprof.request_finished("q", reason="stop")      # misuse: counted, not raised
+        tuiprof.request_arrived("r", prompt_tokens="many")  # a bad count: swallowed
+    finally:
+        marks._requests = None
+    r = book.view().get("q")
+    assert (r.prompt_tokens, r.output_tokens, r.reason, r.source) == (4, 2, "stop", "api")
+    assert book.misuse == {"finished_twice": 1}
+
+
+def test_ten_thousand_requests_keep_memory_flat():
+    """The last ``keep`` requests whole, the rest as aggregates: the store's memory after
+    10,000 requests is what it was after 5,000 (every bounded structure full by then)."""
+    st = SessionStore(requests_keep=256)
+    book = st.requests
+
+    def serve(lo: int, hi: int) -> None:
+        t = lo * 10 * MS
+        for i in range(lo, hi):
+            book.arrived(i, 32, "api", t=t)
+            for k in range(1, 9):
+                book.tokens(i, 1, t=t + k * MS)
+            book.finished(i, "length", t=t + 9 * MS)
+            t += 10 * MS
+
+    tracemalloc.start()
+    serve(0, 5000)
+    mid, _ = tracemalloc.get_traced_memory()
+    serve(5000, 10000)
+    end, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    v = st.view()
+    assert len(v.requests.rows) == 256 and v.requests.counts["finished"] == 10000
+    assert v.requests.stats["itl_ms"].count == 70000
+    # flat: the 5,000 requests after the first 5,000 add less than 32 bytes each (what is
+    # left is a dict's table between two compactions, not per-request growth)
+    assert end - mid < 5000 * 32, (mid, end)
+    assert len(book._gone) <= 1024 and not book._live
+
+
+def test_requests_in_flight_are_capped():
+    book = RequestBook(keep=8, max_in_flight=100)
+    for i in range(250):
+        book.arrived(i, 1, "api", t=i)
+    assert len(book.view().rows) == 100 and book.misuse["dropped_in_flight"] == 150
+
+
+def test_reset_forgets_finished_requests_and_keeps_those_in_flight():
+    st = serving_store()
+    st.reset()
+    v = st.view()
+    assert [r.id for r in v.requests.rows] == ["c", "d"]
+    assert v.requests.counts["finished"] == 0 and v.requests.stats["ttft_ms"].count == 0
+    st.requests.tokens("c", 1, t=200 * MS)      # still known: no misuse
+    assert not st.requests.misuse
+
+
+def test_a_mirror_gets_the_same_requests_through_deltas():
+    st = SessionStore(requests_keep=3)
+    m = Mirror()
+    cursor = None
+    book = st.requests
+    for i in range(6):
+        book.arrived(f"r{i}", 8, "api", t=i * MS)
+        book.tokens(f"r{i}", 1, t=i * MS + 5)
+        if i % 2:
+            book.finished(f"r{i - 1}", "stop", t=i * MS + 9)
+        delta, cursor = st.changes(cursor)
+        m.apply(delta)
+        want = st.view().requests
+        got = m.view().requests
+        assert [(r.id, r.status, list(r.token_ns)) for r in got.rows] == \
+               [(r.id, r.status, list(r.token_ns)) for r in want.rows]
+        assert got.counts == want.counts
+    delta, cursor = st.changes(cursor)
+    assert delta["requests"] is None             # nothing changed: nothing sent

@@ -1,0 +1,292 @@
+"""Requests of transformers' own serving paths, found without changing the program.
+
+The patches live in :mod:`tuiprof.program.transformers_steps` (one patch per function, shared
+with the steps); this module turns what they see into the store's requests
+(:class:`~tuiprof.store.requests.RequestBook`). Where each fact comes from (the same in
+transformers 5.17 and 5.24):
+
+* **arrival**: ``ContinuousBatchingManager.add_request`` (``generate_batch``, the manager,
+  ``transformers serve``) returns the request's id; the prompt is its ``input_ids``. Under
+  ``transformers serve`` the HTTP handler's ``handle_request(body, request_id)`` runs first
+  (before tokenisation and the model's lookup) with the same id, and the HTTP request reached
+  the server's ASGI app earlier still (``build_server``'s app gets an outermost middleware
+  that notes the time in a context variable): the request arrives then, and enters the
+  engine's queue at ``add_request``.
+* **its steps**: before each ``_generation_step``, the batch about to run
+  (``requests_in_batch``: each request's state and query length). A request with no generated
+  token yet is prefilling (its query: prompt tokens of this chunk); the others decode one token.
+  The scheduler's waiting and active requests and the paged cache's free blocks give the step's
+  pending and running counts and KV-cache blocks used of the total.
+* **tokens and finish**: ``ContinuousBatchProcessor.update_batch`` appends each request's new
+  token and finishes it; a request's token time is when ``update_batch`` has handed it to the
+  server (with asynchronous batching, one step after the one that computed it).
+  ``OutputRouter.fail_and_deliver`` fails a request; ``cancel_request`` cancels one.
+* **a plain generate()**: each row of the batch is a request that arrives when ``generate()``
+  is called; every step gives each row a token (the rows' times are recorded per step and
+  handed to the store every ``GENERATE_FLUSH`` steps); when ``generate()`` returns, a row's
+  length is where its first end-of-sequence token is (the rest is padding).
+"""
+from __future__ import annotations
+
+import contextvars
+import itertools
+from collections import OrderedDict
+from typing import Any, Callable
+
+HTTP = "transformers serve"
+BATCHING = "transformers"
+GENERATE = "generate"
+HTTP_KEEP = 4096        # HTTP arrivals waiting for their add_request
+GENERATE_FLUSH = 16     # generate() steps between two updates of its rows
+# when the HTTP request reached the server's app (its ASGI middleware sets it, its handler reads
+# it: both run in the request's task)
+ARRIVAL: contextvars.ContextVar = contextvars.ContextVar("tuiprof_http_arrival", default=0)
+
+
+class ArrivalMiddleware:
+    """An outermost ASGI middleware: the time an HTTP request reached the app."""
+
+    def __init__(self, app: Any, clock: Callable[[], int] | None = None) -> None:
+        self.app = app
+        self.clock = clock
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and self.clock is not None:
+            ARRIVAL.set(self.clock())
+        await self.app(scope, receive, send)
+
+
+class TransformersRequests:
+    """What the transformers patches report about requests, into ``book``."""
+
+    def __init__(self, book: Any, clock: Callable[[], int]) -> None:
+        self.book = book
+        self.clock = clock
+        self._http: OrderedDict[Any, int] = OrderedDict()
+        self._calls = itertools.count()
+
+    # ------------------------------------------------------------ serving, batching
+    def http_arrived(self, request_id: Any) -> None:
+        """An HTTP request reached ``transformers serve``'s handler."""
+        try:
+            self._http[request_id] = ARRIVAL.get() or self.clock()
+            if len(self._http) > HTTP_KEEP:
+                self._http.popitem(last=False)
+        except TypeError:
+            pass
+
+    def added(self, rid: Any, input_ids: Any, t: int) -> None:
+        """``add_request`` queued ``rid`` (called at ``t``)."""
+        if rid is None:
+            return
+        try:
+            n = len(input_ids)
+        except TypeError:
+            n = 0
+        t_http = self._http.pop(rid, None) if isinstance(rid, str) else None
+        self.book.arrived(rid, n, HTTP if t_http is not None else BATCHING,
+                          t=t_http if t_http is not None else t, queued_t=t)
+
+    def step_info(self, proc: Any, manager: Any) -> dict | None:
+        """The requests of the batch about to run, for the step's record."""
+        states = batch_states(proc)
+        if states is None:
+            return None
+        prefill, decode, blocks = [], [], {}
+        ptok = 0
+        cache = getattr(proc, "cache", None)
+        tables = block_tables(cache)
+        for fs in states:
+            st = getattr(fs, "state", None)
+            rid = getattr(st, "request_id", None)
+            if rid is None:
+                continue
+            if getattr(st, "generated_tokens", None):
+                decode.append(rid)
+            else:
+                prefill.append(rid)
+                ptok += int(getattr(fs, "query_length", 0) or 0)
+            b = sum(len(t.get(rid, ())) for t in tables) if tables else getattr(
+                st, "allocated_blocks", 0)
+            if b:
+                blocks[rid] = int(b)
+        sched = getattr(proc, "scheduler", None)
+        pending = len(getattr(sched, "waiting_requests", ()) or ())
+        queue = getattr(manager, "input_queue", None)
+        try:
+            pending += queue.qsize() if queue is not None else 0
+        except Exception:
+            pass
+        running = len(getattr(sched, "active_requests", ()) or ())
+        used, total = kv_blocks(cache)
+        return {"prefill": tuple(prefill), "decode": tuple(decode), "prefill_tokens": ptok,
+                "decode_tokens": len(decode), "pending": pending, "running": running,
+                "kv_used": used, "kv_total": total, "blocks": blocks}
+
+    def before_update(self, proc: Any) -> list | None:
+        """The batch ``update_batch`` is about to update: [(state, tokens before), ...]."""
+        states = batch_states(proc)
+        if not states:
+            return None
+        out = []
+        for fs in states:
+            st = getattr(fs, "state", None)
+            if st is not None:
+                out.append((st, len(getattr(st, "generated_tokens", ()) or ())))
+        return out
+
+    def after_update(self, seen: list | None) -> None:
+        """Each request's new tokens since :meth:`before_update`, and the finished ones."""
+        if not seen:
+            return
+        t = self.clock()
+        tokens, done = [], []
+        for st, before in seen:
+            rid = getattr(st, "request_id", None)
+            n = len(getattr(st, "generated_tokens", ()) or ()) - before
+            if n > 0:
+                tokens.append((rid, n))
+            status = getattr(st, "status", None)
+            if status is not None and int(status) >= 3:  # FINISHED, FAILED
+                done.append((rid, finish_reason(st), "failed" if int(status) > 3 else "finished"))
+        self.book.advance(t, tokens, done)
+
+    def failed(self, state: Any, error: Any) -> None:
+        rid = getattr(state, "request_id", None)
+        if rid is not None:
+            self.book.finished(rid, reason=f"error: {error}"[:200], status="failed",
+                               quiet=True)
+
+    def cancelled(self, rid: Any) -> None:
+        self.book.finished(rid, reason="cancelled", status="cancelled", quiet=True)
+
+    # --------------------------------------------------------------- generate()
+    def generate_scope(self) -> "GenerateRequests":
+        return GenerateRequests(self, next(self._calls))
+
+
+class GenerateRequests:
+    """The rows of one ``generate()`` call as requests."""
+
+    def __init__(self, owner: TransformersRequests, call: int) -> None:
+        self.owner = owner
+        self.book = owner.book
+        self.clock = owner.clock
+        self.call = call
+        self.t0 = self.clock()
+        self.ids: list[str] = []
+        self.times: list[int] = []     # one per step that ended: every row's token then
+        self.flushed = 0
+
+    def step(self, inputs: Any, batch: int, per_seq: int, t: int | None = None) -> None:
+        """A forward begins at ``t`` (``prepare_inputs_for_generation`` returned ``inputs``):
+        the previous one's token reached the host then."""
+        if not self.ids:  # the prefill: the rows arrive
+            self.ids = [f"generate{self.call}/{i}" for i in range(batch)]
+            lengths = prompt_lengths(inputs, batch, per_seq)
+            for rid, n in zip(self.ids, lengths):
+                self.book.arrived(rid, n, GENERATE, t=self.t0, queued_t=self.t0)
+            return
+        self.times.append(self.clock() if t is None else t)
+        if len(self.times) - self.flushed >= GENERATE_FLUSH:
+            self._flush()
+
+    def _flush(self) -> None:
+        new = self.times[self.flushed:]
+        if new and self.ids:
+            self.book.advance_group(self.ids, new)
+        self.flushed = len(self.times)
+
+    def done(self, result: Any, eos: Any, ok: bool) -> None:
+        """``generate()`` returned ``result`` (or raised: ``ok`` False)."""
+        if not self.ids:
+            return
+        t = self.clock()
+        self.times.append(t)
+        lengths = output_lengths(result, len(self.ids), len(self.times), eos) if ok else None
+        for i, rid in enumerate(self.ids):
+            n = lengths[i] if lengths is not None else len(self.times)
+            times = self.times[:n]
+            self.book.finished(rid, reason="eos" if n < len(self.times) else "length",
+                               t=times[-1] if times else t, output_tokens=n, token_ns=times,
+                               status="finished" if ok else "failed")
+
+
+def batch_states(proc: Any) -> list | None:
+    """The ``FutureRequestState`` list of the batch in use (asynchronous batching: the pair
+    in use), or None."""
+    io = getattr(proc, "inputs_and_outputs", None)
+    pairs = getattr(io, "io_pairs", None)
+    if pairs is not None:
+        io = getattr(pairs[getattr(io, "current_pair", 0)], "host_io", io)
+    reqs = getattr(io, "requests_in_batch", None)
+    return list(reqs) if reqs is not None else None
+
+
+def block_tables(cache: Any) -> list:
+    """The paged cache's block tables (request id -> its blocks), one per attention kind."""
+    groups = getattr(cache, "cache_allocators", None)     # transformers 5.24
+    if isinstance(groups, dict):
+        groups = list(groups.values())
+    if groups is None:
+        groups = getattr(cache, "group_cache_managers", None) or ()   # 5.17
+    return [t for t in (getattr(g, "block_table", None) for g in groups) if isinstance(t, dict)]
+
+
+def kv_blocks(cache: Any) -> tuple[int, int]:
+    """(blocks used, blocks in all) of the paged KV cache; (0, 0) when unknown."""
+    if cache is None:
+        return 0, 0
+    try:
+        total = int(getattr(cache, "num_blocks", 0) or 0)
+        free = getattr(cache, "get_num_free_blocks", None)   # transformers <= 5.2x
+        if callable(free):
+            return max(0, total - int(free())), total
+        cap = getattr(cache, "compute_free_capacity", None)  # later: a share of the bytes
+        if callable(cap) and total:
+            return max(0, round(total * (1.0 - float(cap(True))))), total
+    except Exception:
+        pass
+    return 0, 0
+
+
+def finish_reason(state: Any) -> str:
+    if getattr(state, "error", None):
+        return "error"
+    limit = getattr(state, "max_new_tokens", None)
+    n = len(getattr(state, "generated_tokens", ()) or ())
+    return "length" if limit is not None and n >= limit else "stop"
+
+
+def prompt_lengths(inputs: Any, batch: int, per_seq: int) -> list[int]:
+    """Each row's prompt tokens: its attention mask's sum, else the padded length."""
+    get = inputs.get if isinstance(inputs, dict) else (lambda k: None)
+    mask = get("attention_mask")
+    try:
+        if mask is not None and getattr(mask, "ndim", 0) == 2 and mask.shape[0] == batch:
+            return [int(x) for x in mask.sum(-1).tolist()]
+    except Exception:
+        pass
+    return [per_seq] * batch
+
+
+def output_lengths(result: Any, rows: int, steps: int, eos: Any) -> list[int] | None:
+    """Each row's generated tokens in ``result`` (``generate()``'s return): up to and with its
+    first end-of-sequence token, else all ``steps``."""
+    seqs = getattr(result, "sequences", result)
+    eos_ids = {int(e) for e in (eos if isinstance(eos, (list, tuple, set)) else [eos])
+               if e is not None} if eos is not None else set()
+    try:
+        shape = tuple(seqs.shape)
+        if len(shape) != 2 or shape[0] != rows:
+            return None
+        if not eos_ids:
+            return [steps] * rows
+        new = seqs[:, shape[1] - steps:].tolist()
+    except Exception:
+        return None
+    out = []
+    for row in new:
+        n = next((i + 1 for i, tok in enumerate(row) if tok in eos_ids), len(row))
+        out.append(n)
+    return out

@@ -1,0 +1,460 @@
+"""Requests: a record kind of the store beside the steps (one row per request a server served).
+
+A request is told to the store by a producer (transformers' continuous batching, the
+``tuiprof.request_*`` API, a plain ``generate()``; ``tuiprof/program/``) in three calls:
+arrived, tokens (each token's time), finished. The step that advances it tells which requests
+it took, and which of them were prefilling (:meth:`RequestBook.step`). From these the row keeps
+its timeline: arrival, the engine's queue, its first step, first token, every token, finish.
+
+Bounded: the last ``keep`` finished requests are kept whole, with every token's time (at most
+``MAX_TOKEN_TIMES`` per request); every finished request, kept or not, is folded into running
+aggregates (:class:`~tuiprof.store.stats.RunningStats` of TTFT, ITL, queue wait, end-to-end
+latency and time outside model steps). Requests in flight are capped at ``max_in_flight``
+(a server that never finishes its requests must not grow the store: the oldest are dropped and
+counted). A program's mistakes (an unknown id, a request finished twice, tokens after finish)
+are counted, reported once each as an event, and never raise into the program.
+
+Thread-safety: one lock of its own, never the store's (a CUPTI fold must not hold up a
+server's request bookkeeping). Every change moves ``rev`` on, so a mirror in another process
+asks only for the rows that changed (:meth:`RequestBook.changes`).
+"""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .stats import RunningStats
+
+QUEUED, PREFILL, DECODE, FINISHED, FAILED = "queued", "prefill", "decode", "finished", "failed"
+DONE_STATES = frozenset({FINISHED, FAILED, "cancelled"})
+MAX_TOKEN_TIMES = 8192     # token times kept per request (the rest are counted)
+MAX_STEPS = 8192           # step numbers kept per request
+STEP_INTERVALS = 65536     # recent model steps (start, end) kept to split a request's time
+GONE_IDS = 1024            # ids of finished requests remembered (to tell a second finish)
+STAT_NAMES = ("ttft_ms", "itl_ms", "queue_ms", "e2e_ms", "outside_ms", "prompt_tokens",
+              "output_tokens")
+MISUSE = {
+    "unknown_id": "tokens or finish for a request that never arrived",
+    "finished_twice": "a request finished twice",
+    "token_after_finish": "tokens for a request that had finished",
+    "arrived_twice": "a request arrived twice while in flight",
+    "bad_id": "a request id that is not hashable",
+    "dropped_in_flight": "requests in flight dropped: more than the store keeps",
+}
+
+
+@dataclass(slots=True)
+class RequestRow:
+    """Everything known about one request. Times are on the session clock (ns)."""
+
+    id: Any
+    source: str
+    arrival_ns: int
+    queued_ns: int = 0          # entered the engine's queue (after tokenisation); 0: unknown
+    first_step_ns: int = 0      # start of the first model step that advanced it
+    first_step_seq: int = -1
+    first_token_ns: int = 0
+    last_token_ns: int = 0
+    finish_ns: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    status: str = QUEUED
+    reason: str = ""            # why it finished (length, stop, eos, error, ...)
+    kv_blocks: int = 0          # KV-cache blocks it holds (the most seen)
+    prefill_steps: int = 0      # steps that fed its prompt (more than one: a chunked prefill)
+    decode_steps: int = 0       # steps that decoded a token for it
+    shared: int = 0             # over its decode steps, the other requests in the step
+    preemptions: int = 0        # times it was sent back to the queue after it had started
+    model_ns: int = -1          # its life inside model steps (any request's), once finished
+    token_ns: array = field(default_factory=lambda: array("q"))
+    steps: array = field(default_factory=lambda: array("q"))
+    rev: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.status in DONE_STATES
+
+    @property
+    def queue_ms(self) -> float | None:
+        """Arrival to the start of its first model step."""
+        return (self.first_step_ns - self.arrival_ns) / 1e6 if self.first_step_ns else None
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return (self.first_token_ns - self.arrival_ns) / 1e6 if self.first_token_ns else None
+
+    @property
+    def e2e_ms(self) -> float | None:
+        return (self.finish_ns - self.arrival_ns) / 1e6 if self.finish_ns else None
+
+    def itls_ms(self) -> list[float]:
+        """Inter-token latencies: the gaps between its consecutive tokens."""
+        t = self.token_ns
+        return [(t[i] - t[i - 1]) / 1e6 for i in range(1, len(t))]
+
+    def to_dict(self) -> dict:
+        return {k: (list(getattr(self, k)) if k in ("token_ns", "steps") else getattr(self, k))
+                for k in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestsView:
+    """The requests of a view: rows (the last finished ones whole, then those in flight, in
+    order of arrival) and the aggregates over every request of the session."""
+
+    rows: tuple = ()               # RequestRow, copies: treat as frozen
+    stats: dict = field(default_factory=dict)     # STAT_NAMES -> RunningStats (finished ones)
+    counts: dict = field(default_factory=dict)    # arrived, finished, failed, ... tokens
+    misuse: dict = field(default_factory=dict)    # MISUSE kind -> count
+    sources: dict = field(default_factory=dict)   # producer -> requests it reported
+    keep: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.rows) or bool(self.counts.get("arrived"))
+
+    def get(self, rid: Any) -> RequestRow | None:
+        for r in self.rows:
+            if r.id == rid:
+                return r
+        return None
+
+    @property
+    def in_flight(self) -> list:
+        return [r for r in self.rows if not r.done]
+
+    @property
+    def finished(self) -> list:
+        return [r for r in self.rows if r.done]
+
+
+EMPTY = RequestsView()
+
+
+class RequestBook:
+    """The store's requests (see the module doc). Producers call :meth:`arrived`,
+    :meth:`tokens`, :meth:`finished`; the store calls :meth:`step` and :meth:`step_interval`."""
+
+    def __init__(self, keep: int = 1024, max_in_flight: int = 65536,
+                 on_misuse: Callable[[str, str], None] | None = None) -> None:
+        self.keep = keep
+        self.max_in_flight = max_in_flight
+        self.clock: Callable[[], int] = time.time_ns   # the session's clock, set by it
+        self.on_misuse = on_misuse   # (kind, text): the first misuse of each kind
+        self._lock = threading.Lock()
+        self._live: dict[Any, RequestRow] = {}
+        self._steps_start: deque[int] = deque(maxlen=STEP_INTERVALS)
+        self._steps_end: deque[int] = deque(maxlen=STEP_INTERVALS)
+        self._gone: OrderedDict[Any, None] = OrderedDict()
+        self._rev = 0
+        self._evicted = 0        # rows that left the kept set (a mirror then gets the id list)
+        self.misuse: dict[str, int] = {}
+        self.sources: dict[str, int] = {}
+        self._reset_finished()
+
+    def _reset_finished(self) -> None:
+        self._done: OrderedDict[Any, RequestRow] = OrderedDict()
+        self.stats = {k: RunningStats() for k in STAT_NAMES}
+        self.counts = {"arrived": 0, "finished": 0, "failed": 0, "cancelled": 0, "tokens": 0,
+                       "preempted": 0}
+
+    def reset(self) -> None:
+        """Forget finished requests and the aggregates; requests in flight stay."""
+        with self._lock:
+            self._reset_finished()
+            self.counts["arrived"] = len(self._live)
+            self._evicted += 1
+            self._rev += 1
+
+    # --------------------------------------------------------------- producers
+    def arrived(self, rid: Any, prompt_tokens: int = 0, source: str = "api",
+                t: int | None = None, queued_t: int | None = None) -> None:
+        """Request ``rid`` arrived at ``t`` (default now) with ``prompt_tokens``; ``queued_t``:
+        when it entered the engine's queue (after the server's own work: parsing,
+        tokenisation), if the producer knows."""
+        if t is None:
+            t = self.clock()
+        prompt_tokens = int(prompt_tokens or 0)
+        with self._lock:
+            try:
+                row = self._live.get(rid)
+            except TypeError:
+                self._misuse("bad_id", rid)
+                return
+            if row is not None:
+                self._misuse("arrived_twice", rid)
+                return
+            if len(self._live) >= self.max_in_flight:
+                old = next(iter(self._live))
+                self._live.pop(old)
+                self._misuse("dropped_in_flight", old)
+                self._evicted += 1
+            self._gone.pop(rid, None)
+            row = RequestRow(rid, source, t, prompt_tokens=prompt_tokens)
+            if queued_t is not None:
+                row.queued_ns = queued_t
+            self._live[rid] = row
+            self.counts["arrived"] += 1
+            self.sources[source] = self.sources.get(source, 0) + 1
+            self._touch(row)
+
+    def tokens(self, rid: Any, n: int = 1, t: int | None = None) -> None:
+        """``n`` output tokens of ``rid`` reached the host at ``t`` (default now)."""
+        if t is None:
+            t = self.clock()
+        with self._lock:
+            try:
+                row = self._live.get(rid)
+            except TypeError:
+                self._misuse("bad_id", rid)
+                return
+            if row is None:
+                self._misuse("token_after_finish" if rid in self._gone else "unknown_id", rid)
+                return
+            self._add_tokens(row, n, t)
+
+    def advance(self, t: int, tokens: list, done: list = ()) -> None:
+        """One step's outcome at ``t``, under one lock: ``tokens`` [(id, n), ...] new tokens,
+        then ``done`` [(id, reason, status), ...] finished requests."""
+        with self._lock:
+            live = self._live
+            for rid, n in tokens:
+                row = live.get(rid)
+                if row is not None:
+                    self._add_tokens(row, n, t)
+        for rid, reason, status in done:
+            self.finished(rid, reason, t, status, quiet=True)
+
+    def advance_group(self, ids: list, times: list) -> None:
+        """Requests ``ids`` each got one token at each of ``times`` (a plain ``generate()``:
+        every row of the batch advances together)."""
+        with self._lock:
+            live = self._live
+            for rid in ids:
+                row = live.get(rid)
+                if row is None:
+                    continue
+                for t in times:
+                    self._add_tokens(row, 1, t)
+
+    def _add_tokens(self, row: RequestRow, n: int, t: int) -> None:
+        if n <= 0:
+            return
+        # the hot path (every token of every request): plain attribute work under the lock
+        if not row.first_token_ns:
+            row.first_token_ns = t
+        row.last_token_ns = t
+        row.output_tokens += n
+        row.status = DECODE
+        times = row.token_ns
+        if len(times) < MAX_TOKEN_TIMES:
+            if n == 1:
+                times.append(t)
+            else:
+                times.extend((t,) * min(n, MAX_TOKEN_TIMES - len(times)))
+        self.counts["tokens"] += n
+        self._rev = rev = self._rev + 1
+        row.rev = rev
+
+    def finished(self, rid: Any, reason: str = "", t: int | None = None,
+                 status: str = FINISHED, output_tokens: int | None = None,
+                 token_ns: list | None = None, quiet: bool = False) -> None:
+        """``rid`` is done at ``t`` (default now; ``status``: finished, failed or cancelled).
+        ``output_tokens``/``token_ns``: what the producer knows only at the end (a plain
+        ``generate()``: each row's length once the batch is done). ``quiet``: a request that is
+        not in flight is no misuse (a failure path may report one that had finished)."""
+        if t is None:
+            t = self.clock()
+        with self._lock:
+            try:
+                row = self._live.pop(rid, None)
+            except TypeError:
+                self._misuse("bad_id", rid)
+                return
+            if row is None:
+                if not quiet:
+                    self._misuse("finished_twice" if rid in self._gone else "unknown_id", rid)
+                return
+            if token_ns is not None:
+                row.token_ns = array("q", token_ns[:MAX_TOKEN_TIMES])
+                row.first_token_ns = token_ns[0] if token_ns else 0
+                row.last_token_ns = token_ns[-1] if token_ns else 0
+            if output_tokens is not None:
+                self.counts["tokens"] += int(output_tokens) - row.output_tokens
+                row.output_tokens = int(output_tokens)
+            row.finish_ns = max(t, row.last_token_ns, row.arrival_ns)
+            row.status = status if status in DONE_STATES else FINISHED
+            row.reason = str(reason or "")
+            row.model_ns = self._inside(row.arrival_ns, row.finish_ns)
+            self._fold(row)
+            self._done[rid] = row
+            self._gone[rid] = None
+            if len(self._gone) > GONE_IDS:
+                self._gone.popitem(last=False)
+            while len(self._done) > self.keep:
+                self._done.popitem(last=False)
+                self._evicted += 1
+            self._touch(row)
+
+    def _fold(self, row: RequestRow) -> None:
+        key = {FINISHED: "finished", FAILED: "failed"}.get(row.status, "cancelled")
+        self.counts[key] += 1
+        st = self.stats
+        if row.status != FINISHED:
+            return
+        arr = row.arrival_ns
+        if row.first_step_ns:
+            st["queue_ms"].add((row.first_step_ns - arr) / 1e6)
+        if row.first_token_ns:
+            st["ttft_ms"].add((row.first_token_ns - arr) / 1e6)
+        e2e = row.finish_ns - arr
+        st["e2e_ms"].add(e2e / 1e6)
+        if row.model_ns >= 0:
+            st["outside_ms"].add(max(0, e2e - row.model_ns) / 1e6)
+        itl = row.itls_ms()
+        if itl:
+            st["itl_ms"].add_many(itl)
+        st["prompt_tokens"].add(row.prompt_tokens)
+        st["output_tokens"].add(row.output_tokens)
+
+    def step(self, seq: int, start_ns: int, prefill: tuple = (), decode: tuple = (),
+             blocks: dict | None = None) -> None:
+        """Model step ``seq`` (begun at ``start_ns``) advanced ``prefill`` (requests feeding
+        their prompt) and ``decode`` (requests getting a token). ``blocks``: id -> KV-cache
+        blocks held. A request that had tokens and prefills again was preempted (sent back to
+        its prompt: its KV cache was given to others)."""
+        n = len(prefill) + len(decode)
+        with self._lock:
+            live = self._live
+            for group, is_prefill in ((prefill, True), (decode, False)):
+                for rid in group:
+                    row = live.get(rid)
+                    if row is None:
+                        continue
+                    if not row.first_step_ns:
+                        row.first_step_ns, row.first_step_seq = start_ns, seq
+                    if is_prefill:
+                        row.prefill_steps += 1
+                        if row.status == DECODE:  # it had tokens: sent back to its prompt
+                            row.preemptions += 1
+                            self.counts["preempted"] += 1
+                        row.status = PREFILL
+                    else:
+                        row.decode_steps += 1
+                        row.shared += n - 1
+                    if len(row.steps) < MAX_STEPS:
+                        row.steps.append(seq)
+                    if blocks:
+                        b = blocks.get(rid)
+                        if b is not None and b > row.kv_blocks:
+                            row.kv_blocks = b
+                    self._touch(row)
+
+    def step_interval(self, start_ns: int, end_ns: int) -> None:
+        """A model step ran from ``start_ns`` to ``end_ns`` (steps do not overlap)."""
+        with self._lock:
+            self._steps_start.append(start_ns)
+            self._steps_end.append(max(start_ns, end_ns))
+
+    def _inside(self, t0: int, t1: int) -> int:
+        """Time in [t0, t1] covered by the recent model steps (-1: steps this old are gone)."""
+        starts, ends = self._steps_start, self._steps_end
+        if not starts:
+            return 0
+        if t0 < starts[0] and len(starts) == starts.maxlen:
+            return -1
+        i = max(0, bisect_right(ends, t0))
+        j = bisect_left(starts, t1)
+        total = 0
+        for k in range(i, j):
+            total += max(0, min(ends[k], t1) - max(starts[k], t0))
+        return total
+
+    def _touch(self, row: RequestRow) -> None:
+        self._rev += 1
+        row.rev = self._rev
+
+    def _misuse(self, kind: str, rid: Any) -> None:
+        n = self.misuse.get(kind, 0) + 1
+        self.misuse[kind] = n
+        if n == 1 and self.on_misuse is not None:
+            try:
+                self.on_misuse(kind, f"{MISUSE[kind]} (first: id {rid!r}); counted, "
+                                     "never raised")
+            except Exception:
+                pass
+
+    # ----------------------------------------------------------------- readers
+    def view(self) -> RequestsView:
+        """A copy for readers."""
+        with self._lock:
+            rows = [_copy(r) for r in self._done.values()]
+            rows += [_copy(r) for r in self._live.values()]
+            return RequestsView(tuple(rows), {k: s.copy() for k, s in self.stats.items()},
+                                dict(self.counts), dict(self.misuse), dict(self.sources),
+                                self.keep)
+
+    @property
+    def rev(self) -> int:
+        return self._rev
+
+    def changes(self, since_rev: int, since_evicted: int, light: bool = True
+                ) -> tuple[dict | None, int, int]:
+        """What a mirror lacks: ``(delta or None, rev, evicted)``. ``delta["rows"]``: copies of
+        the rows changed since ``since_rev``; ``delta["ids"]``: every kept id in order, sent
+        only when rows left the kept set since ``since_evicted``."""
+        with self._lock:
+            if since_rev == self._rev and since_evicted == self._evicted:
+                return None, self._rev, self._evicted
+            rows = [_copy(r) for r in self._done.values() if r.rev > since_rev]
+            rows += [_copy(r) for r in self._live.values() if r.rev > since_rev]
+            cp = RunningStats.light_copy if light else RunningStats.copy
+            delta = {"rows": rows, "stats": {k: cp(s) for k, s in self.stats.items()},
+                     "counts": dict(self.counts), "misuse": dict(self.misuse),
+                     "sources": dict(self.sources), "keep": self.keep,
+                     "ids": (list(self._done) + list(self._live)
+                             if since_evicted != self._evicted else None)}
+            return delta, self._rev, self._evicted
+
+
+def _copy(row: RequestRow) -> RequestRow:
+    c = copy.copy(row)
+    c.token_ns = array("q", row.token_ns)
+    c.steps = array("q", row.steps)
+    return c
+
+
+class RequestsMirror:
+    """The UI process's copy of a :class:`RequestBook` (applies :meth:`RequestBook.changes`)."""
+
+    def __init__(self) -> None:
+        self.rows: OrderedDict[Any, RequestRow] = OrderedDict()
+        self.rest: dict = {}
+
+    def apply(self, delta: dict | None) -> None:
+        if not delta:
+            return
+        rows = self.rows
+        ids = delta.get("ids")
+        if ids is not None:
+            keep = set(ids)
+            for rid in [r for r in rows if r not in keep]:
+                del rows[rid]
+        for r in delta["rows"]:
+            rows[r.id] = r
+        if ids is not None:  # the book's order: finished (in finish order), then in flight
+            self.rows = OrderedDict((i, rows[i]) for i in ids if i in rows)
+        self.rest = {k: delta[k] for k in ("stats", "counts", "misuse", "sources", "keep")}
+
+    def view(self) -> RequestsView:
+        if not self.rest:
+            return EMPTY
+        done = [r for r in self.rows.values() if r.done]
+        live = [r for r in self.rows.values() if not r.done]
+        return RequestsView(tuple(done + live), self.rest["stats"], self.rest["counts"],
+                            self.rest["misuse"], self.rest["sources"], self.rest["keep"])
