@@ -230,9 +230,17 @@ def test_a_reply_cannot_run_code_in_the_reader():
     with pytest.raises(protocol.ProtocolError, match="may not build"):
         protocol.decode_reply(pickle.dumps(("ok", Evil())))
     assert not os.path.exists("/tmp/tuiprof-pwned")
+    # what a session sends decodes: a replayed H100 recording's store, whole, every part
+    from tuiprof.collect.replay import load_recording, replay_into
     from tuiprof.store import SessionStore
-    store = SessionStore()
-    store.begin_token("decode", "eager", 1, 0)
-    delta, _ = store.changes()
+    from tests.recordings import EAGER
+    store = SessionStore(ring_tokens=8)
+    replay_into(load_recording(EAGER), store)
+    store.requests.arrived("r0", prompt_tokens=8, t=1)      # a server's request rows too
+    store.requests.tokens("r0", 2, t=5)
+    delta, _ = store.changes(None, None, False)
     kind, value = protocol.decode_reply(protocol.encode_reply("ok", delta))
-    assert kind == "ok" and value["tokens"][0].phase == "decode"
+    assert kind == "ok" and len(value["tokens"]) == len(delta["tokens"]) > 10
+    assert value["parts"].keys() == delta["parts"].keys() and value["raw"]["add"]
+    rows = value["requests"]["rows"]
+    assert [r.id for r in rows] == ["r0"] and len(rows[0].token_ns) == 2

@@ -191,11 +191,10 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
             ctl.close()    # ends the session process (and the program); the log is complete
             if held is not None:
                 held.close()
-        view, line = _final_view(ctl, _stop_signal(seen) if stop.is_set() else None)
-        view = _with_processes(view, others)
+        main_view, line = _final_view(ctl, _stop_signal(seen) if stop.is_set() else None)
+        view = _with_processes(main_view, others)
         write_outputs(view, out, None)
-        print_summary(view.views[0] if others is not None and others.world_size > 1 else view,
-                      None)
+        print_summary(main_view, None)
         if held is not None:
             print_processes(held)
         say(f"tuiprof: {line}")
@@ -206,7 +205,7 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
             signal.signal(sig, handler)
     if stop.is_set():
         return 128 + _stop_signal(seen)
-    return int(view.meta["program"]["exit_status"])
+    return int(main_view.meta["program"]["exit_status"])
 
 
 def _stop_signal(seen: list[int]) -> int:

@@ -311,51 +311,6 @@ class ProcessSet(SessionControl):
         return {"steps": steps, "requests": requests}
 
 
-class LocalMain:
-    """The session's first process when it is the holder itself (a headless run: the program
-    runs in this process): its Profiler and program session, read in place."""
-
-    socket_path = None
-    _gone = False
-    pulls = 1
-
-    def __init__(self, prof: Any, session: Any) -> None:
-        self.prof = prof
-        self.session = session
-        self.program = {"spec": session.spec, "log_path": session.log_path}
-        self.options = prof.options
-        self.store = prof.store
-        self.follow_env: dict | None = None
-        self.pull_every = 1.0
-        self._connected = threading.Event()
-        self._connected.set()
-
-    @property
-    def pid(self) -> int:
-        return os.getpid()
-
-    @property
-    def status(self) -> SourceStatus:
-        st = dataclasses.replace(self.prof.status, extra=dict(self.prof.status.extra))
-        st.extra.update(self.session.status_extra())
-        return st
-
-    def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None) -> Any:
-        return self.prof.store.view(raw, raw_tokens, batch=batch)
-
-    def start(self) -> None:
-        """Nothing: the program runs on this process's main thread (the caller's)."""
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Nothing: the headless run finishes its program session itself."""
-
-    def close(self) -> None:
-        pass
-
-    def reset(self) -> str:
-        return self.prof.reset()
-
-
 # ============================================================================ the holder
 class HeldSession(ProcessSet):
     """The session as held by the process that started it: it starts the session process
@@ -506,6 +461,12 @@ class HeldSession(ProcessSet):
     def _watch(self) -> None:
         while not self._closing.wait(WATCH_S):
             self.check_end()
+            for e in self._entries[1:]:   # a running process whose mirror broke: say so once
+                ctl = e.ctl
+                if (ctl is not None and ctl._gone and e.state == "running" and not e.note
+                        and not ctl._closed.is_set()):
+                    e.note = f"its data stopped: {ctl._gone_why}"[:300]
+                    self.notice(f"{e.label}: {e.note}")
 
     def check_end(self) -> bool:
         """Has the program's main process ended? (the first time: orphans are reported)"""
@@ -815,6 +776,5 @@ class AttachedSession(ProcessSet):
             self.control_client.close(bye=True)
 
 
-__all__ = ["ProcessSet", "HeldSession", "AttachedSession", "LocalMain", "ProcessEntry",
-           "SessionHandler",
+__all__ = ["ProcessSet", "HeldSession", "AttachedSession", "ProcessEntry", "SessionHandler",
            "MAX_PROCESSES", "death_reason"]

@@ -163,6 +163,7 @@ _SAFE_BUILTINS = frozenset({"int", "float", "str", "bytes", "bytearray", "list",
                             "frozenset", "tuple", "bool", "complex", "slice", "range", "object"})
 _SAFE_GLOBALS = frozenset({
     ("collections", "deque"), ("collections", "OrderedDict"), ("collections", "defaultdict"),
+    ("array", "array"), ("array", "_array_reconstructor"),
     ("copyreg", "_reconstructor"), ("datetime", "datetime"), ("datetime", "timedelta"),
     ("numpy", "ndarray"), ("numpy", "dtype"),
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
