@@ -19,6 +19,19 @@ def test_any_python_is_a_launcher(tmp_path, launcher):
     assert (spec.kind, spec.args, spec.name) == ("path", ("--n", "3"), "x.py")
 
 
+def test_torchrun_is_accepted_as_it_is():
+    """torchrun is python -m torch.distributed.run: its agent runs in the session process,
+    its workers are the program's processes (followed)."""
+    spec = parse_program(["/usr/local/bin/torchrun", "--nproc-per-node", "2", "tp.py", "--x"])
+    assert (spec.kind, spec.target, spec.args) == ("module", "torch.distributed.run",
+                                                   ("--nproc-per-node", "2", "tp.py", "--x"))
+    assert spec.name == "torchrun tp.py"
+    spec = parse_program(["python", "-m", "torch.distributed.run", "--nproc-per-node=2", "tp.py"])
+    assert (spec.kind, spec.target) == ("module", "torch.distributed.run")
+    with pytest.raises(TuiprofError, match="torchrun needs a script"):
+        parse_program(["torchrun"])
+
+
 def test_another_executable_is_a_native_program(tmp_path):
     spec = parse_program(["sh", "-c", "true"])
     assert (spec.kind, spec.launcher, spec.args, spec.name) == ("native", "sh", ("-c", "true"),

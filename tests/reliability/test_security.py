@@ -30,6 +30,12 @@ def _calls(tree):
             yield node, owner, name
 
 
+# The one module that may import pickle: the wire protocol between tuiprof's own processes
+# pickles its replies and reads them back only through its SafeUnpickler (docs/remote.md);
+# requests are JSON. Nothing read from a file is unpickled.
+PICKLE_ALLOWED = {"tuiprof/remote/protocol.py"}
+
+
 def test_no_pickle_eval_or_unsafe_loaders_in_the_code():
     problems = []
     for path in SOURCES:
@@ -39,12 +45,17 @@ def test_no_pickle_eval_or_unsafe_loaders_in_the_code():
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 for m in mods:
+                    if m == "pickle" and str(rel) in PICKLE_ALLOWED:
+                        continue
                     if m.split(".")[0] in ("pickle", "cPickle", "dill", "marshal", "shelve", "yaml"):
                         problems.append(f"{rel}:{node.lineno} imports {m}")
         for node, owner, name in _calls(tree):
             kw = {k.arg: k.value for k in node.keywords}
             if owner == "" and name in ("eval", "exec", "__import__"):
                 problems.append(f"{rel}:{node.lineno} calls {name}()")
+            if owner == "pickle" and name in ("load", "loads", "Unpickler"):
+                problems.append(f"{rel}:{node.lineno} pickle.{name}: unpickle only with the "
+                                f"protocol's SafeUnpickler")
             if owner == "torch" and name == "load":
                 wo = kw.get("weights_only")
                 if not (isinstance(wo, ast.Constant) and wo.value is True):
@@ -57,6 +68,16 @@ def test_no_pickle_eval_or_unsafe_loaders_in_the_code():
                 if isinstance(trc, ast.Constant) and trc.value is True:
                     problems.append(f"{rel}:{node.lineno} trust_remote_code=True")
     assert problems == []
+
+
+def test_the_protocol_reads_replies_only_with_its_safe_unpickler():
+    from tuiprof.remote import protocol
+
+    tree = ast.parse((REPO / "tuiprof" / "remote" / "protocol.py").read_text())
+    bases = [b for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+             for b in n.bases if isinstance(b, ast.Attribute) and b.attr == "Unpickler"]
+    assert len(bases) == 1                                  # SafeUnpickler, and nothing else
+    assert issubclass(protocol.SafeUnpickler, __import__("pickle").Unpickler)
 
 
 def test_trust_remote_code_is_off_unless_asked():

@@ -18,7 +18,8 @@ from .. import __version__
 from ..errors import TuiprofError
 from .common import Interrupted, handle_signals, raise_interrupted, say
 
-__all__ = ["COMMANDS", "Command", "Interrupted", "build_parser", "main", "split_program"]
+__all__ = ["COMMANDS", "Command", "Interrupted", "build_parser", "main", "parse_args",
+           "split_program"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,11 @@ COMMANDS: tuple[Command, ...] = (
                               "server's request rates (--serve)"),
     Command("serve", "serve", "serve a model with transformers' continuous batching under "
                               "generated load (--rate or --concurrency): per-request TTFT/ITL"),
+    Command("ls", "sessions", "list the sessions: detached ones (tuiprof run --detach) and "
+                              "live apps"),
+    Command("attach", "sessions", "open the live app on a detached session (q detaches, the "
+                                  "session goes on)"),
+    Command("stop", "sessions", "end a detached session, write its snapshot and say where"),
 )
 SUBCOMMANDS = tuple(c.name for c in COMMANDS)
 
@@ -69,13 +75,22 @@ def split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv[:i], argv[i + 1:]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
-    argv, program = split_program(list(sys.argv[1:] if argv is None else argv))
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line as the commands get it (``args.program``: after ``--``; ``args.argv``:
+    as given, for a detached session's keeper)."""
+    given = list(argv)
+    argv, program = split_program(given)
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
     args.program = program
+    args.argv = given
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
     # SIGTERM and SIGHUP end the command like Ctrl-C (one line, no traceback; exports are
     # atomic, so nothing is left half-written); a live or headless run handles them itself.
     old = handle_signals(raise_interrupted, (signal.SIGTERM, signal.SIGHUP))

@@ -32,6 +32,10 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("a")
         p.add_argument("b")
         p.add_argument("--markdown", action="store_true")
+        p.add_argument("--rank", type=int, default=None, metavar="N",
+                       help="in a snapshot of several ranks or processes, compare rank (or "
+                            "process) N of each (default: rank 0; of a program's processes, "
+                            "the first that did GPU work or marked steps)")
 
 
 def run(name: str, args: argparse.Namespace) -> int:
@@ -108,10 +112,27 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_view(path: str, rank: int | None):
+    """The view ``diff`` compares: the snapshot's, or one rank's or process's of it."""
+    from ..export.snapshot import read_any_snapshot  # noqa: PLC0415
+    from ..store.rank_set import cycle_active, is_process_set  # noqa: PLC0415
+
+    snap = read_any_snapshot(path)
+    views = getattr(snap, "views", None)
+    if views is None:
+        if rank not in (None, 0):
+            raise TuiprofError(f"{safe_text(Path(path).name)} holds one process: drop --rank")
+        return snap
+    if rank is None:
+        rank = cycle_active(views, -1) if is_process_set(snap) else 0
+    if not 0 <= rank < len(views):
+        raise TuiprofError(f"--rank {rank}: {safe_text(Path(path).name)} holds ranks 0 to "
+                           f"{len(views) - 1}")
+    return views[rank]
+
+
 def _cmd_diff(args: argparse.Namespace) -> int:
     from ..export.diff import diff, render_text  # noqa: PLC0415
-    from ..export.snapshot import read_snapshot  # noqa: PLC0415
-
-    result = diff(read_snapshot(args.a), read_snapshot(args.b))
+    result = diff(_one_view(args.a, args.rank), _one_view(args.b, args.rank))
     print(render_text(result, markdown=args.markdown))
     return 0

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import TuiprofError
+from ..text import printable
 from ..program.launch import ProgramResult, ProgramSpec, parse_program
 from .common import (Interrupted, detach_terminal, handle_signals, print_summary, say,
                      write_outputs)
@@ -28,6 +29,10 @@ ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "m
 def run(args: argparse.Namespace) -> int:
     """``tuiprof run … -- PROGRAM``."""
     check_options(args, run_defaults())
+    if args.detach:
+        from .sessions import start_detached  # noqa: PLC0415
+        spec = parse_program(args.program)   # a bad command fails here, in the terminal
+        return start_detached(args, spec.name)
     if args.headless:
         return run_headless(args, say, print_summary, write_outputs)
     return run_live(args)
@@ -71,6 +76,8 @@ def stem(spec: ProgramSpec) -> str:
             else spec.target.split(".")[-1])
     if spec.kind == "code":
         base = "code"
+    if spec.label:   # torchrun SCRIPT.py: the script's name
+        base = Path(spec.label.split()[-1]).stem
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-")[:40] or "program"
 
 
@@ -163,9 +170,11 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
 
     old = handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     try:
+        held = _hold_here(args, ctl, spec)   # its processes, followed (None: --no-follow)
+        others = None
         try:
             try:
-                ctl.start()
+                (held or ctl).start()
             except OSError as exc:
                 raise TuiprofError(f"cannot capture the program's output in {log}: "
                                    f"{exc.strerror or exc}") from None
@@ -174,11 +183,20 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
                 _end_program(ctl)           # it ends (its last step closed), or is stopped
             if not ctl._gone:
                 ctl.view(raw=True)          # the last copy
+            if held is not None:            # and of every process it started
+                held.check_end()
+                held.stop()
+                others = held.views(raw=True)
         finally:
             ctl.close()    # ends the session process (and the program); the log is complete
-        view, line = _final_view(ctl, _stop_signal(seen) if stop.is_set() else None)
+            if held is not None:
+                held.close()
+        main_view, line = _final_view(ctl, _stop_signal(seen) if stop.is_set() else None)
+        view = _with_processes(main_view, others)
         write_outputs(view, out, None)
-        print_summary(view, None)
+        print_summary(main_view, None)
+        if held is not None:
+            print_processes(held)
         say(f"tuiprof: {line}")
         for note in (ctl.status.extra or {}).get("notes") or ():
             say(f"tuiprof: {note}")
@@ -187,7 +205,7 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
             signal.signal(sig, handler)
     if stop.is_set():
         return 128 + _stop_signal(seen)
-    return int(view.meta["program"]["exit_status"])
+    return int(main_view.meta["program"]["exit_status"])
 
 
 def _stop_signal(seen: list[int]) -> int:
@@ -259,10 +277,56 @@ def _final_view(ctl, stop_sig: int | None):
     return ctl.with_output(dataclasses.replace(view, meta=meta)), line
 
 
+def _hold_here(args: argparse.Namespace, ctl, spec):
+    """A headless run holds its session itself: the program's processes register with this
+    process and are mirrored here (None with --no-follow, or for a native program)."""
+    if getattr(args, "no_follow", False) or spec.kind == "native":
+        return None
+    from .sessions import hold  # noqa: PLC0415
+
+    return hold(args, ctl, name=spec.name, kind="program", stem=stem(spec))
+
+
+def _with_processes(view, others):
+    """The snapshot of a run whose program started processes: every process (the main one's
+    final view first), else the main one's view as it is."""
+    if others is None or others.world_size < 2:
+        return view
+    meta = dict(view.meta, process=others.views[0].meta.get("process"))
+    return dataclasses.replace(others, views=(dataclasses.replace(view, meta=meta),
+                                              *others.views[1:]))
+
+
+def print_processes(held) -> None:
+    """One line per process the program started, and how each ended."""
+    entries = held.entries[1:]
+    if not entries:
+        return
+    print(f"{len(entries)} processes of the program:")
+    for e in entries:
+        v = e.ctl.view(raw=False) if e.ctl is not None else None
+        steps = int(v.counters.get("tokens", 0) or 0) if v is not None else 0
+        rank = v.meta.get("rank") if v is not None else None
+        print(f"  pid {e.pid} {printable(e.name, 40)}: {steps} steps"
+              + (f", rank {rank}" if isinstance(rank, int) else "")
+              + (f"; {printable(e.line, 200)}" if e.line else f"; {e.state}"))
+
+
 def run_live(args: argparse.Namespace) -> int:
-    """The live app; the program runs in the session process."""
-    from ..remote import RemoteControl  # noqa: PLC0415
+    """The live app; the program runs in the session process, its processes are followed."""
     from ..ui.app import run_app  # noqa: PLC0415
+    from .sessions import hold  # noqa: PLC0415
+
+    main, name, stem_ = live_control(args)
+    ctl = hold(args, main, name=name, kind="program", stem=stem_)
+    ctl.start()
+    return run_app(ctl, title=f"tuiprof {name}", export_dir=Path(args.export_dir),
+                   auto_snapshot=True)
+
+
+def live_control(args: argparse.Namespace):
+    """(the session process that runs the program, not started; its name; a stem)."""
+    from ..remote import RemoteControl  # noqa: PLC0415
 
     spec = parse_program(args.program)
     _prepare_native(spec, args)
@@ -279,5 +343,4 @@ def run_live(args: argparse.Namespace) -> int:
                "meta": getattr(args, "meta", None)}
     ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
                         orphan_snapshot_dir=args.export_dir, program=program)
-    ctl.start()
-    return run_app(ctl, title=f"tuiprof {spec.name}", export_dir=export, auto_snapshot=True)
+    return ctl, spec.name, stem(spec)

@@ -86,6 +86,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallelism: N ranks, one process per GPU (NCCL; gloo with "
                         "--device cpu), started with torch.distributed's launcher")
+    from .sessions import add_run_arguments as add_session_arguments  # noqa: PLC0415
+    add_session_arguments(p)
     g = p.add_argument_group("a program of your own (tuiprof run [options] -- python SCRIPT.py "
                              "[ARGS...]; see docs/programs.md)")
     from ..program.sources import OPTIONS  # noqa: PLC0415 - the step sources' options
@@ -176,6 +178,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_options(args, run_defaults())
     check_arguments(args)
     check_outputs(args)
+    if args.detach:
+        from .sessions import start_detached  # noqa: PLC0415
+        _make_options(args)   # a bad --model fails here, in the terminal
+        return start_detached(args, args.model)
     if args.tp != 1:
         return _cmd_run_tp(args)
     if not args.headless and not args.in_process:
@@ -271,10 +277,10 @@ def _cmd_run_ui(args: argparse.Namespace) -> int:
     The session process starts first: it imports torch and loads the model while this process
     imports Textual and draws the first frame.
     """
-    from ..remote import RemoteControl  # noqa: PLC0415
+    from .sessions import hold  # noqa: PLC0415
 
-    opts, store_kwargs = _make_options(args)
-    ctl = RemoteControl(opts, store_kwargs, orphan_snapshot_dir=args.export_dir)
+    main, name, stem = model_control(args)
+    ctl = hold(args, main, name=name, kind="model", stem=stem)
     ctl.start()
     try:
         from ..ui.app import run_app  # noqa: PLC0415
@@ -283,6 +289,15 @@ def _cmd_run_ui(args: argparse.Namespace) -> int:
         raise
     return run_app(ctl, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
                    auto_snapshot=True)
+
+
+def model_control(args: argparse.Namespace):
+    """(the session process of ``--model``, not started; its name; a file-name stem)."""
+    from ..remote import RemoteControl  # noqa: PLC0415
+
+    opts, store_kwargs = _make_options(args)
+    ctl = RemoteControl(opts, store_kwargs, orphan_snapshot_dir=args.export_dir)
+    return ctl, args.model, Path(args.model).name
 
 
 def _check_tp(args: argparse.Namespace) -> None:

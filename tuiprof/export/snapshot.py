@@ -61,11 +61,13 @@ META_KEYS = frozenset({
     "rank", "world_size", "local_rank", "tp", "backend", "clock_sync", "lockstep", "tp_shard",
     "model_params", "test_tp_delay",
     "max_batch", "step_time_sources",
+    "process", "job", "cuda",
     "native", "auto_steps",
     "request_sources", "load",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
-WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference"})
+WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference",
+                        "notices", "processes_dropped"})
 HOST_KEY = "host"        # kept only when meta["share_host"] is True
 
 
@@ -275,8 +277,12 @@ def world_meta(rv: RanksView) -> dict:
 
 
 def default_rank_findings(rv: RanksView) -> list:
-    """The cross-rank findings of ``rv`` (``[]`` when the analysis fails)."""
+    """The cross-rank findings of ``rv`` (``[]`` when the analysis fails); for a program's
+    processes, those of each torch.distributed job among them."""
     from ..analysis.cross_rank import find_ranks  # noqa: PLC0415
+    from ..store.rank_set import is_process_set, jobs  # noqa: PLC0415
+    if is_process_set(rv):
+        return [f for _, job in jobs(rv) for f in _findings(find_ranks, job)]
     return _findings(find_ranks, rv)
 
 

@@ -39,10 +39,13 @@ class ProgramSpec:
     args: tuple[str, ...] = ()
     launcher: str = "python"
     note: str = ""     # one line about the launcher (another interpreter was named)
+    label: str = ""    # the display name when the command is not python (``torchrun x.py``)
 
     @property
     def name(self) -> str:
         """A short display name: the script's or binary's file name, or ``-m module``."""
+        if self.label:
+            return self.label
         if self.kind in ("path", "native"):
             return Path(self.target if self.kind == "path" else self.launcher).name
         return f"-m {self.target}"
@@ -95,6 +98,10 @@ def parse_program(argv: list[str]) -> ProgramSpec:
     if not argv:
         raise TuiprofError("nothing to run after '--': tuiprof run -- python SCRIPT.py [ARGS...]")
     launcher, rest = argv[0], list(argv[1:])
+    if Path(launcher).name == "torchrun":
+        # torchrun is `python -m torch.distributed.run`: its agent runs here, its workers are
+        # processes of the program (followed like any other)
+        return _torchrun(launcher, rest)
     if not _is_python(launcher):
         return _native(launcher, rest)
     while rest and rest[0] in IGNORED_OPTIONS:
@@ -118,6 +125,15 @@ def parse_program(argv: list[str]) -> ProgramSpec:
     if not path.is_file():
         raise TuiprofError(f"no such Python script: {_shown(first)}")
     return ProgramSpec("path", first, tuple(rest), launcher, note)
+
+
+def _torchrun(launcher: str, rest: list[str]) -> ProgramSpec:
+    if not rest:
+        raise TuiprofError("torchrun needs a script: tuiprof run -- torchrun [OPTIONS] SCRIPT.py "
+                           "[ARGS...]")
+    script = next((a for a in rest if a.endswith(".py")), "")
+    label = f"torchrun {Path(script).name}" if script else "torchrun"
+    return ProgramSpec("module", "torch.distributed.run", tuple(rest), launcher, label=label)
 
 
 def _native(launcher: str, args: list[str]) -> ProgramSpec:

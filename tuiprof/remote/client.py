@@ -24,6 +24,7 @@ from ..control import SessionControl, SourceStatus, batch_limit_message, batch_t
 from ..engine.load import expected_meta
 from ..profiler import ProfilerOptions
 from ..startup import ProgressTracker
+from . import protocol
 from .mirror import Mirror
 from .session_process import SessionSpec, serve
 
@@ -31,6 +32,8 @@ from .session_process import SessionSpec, serve
 _OPEN_AT_EXIT: set = set()      # controls whose session process was started and not closed
 _EXIT_HOOK: list = []
 EXIT_GRACE_S = 15.0
+CONNECT_TIMEOUT_S = 120.0   # a spawned session process serves within this (imports, spawn)
+CONNECT_EXISTING_S = 5.0    # a process that serves already answers within this
 
 
 def _watch_at_exit(ctl: "RemoteControl") -> None:
@@ -53,10 +56,8 @@ def _end_sessions_at_exit() -> None:
     _OPEN_AT_EXIT.clear()
     for c in ctls:
         c._closed.set()
-        try:
-            c._conn.close()
-        except OSError:
-            pass
+        if c._client is not None:
+            c._client.close()
     deadline = time.monotonic() + EXIT_GRACE_S
     for c in ctls:
         c._proc.join(max(0.0, deadline - time.monotonic()))
@@ -95,12 +96,16 @@ class RemoteStore:
 
 
 class RemoteControl(SessionControl):
-    """A live session in a child process (spawned by :meth:`start`)."""
+    """A live session in another process: one this control starts (:meth:`start`), or one
+    that serves already (:meth:`connect`: a process of a profiled program, or a process
+    reached through a detached session's keeper)."""
 
-    def __init__(self, options: ProfilerOptions, store_kwargs: dict | None = None, *,
-                 orphan_snapshot_dir: str | Path | None = None, hook: str | None = None,
+    def __init__(self, options: ProfilerOptions | None = None, store_kwargs: dict | None = None,
+                 *, orphan_snapshot_dir: str | Path | None = None, hook: str | None = None,
                  reply_timeout: float = 60.0, program: dict | None = None,
-                 poll: bool = True) -> None:
+                 socket_path: str | None = None, follow_env: dict | None = None,
+                 pull_every: float = 1.0, poll: bool = True) -> None:
+        options = options if options is not None else ProfilerOptions()
         self.options = options
         self.program = program   # run this program instead of the engine (SessionSpec.program)
         # poll=False: no background puller; the caller pulls (a headless run pulls whole
@@ -122,27 +127,37 @@ class RemoteControl(SessionControl):
         self.orphan_snapshot_dir = str(orphan_snapshot_dir) if orphan_snapshot_dir else None
         self.hook = hook
         self.reply_timeout = reply_timeout
+        self.socket_path = socket_path
+        self.follow_env = follow_env
+        self.pull_every = pull_every    # seconds between pulls nobody asked for (at most)
         self.log_path: str | None = None
         self.relay: Any = None   # a program's output, read here (OutputRelay)
         self.pulls = 0
+        self.owner = False              # this control started the process and ends it
+        self.remote_pid: int | None = None
+        self._own_dir: Path | None = None
         self._proc: Any = None
-        self._conn: Any = None
-        self._cursor: Any = None
+        self._client: protocol.Client | None = None
+        self._connector: Any = None
+        self._connected = threading.Event()
         self._rpc = threading.Lock()       # one request in flight on the connection
         self._mirror_lock = threading.Lock()
-        # One pull at a time, from reading the cursor to applying its delta: two pulls from one
-        # cursor would both append the program's new output lines to the mirror.
+        # One pull at a time, from sending it to applying its delta: two pulls in flight
+        # would both append the program's new output lines to the mirror.
         self._pull_lock = threading.Lock()
         self._want = threading.Event()
         self._keys: queue.Queue = queue.Queue()
         self._closed = threading.Event()
         self._gone = False
+        self._gone_why = ""
         self._puller: threading.Thread | None = None
 
     # ------------------------------------------------------------------ life cycle
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        if self._proc is not None:
+            return self._proc.pid
+        return self.remote_pid
 
     def start(self) -> None:
         """Spawn the session process (it loads the model and starts generating)."""
@@ -151,14 +166,16 @@ class RemoteControl(SessionControl):
             self._relay_output()
         else:
             self.log_path = new_log_path()
+        if self.socket_path is None:
+            from .runtime import new_session_dir  # noqa: PLC0415
+            _sid, self._own_dir = new_session_dir("x")
+            self.socket_path = str(self._own_dir / "main.sock")
         ctx = mp.get_context("spawn")  # never fork a process that may hold CUDA or threads
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=serve, args=(child, self.spec()), name="tuiprof-session")
+        proc = ctx.Process(target=serve, args=(self.spec(),), name="tuiprof-session")
         proc.start()
-        child.close()
         if self.relay is not None:
             self.relay.started()
-        self.attach(proc, parent)
+        self.watch(proc, self.socket_path)
 
     def _relay_output(self) -> None:
         """The program's stdout and stderr come to this process through pipes (log file and
@@ -177,52 +194,97 @@ class RemoteControl(SessionControl):
     def spec(self, env: dict | None = None) -> SessionSpec:
         """What the session process is started with (``env``: set there before anything)."""
         return SessionSpec(self.options, self.store_kwargs, self.log_path,
-                           self.orphan_snapshot_dir, self.hook, self.program, env)
+                           self.orphan_snapshot_dir, self.hook, self.program, env,
+                           self.socket_path, self.follow_env, os.getpid())
 
-    def attach(self, proc: Any, conn: Any) -> None:
-        """Serve a session process started elsewhere (a rank launcher): its process handle
-        (``is_alive``, ``exitcode``, ``join``, ``kill``) and this end of its connection."""
+    def watch(self, proc: Any, socket_path: str) -> None:
+        """Serve a session process this control owns (started here or by a rank launcher):
+        its process handle (``is_alive``, ``exitcode``, ``join``, ``kill``) and the socket it
+        serves at (connected to, as its owner, once it is there)."""
         self._proc = proc
-        self._conn = conn
+        self.owner = True
+        self.socket_path = socket_path
+        self._connector = lambda: protocol.Client.unix(socket_path, role="owner")
         _watch_at_exit(self)
         if self.poll:
-            self._puller = threading.Thread(target=self._pull_loop, name="tuiprof-puller",
-                                            daemon=True)
-            self._puller.start()
+            self._start_puller()
+
+    def connect(self, connector: Any, proc: Any = None) -> None:
+        """Mirror a process that serves already: ``connector()`` returns a connected
+        :class:`~tuiprof.remote.protocol.Client` (a process's socket, or a keeper's relay)."""
+        self._proc = proc
+        self._connector = connector
+        self._start_puller()
+
+    def _start_puller(self) -> None:
+        self._puller = threading.Thread(target=self._pull_loop, name="tuiprof-puller",
+                                        daemon=True)
+        self._puller.start()
+
+    def _connect(self) -> bool:
+        """Connect (retrying while a process starts); False when it cannot be reached."""
+        t_end = time.monotonic() + (CONNECT_TIMEOUT_S if self._proc is not None
+                                    else CONNECT_EXISTING_S)
+        last = "not started"
+        while not self._closed.is_set():
+            proc = self._proc
+            if proc is not None and not proc.is_alive():
+                break
+            try:
+                client = self._connector()
+            except protocol.Refused as exc:
+                last = str(exc)
+                break
+            except protocol.ProtocolError as exc:
+                last = str(exc)
+                if time.monotonic() > t_end:
+                    break
+                time.sleep(0.05)
+                continue
+            hello = client.hello if isinstance(client.hello, dict) else {}
+            self.remote_pid = hello.get("pid") if isinstance(hello.get("pid"), int) else None
+            self._client = client
+            self._connected.set()
+            return True
+        self._mark_gone(f"could not connect: {last}")
+        self._connected.set()
+        return False
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop generation and collectors in the session process (data stays fetchable)."""
-        if self._proc is None or self._gone:
+        if self._gone or (self._proc is None and self._connector is None):
             return
         try:
             self.call("stop", timeout, timeout=timeout + 30)
             self.view(raw=False, wait=True)
-        except SessionGone:
+        except (SessionGone, RuntimeError):
             pass
 
     def close(self) -> None:
-        """End the session process (after :meth:`stop` and the last fetch); safe to repeat."""
+        """End the session process (after :meth:`stop` and the last fetch), or leave a
+        process this control does not own; safe to repeat."""
         if self._closed.is_set():
             return
         self._closed.set()
         self._want.set()
-        proc = self._proc
-        if proc is None:
-            return
         _OPEN_AT_EXIT.discard(self)
-        if not self._gone:
+        proc, client = self._proc, self._client
+        if client is not None and not self._gone:
             try:
-                self.call("close", timeout=5)
-            except SessionGone:
+                if self.owner:
+                    self.call("close", timeout=5)
+                else:
+                    with self._rpc:
+                        client.close(bye=True)
+            except (SessionGone, RuntimeError):
                 pass
-        proc.join(10)
-        if proc.is_alive():  # stuck in a model load or torch.compile: it cannot be joined
-            proc.kill()
-            proc.join(5)
-        try:
-            self._conn.close()
-        except OSError:
-            pass
+        if self.owner and proc is not None:
+            proc.join(10)
+            if proc.is_alive():  # stuck in a model load or torch.compile: it cannot be joined
+                proc.kill()
+                proc.join(5)
+        if client is not None:
+            client.close()
         if self.relay is not None:
             self.relay.finish()    # the rest of what the program wrote, into the log
         if self.log_path and self.status.state != "error" and self.program is None:
@@ -231,6 +293,9 @@ class RemoteControl(SessionControl):
                     os.unlink(self.log_path)
             except OSError:
                 pass
+        if self._own_dir is not None:
+            import shutil  # noqa: PLC0415
+            shutil.rmtree(self._own_dir, ignore_errors=True)
 
     @property
     def busy(self) -> bool:
@@ -240,40 +305,59 @@ class RemoteControl(SessionControl):
     def call(self, op: str, *args: Any, timeout: float | None = None) -> Any:
         """One request and its answer; raises :class:`SessionGone` if the process is gone."""
         timeout = self.reply_timeout if timeout is None else timeout
+        if self._puller is None and not self._connected.is_set() and self._connector is not None:
+            with self._rpc:   # nothing polls (poll=False): the caller's thread connects
+                if not self._connected.is_set():
+                    self._connect()
+        if not self._connected.wait(timeout):
+            raise SessionGone("the session process is not serving yet")
         with self._rpc:
-            if self._gone or self._conn is None:
+            client = self._client
+            if self._gone or client is None:
                 raise SessionGone("session process not running")
             try:
-                self._conn.send((op, *args))
+                client.send(op, *args)
                 t0 = time.monotonic()
-                while not self._conn.poll(0.2):
-                    if not self._proc.is_alive():
-                        raise EOFError
+                while not client.poll(0.2):
+                    if self._proc is not None and not self._proc.is_alive():
+                        raise protocol.Closed("the process ended")
                     if time.monotonic() - t0 > timeout:
+                        client.close()   # an answer may still come: the stream is unusable
+                        self._mark_gone(f"no answer to {op!r} in {timeout:.0f} s")
                         raise SessionGone(f"the session process did not answer {op!r} in "
                                           f"{timeout:.0f} s")
-                kind, value = self._conn.recv()
-            except (EOFError, OSError):
-                self._mark_gone()
+                payload = client.recv_raw()
+            except protocol.ProtocolError as exc:
+                self._mark_gone(str(exc))
                 raise SessionGone("session process ended") from None
-        if kind == "err":
-            raise RuntimeError(value)
-        return value
+        try:
+            return protocol.decode_value(payload)
+        except protocol.RemoteError as exc:
+            raise RuntimeError(str(exc)) from None
+        except protocol.ProtocolError as exc:
+            self._mark_gone(str(exc))
+            raise SessionGone(str(exc)) from None
 
-    def _mark_gone(self) -> None:
+    def _mark_gone(self, why: str = "") -> None:
         if self._gone:
             return
         self._gone = True
+        self._gone_why = why
         if self._closed.is_set():
             return
-        self._proc.join(1)
-        code = self._proc.exitcode
-        why = (f"killed by signal {-code}" if code is not None and code < 0
-               else f"exit code {code}")
+        proc = self._proc
+        if proc is not None:
+            proc.join(1)
+            code = proc.exitcode
+            why = (f"killed by signal {-code}" if code is not None and code < 0
+                   else f"exit code {code}")
+        else:
+            why = why or "its connection closed"
+        log = f" (log: {self.log_path})" if self.log_path else ""
         self.status = SourceStatus(
             state="error", mode=self.status.mode, live=False, extra=dict(self.status.extra),
             message=f"the session process ended ({why}); the data shown is kept: press e to "
-                    f"save it (log: {self.log_path})")
+                    f"save it{log}")
 
     def view(self, raw: bool = True, raw_tokens: int | None = None,
              wait: bool | None = None, batch: Any = None) -> Any:
@@ -282,7 +366,7 @@ class RemoteControl(SessionControl):
         records and waits (worker threads)."""
         if wait is None:
             wait = raw
-        if wait and not self._gone and self._proc is not None:
+        if wait and not self._gone and self._connector is not None:
             try:
                 self._pull(raw_tokens if raw else 0)
             except (SessionGone, RuntimeError):
@@ -308,21 +392,22 @@ class RemoteControl(SessionControl):
         # Full statistics (median histograms) only for an export, which asks for all raw records.
         light = raw_tokens is not None
         with self._pull_lock:
-            status, delta, cursor = self.call("pull", self._cursor, raw_tokens, light)
+            status, delta = self.call("pull", raw_tokens, light)
             with self._mirror_lock:
                 self.mirror.apply(delta)
-                self._cursor = cursor
                 self.status = status
                 self.pulls += 1
 
     def _pull_loop(self) -> None:
+        if not self._connect():
+            return
         while not self._closed.is_set() and not self._gone:
-            self._want.wait(1.0)
+            self._want.wait(self.pull_every)
             self._want.clear()
             try:
                 while True:
-                    op = self._keys.get_nowait()
-                    self.call(op)
+                    op, args = self._keys.get_nowait()
+                    self.call(op, *args)
             except queue.Empty:
                 pass
             except (SessionGone, RuntimeError):
@@ -337,10 +422,12 @@ class RemoteControl(SessionControl):
                     return
 
     # --------------------------------------------------------------------- keys
-    def _key(self, op: str, answer: str) -> str:
-        if self._gone or self._proc is None:
+    def _key(self, op: str, answer: str, seen: Any = None) -> str:
+        """Queue a key for the session; ``seen``: what this UI showed (the session ignores
+        the key when another UI's key has changed that already: docs/remote.md)."""
+        if self._gone or self._connector is None:
             return "the session process has ended"
-        self._keys.put(op)
+        self._keys.put((op, () if seen is None else (seen,)))
         self._want.set()
         return answer
 
@@ -348,7 +435,8 @@ class RemoteControl(SessionControl):
         if self.status.state == "loading":
             return "model still loading"
         target = "compiled" if self.status.mode == "eager" else "eager"
-        return self._key("toggle_mode", f"switching to {target} at the next token")
+        return self._key("toggle_mode", f"switching to {target} at the next token",
+                         self.status.mode)
 
     def change_batch(self, up: bool) -> str:
         if self.status.state == "loading":
@@ -356,27 +444,32 @@ class RemoteControl(SessionControl):
         want = batch_target(self.status, up)
         if want is None:
             return batch_limit_message(self.status, up)
-        return self._key("batch_up" if up else "batch_down", f"switching to batch {want} at the next token")
+        return self._key("batch_up" if up else "batch_down",
+                         f"switching to batch {want} at the next token",
+                         self.status.want_batch or self.status.batch)
 
     def toggle_pause(self) -> str:
         if self.status.state == "loading":
             return "model still loading"
-        if self.status.state == "paused":
-            return self._key("toggle_pause", "resuming")
+        paused = self.status.state == "paused"
+        if paused:
+            return self._key("toggle_pause", "resuming", True)
         if self.program is not None:  # the session answers on the status line (or says why not)
-            return self._key("toggle_pause", "pause asked: the program stops at its next step")
-        return self._key("toggle_pause", "pausing at the next token")
+            return self._key("toggle_pause", "pause asked: the program stops at its next step",
+                             False)
+        return self._key("toggle_pause", "pausing at the next token", False)
 
     def reset(self) -> str:
         return self._key("reset", "statistics reset")
 
     # ------------------------------------------------------------------ a program
     def has_output(self) -> bool:
-        return self.program is not None
+        return self.program is not None or "program" in (self.status.extra or {})
 
     def disabled_actions(self) -> dict[str, str]:
-        if self.program is None:
-            return {}
+        if self.program is None:   # a process reached by connect(): what it says it cannot do
+            disabled = (self.status.extra or {}).get("disabled")
+            return dict(disabled) if isinstance(disabled, dict) else {}
         from ..program.program_session import ENGINE_ONLY  # noqa: PLC0415
         return dict(ENGINE_ONLY)
 

@@ -78,6 +78,23 @@ class Mirror:
             tokens.pop()
         tokens.extend(rows)
 
+    def as_delta(self, full: bool = True) -> dict:
+        """What this mirror holds, as a delta another mirror can apply (``full``: everything;
+        else nothing new): a process that has ended is served from its last mirror."""
+        s = self._session
+        delta = {"full": full, "generation": self.generation, "series_len": self.series_len,
+                 "meta": dict(self.meta), "config": self.config, "counters": s["counters"],
+                 "collectors": s["collectors"], "overhead": s["overhead"],
+                 "tokens": [], "series": {}, "parts": {}, "records": False, "events": None,
+                 "raw": None, "output": []}
+        if full:
+            delta.update(tokens=list(self._tokens), parts=dict(self._parts), records=True,
+                         series={k: list(v) for k, v in self._series.items()},
+                         events=s["events"], output=list(self._output),
+                         raw={"keep": [seq for seq, _ in self._raw],
+                              "add": [(seq, 0, list(recs)) for seq, recs in self._raw]})
+        return delta
+
     def view(self, raw: bool = True, batch: Any = None) -> StoreView:
         """The mirrored session as a :class:`StoreView` of configuration ``batch`` (default:
         the latest step's; raw records as last fetched)."""

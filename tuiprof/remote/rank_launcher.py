@@ -9,7 +9,7 @@ Launcher: ``torch.multiprocessing.start_processes`` (what ``torch.multiprocessin
 not the elastic agent behind ``torchrun``. The agent owns its workers: it restarts or tears
 down the whole group when one fails and reports only exit codes, which would lose the other
 ranks' data and leave no channel to send keys. Here the UI process holds each rank's process
-handle and a pipe to it (a :class:`~tuiprof.remote.client.RemoteControl` per rank), sees a
+handle and a connection to its socket (a :class:`~tuiprof.remote.client.RemoteControl` per rank), sees a
 death at once, stops the other ranks cleanly (their collectors flush, their data is fetched)
 and keeps everything measured. A rank that fails outside its session loop leaves its
 traceback in its log file, which the one-line message names.
@@ -60,13 +60,10 @@ def nvml_index(local_rank: int) -> int:
     return local_rank
 
 
-def _rank_main(index: int, conns: list, specs: list) -> None:
-    """A rank's process (``torch.multiprocessing`` target): keep its pipe, then serve."""
-    for j, conn in enumerate(conns):
-        if j != index:
-            conn.close()
+def _rank_main(index: int, specs: list) -> None:
+    """A rank's process (``torch.multiprocessing`` target): serve its store at its socket."""
     try:
-        serve(conns[index], specs[index])
+        serve(specs[index])
     except BaseException:
         traceback.print_exc()  # into the rank's log (serve redirected stderr there first)
         raise
@@ -97,29 +94,28 @@ class RankSetControl(SessionControl):
         self.failure: str | None = None
         self.launcher = "torch.multiprocessing.start_processes (spawn)"
         self._context: Any = None
+        self._dir: Any = None
         self._closing = threading.Event()
         self._watcher: threading.Thread | None = None
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
         """Spawn every rank (they load their shard and start generating in lockstep)."""
-        import multiprocessing as mp
-
         import torch.multiprocessing as tmp
 
+        from .runtime import new_session_dir
+
         port = free_port()
-        ctx = mp.get_context("spawn")
-        pipes = [ctx.Pipe() for _ in self.ranks]
+        _sid, self._dir = new_session_dir("tp")
         specs = []
         for r, ctl in enumerate(self.ranks):
             ctl.log_path = new_log_path(f"rank{r}-")
+            ctl.socket_path = str(self._dir / f"rank{r}.sock")
             specs.append(ctl.spec(rank_env(r, self.world_size, port)))
-        self._context = tmp.start_processes(_rank_main, args=([c for _, c in pipes], specs),
-                                            nprocs=self.world_size, join=False,
-                                            start_method="spawn")
-        for (parent, child), proc, ctl in zip(pipes, self._context.processes, self.ranks):
-            child.close()
-            ctl.attach(proc, parent)
+        self._context = tmp.start_processes(_rank_main, args=(specs,), nprocs=self.world_size,
+                                            join=False, start_method="spawn")
+        for proc, ctl in zip(self._context.processes, self.ranks):
+            ctl.watch(proc, ctl.socket_path)
         self._watcher = threading.Thread(target=self._watch, name="tuiprof-ranks", daemon=True)
         self._watcher.start()
 
@@ -131,6 +127,9 @@ class RankSetControl(SessionControl):
     def close(self) -> None:
         self._closing.set()
         self._each(lambda c: c.close())
+        if self._dir is not None:
+            import shutil
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     @property
     def busy(self) -> bool:

@@ -1,19 +1,23 @@
-"""The session process: engine, collectors and store, served to a UI in another process.
+"""The session process: engine, collectors and store, served to the processes that read it.
 
 Why a process of its own: the generation thread, the collectors and a Textual UI in one
 interpreter share one GIL. On the H100 a refresh of the live panes held it long enough to slow
 compiled decode by a third (docs/performance.md). Here the UI's only cost to generation is one
-small :meth:`SessionStore.changes` per refresh, built and pickled on this process's main
-thread.
+small :meth:`SessionStore.changes` per refresh, built and pickled on a serving thread.
 
-Requests arrive on a :mod:`multiprocessing` connection as tuples ``(op, *args)`` and are
-answered with ``("ok", value)`` or ``("err", one line)``. Both ends are tuiprof's own code in
-a pair of processes; nothing read from a file goes through pickle.
+Requests arrive over :mod:`tuiprof.remote.protocol` (a Unix socket in the session's private
+directory; JSON requests, pickled replies that the reader rebuilds with a safe unpickler), on
+any number of connections: the process that started this one (its *owner*: the live app, or
+a detached session's keeper), and others (a second UI through the keeper, the keeper's own
+mirror). Each connection has its own cursor, so each mirror gets every change. When the owner
+goes without saying ``close`` (the live app crashed), the session stops, writes an orphan
+snapshot where one is configured, and ends.
 
 With a program (``tuiprof run -- python prog.py``) the program runs on this process's main
 thread, so that Ctrl-C (KeyboardInterrupt) and its own signal handlers behave as it expects,
-and the requests are served from a thread. Its stdin is /dev/null (the terminal belongs to
-the UI); its stdout and stderr go to its log file and the store's output ring.
+and the requests are served from threads. Its stdin is /dev/null (the terminal belongs to
+the UI); its stdout and stderr go to its log file and the store's output ring. The
+processes it starts are followed (:mod:`tuiprof.follow`) when the session asks for it.
 """
 from __future__ import annotations
 
@@ -30,6 +34,9 @@ from ..control import SourceStatus
 from ..errors import one_line
 from ..profiler import Profiler, ProfilerOptions
 from ..store import SessionStore
+from . import protocol
+
+OWNER_WAIT_S = 120.0   # the process that started this one connects within this, or it ends
 
 
 @dataclasses.dataclass
@@ -44,29 +51,47 @@ class SessionSpec:
     program: dict | None = None      # a program to run: {"spec", "log_path", "options"}
                                      # (tuiprof.cli.program.run_live)
     env: dict | None = None          # environment set first (a rank's RANK, MASTER_PORT, ...)
+    socket_path: str | None = None   # where this process serves its store
+    follow_env: dict | None = None   # set before the program runs: its children are followed
+    owner_pid: int | None = None     # the process that started this one (it connects first)
 
 
 class SessionServer:
-    """Answers the UI process's requests over one Profiler (and the program it profiles)."""
+    """Answers requests over one Profiler (and the program it profiles)."""
 
     def __init__(self, prof: Profiler, hook: Any = None, program: Any = None) -> None:
         self.prof = prof
         self.hook = hook
         self.program = program   # a tuiprof.program.program_session.ProgramSession
         self.pulls = 0           # pulls answered (a program's os._exit waits for one more)
+        self._lock = threading.Lock()   # one request at a time, whichever connection
+
+    def pull(self, cursor: Any, raw_tokens: Any, light: bool, mirror: Any = None) -> tuple:
+        """(status, delta, cursor) for one mirror."""
+        prof, program = self.prof, self.program
+        delta, cursor = prof.store.changes(cursor, raw_tokens, light, mirror=mirror)
+        delta["meta"] = plain(delta["meta"])
+        status = status_copy(prof.status)
+        if program is not None:
+            status.extra.update(program.status_extra())
+        self.pulls += 1
+        return status, delta, cursor
 
     def handle(self, op: str, *args: Any) -> Any:
+        with self._lock:
+            return self._handle(op, *args)
+
+    def _handle(self, op: str, *args: Any) -> Any:
         prof, program = self.prof, self.program
         if op == "pull":
-            cursor, raw_tokens, light = args
-            delta, cursor = prof.store.changes(cursor, raw_tokens, light)
-            status = status_copy(prof.status)
-            if program is not None:
-                status.extra.update(program.status_extra())
-            self.pulls += 1
-            return status, delta, cursor
+            cursor, raw_tokens, light = args[:3]
+            return self.pull(cursor, raw_tokens, light)
         if op == "interrupt":
             return program.interrupt() if program is not None else None
+        stale = _stale_key(prof, program, op, args)
+        if stale:
+            prof.status.message = stale
+            return stale
         if program is not None and op in ("toggle_mode", "toggle_pause"):
             from ..program.program_session import ENGINE_ONLY  # noqa: PLC0415
             msg = ENGINE_ONLY[op] if op in ENGINE_ONLY else program.toggle_pause()
@@ -83,7 +108,7 @@ class SessionServer:
         if op == "stop":
             if program is not None:  # a native program's child process ends with the session
                 program.stop_program()
-            prof.stop(*args)
+            prof.stop(*[float(a) for a in args[:1]])
             return None
         if op == "busy":
             return prof.busy
@@ -92,16 +117,156 @@ class SessionServer:
         raise ValueError(f"unknown request {op!r}")
 
 
+def _stale_key(prof: Profiler, program: Any, op: str, args: tuple) -> str:
+    """Why a key pressed in one UI does nothing, when the session has already moved away
+    from what that UI showed (another UI's key came first); "" when it applies. A key carries
+    what its UI saw: the mode for ``c``, paused or not for space, the batch asked for b/B."""
+    if not args or args[0] is None:
+        return ""
+    seen = args[0]
+    eng = prof.engine
+    if op == "toggle_mode" and program is None:
+        want = getattr(eng, "_want_mode", prof.status.mode)
+        if seen != prof.status.mode or want != prof.status.mode:
+            return f"already switching to {want} (a key from another UI came first)"
+    if op == "toggle_pause":
+        paused = prof.status.state == "paused"
+        if program is not None:
+            paused = paused or program.recorder.paused
+        elif eng is not None:
+            paused = paused or bool(getattr(eng, "_paused", False))
+        if bool(seen) != paused:
+            return ("already pausing (a key from another UI came first)" if paused
+                    else "already resumed (a key from another UI came first)")
+    if op in ("batch_up", "batch_down") and eng is not None:
+        want = getattr(eng, "want_batch", None)
+        if want is not None and int(seen) != want:
+            return f"already switching to batch {want} (a key from another UI came first)"
+    return ""
+
+
+def plain(obj: Any, depth: int = 0) -> Any:
+    """``obj`` with plain types only (a str subclass such as ``torch.__version__`` becomes a
+    str): what is sent is rebuilt by a reader that builds no class of torch's, and that must
+    not import torch to read a version."""
+    if obj is None or type(obj) in (bool, int, float, str):
+        return obj
+    if depth > 32:
+        return None
+    if isinstance(obj, dict):
+        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain(v, depth + 1) for v in obj) if type(obj) in (list, tuple) \
+            else [plain(v, depth + 1) for v in obj]
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj)
+    return str(obj)
+
+
 def status_copy(st: SourceStatus) -> SourceStatus:
     return dataclasses.replace(st, extra=dict(st.extra))
 
 
-def serve(conn: Any, spec: SessionSpec) -> None:
+class Life:
+    """When this process ends: its owner closed it, or vanished (orphaned)."""
+
+    def __init__(self) -> None:
+        self.end = threading.Event()
+        self.orphaned = False
+        self.owner_seen = threading.Event()
+        self.term = threading.Event()     # SIGTERM: stop collecting, keep serving
+
+    def owner_gone(self, clean: bool) -> None:
+        if not clean:
+            self.orphaned = True
+        self.end.set()
+
+
+class StoreConnection(protocol.Handler):
+    """One connection to a session process: its own cursor into the store."""
+
+    def __init__(self, server: SessionServer, life: Life) -> None:
+        self.server = server
+        self.life = life
+        self.cursor: Any = None
+        self.owner = False
+        self.closing = False
+
+    def hello(self, peer: protocol.Peer, facts: dict) -> Any:
+        if facts.get("role") == "owner":
+            if self.life.owner_seen.is_set():
+                raise protocol.Refused("this session already has its owner")
+            self.owner = True
+            self.life.owner_seen.set()
+        return {"pid": os.getpid(), "kind": "process"}
+
+    def request(self, op: str, args: list) -> Any:
+        if op == "pull":
+            raw_tokens = args[0] if args else 0
+            light = bool(args[1]) if len(args) > 1 else True
+            if raw_tokens is not None and not isinstance(raw_tokens, int):
+                raise ValueError("pull: raw_tokens must be an integer or null")
+            t0 = time.thread_time()
+            status, delta, self.cursor = self.server.pull(self.cursor, raw_tokens, light, self)
+            self.server.prof.serve_s += time.thread_time() - t0
+            return status, delta
+        if op == "restart":      # the next pull sends everything (a mirror started again)
+            self.cursor = None
+            return None
+        if op == "close":
+            if not self.owner:
+                raise ValueError("close: only the process that started the session ends it")
+            self.closing = True
+            self.life.owner_gone(True)
+            return None
+        t0 = time.thread_time()
+        try:
+            return self.server.handle(op, *args)
+        finally:
+            self.server.prof.serve_s += time.thread_time() - t0
+
+    def closed(self, clean: bool) -> None:
+        self.server.prof.store.forget_mirror(self)
+        if self.owner and not self.closing:
+            self.life.owner_gone(clean)
+
+
+def start_server(spec: SessionSpec, server: SessionServer, life: Life) -> protocol.Server | None:
+    """This process's server at ``spec.socket_path`` (None without one: an in-process test)."""
+    if not spec.socket_path:
+        return None
+    srv = protocol.Server(lambda: StoreConnection(server, life), spec.socket_path,
+                          name="tuiprof-serve")
+    srv.start()
+    return srv
+
+
+def _watch_owner(life: Life, owner_pid: int | None) -> None:
+    """End the process when its owner never connects (it died while this one started)."""
+    parent = owner_pid or os.getppid()
+
+    def run() -> None:
+        t_end = time.monotonic() + OWNER_WAIT_S
+        while not life.owner_seen.wait(0.5):
+            if time.monotonic() > t_end or os.getppid() != parent:
+                life.owner_gone(False)
+                return
+
+    threading.Thread(target=run, name="tuiprof-owner-watch", daemon=True).start()
+
+
+def serve(spec: SessionSpec) -> None:
     """Entry point of the session process (``multiprocessing`` spawn target)."""
     if spec.env:
         os.environ.update(spec.env)
     if spec.program is not None:
-        _serve_program(conn, spec)
+        _serve_program(spec)
         return
     _redirect_output(spec.log_path)
     # The UI process owns the terminal and the session's life: Ctrl-C and a closed terminal
@@ -109,50 +274,28 @@ def serve(conn: Any, spec: SessionSpec) -> None:
     # stops generation and collection but keeps the data for the UI to fetch.
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    term = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: term.set())
+    life = Life()
+    signal.signal(signal.SIGTERM, lambda *_: life.term.set())
     prof = Profiler(SessionStore(**spec.store), spec.options, first_phase="starting session process")
     hook = _load_hook(spec.hook, prof)
     server = SessionServer(prof, hook)
+    srv = start_server(spec, server, life)
+    _watch_owner(life, spec.owner_pid)
     prof.start()
-    orphaned = _serve_requests(conn, server, term)
-    _end(prof, spec, orphaned, conn)
-
-
-def _serve_requests(conn: Any, server: SessionServer, term: threading.Event | None = None) -> bool:
-    """Answer requests until ``close``; True when the UI process vanished (orphaned)."""
-    prof = server.prof
-    while True:
-        if term is not None and term.is_set():
-            term.clear()
+    while not life.end.wait(0.2):
+        if life.term.is_set():
+            life.term.clear()
             threading.Thread(target=prof.stop, daemon=True).start()
-        try:
-            if not conn.poll(0.2):
-                continue
-            req = conn.recv()
-        except (EOFError, OSError):
-            return True  # the UI process is gone without saying goodbye
-        op, args = req[0], req[1:]
-        if op == "close":
-            _send(conn, ("ok", None))
-            return False
-        t0 = time.thread_time()  # answering (reply pickled in send) counts as tuiprof's own
-        try:
-            reply = ("ok", server.handle(op, *args))
-        except Exception as exc:
-            reply = ("err", one_line(exc))
-        sent = _send(conn, reply)
-        prof.serve_s += time.thread_time() - t0
-        if not sent:
-            return True
+    _end(prof, spec, life.orphaned, srv)
 
 
-def _end(prof: Profiler, spec: SessionSpec, orphaned: bool, conn: Any) -> None:
+def _end(prof: Profiler, spec: SessionSpec, orphaned: bool, srv: Any) -> None:
     prof.stop()
     if orphaned and spec.orphan_snapshot_dir:
         _orphan_snapshot(prof, spec.orphan_snapshot_dir)
     try:
-        conn.close()
+        if srv is not None:
+            srv.close()
     finally:
         _release_named_semaphores()
         # A torch.compile still running cannot be joined, and a program may still run on the
@@ -177,8 +320,9 @@ def _release_named_semaphores() -> None:
         pass
 
 
-def _serve_program(conn: Any, spec: SessionSpec) -> None:
-    """Run the program on this (main) thread; serve the UI from another until it closes."""
+def _serve_program(spec: SessionSpec) -> None:
+    """Run the program on this (main) thread; serve from other threads until the owner
+    closes the session (or vanishes)."""
     from ..program.launch import ProgramResult, SessionStop  # noqa: PLC0415
     from ..program.program_session import ProgramSession  # noqa: PLC0415
 
@@ -200,6 +344,9 @@ def _serve_program(conn: Any, spec: SessionSpec) -> None:
     session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog.get("options"),
                              tee=False, relayed=bool(relayed), meta=prog.get("meta"))
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
+    life = Life()
+    srv = start_server(spec, server, life)
+    _watch_owner(life, spec.owner_pid)
     try:
         session.start()
         started = True
@@ -208,15 +355,19 @@ def _serve_program(conn: Any, spec: SessionSpec) -> None:
         prof.status.message = f"could not start the program: {one_line(exc)}"
         started = False
 
-    def serve_ui() -> None:
-        _end(prof, spec, _serve_requests(conn, server), conn)
+    def wait_end() -> None:
+        life.end.wait()
+        _end(prof, spec, life.orphaned, srv)
 
-    threading.Thread(target=serve_ui, name="tuiprof-serve", daemon=True).start()
+    threading.Thread(target=wait_end, name="tuiprof-end", daemon=True).start()
     if started:
         _keep_on_exit(session, server)
-    if started:
+        if spec.follow_env:
+            from . import follow  # noqa: PLC0415
+            follow.follow_from_main(spec.follow_env, session, srv)
         try:
             result = session.run()
+            program_exit()
         except KeyboardInterrupt:  # a forwarded Ctrl-C that came just as the program ended
             result = ProgramResult(128 + signal.SIGINT, "interrupted")
         except SessionStop:  # a stop that came just as the program ended
@@ -224,7 +375,7 @@ def _serve_program(conn: Any, spec: SessionSpec) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         session.finish(result, keep_capture=True)
-    while True:  # the serving thread ends the process (q, or the UI process gone)
+    while True:  # the end thread ends the process (q, or the UI process gone)
         time.sleep(3600)
 
 
@@ -298,12 +449,19 @@ def _adopt_fds(stdin: int | None, stdout: int, stderr: int) -> None:
         pass
 
 
-def _send(conn: Any, msg: tuple) -> bool:
+def program_exit() -> None:
+    """What Python does for a program's processes when its main module has run: daemonic
+    multiprocessing children are terminated and the others joined (the program's process
+    ends only then)."""
+    import sys  # noqa: PLC0415
+
+    util = sys.modules.get("multiprocessing.util")
+    if util is None:
+        return
     try:
-        conn.send(msg)
-        return True
-    except (OSError, EOFError, BrokenPipeError):
-        return False
+        util._exit_function()  # noqa: SLF001 - multiprocessing's own atexit hook
+    except Exception:
+        pass
 
 
 def _redirect_output(path: str | None) -> None:

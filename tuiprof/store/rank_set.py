@@ -1,7 +1,10 @@
-"""Ranks: the dimension above the store. A tensor-parallel session has one
-:class:`~tuiprof.store.SessionStore` per rank (each in its own process); readers get them
-together as a :class:`RanksView`, and a :class:`RankSet` (a live session of ranks or a
-reopened multi-rank snapshot) hands out one rank's store at a time.
+"""Ranks and processes: the dimension above the store. A tensor-parallel session has one
+:class:`~tuiprof.store.SessionStore` per rank (each in its own process), and so does a
+profiled program that starts processes of its own (one store per process it starts, followed
+by ``tuiprof run``); readers get them together as a :class:`RanksView`, and a :class:`RankSet`
+(a live session of ranks or processes, or a reopened multi-rank snapshot) hands out one store
+at a time. In a session of processes (``meta["launcher"] == "processes"``), the processes that
+joined one torch.distributed job are that job's ranks (:func:`jobs`).
 
 Clocks: every rank records, right after a barrier of all ranks, its session clock (CUPTI's
 timestamps when CUPTI runs, else ``CLOCK_REALTIME``) and the host's ``CLOCK_REALTIME`` read back
@@ -139,5 +142,91 @@ def is_rank_set(obj: Any) -> bool:
     return int(getattr(obj, "world_size", 1) or 1) > 1 and callable(getattr(obj, "rank_store", None))
 
 
+PROCESSES = "processes"   # RanksView.meta["launcher"] of a session of a program's processes
+
+
+def is_process_set(rv: Any) -> bool:
+    """True for the views of a program's processes (not the ranks of ``--tp``)."""
+    meta = getattr(rv, "meta", None) or {}
+    return meta.get("launcher") == PROCESSES
+
+
+def process_facts(view: StoreView) -> dict:
+    """What a process's store says about the process (pid, parent, command line, state)."""
+    p = view.meta.get("process")
+    return p if isinstance(p, dict) else {}
+
+
+_MP_CODE = (("multiprocessing.spawn", "spawn worker"), ("multiprocessing.forkserver", "forkserver"),
+            ("multiprocessing.resource_tracker", "resource tracker"),
+            ("multiprocessing.semaphore_tracker", "semaphore tracker"))
+_OPTS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
+def process_name(argv: list) -> str:
+    """A short name for a process from its command line: the script's file name, ``-m
+    module``, or what a ``-c`` of multiprocessing is (``spawn worker``, ``forkserver``)."""
+    argv = [str(a) for a in (argv or [])]
+    if not argv:
+        return "python"
+    args = argv[1:]
+    while args and args[0].startswith("-") and args[0] not in ("-c", "-m", "-"):
+        opt = args.pop(0)
+        if opt in _OPTS_WITH_VALUE and args:
+            args.pop(0)
+    if not args:
+        return argv[0].rsplit("/", 1)[-1]
+    if args[0] == "-c":
+        code = args[1] if len(args) > 1 else ""
+        return next((name for key, name in _MP_CODE if key in code), "python -c")
+    if args[0] == "-m":
+        return f"-m {args[1]}" if len(args) > 1 else "-m"
+    return args[0].rsplit("/", 1)[-1] or "python"
+
+
+def is_active(view: StoreView) -> bool:
+    """A process that does GPU work, or marks steps: the ones ``g`` cycles through."""
+    c = view.counters or {}
+    return bool(view.meta.get("cuda") or view.meta.get("rank") is not None or c.get("kernels")
+                or any(t for t in view.timeline if getattr(t, "phase", "") != "window"))
+
+
+def cycle_active(views: list | tuple, current: int, step: int = 1) -> int:
+    """The next view after ``current`` (``step`` -1: before) that is active
+    (:func:`is_active`), wrapping around; among all of them when none is."""
+    n = len(views)
+    if n == 0:
+        return 0
+    pool = [i for i, v in enumerate(views) if is_active(v)] or list(range(n))
+    later = [i for i in pool if (i - current) * step > 0]
+    if later:
+        return min(later) if step > 0 else max(later)
+    return pool[0] if step > 0 else pool[-1]
+
+
+def jobs(rv: "RanksView") -> list[tuple[str, "RanksView"]]:
+    """The torch.distributed jobs among a session's processes: (job, its ranks' RanksView in
+    rank order) for each job whose ranks are all here (world size at least 2). The views of
+    ``--tp`` are one job already."""
+    if not is_process_set(rv):
+        return [("tp", rv)] if rv.world_size > 1 else []
+    groups: dict[str, dict[int, StoreView]] = {}
+    for v in rv.views:
+        m = v.meta
+        key, rank, world = m.get("job"), m.get("rank"), m.get("world_size")
+        if not key or not isinstance(rank, int) or not isinstance(world, int) or world < 2:
+            continue
+        groups.setdefault(f"{key}/{world}", {})[rank] = v
+    out = []
+    for key, by_rank in groups.items():
+        world = int(key.rsplit("/", 1)[1])
+        if sorted(by_rank) == list(range(world)):
+            out.append((key.rsplit("/", 1)[0], RanksView(tuple(by_rank[r] for r in range(world)),
+                                                          {"world_size": world,
+                                                           "launcher": "torch.distributed"})))
+    return out
+
+
 __all__ = ["RanksView", "RankSet", "ClockAlignment", "clock_alignment", "is_rank_set",
-           "combined_view", "ALIGN_ABOVE_NS"]
+           "combined_view", "ALIGN_ABOVE_NS", "PROCESSES", "is_process_set", "process_facts",
+           "process_name", "is_active", "jobs", "cycle_active"]

@@ -292,6 +292,9 @@ class SessionStore:
         self._events: deque = deque(maxlen=1000)
         self._collectors: dict[str, dict] = {}
         self.overhead: dict = {}
+        # Rows changed since each mirror's last delta (mirror key -> lowest seq), so that any
+        # number of mirrors (a UI, a second UI, the session's keeper) each get every change.
+        self._mirror_dirty: OrderedDict[Any, int] = OrderedDict()
         # A server's requests: a record kind with a lock of its own (producers on the server's
         # threads must not wait for a CUPTI fold); a program's misuse becomes one event per kind
         # (appended without the store's lock: the book calls it holding its own, and deque
@@ -857,23 +860,23 @@ class SessionStore:
 
     # ---------------------------------------------------------------- readers
     def changes(self, since: ViewCursor | None = None, raw_tokens: int | None = 0,
-                light: bool = True) -> tuple[dict, ViewCursor]:
+                light: bool = True, mirror: Any = None) -> tuple[dict, ViewCursor]:
         """What changed since ``since``, for one mirror of this store in another process.
 
         Returns ``(delta, cursor)``; :class:`tuiprof.remote.mirror.Mirror` applies deltas. Only
         new or changed token rows, new NVML samples and, when records arrived, the record
         aggregates are copied, so the cost to the producers' process stays small however long
         the session is. ``raw_tokens``: raw records of the last N traced tokens (None: every
-        token of the ring, 0: none). ``light``: statistics without their median histograms (enough to
-        display; exports ask for ``light=False``). One mirror per store: the changed-row mark
-        is consumed here. Every configuration is sent (``parts``: key -> ConfigData).
+        token of the ring, 0: none). ``light``: statistics without their median histograms
+        (enough to display; exports ask for ``light=False``). ``mirror``: which mirror asks
+        (any hashable key; each has its own changed-row mark, see :meth:`forget_mirror`).
+        Every configuration is sent (``parts``: key -> ConfigData).
         """
         with self._lock:
             full = since is None or since.generation != self._generation
             if full:
                 since = ViewCursor()
-            floor = min(since.token_seq + 1, self._dirty_seq)
-            self._dirty_seq = 1 << 62
+            floor = min(since.token_seq + 1, self._mirror_floor(mirror, full))
             rows = []
             for row in reversed(self._tokens):
                 if row.seq < floor and row.done:
@@ -921,6 +924,32 @@ class SessionStore:
             return delta, ViewCursor(self._generation, max(top, since.token_seq),
                                      tuple(seen.items()), records, ev, self._output_count, held,
                                      tuple(rnow))
+
+    MAX_MIRRORS = 256
+
+    def _mirror_floor(self, mirror: Any, full: bool) -> int:
+        """The lowest row seq changed since ``mirror``'s last delta (lock held). The store's
+        own mark is folded into every known mirror's; a mirror the store no longer knows
+        (forgotten, or evicted past :data:`MAX_MIRRORS`) gets every row again."""
+        inf = 1 << 62
+        d, self._dirty_seq = self._dirty_seq, inf
+        marks = self._mirror_dirty
+        if d < inf:
+            for k, v in marks.items():
+                if d < v:
+                    marks[k] = d
+        own = marks.pop(mirror, None)
+        if own is None:
+            own = inf if full else 0
+        marks[mirror] = inf
+        while len(marks) > self.MAX_MIRRORS:
+            marks.popitem(last=False)
+        return min(own, d)
+
+    def forget_mirror(self, mirror: Any) -> None:
+        """A mirror is gone (its connection closed): stop keeping its changed-row mark."""
+        with self._lock:
+            self._mirror_dirty.pop(mirror, None)
 
     def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None,
              light_others: bool | None = None) -> StoreView:

@@ -33,11 +33,13 @@ ACTIONS: tuple[Action, ...] = (
            shown_key="B"),
     Action("log", "l", "show_log", "log",
            "The profiled program's output (tuiprof run -- python …); its log file is named there"),
-    Action("next-rank", "g", "next_rank", "rank",
-           "Tensor-parallel sessions: show the next rank (GPU) in every pane"),
-    Action("all-ranks", "a", "all_ranks", "all ranks",
-           "Tensor-parallel sessions: every rank side by side (step time, compute / "
-           "communication / idle, skew, overlap, NVML)"),
+    Action("next-rank", "g", "next_rank", "rank/proc",
+           "Sessions of several ranks (--tp) or processes (a program's, followed): show the "
+           "next rank, or the next process that does GPU work or marks steps, in every pane"),
+    Action("all-ranks", "a", "all_ranks", "all",
+           "Every rank side by side (step time, compute / communication / idle, skew, overlap, "
+           "NVML); for a program's processes, every process, and each torch.distributed job "
+           "among them compared rank by rank"),
     Action("compare", "v", "compare", "compare",
            "Two configurations (batch × mode) side by side, and every configuration measured: "
            "tokens/s, ms/step, MBU, MFU, what bounds it"),

@@ -80,6 +80,21 @@ def rank_help() -> str:
     return _cross_rank.HELP_LINE
 
 
+def job_findings(ranks: Any) -> list[tuple[str, Any, list, Any]]:
+    """Per torch.distributed job among a session's processes: ``(job, its RanksView, its
+    cross-rank findings, their summary)`` (``[]`` when the analysis fails)."""
+    from ..store.rank_set import jobs  # noqa: PLC0415
+
+    try:
+        out = []
+        for key, rv in jobs(ranks):
+            found, summary = rank_findings(rv)
+            out.append((key, rv, found, summary))
+        return out
+    except Exception:
+        return []
+
+
 def diff_configs(view: Any, a: tuple, b: tuple) -> Any | None:
     """The diff of two configurations ``(batch, mode)`` of one session, or ``None``."""
     try:

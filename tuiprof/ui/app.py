@@ -45,6 +45,7 @@ from .screens.request import RequestDetailScreen
 from .screens.help import HelpScreen
 from .screens.log import LogScreen
 from .screens.all_ranks import RanksScreen
+from .screens.all_processes import ProcessesScreen
 from ..export.registry import get as get_export
 from . import panes as pane_table
 from .widgets.base import Pane, RefreshContext
@@ -223,8 +224,17 @@ class TuiprofApp(App):
         ranks = self.ranks
         return ranks.rank_store(self.rank) if ranks is not None else self.control.store
 
+    @property
+    def procs(self) -> Any:
+        """The control when its ranks are a program's processes (``cycle``s them), else None."""
+        ranks = self.ranks
+        return ranks if ranks is not None and callable(getattr(ranks, "cycle", None)) else None
+
     def _export_view(self) -> Any:
         """What exports write: every rank of a session of several ranks, with raw records."""
+        export = getattr(self.control, "export_view", None)
+        if callable(export):   # a session of processes: all of them once there are several
+            return export()
         ranks = self.ranks
         return ranks.views(raw=True) if ranks is not None else self.store.view(raw=True)
 
@@ -356,6 +366,8 @@ class TuiprofApp(App):
                     screen.show(view)
             elif isinstance(screen, RanksScreen):
                 screen.show(self.rank_analysis, self.ranks.views(raw=False), self.rank)
+            elif isinstance(screen, ProcessesScreen):
+                screen.show(self.rank_analysis, self.ranks.views(raw=False), self.rank)
             elif screen is main or isinstance(screen, ModalScreen):
                 if screen is main or force:
                     for pane in main.visible_panes():
@@ -377,7 +389,15 @@ class TuiprofApp(App):
         ranks = self.ranks
         if ranks is None:
             return {}
-        summary = self.rank_analysis[0] if self.rank_analysis is not None else None
+        analysis = self.rank_analysis
+        if isinstance(analysis, dict):   # processes: the job of the one shown, its rank there
+            meta = self.view.meta if self.view is not None else {}
+            rank, job = meta.get("rank"), analysis.get(meta.get("job"))
+            if job is None or not isinstance(rank, int):
+                return {"ranks": 1, "rank": 0, "comm_split": None}
+            return {"ranks": int(meta.get("world_size") or 1), "rank": rank,
+                    "comm_split": adapters.comm_split(job[0], rank)}
+        summary = analysis[0] if analysis is not None else None
         return {"ranks": ranks.world_size, "rank": self.rank,
                 "comm_split": adapters.comm_split(summary, self.rank)}
 
@@ -389,7 +409,13 @@ class TuiprofApp(App):
                                                            raw_tokens=FINDINGS_RAW_TOKENS))
             return found, msg, None
         rv = ranks.views(raw=True, raw_tokens=FINDINGS_RAW_TOKENS)
-        found, msg = adapters.findings(rv[self.rank])
+        found, msg = adapters.findings(rv[min(self.rank, rv.world_size - 1)])
+        if self.procs is not None:   # each torch.distributed job among the processes
+            per_job = adapters.job_findings(rv)
+            cross = [f for _, _, fs, _ in per_job for f in fs]
+            old = self.rank_analysis if isinstance(self.rank_analysis, dict) else {}
+            return cross + found, msg, {k: newer_rank_analysis(old.get(k), (s, fs))
+                                        for k, _, fs, s in per_job if s is not None}
         cross, summary = adapters.rank_findings(rv)
         kept = newer_rank_analysis(self.rank_analysis,
                                    (summary, cross) if summary is not None else None)
@@ -533,19 +559,29 @@ class TuiprofApp(App):
         ranks = self.ranks
         if ranks is None:
             return
-        self.rank = (self.rank + 1) % ranks.world_size
+        procs = self.procs
+        if procs is not None:   # the processes that do GPU work or mark steps
+            self.rank = procs.cycle(self.rank)
+            procs.selected = self.rank
+        else:
+            self.rank = (self.rank + 1) % ranks.world_size
         self._findings_sig = None
         self._findings_at = -1e9
-        self._say(f"showing rank {self.rank} of {ranks.world_size} (g: next, a: all ranks)")
+        if procs is not None:
+            e = procs.entries[self.rank]
+            self._say(f"showing process {self.rank} of {ranks.world_size}: pid {e.pid} "
+                      f"{printable(e.name, 40)} (g: next, a: all processes)")
+        else:
+            self._say(f"showing rank {self.rank} of {ranks.world_size} (g: next, a: all ranks)")
         self.refresh_view(force=True)
 
     def action_all_ranks(self) -> None:
         if self.ranks is None:
             return
-        if isinstance(self.screen, RanksScreen):
+        if isinstance(self.screen, (RanksScreen, ProcessesScreen)):
             self.pop_screen()
             return
-        scr = RanksScreen()
+        scr = ProcessesScreen() if self.procs is not None else RanksScreen()
         self.push_screen(scr, callback=lambda _=None: self.refresh_view(force=True))
         self._findings_at = -1e9   # a fresh cross-rank analysis for the screen
         self.call_after_refresh(lambda: scr.is_mounted and scr.show(
@@ -646,7 +682,8 @@ class TuiprofApp(App):
         meta = self.view.meta if self.view is not None else {}
         model = re.sub(r"[^A-Za-z0-9.]+", "-", str(meta.get("model") or "session")).strip("-")[:40]
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        tp = f"-tp{self.ranks.world_size}" if self.ranks is not None else ""
+        tp = (f"-{'procs' if self.procs is not None else 'tp'}{self.ranks.world_size}"
+              if self.ranks is not None else "")
         base = f"{prefix}-{model}{tp}-{self.control.status.mode}-{stamp}"
         path = self.export_dir / f"{base}{suffix}"
         n = 1
@@ -689,7 +726,11 @@ class TuiprofApp(App):
         self._quitting = True
         if self._timer is not None:
             self._timer.pause()
-        self._say("stopping the session…" + (" (writing snapshot)" if self.auto_snapshot else ""))
+        if getattr(self.control, "detaches", False):
+            self._say("detaching: the session goes on (tuiprof attach to come back)")
+        else:
+            self._say("stopping the session…" + (" (writing snapshot)" if self.auto_snapshot
+                                                  else ""))
         self._stop_worker()
 
     @work(thread=True, exit_on_error=False, group="quit", description="stop")
@@ -721,6 +762,9 @@ class TuiprofApp(App):
             msg = f"tuiprof: snapshot written to {m.snapshot}"
         if m.error:
             msg = (msg + "\n" if msg else "") + f"tuiprof: {m.error}"
+        detached = getattr(self.control, "detach_line", "")
+        if detached and not m.error:
+            msg = (msg + "\n" if msg else "") + f"tuiprof: {detached}"
         if self._signalled:
             name = signal.Signals(self._signalled[0]).name
             msg = f"tuiprof: {name}: session stopped" + (f"; {msg[9:]}" if msg else "")
@@ -794,7 +838,9 @@ def newer_rank_analysis(old: Any, new: Any) -> Any:
     after a while, and the split of the latest burst stays the one to show until the next."""
     if new is None:
         return old
-    if old is None or new[0].steps or old[0].mode != new[0].mode or not old[0].steps:
+    if isinstance(new, dict):   # per job of a session of processes: each kept already
+        return new
+    if old is None or isinstance(old, dict) or new[0].steps or old[0].mode != new[0].mode or not old[0].steps:
         return new
     return old
 
@@ -806,7 +852,10 @@ def is_rank_set_view(view: Any) -> bool:
 def view_control(view: Any, source: str = "snapshot") -> SessionControl:
     """A read-only control over one StoreView, or over every rank of a RanksView
     (``tuiprof view SNAPSHOT.json``)."""
-    from .static import StaticRanksControl, StaticViewControl
+    from ..store.rank_set import is_process_set
+    from .static import StaticProcessesControl, StaticRanksControl, StaticViewControl
     if is_rank_set_view(view):
+        if is_process_set(view):
+            return StaticProcessesControl(view, source)
         return StaticRanksControl(view, source)
     return StaticViewControl(view, source)

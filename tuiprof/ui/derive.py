@@ -206,11 +206,18 @@ class HeaderNumbers:
 
 
 def rank_label(meta: dict) -> str:
-    """``rank 1/2`` when the view is one rank of a tensor-parallel session, else ""."""
+    """``rank 1/2`` when the view is one rank of a tensor-parallel session; ``process 2/5 pid
+    1234`` (and its rank, if it joined a job) when it is one process of a program's; else
+    ""."""
     world, rank = meta.get("world_size"), meta.get("rank")
+    label = ""
     if isinstance(world, int) and world > 1 and isinstance(rank, int):
-        return f"rank {rank}/{world}"
-    return ""
+        label = f"rank {rank}/{world}"
+    proc = meta.get("process")
+    if isinstance(proc, dict) and isinstance(proc.get("count"), int) and proc["count"] > 1:
+        head = f"process {proc.get('index')}/{proc['count']} pid {proc.get('pid')}"
+        label = f"{head} {label}" if label else head
+    return label
 
 
 def compile_cost(view: Any, mode: str) -> tuple | None:

@@ -62,3 +62,23 @@ class StaticRanksControl(StaticViewControl):
 
     def views(self, raw: bool = False, raw_tokens: int | None = None) -> Any:
         return self._ranks
+
+
+class StaticProcessesControl(StaticRanksControl):
+    """A snapshot of a program's processes: ``g`` cycles those that did GPU work or marked
+    steps, ``a`` lists them all (as in the live app)."""
+
+    def __init__(self, ranks: Any, source: str = "snapshot") -> None:
+        from types import SimpleNamespace  # noqa: PLC0415
+
+        from ..store.rank_set import process_facts  # noqa: PLC0415
+        super().__init__(ranks, source)
+        self.selected = 0
+        self.entries = [SimpleNamespace(pid=process_facts(v).get("pid"),
+                                        name=process_facts(v).get("name") or v.meta.get("model"))
+                        for v in ranks.views]
+
+    def cycle(self, current: int, step: int = 1) -> int:
+        from ..store.rank_set import cycle_active  # noqa: PLC0415
+
+        return cycle_active(self._ranks.views, current, step)

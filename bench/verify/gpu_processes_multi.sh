@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# GPU runs for issue 36 (a program's processes) on several GPUs, one device call each (each
+# < 8 min; carry .whl from ../shared/device/wheels.sh and .tmx from ../shared/device/tmux.sh).
+# From the repository root:
+#
+#   bash bench/verify/gpu_processes_multi.sh 2    # nvidia-h200-x2 (or -h100-x2): ~6 min
+#       torchrun TP job of the project's own (tests/programs/tp_job.py: qwen3-0.6b, MLPs
+#       sharded by hand, NCCL, init_process_group in the script) at 2 ranks under
+#       `tuiprof run --headless -- torchrun ...`: per-rank kernels, NCCL share, skew; then the
+#       live app over the same job in tmux at 200x50 and 80x24 (g, a).
+#   bash bench/verify/gpu_processes_multi.sh 4    # nvidia-h200-x4 (or -h100-x4): ~7 min
+#       the same at 4 ranks (one tmux size), then what the built-in --tp left unrun:
+#       qwen3-0.6b at TP=4 eager and compiled with per-rank overhead (bench/verify/verify_tp.py).
+#   bash bench/verify/gpu_processes_multi.sh 4b   # nvidia-h200-x4: ~7.5 min
+#       nanochat-d34 at TP=4 eager and compiled with per-rank overhead, and at TP=1 compiled.
+#
+# Read: $OUT/*.txt (tables and screens), $OUT/verify_tp*.json. Where the figures go:
+# docs/gpu-verification.md (a new section: device, date, command, the tables) and the
+# "Processes of a program" section of docs/multi-gpu.md (per-rank NCCL share and skew of the
+# torchrun job at 2 and 4 ranks).
+set -u
+cd "$(dirname "$0")/../.."
+. bench/verify/gpu_setup.sh
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $OUT/gpus.txt
+JOB=(torchrun --standalone --nproc-per-node "${1%b}" tests/programs/tp_job.py --model qwen3-0.6b
+     --device cuda)
+
+torchrun_part() {  # N: the headless table, then the live app in tmux at the sizes given
+  local n=$1; shift
+  timeout 200 python bench/verify/verify_processes.py torchrun --nproc "$n" --device cuda \
+    --model qwen3-0.6b --requests 4 --new-tokens 64 2>&1 | tee "$OUT/torchrun_$n.txt"
+  for size in "$@"; do
+    OUT=$OUT timeout 150 python bench/verify/tmux_capture.py --tmux "$T" --size "$size" \
+      --name "live_torchrun${n}_$size" --steps "70:;0:g;4:;0:g;4:;0:a;6:;0:Escape;1:q;12:" \
+      -- python -m tuiprof run --export-dir /tmp/live$n -- "${JOB[@]}" --seconds 100 \
+      >/dev/null 2>&1
+  done
+  ls /tmp/live$n >> "$OUT/torchrun_$n.txt"
+}
+
+case "${1:-}" in
+2)
+  torchrun_part 2 200x50 80x24
+  ;;
+4)
+  torchrun_part 4 200x50
+  timeout 300 python bench/verify/verify_tp.py --models qwen3-0.6b --tp 4 --compiled qwen3-0.6b=4 \
+    --overhead-at qwen3-0.6b=4 --screenshots-at '' 2>&1 | tee "$OUT/verify_tp_qwen3_tp4.txt"
+  ;;
+4b)
+  timeout 450 python bench/verify/verify_tp.py --models nanochat-d34 --tp 1,4 \
+    --compiled nanochat-d34=1,4 --overhead-at nanochat-d34=4 --screenshots-at '' 2>&1 \
+    | tee "$OUT/verify_tp_nanochat_tp4.txt"
+  ;;
+*)
+  echo "usage: bash bench/verify/gpu_processes_multi.sh 2|4|4b"; exit 2
+  ;;
+esac
+echo "outputs in $OUT"; ls -la "$OUT"

@@ -1,0 +1,390 @@
+"""Sessions that outlive a terminal: ``tuiprof run --detach``, ``tuiprof ls``, ``tuiprof attach
+[ID]``, ``tuiprof stop ID``; and the session every live run holds (docs/remote.md).
+
+A live ``tuiprof run`` holds its session itself (:class:`~tuiprof.remote.holder.HeldSession`:
+the session's directory, its socket, a mirror of every process). ``--detach`` hands the same
+thing to a *keeper*: a process of its own (``python -m tuiprof.remote.keeper DIR``), in a new
+session (no terminal: a closed SSH connection does not reach it), that writes a snapshot every
+``--snapshot-every`` minutes and at the end, and that UIs attach to.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import TuiprofError
+from ..text import printable
+from .common import say
+
+DETACH_WAIT_S = 60.0       # how long `run --detach` waits for its keeper to start the session
+DEFAULT_SNAPSHOT_MIN = 15.0
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    if name == "attach":
+        p.add_argument("id", nargs="?", help="the session (tuiprof ls); not needed when only "
+                                             "one runs")
+        p.add_argument("--connect", metavar="SOCKET|HOST:PORT",
+                       help="a session's socket forwarded from another machine (ssh -L "
+                            "LOCAL.sock:REMOTE/s.sock), or a session listening on TCP (tuiprof "
+                            "run --detach --listen; needs --token-file); docs/remote.md")
+        p.add_argument("--token-file", help="the file holding the session's token (--connect)")
+        p.add_argument("--export-dir", default=".", help="where e writes its snapshot")
+    elif name == "stop":
+        p.add_argument("id", help="the session to end (tuiprof ls)")
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """``tuiprof run``'s options for sessions that outlive the terminal."""
+    g = p.add_argument_group("long-running sessions (docs/remote.md)")
+    g.add_argument("--detach", action="store_true",
+                   help="run the session in the background, print its id and exit "
+                        "(tuiprof ls, tuiprof attach ID, tuiprof stop ID)")
+    g.add_argument("--snapshot-every", type=float, default=DEFAULT_SNAPSHOT_MIN, metavar="MIN",
+                   help="a detached session writes its snapshot every MIN minutes (0: only "
+                        f"at its end; default {DEFAULT_SNAPSHOT_MIN:g})")
+    g.add_argument("--listen", metavar="HOST:PORT",
+                   help="a detached session also listens on TCP, with a token (written to "
+                        "the file --token-file names, or to the session's directory); "
+                        "without it only its Unix socket (reach it over ssh -L)")
+    g.add_argument("--token-file", dest="listen_token_file",
+                   help="the token for --listen: read from this file if it exists, else "
+                        "written there")
+    g.add_argument("--no-follow", action="store_true",
+                   help="a program's child processes are not profiled (default: every "
+                        "Python process it starts is)")
+
+
+def run(name: str, args: argparse.Namespace) -> int:
+    if name == "ls":
+        return cmd_ls(args)
+    if name == "attach":
+        return cmd_attach(args)
+    if name == "stop":
+        return cmd_stop(args)
+    raise TuiprofError(f"unknown command {name}")
+
+
+# ---------------------------------------------------------------------------- holding
+def _runtime():
+    from ..remote import runtime  # noqa: PLC0415
+
+    return runtime
+
+
+def child_options(args: argparse.Namespace) -> dict:
+    """What each followed process of a program collects: the session process's options."""
+    from .program import source_options  # noqa: PLC0415
+
+    return {"cupti": not args.no_cupti, "nvml": not args.no_nvml, "nvml_hz": args.nvml_hz,
+            "sample_every": args.sample_every, "alloc_every": args.alloc_every,
+            "detach_between_bursts": not args.cupti_attached, "ring_tokens": args.ring_tokens,
+            "sources": {k: v for k, v in source_options(args).items()
+                        if isinstance(v, (str, int, float, list, type(None)))}}
+
+
+def parse_listen(text: str | None) -> tuple[str, int] | None:
+    if not text:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise TuiprofError(f"--listen {text}: give HOST:PORT (e.g. 127.0.0.1:7777)")
+    return host or "127.0.0.1", int(port)
+
+
+def listen_token(args: argparse.Namespace, directory: Path) -> str | None:
+    """The token of a TCP listener: from --token-file when it exists, else a new one written
+    there (or in the session's directory), 0600."""
+    if not getattr(args, "listen", None):
+        return None
+    path = Path(args.listen_token_file) if args.listen_token_file else directory / "token"
+    if path.is_file():
+        token = path.read_text().strip()
+        if len(token) < 16:
+            raise TuiprofError(f"{path}: a token of at least 16 characters, please")
+        return token
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    return token
+
+
+def hold(args: argparse.Namespace, main: Any, *, name: str, kind: str, stem: str,
+         detached: bool = False, directory: Path | None = None, sid: str | None = None) -> Any:
+    """The session ``main`` (a RemoteControl not started yet) as held by this process: its
+    directory, socket, and for a program the environment that follows its processes."""
+    from ..remote.follow import follow_env  # noqa: PLC0415
+    from ..remote.holder import HeldSession  # noqa: PLC0415
+
+    rt = _runtime()
+    try:
+        if directory is None:
+            sid, directory = rt.new_session_dir()
+    except OSError as exc:
+        raise TuiprofError(str(exc)) from None
+    main.socket_path = str(directory / "main.sock")
+    native = main.program is not None and getattr(main.program.get("spec"), "kind", "") == "native"
+    if kind == "program" and not getattr(args, "no_follow", False) and not native:
+        main.follow_env = follow_env(str(directory / rt.SESSION_SOCKET), child_options(args))
+    every = float(getattr(args, "snapshot_every", 0) or 0)
+    info = {"id": sid, "kind": kind, "name": name, "stem": stem, "state": "starting",
+            "started": rt.now_utc(), "started_unix": time.time(),
+            "export_dir": str(Path(args.export_dir).resolve()),
+            "log": main.program["log_path"] if main.program else None,
+            "snapshot_every_min": every if detached else None, "cwd": os.getcwd()}
+    listen = parse_listen(getattr(args, "listen", None)) if detached else None
+    token = listen_token(args, directory) if listen else None
+    return HeldSession(main, directory, sid, info=info, detached=detached,
+                       pull_every=2.0 if detached else 1.0, listen=listen, token=token)
+
+
+# ---------------------------------------------------------------------------- --detach
+def start_detached(args: argparse.Namespace, name: str) -> int:
+    """``tuiprof run --detach ...``: hand the session to a keeper process, print its id."""
+    if getattr(args, "tp", 1) != 1:
+        raise TuiprofError("--detach with --tp is not supported yet: run the ranks live, or "
+                           "detach a program that starts them (tuiprof run --detach -- torchrun ...)")
+    if args.headless or args.in_process:
+        raise TuiprofError("--detach runs the live session in the background: drop "
+                           "--headless / --in-process")
+    if args.snapshot_every < 0:
+        raise TuiprofError("--snapshot-every: minutes, 0 or more")
+    parse_listen(args.listen)
+    export = Path(args.export_dir)
+    try:
+        export.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TuiprofError(f"cannot write in {export}: {exc.strerror or exc}") from None
+    if not os.access(export, os.W_OK):
+        raise TuiprofError(f"cannot write in {export}: permission denied")
+    rt = _runtime()
+    try:
+        sid, directory = rt.new_session_dir()
+    except OSError as exc:
+        raise TuiprofError(str(exc)) from None
+    argv = [a for a in args.argv if a != "--detach"]
+    rt.write_json(directory / "args.json", {"argv": argv, "cwd": os.getcwd()})
+    rt.write_info(directory, {"id": sid, "name": name, "state": "starting",
+                              "started": rt.now_utc(), "started_unix": time.time()})
+    log = open(directory / "keeper.log", "ab")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "tuiprof.remote.keeper", str(directory)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, close_fds=True)
+    finally:
+        log.close()
+    t_end = time.monotonic() + DETACH_WAIT_S
+    info: dict = {}
+    while time.monotonic() < t_end:
+        info = rt.read_info(directory) or {}
+        if info.get("state") not in (None, "starting") or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    info = rt.read_info(directory) or info
+    state = info.get("state")
+    if state not in ("running", "ended", "stopped"):
+        why = info.get("error") or _tail(directory / "keeper.log") or "it did not start in time"
+        raise TuiprofError(f"the detached session did not start: {why} (session {sid}; "
+                           f"tuiprof stop {sid} removes it)")
+    say(f"tuiprof: session {sid} started: {printable(name, 60)} (pid {info.get('pid')})")
+    say(f"tuiprof: attach: tuiprof attach {sid} · stop: tuiprof stop {sid} · list: tuiprof ls")
+    snap = info.get("snapshot")
+    every = args.snapshot_every
+    say(f"tuiprof: snapshot {'every %g min and ' % every if every else ''}at its end: "
+        f"{snap or '(in ' + str(export) + ')'}" + (f" · log {info['log']}" if info.get("log") else ""))
+    if info.get("listen"):
+        tok = args.listen_token_file or str(directory / "token")
+        say(f"tuiprof: listening on {info['listen']} (token in {tok}); prefer ssh -L to "
+            f"{directory / rt.SESSION_SOCKET}")
+    print(sid)
+    return 0
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return printable(lines[-1], 200) if lines else ""
+
+
+# ---------------------------------------------------------------------------- ls
+def _ask(directory: Path, op: str, timeout: float = 3.0) -> Any:
+    from ..remote import protocol  # noqa: PLC0415
+
+    c = protocol.Client.unix(str(directory / _runtime().SESSION_SOCKET), role="control",
+                             timeout=timeout)
+    try:
+        return c.request(op, timeout=timeout)
+    finally:
+        c.close(bye=True)
+
+
+def session_state(directory: Path) -> dict:
+    """A session's facts for ``ls``: its info, and live figures when it answers."""
+    from ..remote import protocol  # noqa: PLC0415
+
+    rt = _runtime()
+    info = rt.read_info(directory) or {"id": directory.name, "state": "unknown"}
+    info.setdefault("id", directory.name)
+    if info.get("state") in rt.LIVE_STATES:
+        try:
+            live = _ask(directory, "info")
+            if isinstance(live, dict):
+                info.update(live)
+        except protocol.ProtocolError:
+            holder = info.get("holder_pid")
+            info["state"] = ("dead" if not rt.pid_alive(holder) or not
+                             (directory / rt.SESSION_SOCKET).exists() else "not answering")
+    return info
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    rt = _runtime()
+    try:
+        dirs = rt.session_dirs()
+    except OSError as exc:
+        raise TuiprofError(str(exc)) from None
+    rows = []
+    for d in dirs:
+        i = session_state(d)
+        if i.get("kind") is None and i.get("state") == "unknown":
+            continue
+        state = str(i.get("state", "?"))
+        if state in ("ended", "stopped") and i.get("exit_status") is not None:
+            state += f" (exit {i['exit_status']})"
+        elif state == "running":
+            n = i.get("processes") or 1
+            state += f" ({n} processes)" if n > 1 else ""
+            if not i.get("detached"):
+                state += " [live app]"
+        req = i.get("requests")
+        rows.append((str(i.get("id")), printable(i.get("name") or "?", 32),
+                     str(i.get("started") or "?"), str(i.get("pid") or "–"),
+                     f"{int(i.get('steps') or 0):,}", f"{int(req):,}" if req else "–",
+                     printable(state, 40)))
+    if not rows:
+        print("no sessions (start one with tuiprof run --detach -- python SCRIPT.py)")
+        return 0
+    head = ("ID", "PROGRAM/MODEL", "STARTED (UTC)", "PID", "STEPS", "REQUESTS", "STATE")
+    widths = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(c.ljust(w) if k not in (3, 4, 5) else c.rjust(w)
+                        for k, (c, w) in enumerate(zip(r, widths))).rstrip())
+    return 0
+
+
+# ---------------------------------------------------------------------------- attach, stop
+def _session(sid: str | None) -> tuple[Path, dict]:
+    """The directory of session ``sid`` (a prefix; None: the only one running) and its facts
+    now; one line when there is no such session."""
+    try:
+        directory = _runtime().find_session(sid)
+    except (LookupError, OSError) as exc:
+        raise TuiprofError(str(exc)) from None
+    return directory, session_state(directory)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from ..remote import protocol  # noqa: PLC0415
+    from ..remote.holder import AttachedSession  # noqa: PLC0415
+
+    rt = _runtime()
+    if args.connect and ("/" in args.connect or args.connect.endswith(".sock")):
+        path = args.connect   # a session's socket forwarded here (ssh -L LOCAL.sock:REMOTE)
+
+        def connect(role: str, **facts: Any) -> Any:
+            return protocol.Client.unix(path, role=role, **facts)
+        sid = args.id or Path(path).name
+    elif args.connect:
+        host, port = parse_listen(args.connect)  # type: ignore[misc]
+        if not args.token_file:
+            raise TuiprofError("--connect needs --token-file (the session's token)")
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            raise TuiprofError(f"cannot read {args.token_file}: {exc.strerror or exc}") from None
+
+        def connect(role: str, **facts: Any) -> Any:
+            return protocol.Client.tcp(host, port, token, role=role, **facts)
+        sid = args.id or f"{host}:{port}"
+    else:
+        directory, info = _session(args.id)
+        sid = directory.name
+        if info.get("state") in ("ended", "stopped"):
+            return _view_ended(info, sid)
+        if info.get("state") not in ("running", "stopping"):
+            raise TuiprofError(f"session {sid} is not running ({info.get('state')}): its keeper "
+                               f"is gone; last snapshot: {info.get('snapshot') or 'none'} "
+                               f"(tuiprof stop {sid} removes it)")
+        path = str(directory / rt.SESSION_SOCKET)
+
+        def connect(role: str, **facts: Any) -> Any:
+            return protocol.Client.unix(path, role=role, **facts)
+    ctl = AttachedSession(connect, sid)
+    try:
+        ctl.start()
+    except (protocol.ProtocolError, protocol.RemoteError) as exc:
+        ctl.close()
+        raise TuiprofError(f"cannot attach to session {sid}: {exc}") from None
+    from ..ui.app import run_app  # noqa: PLC0415
+
+    name = printable(ctl.info.get("name") or sid, 40)
+    return run_app(ctl, title=f"tuiprof {name} (session {sid})", export_dir=Path(args.export_dir),
+                   auto_snapshot=False)
+
+
+def _view_ended(info: dict, sid: str) -> int:
+    """An ended session: its final snapshot, read-only."""
+    snap = info.get("snapshot")
+    if not snap or not Path(snap).is_file():
+        raise TuiprofError(f"session {sid} has ended (exit status {info.get('exit_status')}) "
+                           f"and left no snapshot; tuiprof stop {sid} removes it")
+    say(f"tuiprof: session {sid} has ended (exit status {info.get('exit_status')}); its final "
+        f"snapshot, read-only: {snap}")
+    from .files import run as files_run  # noqa: PLC0415
+
+    return files_run("view", argparse.Namespace(snapshot=snap, path=snap, file=snap))
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from ..remote import protocol  # noqa: PLC0415
+
+    rt = _runtime()
+    directory, info = _session(args.id)
+    sid = directory.name
+    state = info.get("state")
+    if state in ("running", "stopping"):
+        if not info.get("detached"):
+            raise TuiprofError(f"session {sid} belongs to a live app: quit it there (q)")
+        try:
+            path = _ask(directory, "stop", timeout=330.0)
+        except protocol.RemoteError as exc:
+            raise TuiprofError(f"session {sid}: {exc}") from None
+        except protocol.ProtocolError as exc:
+            raise TuiprofError(f"session {sid} did not answer: {exc}") from None
+        info = rt.read_info(directory) or info
+        print(f"tuiprof: session {sid} stopped; snapshot: {path or info.get('snapshot')}")
+        return 0
+    snap = info.get("snapshot")
+    import shutil  # noqa: PLC0415
+    shutil.rmtree(directory, ignore_errors=True)
+    if state in ("ended", "stopped"):
+        print(f"tuiprof: session {sid} had ended (exit status {info.get('exit_status')}); "
+              f"snapshot: {snap or 'none'}; removed from the list")
+    else:
+        print(f"tuiprof: session {sid} was not running ({state}); last snapshot: "
+              f"{snap or 'none'}; removed from the list")
+    return 0
+
+
+__all__ = ["add_arguments", "add_run_arguments", "run", "hold", "start_detached", "cmd_ls",
+           "cmd_attach", "cmd_stop", "child_options"]

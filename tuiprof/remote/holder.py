@@ -1,0 +1,780 @@
+"""A session of processes, as the process that holds it sees them: the live app (``tuiprof
+run``), a detached session's keeper (``tuiprof run --detach``), or a UI attached to a keeper
+(``tuiprof attach``).
+
+The session's first process is the session process (the program's main process, or the
+built-in engine). Every Python process the program starts registers with the holder's server
+(``s.sock`` in the session's directory: :mod:`tuiprof.remote.follow`) and, once it imports
+torch, serves its own store at ``p<pid>.sock``; the holder mirrors each with a
+:class:`~tuiprof.remote.client.RemoteControl`. Processes are kept in the order they appeared
+(index 0: the session process), at most :data:`MAX_PROCESSES`.
+
+A UI attached to a keeper connects only to the keeper's socket (one address, so ``ssh -L`` can
+carry it): a *viewer* connection bound to one process is relayed, request by request, to that
+process's own server on a connection of its own (its own cursor), and answered from the
+keeper's mirror once the process has ended.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..control import SessionControl, SourceStatus
+from ..store import SessionStore
+from ..store.rank_set import PROCESSES, RanksView, cycle_active, is_active, process_name
+from . import protocol
+from .client import RemoteControl, SessionGone
+from .runtime import SESSION_SOCKET, now_utc, pid_alive, read_info, write_info
+
+# multiprocessing's own helpers: they end when the process that started them ends (here the
+# session process, which outlives the program's main module), so they are no orphans
+HELPERS = ("resource tracker", "semaphore tracker", "forkserver")
+MAX_PROCESSES = 256        # processes kept; quiet ones that ended go first past this
+WATCH_S = 0.25             # how often the holder looks at its processes
+EXITING_PULL_S = 4.0       # a process that says it is ending is fetched within this
+
+
+@dataclasses.dataclass
+class ProcessEntry:
+    """One process of the session."""
+
+    index: int
+    pid: int | None
+    ppid: int | None = None
+    argv: list = dataclasses.field(default_factory=list)
+    name: str = "python"
+    main: bool = False
+    started_ns: int = 0
+    forked_from: int | None = None
+    socket: str | None = None
+    ctl: RemoteControl | None = None
+    state: str = "running"          # running | ended | died | orphan
+    line: str = ""                  # how it ended (one line)
+    note: str = ""                  # e.g. why it is not profiled
+    exit_status: int | None = None
+
+    def facts(self) -> dict:
+        """What a snapshot and ``procs`` say about it (plain data)."""
+        return {"index": self.index, "pid": self.pid, "ppid": self.ppid, "argv": list(self.argv),
+                "name": self.name, "main": self.main, "forked_from": self.forked_from,
+                "state": self.state, "line": self.line, "note": self.note,
+                "exit_status": self.exit_status, "serving": self.socket is not None}
+
+    @property
+    def label(self) -> str:
+        return f"pid {self.pid} ({self.name})"
+
+
+def _empty_view(meta: dict) -> Any:
+    store = SessionStore(ring_tokens=1, series_len=1, meta=meta)
+    return store.view(raw=False)
+
+
+class _Quiet:
+    """The store of a process that serves none (it never imported torch): empty, named."""
+
+    def __init__(self, entry: ProcessEntry) -> None:
+        self.entry = entry
+
+    @property
+    def meta(self) -> dict:
+        return {"model": self.entry.name, "source": "program",
+                "process": self.entry.facts()}
+
+    def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None) -> Any:
+        return _empty_view(self.meta)
+
+    def reset(self) -> None:
+        pass
+
+
+class _Labelled:
+    """A process's store whose views say which process they are (the header's label)."""
+
+    def __init__(self, inner: Any, entry: ProcessEntry, count: int) -> None:
+        self.inner, self.entry, self.count = inner, entry, count
+
+    @property
+    def meta(self) -> dict:
+        return self.inner.meta
+
+    def view(self, raw: bool = True, raw_tokens: int | None = None, batch: Any = None) -> Any:
+        v = self.inner.view(raw, raw_tokens, batch=batch)
+        proc = dict(v.meta.get("process") or {})
+        proc.update(self.entry.facts(), count=self.count)
+        v.meta["process"] = proc
+        return v
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+
+class ProcessSet(SessionControl):
+    """Every process of a session (a RankSet whose ranks are processes). Panes show one
+    (``selected``, set by the app); ``g`` cycles the active ones (:meth:`cycle`)."""
+
+    detaches = False            # q leaves the session running (an attached UI)
+
+    def __init__(self) -> None:
+        self._entries: tuple[ProcessEntry, ...] = ()
+        self._lock = threading.RLock()
+        self.selected = 0
+        self.notices: list[tuple[float, str]] = []   # (time.monotonic(), one line), bounded
+        self.dropped = 0
+        self._main_msg = ("", 0.0)
+        self.launcher = PROCESSES
+
+    # ------------------------------------------------------------------ entries
+    @property
+    def entries(self) -> tuple[ProcessEntry, ...]:
+        return self._entries
+
+    def _add(self, entry: ProcessEntry) -> None:
+        with self._lock:
+            entries = list(self._entries)
+            if len(entries) >= MAX_PROCESSES:
+                gone = next((e for e in entries[1:] if e.state != "running" and (
+                    e.ctl is None or not is_active(e.ctl.view(raw=False)))), None)
+                gone = gone or next((e for e in entries[1:] if e.state != "running"), None)
+                if gone is not None:
+                    entries.remove(gone)
+                    self.dropped += 1
+            entries.append(entry)
+            self._entries = tuple(entries)
+
+    def entry(self, index: Any) -> ProcessEntry | None:
+        return next((e for e in self._entries if e.index == index), None)
+
+    def notice(self, line: str) -> None:
+        with self._lock:
+            self.notices.append((time.monotonic(), line))
+            del self.notices[:-64]
+
+    # ------------------------------------------------------------------ RankSet
+    @property
+    def world_size(self) -> int:
+        return len(self._entries)
+
+    def _store_of(self, e: ProcessEntry) -> Any:
+        return e.ctl.store if e.ctl is not None else _Quiet(e)
+
+    def rank_store(self, rank: int) -> Any:
+        entries = self._entries
+        return _Labelled(self._store_of(entries[min(rank, len(entries) - 1)]),
+                         entries[min(rank, len(entries) - 1)], len(entries))
+
+    def rank_status(self, rank: int) -> SourceStatus:
+        e = self._entries[min(rank, len(self._entries) - 1)]
+        return e.ctl.status if e.ctl is not None else SourceStatus(state="quiet")
+
+    def cycle(self, current: int, step: int = 1) -> int:
+        """The next process that does GPU work or marks steps (``g``); all of them when
+        none does yet."""
+        return cycle_active(self.views(raw=False).views, current, step)
+
+    def views(self, raw: bool = False, raw_tokens: int | None = None) -> RanksView:
+        """Every process's view (``meta["process"]`` says which); ``raw=True`` waits for
+        each one's records (worker threads)."""
+        entries = self._entries
+        views: list = [None] * len(entries)
+
+        def one(i: int) -> None:
+            e = entries[i]
+            try:
+                v = (e.ctl.view(raw, raw_tokens) if e.ctl is not None
+                     else _empty_view(_Quiet(e).meta))
+            except Exception:
+                v = _empty_view(_Quiet(e).meta)
+            proc = dict(v.meta.get("process") or {})
+            proc.update(e.facts(), count=len(entries))
+            v.meta["process"] = proc
+            views[i] = v
+
+        if raw and len(entries) > 1:
+            threads = [threading.Thread(target=one, args=(i,), daemon=True)
+                       for i in range(len(entries))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            for i in range(len(entries)):
+                one(i)
+        return RanksView(tuple(views), self.world_meta())
+
+    def world_meta(self) -> dict:
+        lines = [line for _, line in self.notices]
+        return {"world_size": len(self._entries), "launcher": self.launcher,
+                "failure": None, "processes_dropped": self.dropped, "notices": lines[-16:]}
+
+    def export_view(self, raw_tokens: int | None = None) -> Any:
+        """What a snapshot holds: every process (the multi-rank format) when there are
+        several, else the one process's view as for a single session."""
+        if len(self._entries) > 1:
+            return self.views(raw=True, raw_tokens=raw_tokens)
+        return self.store.view(raw=True)
+
+    # ------------------------------------------------------------------ status
+    @property
+    def main_ctl(self) -> RemoteControl | None:
+        entries = self._entries
+        return entries[0].ctl if entries else None
+
+    @property
+    def store(self) -> Any:  # type: ignore[override]
+        entries = self._entries
+        return self._store_of(entries[0]) if entries else _Quiet(ProcessEntry(0, None))
+
+    @property
+    def status(self) -> SourceStatus:  # type: ignore[override]
+        main = self.main_ctl
+        st = main.status if main is not None else SourceStatus(state="loading", live=True)
+        st = dataclasses.replace(st, extra=dict(st.extra))
+        now = time.monotonic()
+        if st.message != self._main_msg[0]:
+            self._main_msg = (st.message, now)
+        if self.notices:
+            at, line = self.notices[-1]
+            if at >= self._main_msg[1]:
+                st.message = line
+        return st
+
+    @status.setter
+    def status(self, value: SourceStatus) -> None:
+        pass   # the main process's status is the session's
+
+    # ------------------------------------------------------------------ keys
+    def _sel(self) -> RemoteControl | None:
+        entries = self._entries
+        if not entries:
+            return None
+        e = entries[min(self.selected, len(entries) - 1)]
+        return e.ctl
+
+    def toggle_mode(self) -> str:
+        c = self._sel()
+        return c.toggle_mode() if c is not None else "this process serves no session"
+
+    def change_batch(self, up: bool) -> str:
+        c = self._sel()
+        return c.change_batch(up) if c is not None else "this process serves no session"
+
+    def toggle_pause(self) -> str:
+        c = self._sel()
+        if c is None:
+            return "this process serves no session (it never imported torch)"
+        msg = c.toggle_pause()
+        return msg if self.selected == 0 else f"{msg} (pid {c.pid})"
+
+    def reset(self) -> str:
+        for e in self._entries:
+            if e.ctl is not None and e.state == "running":
+                e.ctl.reset()
+        return "statistics reset (every process)"
+
+    def has_output(self) -> bool:
+        main = self.main_ctl
+        return main.has_output() if main is not None else False
+
+    def disabled_actions(self) -> dict[str, str]:
+        main = self.main_ctl
+        return main.disabled_actions() if main is not None else {}
+
+    def interrupt(self) -> str | None:
+        main = self.main_ctl
+        return main.interrupt() if main is not None else None
+
+    @property
+    def busy(self) -> bool:
+        main = self.main_ctl
+        return bool(main is not None and main.busy)
+
+    @property
+    def pid(self) -> int | None:
+        main = self.main_ctl
+        return main.pid if main is not None else None
+
+    def totals(self) -> dict:
+        """Steps and requests over every process (``tuiprof ls``)."""
+        steps = requests = 0
+        for e in self._entries:
+            if e.ctl is None:
+                continue
+            v = e.ctl.view(raw=False)
+            steps += int(v.counters.get("tokens", 0) or 0)
+            requests += int(v.counters.get("requests", 0) or 0)
+        return {"steps": steps, "requests": requests}
+
+
+# ============================================================================ the holder
+class HeldSession(ProcessSet):
+    """The session as held by the process that started it: it starts the session process
+    (``main``), serves ``s.sock`` (processes register, UIs attach) and mirrors every process.
+    """
+
+    def __init__(self, main: RemoteControl, directory: Path, sid: str, *, info: dict,
+                 pull_every: float = 1.0, listen: tuple[str, int] | None = None,
+                 token: str | None = None, detached: bool = False,
+                 keep_dir: bool = False) -> None:
+        super().__init__()
+        self.main = main
+        self.directory = Path(directory)
+        self.sid = sid
+        self.info = dict(info)
+        self.pull_every = pull_every
+        self.listen = listen
+        self.token = token
+        self.detached = detached
+        self.keep_dir = keep_dir or detached
+        self.server: protocol.Server | None = None
+        self.program_ended = False
+        self.orphans: list[str] = []
+        self.stop_requested = threading.Event()
+        self.stopped = threading.Event()     # the final snapshot is written (keeper)
+        self.final_snapshot: str | None = None
+        self._closing = threading.Event()
+        self._watcher: threading.Thread | None = None
+        main.pull_every = pull_every
+
+    @property
+    def socket_path(self) -> str:
+        return str(self.directory / SESSION_SOCKET)
+
+    # ------------------------------------------------------------------ life cycle
+    def start(self, running: bool = True) -> None:
+        """Serve, start the session process; ``running``: say so in ``info.json`` now (a
+        keeper says it once the session process answers)."""
+        self.server = protocol.Server(lambda: SessionHandler(self), self.socket_path,
+                                      tcp=self.listen, token=self.token, name="tuiprof-session")
+        self.server.start()
+        if self.server.tcp is not None:
+            self.info["listen"] = "%s:%d" % tuple(self.server.tcp)
+        self.main.start()
+        prog = self.main.program
+        argv = list(prog["spec"].argv) if prog else ["tuiprof", "--model",
+                                                     str(self.main.options.engine_kwargs.get(
+                                                         "model_spec", ""))]
+        name = prog["spec"].name if prog else str(self.info.get("name", "model"))
+        parent = os.getppid() if self.main.pid == os.getpid() else os.getpid()
+        self._add(ProcessEntry(0, self.main.pid, parent, argv, name, main=True,
+                               started_ns=time.time_ns(), socket=self.main.socket_path,
+                               ctl=self.main))
+        self.info.update(pid=self.main.pid, holder_pid=os.getpid(),
+                         started=self.info.get("started") or now_utc())
+        if running:
+            self.info["state"] = "running"
+        self.save_info()
+        self._watcher = threading.Thread(target=self._watch, name="tuiprof-processes",
+                                         daemon=True)
+        self._watcher.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every process's collection (their data stays fetchable)."""
+        entries = [e for e in self._entries if e.ctl is not None and e.state == "running"]
+        threads = [threading.Thread(target=_quiet(e.ctl.stop), args=(timeout,), daemon=True)
+                   for e in entries]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout + 35)
+
+    def close(self) -> None:
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        for e in self._entries[1:]:
+            if e.ctl is not None:
+                _quiet(e.ctl.close)()
+        self.main.close()
+        if self.server is not None:
+            self.server.close()
+        if not self.keep_dir:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    # ------------------------------------------------------------------ registry
+    def register(self, facts: dict, peer_pid: int | None) -> ProcessEntry:
+        """A process of the program says hello (at its interpreter's start, or after a
+        fork)."""
+        pid = peer_pid if peer_pid else _int(facts.get("pid"))
+        argv = [str(a)[:400] for a in (facts.get("argv") or [])[:64]
+                if isinstance(a, (str, int, float))]
+        entries = self._entries
+        entry = ProcessEntry(max((e.index for e in entries), default=-1) + 1, pid,
+                             _int(facts.get("ppid")), argv, process_name(argv),
+                             started_ns=_int(facts.get("started_ns")) or time.time_ns(),
+                             forked_from=_int(facts.get("forked_from")))
+        if entry.forked_from is not None:
+            entry.name = f"fork of {entry.forked_from}"
+        self._add(entry)
+        return entry
+
+    def serving(self, entry: ProcessEntry, path: Any) -> None:
+        """The process serves its store at ``path`` (it imported torch): mirror it."""
+        want = str(self.directory / f"p{entry.pid}.sock")
+        if path != want:
+            raise ValueError(f"a process serves at {want}, not elsewhere")
+        entry.socket = want
+        ctl = RemoteControl(reply_timeout=30.0, pull_every=self.pull_every)
+        ctl.status = SourceStatus(state="running", live=True, message=entry.label)
+        entry.ctl = ctl
+        ctl.connect(lambda: protocol.Client.unix(want, role="holder"))
+
+    def exiting(self, entry: ProcessEntry, status: Any) -> None:
+        """The process is about to end (its collectors flushed): fetch it a last time."""
+        ctl = entry.ctl
+        if ctl is not None:
+            done = threading.Event()
+
+            def last() -> None:
+                try:
+                    ctl.view(raw=True)
+                except Exception:
+                    pass
+                done.set()
+
+            threading.Thread(target=last, daemon=True).start()
+            done.wait(EXITING_PULL_S)
+            ctl._closed.set()   # its connection closes next: that is no failure
+        entry.state = "ended"
+        entry.exit_status = _int(status)
+        entry.line = (f"{entry.label} ended" + (f" (os._exit({status}))"
+                                                 if status is not None else ""))
+
+    def child_gone(self, entry: ProcessEntry, clean: bool) -> None:
+        """Its registration closed: it ended (said so before) or died (did not)."""
+        if entry.state != "running" or self._closing.is_set():
+            return   # it said it ended; or the session ends first (it is an orphan then)
+        why = death_reason(entry.pid, self.directory)
+        entry.state = "died"
+        entry.line = f"{entry.label} died: {why}; the other processes go on, everything " \
+                     f"measured is kept (its output is in the log)"
+        if entry.ctl is not None:
+            entry.ctl._closed.set()
+        self.notice(entry.line)
+
+    # ------------------------------------------------------------------ watching
+    def _watch(self) -> None:
+        while not self._closing.wait(WATCH_S):
+            self.check_end()
+            for e in self._entries[1:]:   # a running process whose mirror broke: say so once
+                ctl = e.ctl
+                if (ctl is not None and ctl._gone and e.state == "running" and not e.note
+                        and not ctl._closed.is_set()):
+                    e.note = f"its data stopped: {ctl._gone_why}"[:300]
+                    self.notice(f"{e.label}: {e.note}")
+
+    def check_end(self) -> bool:
+        """Has the program's main process ended? (the first time: orphans are reported)"""
+        with self._lock:
+            if self.program_ended:
+                return True
+            main = self.main
+            prog = (main.status.extra or {}).get("program") or {}
+            if not (prog.get("running") is False or (main._gone and not self._closing.is_set())):
+                return False
+            self.program_ended = True
+        self._program_ended(prog)
+        return True
+
+    def _program_ended(self, prog: dict) -> None:
+        main = self._entries[0]
+        main.state = "ended" if not self.main._gone else "died"
+        main.exit_status = _int(prog.get("exit_status"))
+        main.line = (f"{main.label}: {self.main.status.message}" if self.main._gone else
+                     f"{main.label} ended (exit status {main.exit_status})")
+        time.sleep(0.5)   # a process ending with the program says so first
+        live = [e for e in self._entries[1:] if e.state == "running" and pid_alive(e.pid)]
+        for e in [e for e in live if e.name in HELPERS]:
+            e.state, e.line = "ended", f"{e.label}: multiprocessing's, ends with the session"
+        live = [e for e in live if e.name not in HELPERS]
+        for e in live:
+            e.state = "orphan"
+        self.orphans = [e.label for e in live]
+        if live:
+            self.notice(f"the program's main process ended; {len(live)} of its processes "
+                        f"still run: " + ", ".join(self.orphans[:6])
+                        + (" …" if len(live) > 6 else ""))
+        self.info.update(exit_status=prog.get("exit_status"), ended=prog.get("ended"),
+                         orphans=self.orphans)
+        self.save_info()
+
+    # ------------------------------------------------------------------ info, snapshots
+    def save_info(self, **changes: Any) -> None:
+        self.info.update(changes)
+        self.info["id"] = self.sid
+        self.info["detached"] = self.detached
+        self.info["processes"] = len(self._entries)
+        try:
+            write_info(self.directory, self.info)
+        except OSError:
+            pass
+
+    def summary(self) -> dict:
+        """What ``tuiprof ls`` and ``attach`` show of this session now."""
+        out = dict(self.info)
+        out.update(self.totals())
+        out["processes"] = len(self._entries)
+        out["connections"] = self.server.connections if self.server is not None else 0
+        out["state"] = self.info.get("state", "running")
+        st = self.main.status
+        out["status"] = st.message
+        return out
+
+    def write_snapshot(self, path: Path) -> str:
+        """Write every process's snapshot to ``path`` atomically (an earlier snapshot there
+        stays whole if this write fails)."""
+        from ..export.snapshot import write_snapshot  # noqa: PLC0415
+
+        return str(write_snapshot(self.export_view(), path))
+
+
+def _quiet(fn: Callable) -> Callable:
+    def run(*a: Any, **kw: Any) -> None:
+        try:
+            fn(*a, **kw)
+        except Exception:
+            pass
+    return run
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def death_reason(pid: int | None, directory: Path) -> str:
+    """Why a followed process ended without saying so: the fatal signal Python's faulthandler
+    wrote, else its exit status if the kernel still has it, else a killing signal (SIGKILL
+    from the OOM killer, say: a process can report nothing of that)."""
+    try:
+        text = (directory / f"crash-{pid}.txt").read_text(errors="replace")
+    except OSError:
+        text = ""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if first:
+        return first[:160]
+    code = _zombie_status(pid)
+    if code is not None:
+        sig = code & 0x7F
+        if sig:
+            import signal  # noqa: PLC0415
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {sig}"
+            return f"killed by {name}" + (" (the OOM killer, or kill -9)" if sig == 9 else "")
+        return f"exit status {(code >> 8) & 0xFF} without Python's shutdown"
+    return "ended without a word (killed by a signal: SIGKILL from the OOM killer or kill -9)"
+
+
+def _zombie_status(pid: int | None) -> int | None:
+    """The wait status of ``pid`` while it is a zombie (its parent has not reaped it)."""
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        if fields[0] != b"Z":
+            return None
+        return int(fields[49])   # exit_code: field 52 of proc(5)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+# ============================================================================ the server
+class SessionHandler(protocol.Handler):
+    """One connection to a session's server: a process of the program registering (role
+    ``child``), a viewer bound to one process (``viewer``: relayed), or a client asking about
+    the session (``control``: ``ls``, ``attach``, ``stop``)."""
+
+    def __init__(self, held: HeldSession) -> None:
+        self.held = held
+        self.role = ""
+        self.entry: ProcessEntry | None = None
+        self.upstream: protocol.Client | None = None
+        self.sent_full = False
+
+    def hello(self, peer: protocol.Peer, facts: dict) -> Any:
+        held = self.held
+        role = facts.get("role", "")
+        self.role = role
+        if role == "child":
+            if peer.tcp:
+                raise protocol.Refused("processes register over the Unix socket only")
+            self.entry = held.register(facts, peer.pid)
+            return {"index": self.entry.index, "session": held.sid}
+        if role == "viewer":
+            self.entry = held.entry(facts.get("proc"))
+            if self.entry is None:
+                raise protocol.Refused(f"no process {facts.get('proc')!r} in this session")
+            return {"pid": self.entry.pid, "kind": "process"}
+        if role in ("control", "ui", ""):
+            return {"session": held.sid, "kind": "session", "pid": os.getpid()}
+        raise protocol.Refused(f"unknown role {str(role)[:20]!r}")
+
+    def request(self, op: str, args: list) -> Any:
+        if self.role == "child":
+            return self._child(op, args)
+        if self.role == "viewer":
+            return self._relay(op, args)
+        return self._control(op, args)
+
+    def closed(self, clean: bool) -> None:
+        if self.role == "child" and self.entry is not None:
+            self.held.child_gone(self.entry, clean)
+        if self.upstream is not None:
+            self.upstream.close(bye=True)
+            self.upstream = None
+
+    # ------------------------------------------------------------------ roles
+    def _child(self, op: str, args: list) -> Any:
+        entry = self.entry
+        if op == "serving":
+            self.held.serving(entry, args[0] if args else None)
+            if len(args) > 1 and isinstance(args[1], str) and args[1]:
+                entry.name = args[1][:80]   # what it calls itself (multiprocessing's name)
+            return None
+        if op == "exiting":
+            self.held.exiting(entry, args[0] if args else None)
+            return None
+        if op == "note":
+            entry.note = str(args[0])[:300] if args else ""
+            return None
+        raise ValueError(f"unknown request {op!r}")
+
+    def _relay(self, op: str, args: list) -> Any:
+        entry = self.entry
+        if entry.state == "running" and entry.socket is not None:
+            try:
+                if self.upstream is None:
+                    self.upstream = protocol.Client.unix(entry.socket, role="viewer")
+                return protocol.Raw(self.upstream.request_raw(op, *args, timeout=60.0))
+            except protocol.ProtocolError:
+                self.upstream = None
+        ctl = entry.ctl
+        if op == "pull":      # it has ended (or serves nothing): what the holder kept
+            if ctl is None:
+                delta = _mirror_delta_of_meta(_Quiet(entry).meta, not self.sent_full)
+                self.sent_full = True
+                return SourceStatus(state="quiet"), delta
+            with ctl._mirror_lock:
+                delta = ctl.mirror.as_delta(full=not self.sent_full)
+            self.sent_full = True
+            st = dataclasses.replace(ctl.status, extra=dict(ctl.status.extra), live=False)
+            return st, delta
+        if op in ("restart",):
+            self.sent_full = False
+            return None
+        if op in ("stop", "busy"):
+            return None if op == "stop" else False
+        return "this process has ended"
+
+    def _control(self, op: str, args: list) -> Any:
+        held = self.held
+        if op == "info":
+            return held.summary()
+        if op == "procs":
+            return [e.facts() for e in held.entries]
+        if op == "snapshot":
+            return held.snapshot_now() if hasattr(held, "snapshot_now") else None
+        if op == "stop":
+            if not held.detached:
+                raise ValueError("this session belongs to a live app: quit it there (q)")
+            held.stop_requested.set()
+            if not held.stopped.wait(300):
+                raise ValueError("the session did not stop within 300 s")
+            return held.final_snapshot
+        raise ValueError(f"unknown request {op!r}")
+
+
+def _mirror_delta_of_meta(meta: dict, full: bool) -> dict:
+    from .mirror import Mirror  # noqa: PLC0415
+
+    m = Mirror(series_len=1)
+    m.meta = meta
+    return m.as_delta(full)
+
+
+
+# ============================================================================ attached
+class AttachedSession(ProcessSet):
+    """A UI's view of a session held elsewhere (a detached session's keeper): every process
+    through the keeper's socket, one viewer connection each. ``q`` leaves it running."""
+
+    detaches = True
+    POLL_S = 1.0
+
+    def __init__(self, connect: Callable[..., protocol.Client], sid: str,
+                 pull_every: float = 1.0) -> None:
+        super().__init__()
+        self._connect = connect
+        self.sid = sid
+        self.pull_every = pull_every
+        self.info: dict = {}
+        self.control_client: protocol.Client | None = None
+        self._closing = threading.Event()
+        self.detach_line = (f"detached from session {sid}; it goes on (tuiprof attach {sid} "
+                            f"to come back, tuiprof stop {sid} to end it)")
+
+    def start(self) -> None:
+        self.control_client = self._connect("control")
+        self.info = self.control_client.request("info", timeout=10)
+        self._sync(self.control_client.request("procs", timeout=10))
+        threading.Thread(target=self._poll, name="tuiprof-attach", daemon=True).start()
+
+    def _sync(self, procs: Any) -> None:
+        for f in procs if isinstance(procs, list) else []:
+            if not isinstance(f, dict) or not isinstance(f.get("index"), int):
+                continue
+            e = self.entry(f["index"])
+            if e is None:
+                e = ProcessEntry(f["index"], _int(f.get("pid")), _int(f.get("ppid")),
+                                 [str(a) for a in f.get("argv") or []], str(f.get("name", "")),
+                                 main=bool(f.get("main")), forked_from=_int(f.get("forked_from")))
+                ctl = RemoteControl(reply_timeout=60.0, pull_every=self.pull_every)
+                ctl.connect(lambda i=e.index: self._connect("viewer", proc=i))
+                e.ctl = ctl
+                self._add(e)
+            old = e.state
+            e.state = str(f.get("state", e.state))
+            e.line, e.note = str(f.get("line", "")), str(f.get("note", ""))
+            e.exit_status = _int(f.get("exit_status"))
+            e.socket = "relayed" if f.get("serving") else None
+            if old == "running" and e.state == "died" and e.line:
+                self.notice(e.line)
+
+    def _poll(self) -> None:
+        while not self._closing.wait(self.POLL_S):
+            c = self.control_client
+            if c is None:
+                return
+            try:
+                self._sync(c.request("procs", timeout=10))
+                self.info = c.request("info", timeout=10)
+            except protocol.ProtocolError:
+                if not self._closing.is_set():
+                    self.notice(f"session {self.sid}: its keeper is gone (tuiprof ls)")
+                return
+            except protocol.RemoteError:
+                continue
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Nothing: an attached UI leaves, the session goes on."""
+
+    def close(self) -> None:
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        for e in self._entries:
+            if e.ctl is not None:
+                _quiet(e.ctl.close)()
+        if self.control_client is not None:
+            self.control_client.close(bye=True)
+
+
+__all__ = ["ProcessSet", "HeldSession", "AttachedSession", "ProcessEntry", "SessionHandler",
+           "MAX_PROCESSES", "death_reason"]
