@@ -81,14 +81,20 @@ def stem(spec: ProgramSpec) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-")[:40] or "program"
 
 
+def sample_every(args: argparse.Namespace, headless: bool) -> int | str:
+    """Which steps a program's processes trace: ``--sample-every``, where "auto" means every
+    step headless (a bounded measurement, as for the engine) and with --step-range (NVTX steps
+    are known only after the fact, so a burst cannot be switched on at a step's start)."""
+    se = args.sample_every
+    if se == "auto" and (headless or getattr(args, "step_range", None)):
+        return 1
+    return se
+
+
 def program_options(args: argparse.Namespace, headless: bool):
     from ..profiler import ProfilerOptions  # noqa: PLC0415
 
-    se = args.sample_every
-    if se == "auto" and (headless or args.step_range):
-        # Headless: every step traced, as for the engine. NVTX steps are known only after the
-        # fact, so a burst cannot be switched on at a step's start: trace everything.
-        se = 1
+    se = sample_every(args, headless)
     # a program's own ops around its CUDA graphs make hundreds of API calls a step: CUPTI's API
     # kinds go off between compiled bursts too (ProfilerOptions.compiled_api_kinds_stay_on)
     return ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
