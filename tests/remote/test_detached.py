@@ -352,6 +352,18 @@ def test_a_session_ends_with_its_program(rt, tmp_path):
         app.close()
 
 
+def test_ls_counts_a_servers_requests(rt, tmp_path):
+    """A detached server's requests reach `tuiprof ls` and the session's info (the column
+    read "–" over 898 requests of a transformers serve session)."""
+    sid = _detach(tmp_path, str(PROGRAMS / "api_server.py"))
+    _until(lambda: _info(sid).get("state") == "ended", 60, "ended")
+    assert _info(sid)["requests"] == 6
+    row = next(ln for ln in _tuiprof("ls").stdout.splitlines() if ln.startswith(sid))
+    header = _tuiprof("ls").stdout.splitlines()[0]
+    at = header.index("REQUESTS")
+    assert row[at - 2:at + len("REQUESTS")].split() == ["6"], (header, row)
+
+
 def test_a_dead_keeper_is_said_plainly(rt, tmp_path):
     sid = _detach(tmp_path, str(PROGRAMS / "steps_forever.py"))
     info = _info(sid)

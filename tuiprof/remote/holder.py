@@ -307,7 +307,8 @@ class ProcessSet(SessionControl):
                 continue
             v = e.ctl.view(raw=False)
             steps += int(v.counters.get("tokens", 0) or 0)
-            requests += int(v.counters.get("requests", 0) or 0)
+            reqs = getattr(v, "requests", None)    # a server's requests: those that arrived
+            requests += int(reqs.counts.get("arrived", 0) if reqs is not None else 0)
         return {"steps": steps, "requests": requests}
 
 
