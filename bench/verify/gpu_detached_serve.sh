@@ -22,6 +22,8 @@ MODEL=${MODEL:-/tmp/qwen3-0.6b-dir}
 DEVICE=${DEVICE:-cuda}   # DEVICE=cpu MODEL=DIR: a dry run on the CPU
 LOAD_S=${LOAD_S:-150}
 PORT=8765
+# transformers serve's /v1/models answers 500 without a hub cache directory (a fresh machine)
+export HF_HUB_CACHE=${HF_HUB_CACHE:-/tmp/hf-hub}; mkdir -p "$HF_HUB_CACHE"
 R=$OUT/detached_serve.txt
 say() { echo "[$(date +%T)] $*" | tee -a "$R"; }
 [ -d "$MODEL" ] || python3 -m tuiprof.engine.model_dir "$MODEL" --model qwen3-0.6b --device cuda \

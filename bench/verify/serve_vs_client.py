@@ -194,6 +194,11 @@ def main() -> int:
         from tuiprof.engine.model_dir import make_model_dir
         model_dir = make_model_dir(out / "model", args.model, device=args.device)
     tok = hf_cache(model_dir, out / "hf", "tuiprof-" + args.model)
+    # transformers serve's /v1/models scans the hub cache and answers 500 where it does not
+    # exist (a fresh machine): the readiness probe then never succeeds
+    server_cache = out / "hf-server" / "hub"
+    server_cache.mkdir(parents=True, exist_ok=True)
+    env["HF_HUB_CACHE"] = str(server_cache)
     port = free_port()
     snap = out / "tuiprof.json"
     serve = [sys.executable, "-m", "tuiprof", "run", "--headless", "--json", str(snap),
@@ -221,6 +226,7 @@ def main() -> int:
                    "--output-tokens-mean", str(args.output_len), "--output-tokens-stddev", "0",
                    "--ui-type", "none", "--artifact-dir", str(art)]
             aenv = dict(env, HF_HOME=str(out / "hf"))
+            aenv.pop("HF_HUB_CACHE", None)    # aiperf's tokenizer is in HF_HOME's hub
             aenv.pop("PYTHONPATH", None)
             if args.aiperf_pythonpath:
                 aenv["PYTHONPATH"] = args.aiperf_pythonpath
