@@ -231,11 +231,11 @@ def test_tp_beyond_the_kv_heads_is_refused_at_once_leaving_nothing(tmp_path):
 
 
 # ------------------------------------------------------------------ signals
-def _start_program(tmp_path: Path, program: str):
+def _start_program(tmp_path: Path, program: str, *args: str):
     from .conftest import start_cli
 
     return start_cli(["run", "--headless", "--no-nvml", "--json", str(tmp_path / "snap.json"),
-                      "--", "python", str(PROGRAMS / program)], tmp_path)
+                      "--", "python", str(PROGRAMS / program), *args], tmp_path)
 
 
 @pytest.mark.parametrize("sigs,rc", [((2, 2), 130), ((15,), 143)])
@@ -263,3 +263,29 @@ def test_a_program_that_ignores_ctrl_c_is_stopped_and_the_code_follows_the_signa
     assert sum(t["phase"] == "decode" for t in doc["tokens"]) > 10
     assert "Traceback" not in err
     assert f"stopped by tuiprof ({'SIGINT' if rc == 130 else 'SIGTERM'}, exit status {rc})" in err
+
+
+def test_the_snapshot_is_written_before_the_program_is_asked_to_end(tmp_path):
+    """The second Ctrl-C: stop collecting, write, then end the program (its grace): a program
+    that takes its time to end, or never does, cannot hold the snapshot back."""
+    from .conftest import wait_for_line
+
+    snap = tmp_path / "snap.json"
+    proc = _start_program(tmp_path, "slow_to_stop.py", str(snap))
+    try:
+        wait_for_line(proc, "running slow_to_stop.py")
+        while "step 20" not in proc.stdout.readline():
+            assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(2)
+        time.sleep(1.0)
+        proc.send_signal(2)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "snapshot on disk: True" in out, out[-2000:]
+    doc = json.loads(snap.read_text())          # rewritten once the program ended
+    assert doc["meta"]["program"]["exit_status"] == 130
+    assert sum(t["phase"] == "decode" for t in doc["tokens"]) > 10

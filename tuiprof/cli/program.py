@@ -171,8 +171,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
         if stop.is_set():
             raise Interrupted(signum)
         stop.set()
-        say(f"tuiprof: {signal.Signals(signum).name}: stopping the session: ending the program, "
-            f"then writing {out} (again to quit at once)")
+        say(f"tuiprof: {signal.Signals(signum).name}: stopping the session: writing {out}, "
+            f"then ending the program (again to quit at once)")
 
     old = handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     try:
@@ -186,6 +186,9 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
                                    f"{exc.strerror or exc}") from None
             _follow(ctl, stop)
             if stop.is_set() and _program_running(ctl):
+                # the snapshot first, from the copy, whatever the program does when asked to
+                # end; rewritten whole once it has ended (its last step closed)
+                _write_now(ctl, held, out, _stop_signal(seen))
                 _end_program(ctl)           # it ends (its last step closed), or is stopped
             if not ctl._gone:
                 ctl.view(raw=True)          # the last copy
@@ -212,6 +215,18 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     if stop.is_set():
         return 128 + _stop_signal(seen)
     return int(main_view.meta["program"]["exit_status"])
+
+
+def _write_now(ctl, held, out: Path, sig: int) -> None:
+    """The snapshot as the session stands (the last copy), before the program is asked to end;
+    a failure here is left to the final write, which reports it."""
+    from ..export.snapshot import write_snapshot  # noqa: PLC0415
+
+    try:
+        others = held.views(raw=True) if held is not None else None
+        write_snapshot(_with_processes(_final_view(ctl, sig)[0], others), out)
+    except Exception:  # noqa: BLE001 - the final write says what went wrong
+        pass
 
 
 def _stop_signal(seen: list[int]) -> int:
