@@ -75,7 +75,10 @@ def test_decoding_goes_on_while_compiling_and_those_steps_are_set_apart(tiny, pr
     switch = next(t for t in rows if t.mode == "compiled")
     cycle = [t for t in one.tokens if t.done and t.cycle == switch.cycle]
     assert [t.token_id for t in cycle] == reference[:len(cycle)]
-    assert cycle[0].phase == "prefill" and cycle[1].mode == "eager" and cycle[-1].mode == "compiled"
+    # eager steps first (none when the compile ended right at the cycle's start), then compiled
+    modes = [t.mode for t in cycle[1:]]
+    assert cycle[0].phase == "prefill" and cycle[-1].mode == "compiled"
+    assert modes == sorted(modes, key=lambda m: m == "compiled"), modes
 
     two = store.view(batch=2)
     assert one.config_keys == [1, 2] and two.batch == 2
