@@ -13,18 +13,13 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.css.query import NoMatches
-from textual.screen import Screen
-from textual.widgets import Footer, Static
 
 from ...text import printable
 from ...store.rank_set import is_active, jobs, process_facts
 from .. import adapters
 from ..derive import header_numbers
-from .all_ranks import _no_kernels, render_ranks
+from .all_ranks import SetScreen, _no_kernels, render_ranks
 
 
 def _tok_s(view: Any) -> str:
@@ -68,30 +63,22 @@ def render_processes(rv: Any, selected: int, width: int = 200) -> Any:
     return t
 
 
-class ProcessesScreen(Screen):
+class ProcessesScreen(SetScreen):
     BINDINGS = [Binding("escape,a", "app.pop_screen", "back", show=True),
                 Binding("g", "app.next_rank", "process", show=True)]
     DEFAULT_CSS = """
     ProcessesScreen #procs-table { height: auto; padding: 0 1; }
     ProcessesScreen #procs-jobs { height: auto; padding: 1 1 0 1; }
     """
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(id="procs-table")
-            yield Static(id="procs-jobs")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one(VerticalScroll).border_title = "all processes"
+    TITLE = "all processes"
+    PARTS = ("procs-table", "procs-jobs")
 
     def show(self, analysis: Any, views: Any, selected: int) -> None:
         """``analysis``: {job: (summary, findings)} from raw records (or None yet)."""
-        try:
-            table = self.query_one("#procs-table", Static)
-            below = self.query_one("#procs-jobs", Static)
-        except NoMatches:
+        parts = self.parts()
+        if parts is None:
             return
+        table, below = parts
         head = Text(f"{views.world_size} processes · g: next active process · dim: no CUDA "
                     f"work, no steps", "dim")
         notices = (views.meta or {}).get("notices") or []

@@ -141,30 +141,46 @@ def _no_kernels(views: Any) -> str:
     return ""
 
 
-class RanksScreen(Screen):
+class SetScreen(Screen):
+    """Every member of a set at once (the ranks of a job, the processes of a program): a table,
+    then what is found across them; ``show`` fills both from the app's refresh."""
+
+    TITLE = ""
+    PARTS = ("", "")     # the ids of the table and of what is below it
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(id=self.PARTS[0])
+            yield Static(id=self.PARTS[1])
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).border_title = self.TITLE
+
+    def parts(self) -> tuple[Static, Static] | None:
+        """The two parts; None while pushed but not composed yet (or being dismissed)."""
+        try:
+            return tuple(self.query_one(f"#{i}", Static) for i in self.PARTS)
+        except NoMatches:
+            return None
+
+
+class RanksScreen(SetScreen):
     BINDINGS = [Binding("escape,a", "app.pop_screen", "back", show=True),
                 Binding("g", "app.next_rank", "rank", show=True)]
     DEFAULT_CSS = """
     RanksScreen #ranks-table { height: auto; padding: 0 1; }
     RanksScreen #ranks-findings { height: auto; padding: 1 1 0 1; }
     """
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(id="ranks-table")
-            yield Static(id="ranks-findings")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one(VerticalScroll).border_title = "all ranks"
+    TITLE = "all ranks"
+    PARTS = ("ranks-table", "ranks-findings")
 
     def show(self, analysis: Any, views: Any, selected: int) -> None:
         """``analysis``: (summary, cross-rank findings) from raw records, or None yet."""
-        try:
-            table = self.query_one("#ranks-table", Static)
-            found = self.query_one("#ranks-findings", Static)
-        except NoMatches:  # pushed but not composed yet (or being dismissed): next tick
+        parts = self.parts()
+        if parts is None:
             return
+        table, found = parts
         light = adapters.ranks_summary(views)
         split, cross = analysis if analysis is not None else (None, None)
         table.update(render_ranks(light, split, selected, _no_kernels(views)))
