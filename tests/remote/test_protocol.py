@@ -72,11 +72,15 @@ def stat_mode(path):
     return os.stat(path).st_mode & 0o777
 
 
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
 def test_garbage_and_oversized_frames_are_refused_and_the_server_goes_on(server):
     for payload in (b"\x00\x00\x00\x05hello", b"GET / HTTP/1.1\r\n\r\n",
                     struct.pack(">I", 1 << 30) + b"x" * 100,
                     struct.pack(">I", 9) + b'{"op":1}x',
-                    struct.pack(">I", 31) + b'{"op":"__import__","args":[1]}'):
+                    _frame(b'{"op":"__import__","args":[1]}')):
         s = socket.socket(socket.AF_UNIX)
         s.connect(server.path)
         s.sendall(payload)
@@ -88,8 +92,9 @@ def test_garbage_and_oversized_frames_are_refused_and_the_server_goes_on(server)
         except OSError:
             pass
         s.close()
-        kind, msg = protocol.decode_reply(data[4:]) if len(data) > 4 else ("err", "closed")
-        assert kind == "err"
+        assert len(data) > 4, payload        # refused with a reply at once, not left to time out
+        kind, msg = protocol.decode_reply(data[4:])
+        assert kind == "err" and msg.startswith("refused"), (payload, msg)
     # a pickle sent as a request is not unpickled: it is not JSON, so it is refused
     s = socket.socket(socket.AF_UNIX)
     s.connect(server.path)
