@@ -13,7 +13,6 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual.binding import Binding
 
 from ...text import printable
 from ...store.rank_set import is_active, jobs, process_facts
@@ -64,14 +63,9 @@ def render_processes(rv: Any, selected: int, width: int = 200) -> Any:
 
 
 class ProcessesScreen(SetScreen):
-    BINDINGS = [Binding("escape,a", "app.pop_screen", "back", show=True),
-                Binding("g", "app.next_rank", "process", show=True)]
-    DEFAULT_CSS = """
-    ProcessesScreen #procs-table { height: auto; padding: 0 1; }
-    ProcessesScreen #procs-jobs { height: auto; padding: 1 1 0 1; }
-    """
     TITLE = "all processes"
     PARTS = ("procs-table", "procs-jobs")
+    MEMBER = "process"
 
     def show(self, analysis: Any, views: Any, selected: int) -> None:
         """``analysis``: {job: (summary, findings)} from raw records (or None yet)."""

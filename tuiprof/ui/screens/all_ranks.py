@@ -147,6 +147,16 @@ class SetScreen(Screen):
 
     TITLE = ""
     PARTS = ("", "")     # the ids of the table and of what is below it
+    MEMBER = ""          # what g steps to: "rank", "process"
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # the keys and the layout of every such screen, from its parts and member
+        if cls.MEMBER:
+            cls.BINDINGS = [Binding("escape,a", "app.pop_screen", "back", show=True),
+                            Binding("g", "app.next_rank", cls.MEMBER, show=True)]
+            cls.DEFAULT_CSS = (f"{cls.__name__} #{cls.PARTS[0]} {{ height: auto; padding: 0 1; }}\n"
+                               f"{cls.__name__} #{cls.PARTS[1]} {{ height: auto; padding: 1 1 0 1; }}")
+        super().__init_subclass__(**kwargs)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -166,14 +176,9 @@ class SetScreen(Screen):
 
 
 class RanksScreen(SetScreen):
-    BINDINGS = [Binding("escape,a", "app.pop_screen", "back", show=True),
-                Binding("g", "app.next_rank", "rank", show=True)]
-    DEFAULT_CSS = """
-    RanksScreen #ranks-table { height: auto; padding: 0 1; }
-    RanksScreen #ranks-findings { height: auto; padding: 1 1 0 1; }
-    """
     TITLE = "all ranks"
     PARTS = ("ranks-table", "ranks-findings")
+    MEMBER = "rank"
 
     def show(self, analysis: Any, views: Any, selected: int) -> None:
         """``analysis``: (summary, cross-rank findings) from raw records, or None yet."""
