@@ -115,9 +115,9 @@ def main() -> int:
     def configure(on: bool) -> None:
         nonlocal forced
         if on:
-            session.hf.install()
+            session.sources["transformers"].install()
         else:
-            session.hf.uninstall()
+            session.sources["transformers"].uninstall()
             c = prof.cupti
             if c is not None and c.attached:  # as Profiler._cycle_cupti: graphs CUPTI saw go first
                 forced += 1

@@ -40,10 +40,7 @@ class StepTimer:
         # by default torch.cuda.Event(enable_timing=True), once CUDA is initialised in this
         # process; ``make_event``: where no CUDA event can exist (a test on a CPU), a double
         # of the event object (record, query, synchronize, elapsed_time), always ready
-        if make_event is None:
-            self._make, self._ready, self._capturing = _cuda_event, _cuda_ready, _capturing
-        else:
-            self._make, self._ready, self._capturing = make_event, _yes, _no
+        self._ops: _Ops | None = None if make_event is None else _double_ops(make_event)
         self.pairs = max(1, int(pairs))
         self._free: list = []
         self._made = 0
@@ -55,27 +52,34 @@ class StepTimer:
     def start(self) -> list | None:
         """Record a step's first event; returns the mark to pass to :meth:`stop` and
         :meth:`finished`, or None when the step goes untimed."""
-        if self.failed or not self._ready():
+        ops = self._ops
+        if ops is None:
+            if self.failed or not _cuda_ready():
+                return None
+            ops = self._ops = _cuda_ops()   # CUDA is up: the calls are looked up once
+        elif self.failed:
             return None
         try:
-            if self._capturing():
+            if ops.capturing():
                 return None
             pair = self._take()
             if pair is None:
                 self.skipped += 1
                 return None
-            pair[0].record()
-            return [pair[0], pair[1], False]
+            stream = ops.stream()
+            ops.record(pair[0], stream)
+            return [pair[0], pair[1], False, stream]
         except Exception:
             self.failed = True
             return None
 
     def stop(self, mark: list | None) -> None:
-        """The step's device work is queued: record its second event (once)."""
+        """The step's device work is queued: record its second event (once), on the stream
+        its first went to (the two events of a pair time one stream)."""
         if mark is None or mark[2]:
             return
         try:
-            mark[1].record()
+            self._ops.record(mark[1], mark[3])
             mark[2] = True
         except Exception:
             self.failed = True
@@ -94,16 +98,19 @@ class StepTimer:
     def poll(self, wait: bool = False) -> list[tuple[int, float]]:
         """``(index, ms)`` of the finished steps whose events have completed, oldest first;
         ``wait``: wait for every one (the program has ended: nothing of its to hold up)."""
-        out = []
         pending = self._pending
+        if not pending:
+            return []
+        ops = self._ops
+        out = []
         while pending:
             index, e0, e1 = pending[0]
             try:
                 if wait:
                     e1.synchronize()
-                elif not e1.query():
+                elif not ops.query(e1):
                     break
-                ms = e0.elapsed_time(e1)
+                ms = ops.elapsed(e0, e1)
             except Exception:
                 ms = None
             pending.popleft()
@@ -118,16 +125,26 @@ class StepTimer:
             return self._free.pop()
         if self._made < self.pairs:
             self._made += 1
-            return self._make(), self._make()
+            return self._ops.make(), self._ops.make()
         return None
 
 
-def _yes() -> bool:
-    return True
+class _Ops:
+    """The event calls a step makes, looked up once: ``make`` an event, ``record`` it on a
+    stream, ``query`` and ``elapsed`` it, the calling thread's current ``stream`` and whether
+    it is ``capturing`` a CUDA graph."""
+
+    __slots__ = ("make", "record", "query", "elapsed", "stream", "capturing")
+
+    def __init__(self, make, record, query, elapsed, stream, capturing) -> None:
+        self.make, self.record, self.query, self.elapsed = make, record, query, elapsed
+        self.stream, self.capturing = stream, capturing
 
 
-def _no() -> bool:
-    return False
+def _double_ops(make_event: Callable[[], Any]) -> _Ops:
+    """A test double's events: their own methods, no stream, never capturing."""
+    return _Ops(make_event, lambda ev, stream: ev.record(), lambda ev: ev.query(),
+                lambda e0, e1: e0.elapsed_time(e1), lambda: None, lambda: False)
 
 
 def _cuda_ready() -> bool:
@@ -135,13 +152,38 @@ def _cuda_ready() -> bool:
     return torch is not None and torch.cuda.is_initialized()
 
 
-def _capturing() -> bool:
+def _cuda_ops() -> _Ops:
+    """torch's CUDA-event calls without their Python wrappers where this torch has them:
+    ``torch.cuda.Event.record()`` builds a ``Stream`` object each call through three Python
+    functions, which is most of what a pair of events costs a step. The current stream is
+    read as its ids instead, and its ``Stream`` object made once per stream. Any piece
+    missing (another torch): the public calls."""
     import torch  # noqa: PLC0415 - imported already: _cuda_ready found it
 
-    return torch.cuda.is_current_stream_capturing()
+    def make():
+        return torch.cuda.Event(enable_timing=True)
 
+    C = torch._C
+    base = getattr(C, "_CudaEventBase", None)
+    fast = base is not None and all(hasattr(base, n) for n in ("record", "query", "elapsed_time")) \
+        and all(hasattr(C, n) for n in ("_cuda_getDevice", "_cuda_getCurrentStream",
+                                        "_cuda_isCurrentStreamCapturing"))
+    if not fast:
+        return _Ops(make, lambda ev, stream: ev.record(stream), lambda ev: ev.query(),
+                    lambda e0, e1: e0.elapsed_time(e1), torch.cuda.current_stream,
+                    torch.cuda.is_current_stream_capturing)
+    get_device, get_stream, Stream = C._cuda_getDevice, C._cuda_getCurrentStream, torch.cuda.Stream
+    streams: dict = {}
 
-def _cuda_event() -> Any:
-    import torch  # noqa: PLC0415
+    def stream():
+        key = get_stream(get_device())   # (stream id, device index, device type)
+        s = streams.get(key)
+        if s is None:
+            if len(streams) >= 64:   # bounded: a program that makes streams without end
+                streams.clear()
+            s = streams[key] = Stream(stream_id=key[0], device_index=key[1],
+                                      device_type=key[2])
+        return s
 
-    return torch.cuda.Event(enable_timing=True)
+    return _Ops(make, base.record, base.query, base.elapsed_time, stream,
+                C._cuda_isCurrentStreamCapturing)
