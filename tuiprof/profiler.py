@@ -129,6 +129,8 @@ class Profiler(SessionControl):
         self._may_detach = False  # CUPTI detached between bursts (allow_bursts_only)
         self._graph_guard: Callable[[], str] | None = None  # why CUPTI must stay attached
         self._rerecord_due = False  # graphs dropped: the next compiled step records them again
+        # a program's time windows before its first marked step (0: none, None: steps marked)
+        self._windows_first: int | None = 0
         self._bursts_engaged = False  # CUPTI put in bursts-only mode (first switchable token)
         self._nvml_start: Any = None
         self.store.meta["step_time_sources"] = dict(STEP_TIME_SOURCES)
@@ -392,6 +394,8 @@ class Profiler(SessionControl):
     # Until an engine has called token_launched, queued work is done at once.
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
                       batch: int | None = None, positions: int = 1, host: bool = True) -> None:
+        if self._windows_first is not None:
+            self._first_steps(phase)
         if phase == "decode" and mode != self.status.mode:
             self._catch_up()
             self.status.mode = mode
@@ -435,6 +439,18 @@ class Profiler(SessionControl):
                                          attached)))
         if not self._overlap:
             self._catch_up()
+
+    def _first_steps(self, phase: str) -> None:
+        """Count a program's time windows until its first marked step, where the sampling
+        period starts again: the ranks of one job then trace the same steps (the TP analysis
+        compares ranks over steps traced on every rank, matched by cycle and step), however
+        long each rank's start-up ran in windows."""
+        if phase == "window":
+            self._windows_first += 1
+            return
+        had, self._windows_first = self._windows_first, None
+        if had and self.cupti is not None:
+            self.cupti.restart_sampling(self.store.next_seq())
 
     def _cycle_cupti(self, seq: int, prefill: bool) -> int | None:
         """Attach or detach CUPTI before token ``seq`` (engine thread, at a boundary); returns
