@@ -49,6 +49,15 @@ def run(cmd: list[str], log: Path, env: dict) -> dict:
     return res
 
 
+def write_summary(out: Path, rows: list, a: argparse.Namespace) -> dict:
+    ratios = [x["slowdown"] for x in rows]
+    med = statistics.median(ratios)
+    summary = {"median_slowdown": med, "min": min(ratios), "max": max(ratios), "rounds": rows,
+               "target": 1.05, "ok": med <= 1.05, "load": load_args(a)}
+    (out / "serve_overhead.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
@@ -64,6 +73,8 @@ def main() -> int:
     ap.add_argument("--tuiprof-args", default="--sample-every live --no-nvml",
                     help="tuiprof serve's collection options (default: the live app's)")
     ap.add_argument("--out", default="out/serve_overhead")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="start no round after this many seconds (0: no limit)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,7 +84,11 @@ def main() -> int:
     prof = [sys.executable, "-m", "tuiprof", "serve", "--headless", *a.tuiprof_args.split(),
             "--json", "SNAP", *load_args(a)]
     rows = []
+    t_start = time.monotonic()
     for r in range(a.rounds):
+        if a.deadline and rows and time.monotonic() - t_start > a.deadline:
+            print(f"round {r}: not started, past the {a.deadline:g} s deadline", flush=True)
+            break
         order = ("bare", "tuiprof") if r % 2 == 0 else ("tuiprof", "bare")
         got = {}
         for which in order:
@@ -87,11 +102,12 @@ def main() -> int:
         print(f"round {r} ({order[0]} first): bare {got['bare']['requests_per_s']:.2f} req/s, "
               f"tuiprof {got['tuiprof']['requests_per_s']:.2f} req/s, bare/tuiprof "
               f"{ratio:.3f}", flush=True)
+        summary = write_summary(out, rows, a)   # after every round: a cut run keeps its rounds
+    if not rows:
+        print("no round ran")
+        return 1
+    med = summary["median_slowdown"]
     ratios = [x["slowdown"] for x in rows]
-    med = statistics.median(ratios)
-    summary = {"median_slowdown": med, "min": min(ratios), "max": max(ratios), "rounds": rows,
-               "target": 1.05, "ok": med <= 1.05, "load": load_args(a)}
-    (out / "serve_overhead.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"throughput without/with tuiprof: median {med:.3f} ({min(ratios):.3f}-"
           f"{max(ratios):.3f}) over {len(rows)} rounds; target <= 1.05: "
           f"{'OK' if med <= 1.05 else 'OVER'}")
