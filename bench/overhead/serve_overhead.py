@@ -70,8 +70,9 @@ def main() -> int:
     ap.add_argument("--num-blocks", type=int, default=None)
     ap.add_argument("--max-batch-tokens", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--tuiprof-args", default="--sample-every live --no-nvml",
-                    help="tuiprof serve's collection options (default: the live app's)")
+    ap.add_argument("--tuiprof-args", default="--sample-every live",
+                    help="tuiprof serve's collection options (default: the live app's, NVML "
+                         "included; the 2026-11-26 H100 runs passed --no-nvml as well)")
     ap.add_argument("--out", default="out/serve_overhead")
     ap.add_argument("--deadline", type=float, default=0,
                     help="start no round after this many seconds (0: no limit)")
