@@ -235,8 +235,12 @@ def _stop_signal(seen: list[int]) -> int:
 
 
 def _program_running(ctl) -> bool:
+    """Until the program has ended: ``running`` is None while the session process has not
+    started it yet (a copy can come first on a loaded machine), and the session's state is
+    "error" when it could not start it."""
     prog = (ctl.status.extra or {}).get("program") or {}
-    return not ctl._gone and prog.get("running", True)
+    return (not ctl._gone and prog.get("running") is not False
+            and ctl.status.state != "error")
 
 
 def _follow(ctl, stop: threading.Event) -> None:

@@ -454,8 +454,8 @@ class TuiprofApp(App):
     def _notice_program_end(self, status: Any) -> None:
         """Once, when the profiled program ends: how, and its traceback's last lines."""
         prog = (status.extra or {}).get("program")
-        if self._program_ended or not prog or prog.get("running", True):
-            return
+        if self._program_ended or not prog or prog.get("running") is not False:
+            return   # running, or not started yet (None)
         self._program_ended = True
         tail = prog.get("traceback") or []
         text = "\n".join(printable(x, 300) for x in [status.message or "the program ended",

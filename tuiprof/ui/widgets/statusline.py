@@ -33,7 +33,7 @@ class StatusLine(Static):
         prog = (st.extra or {}).get("program")
         if prog:  # a profiled program: how it runs or ended, and where its output is
             t.append(" ")
-            if prog.get("running", True):
+            if prog.get("running") is not False:   # running, or not started yet (None)
                 t.append(f"▶ {printable(prog.get('name'), 80)}", "bold green")
             else:
                 code = prog.get("exit_status")
