@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import time
@@ -238,24 +239,32 @@ def _start_program(tmp_path: Path, program: str, *args: str):
                       "--", "python", str(PROGRAMS / program), *args], tmp_path)
 
 
-@pytest.mark.parametrize("sigs,rc", [((2, 2), 130), ((15,), 143)])
-def test_a_program_that_ignores_ctrl_c_is_stopped_and_the_code_follows_the_signal(tmp_path, sigs,
-                                                                                   rc):
+@contextlib.contextmanager
+def _stepping(tmp_path: Path, *args: str):
+    """``ignores_sigint.py ARGS`` under ``tuiprof run --headless``, yielded once it steps;
+    killed at the end if it is still there."""
     from .conftest import wait_for_line
 
-    proc = _start_program(tmp_path, "ignores_sigint.py")
+    proc = _start_program(tmp_path, "ignores_sigint.py", *args)
     try:
         wait_for_line(proc, "running ignores_sigint.py")
         while "step 20" not in proc.stdout.readline():   # it is stepping now
             assert proc.poll() is None, proc.stderr.read()
-        for s in sigs:
-            proc.send_signal(s)
-            time.sleep(1.0)
-        out, err = proc.communicate(timeout=30)
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+@pytest.mark.parametrize("sigs,rc", [((2, 2), 130), ((15,), 143)])
+def test_a_program_that_ignores_ctrl_c_is_stopped_and_the_code_follows_the_signal(tmp_path, sigs,
+                                                                                   rc):
+    with _stepping(tmp_path) as proc:
+        for s in sigs:
+            proc.send_signal(s)
+            time.sleep(1.0)
+        out, err = proc.communicate(timeout=30)
     assert proc.returncode == rc, err
     doc = json.loads((tmp_path / "snap.json").read_text())
     prog = doc["meta"]["program"]
@@ -268,22 +277,12 @@ def test_a_program_that_ignores_ctrl_c_is_stopped_and_the_code_follows_the_signa
 def test_the_snapshot_is_written_before_the_program_is_asked_to_end(tmp_path):
     """The second Ctrl-C: stop collecting, write, then end the program (its grace): a program
     that takes its time to end, or never does, cannot hold the snapshot back."""
-    from .conftest import wait_for_line
-
     snap = tmp_path / "snap.json"
-    proc = _start_program(tmp_path, "slow_to_stop.py", str(snap))
-    try:
-        wait_for_line(proc, "running slow_to_stop.py")
-        while "step 20" not in proc.stdout.readline():
-            assert proc.poll() is None, proc.stderr.read()
+    with _stepping(tmp_path, str(snap)) as proc:
         proc.send_signal(2)
         time.sleep(1.0)
         proc.send_signal(2)
         out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 130, err
     assert "snapshot on disk: True" in out, out[-2000:]
     doc = json.loads(snap.read_text())          # rewritten once the program ended
