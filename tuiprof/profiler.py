@@ -128,6 +128,9 @@ class Profiler(SessionControl):
         self._prefill_seen = False
         self._may_detach = False  # CUPTI detached between bursts (allow_bursts_only)
         self._graph_guard: Callable[[], str] | None = None  # why CUPTI must stay attached
+        self._captures: Callable[[], int] | None = None  # CUDA-graph captures seen so far
+        # an attach for an eager prefill alone left the graphs in place: the captures seen then
+        self._kept_graphs_at: int | None = None
         self._rerecord_due = False  # graphs dropped: the next compiled step records them again
         # a program's time windows before its first marked step (0: none, None: steps marked)
         self._windows_first: int | None = 0
@@ -290,12 +293,16 @@ class Profiler(SessionControl):
                 self.store.meta["measured_peaks"] = (measure_peaks("cpu", copy_mib=64, n=512)
                                                      if small else measure_peaks("cuda"))
 
-    def allow_bursts_only(self, graph_guard: Callable[[], str] | None = None) -> bool:
+    def allow_bursts_only(self, graph_guard: Callable[[], str] | None = None,
+                          captures: Callable[[], int] | None = None) -> bool:
         """Let CUPTI be finalized between its bursts from the next step on, if the options
         allow it and CUPTI runs (the built-in engine once loaded, on one rank; a program once
         started). ``graph_guard`` says why CUPTI must stay attached ("" when it need not): a
-        program's CUDA graphs that :func:`drop_cuda_graphs` cannot drop."""
+        program's CUDA graphs that :func:`drop_cuda_graphs` cannot drop. ``captures`` counts
+        the CUDA-graph captures so far: with it, an attach for an eager prefill alone keeps
+        the graphs (:meth:`_cycle_cupti`)."""
         self._graph_guard = graph_guard
+        self._captures = captures
         self._may_detach = bool(self.options.detach_between_bursts and self.cupti is not None
                                 and self.cupti.markers is None)
         return self._may_detach
@@ -396,44 +403,45 @@ class Profiler(SessionControl):
                       batch: int | None = None, positions: int = 1, host: bool = True) -> None:
         if self._windows_first is not None:
             self._first_steps(phase)
+        c = self.collectors.get("cupti")  # the property, once a step
         if phase == "decode" and mode != self.status.mode:
             self._catch_up()
             self.status.mode = mode
             self.store.meta["mode"] = mode
             self.store.add_event("mode", f"mode: {mode}", start_ns)
-            if self.cupti is not None:
-                self.cupti.sample_every = self._sample_every(mode)
+            if c is not None:
+                c.sample_every = self._sample_every(mode)
                 # compiled: the API kinds stay on between bursts (CuptiCollector._set_api_records)
                 # or come on a token before each; never together with the device kinds
-                self.cupti.api_kinds_stay_on = self._api_stay_on(mode)
-                self.cupti.api_lead = mode == "compiled"
+                c.api_kinds_stay_on = self._api_stay_on(mode)
+                c.api_lead = mode == "compiled"
                 # every compiled step's device span
-                self.cupti.graph_trace = self.options.graphs and mode == "compiled"
-                self.cupti.restart_sampling(self.store.next_seq())
-                self.cupti.announce()
+                c.graph_trace = self.options.graphs and mode == "compiled"
+                c.restart_sampling(self.store.next_seq())
+                c.announce()
         # next_seq() is this token's: the previous token was begun in its token_launched
         rerecord = False
-        if self.cupti is None:
+        if c is None:
             sampled = not self._compiling
         elif self._compiling:
-            sampled = self.cupti.quiet_token()
+            sampled = c.quiet_token()
         else:
             seq = self.store.next_seq()
             if self._may_detach and host:  # CUPTI switches on the thread that launches
-                dropped = self._cycle_cupti(seq, phase == "prefill")
+                dropped = self._cycle_cupti(seq, phase == "prefill", mode == "eager")
                 if dropped is not None:  # the step begins after the switch
-                    start_ns = max(start_ns, self.cupti.clock())
+                    start_ns = max(start_ns, c.clock())
                     self._rerecord_due |= dropped > 0
                 # the first compiled step after a drop records the graphs again (a prefill
                 # is eager: it replays none)
                 if self._rerecord_due and phase == "decode" and mode == "compiled":
                     rerecord, self._rerecord_due = True, False
-            sampled = self.cupti.on_token_start(seq, prefill=phase == "prefill")
+            sampled = c.on_token_start(seq, prefill=phase == "prefill")
         if batch is None:  # the engine: its configured batch is the step's configuration
             batch, config = self._batch, self._batch
         else:  # a program: its batch may change step by step, so one configuration for all
             config = PROGRAM_CONFIG
-        attached = self.cupti is not None and self.cupti.attached
+        attached = c is not None and c.attached
         self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled, batch,
                                          config, self._compiling, positions, rerecord, None,
                                          attached)))
@@ -452,13 +460,19 @@ class Profiler(SessionControl):
         if had and self.cupti is not None:
             self.cupti.restart_sampling(self.store.next_seq())
 
-    def _cycle_cupti(self, seq: int, prefill: bool) -> int | None:
+    def _cycle_cupti(self, seq: int, prefill: bool, eager: bool = False) -> int | None:
         """Attach or detach CUPTI before token ``seq`` (engine thread, at a boundary); returns
         how many CUDA graphs were dropped (the step records them again), None if nothing
         switched. The graphs are dropped after an attach and before a detach: graphs CUPTI saw
         must not be replayed once it is finalized, and a burst's graphs are recorded under it
         (docs/performance.md#cupti-and-cuda-graphs). Nothing switches while a compile runs beside decoding
-        (its steps are quiet anyway)."""
+        (its steps are quiet anyway).
+
+        An attach for a due prefill alone, outside a burst, when the prefill is ``eager`` and
+        the captures are counted, keeps the graphs: an eager step replays none, so CUPTI sees
+        none before it is finalized at the next step, unless a capture happened meanwhile
+        (then they are dropped before the detach as usual). This saves the two recordings of
+        the graphs a due prefill's switches cost a compiled program once a period."""
         c = self.cupti
         if self._compiling:
             return None
@@ -472,10 +486,18 @@ class Profiler(SessionControl):
         if want is None:
             return None
         t0 = time.perf_counter()
+        count = self._captures
         if want:
-            dropped = drop_cuda_graphs() if c.attach() else 0
+            dropped = 0
+            if c.attach():
+                if prefill and eager and count is not None and not c.in_burst_window(seq):
+                    self._kept_graphs_at = count()
+                else:
+                    self._kept_graphs_at = None
+                    dropped = drop_cuda_graphs()
         else:
-            dropped = drop_cuda_graphs()
+            kept, self._kept_graphs_at = self._kept_graphs_at, None
+            dropped = 0 if kept is not None and count() == kept else drop_cuda_graphs()
             _sync_device()  # CUPTI's finalize wants the device idle (a program's loop may not be)
             c.detach()
         self.switch_s += time.perf_counter() - t0

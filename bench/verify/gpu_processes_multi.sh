@@ -8,11 +8,15 @@
 #       sharded by hand, NCCL, init_process_group in the script) at 2 ranks under
 #       `tuiprof run --headless -- torchrun ...`: per-rank kernels, NCCL share, skew; then the
 #       live app over the same job in tmux at 200x50 and 80x24 (g, a).
-#   bash bench/verify/gpu_processes_multi.sh 4    # nvidia-h200-x4 (or -h100-x4): ~7 min
-#       the same at 4 ranks (one tmux size), then what the built-in --tp left unrun:
-#       qwen3-0.6b at TP=4 eager and compiled with per-rank overhead (bench/verify/verify_tp.py).
-#   bash bench/verify/gpu_processes_multi.sh 4b   # nvidia-h200-x4: ~7.5 min
-#       nanochat-d34 at TP=4 eager and compiled with per-rank overhead, and at TP=1 compiled.
+#   bash bench/verify/gpu_processes_multi.sh 4    # nvidia-h100-x4 (or -h200-x4): ~8.5 min
+#       the same at 4 ranks (one tmux size).
+#   bash bench/verify/gpu_processes_multi.sh 4b   # the same machine: ~4.5 min on 4 x H100
+#       what the built-in --tp left unrun: qwen3-0.6b at TP=4 eager and compiled with per-rank
+#       overhead (bench/verify/verify_tp.py), then nanochat-d34 at TP=1 eager and compiled.
+#   bash bench/verify/gpu_processes_multi.sh 4c   # the same machine: ~2.5 min on 4 x H100
+#       nanochat-d34 at TP=4 eager and compiled with per-rank overhead.
+#
+# verify_tp.py writes its JSON after every session, so a call cut at its limit keeps what ran.
 #
 # Read: $OUT/*.txt (tables and screens), $OUT/verify_tp*.json. Where the figures go:
 # docs/gpu-verification.md (a new section: device, date, command, the tables) and the
@@ -22,7 +26,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . bench/verify/gpu_setup.sh
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $OUT/gpus.txt
-JOB=(torchrun --standalone --nproc-per-node "${1%b}" tests/programs/tp_job.py --model qwen3-0.6b
+JOB=(torchrun --standalone --nproc-per-node "${1:0:1}" tests/programs/tp_job.py --model qwen3-0.6b
      --device cuda)
 
 torchrun_part() {  # N: the headless table, then the live app in tmux at the sizes given
@@ -44,16 +48,24 @@ case "${1:-}" in
   ;;
 4)
   torchrun_part 4 200x50
-  timeout 300 python bench/verify/verify_tp.py --models qwen3-0.6b --tp 4 --compiled qwen3-0.6b=4 \
-    --overhead-at qwen3-0.6b=4 --screenshots-at '' 2>&1 | tee "$OUT/verify_tp_qwen3_tp4.txt"
   ;;
 4b)
-  timeout 450 python bench/verify/verify_tp.py --models nanochat-d34 --tp 1,4 \
-    --compiled nanochat-d34=1,4 --overhead-at nanochat-d34=4 --screenshots-at '' 2>&1 \
+  mkdir -p "$OUT/q4" "$OUT/n1"
+  OUT=$OUT/q4 timeout 390 python bench/verify/verify_tp.py --models qwen3-0.6b --tp 4 \
+    --compiled qwen3-0.6b=4 --overhead-at qwen3-0.6b=4 --screenshots-at '' --eager-window 16 \
+    2>&1 | tee "$OUT/verify_tp_qwen3_tp4.txt"
+  OUT=$OUT/n1 timeout $((580 - SECONDS)) python bench/verify/verify_tp.py --models nanochat-d34 \
+    --tp 1 --compiled nanochat-d34=1 --overhead-at '' --screenshots-at '' 2>&1 \
+    | tee "$OUT/verify_tp_nanochat_tp1.txt"
+  ;;
+4c)
+  mkdir -p "$OUT/n4"
+  OUT=$OUT/n4 timeout 570 python bench/verify/verify_tp.py --models nanochat-d34 --tp 4 \
+    --compiled nanochat-d34=4 --overhead-at nanochat-d34=4 --screenshots-at '' 2>&1 \
     | tee "$OUT/verify_tp_nanochat_tp4.txt"
   ;;
 *)
-  echo "usage: bash bench/verify/gpu_processes_multi.sh 2|4|4b"; exit 2
+  echo "usage: bash bench/verify/gpu_processes_multi.sh 2|4|4b|4c"; exit 2
   ;;
 esac
 echo "outputs in $OUT"; ls -la "$OUT"

@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     p.add_argument("--compiled", action="append", default=None, metavar="MODEL=TPS",
                    help="where compiled mode is measured (default qwen3-0.6b=1,2 and "
                         "nanochat-d34=2; one compile per model per TP)")
-    p.add_argument("--overhead-at", default="qwen3-0.6b=2", metavar="MODEL=TP",
+    p.add_argument("--overhead-at", default="qwen3-0.6b=2", metavar="MODEL=TP[,MODEL=TP]",
                    help="session that also measures collection overhead per rank ('' = none)")
     p.add_argument("--screenshots-at", default="qwen3-0.6b=2", metavar="MODEL=TP",
                    help="session whose live app is screenshot into $OUT, in its last mode "
@@ -274,8 +274,10 @@ def main(argv=None) -> int:
     for spec in compiled:
         m, _, ts = spec.partition("=")
         want_compiled[rename(m)] = {int(t) for t in ts.split(",") if t}
-    om, _, ot = a.overhead_at.partition("=")
-    overhead_at = (rename(om), int(ot)) if om else None
+    overhead_at = set()
+    for spec in filter(None, a.overhead_at.split(",")):
+        om, _, ot = spec.partition("=")
+        overhead_at.add((rename(om), int(ot)))
     sm, _, st = a.screenshots_at.partition("=")
     shots_at = (rename(sm), int(st)) if sm and os.environ.get("OUT") else None
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
@@ -284,14 +286,14 @@ def main(argv=None) -> int:
     for model in models:
         for tp in tps:
             modes = ["eager"] + (["compiled"] if tp in want_compiled.get(model, set()) else [])
-            hook = "bench.verify.verify_tp:AlignedWindows" if overhead_at == (model, tp) else None
+            hook = "bench.verify.verify_tp:AlignedWindows" if (model, tp) in overhead_at else None
             session = TPSession(model, tp, device=a.device, dtype=a.dtype,
                                 eager_tokens=a.eager_tokens, compiled_tokens=a.compiled_tokens,
                                 cycle_tokens=a.cycle_tokens, ring_tokens=a.ring_tokens,
                                 raw_tokens=a.raw_tokens, timeout=a.timeout,
                                 cupti=not a.no_cupti, hook=hook, say=say)
             def on_mode(s: TPSession, res: ModeResult, modes=modes, model=model, tp=tp) -> None:
-                if overhead_at == (model, tp):
+                if (model, tp) in overhead_at:
                     overhead(a, s, res)
                 if shots_at == (model, tp) and res.mode == modes[-1]:
                     screenshots(s, out_dir, f"tuiprof_tp{tp}_{res.mode}")
@@ -302,6 +304,8 @@ def main(argv=None) -> int:
                 msg = " ".join(str(exc).split())[:300]
                 say(f"{model} TP={tp} failed: {msg}")
                 failed.append(f"{model} TP={tp}: {msg}")
+            if out_dir is not None:  # after each session: a call cut short keeps what ran
+                write_json(runs, failed, out_dir)
     rows, notes = rows_of(runs)
     print_table(rows, notes, runs)
     failed += device_check(runs)
@@ -309,14 +313,19 @@ def main(argv=None) -> int:
         print(f"FAILED {f}")
     if out_dir is not None:
         write_outputs(runs, out_dir, min_tp=2)  # tp_scaling.csv + a snapshot per TP>1 session
-        doc = {"rows": [dict(zip(HEAD, row)) for row in rows], "findings": notes,
-               "failed": failed, "scaling": scaling_rows(runs),
-               "sessions": [{"model": r.model, "tp": r.tp, "load_s": r.load_s,
-                             "compile_s": r.compile_s} for r in runs],
-               "overhead": [o for r in runs for m in r.modes.values()
-                            for o in m.extra.get("overhead", [])]}
-        (out_dir / "verify_tp.json").write_text(json.dumps(doc, indent=1, default=str))
+        write_json(runs, failed, out_dir)
     return 1 if failed else 0
+
+
+def write_json(runs: list, failed: list, out_dir: Path) -> None:
+    rows, notes = rows_of(runs)
+    doc = {"rows": [dict(zip(HEAD, row)) for row in rows], "findings": notes,
+           "failed": failed, "scaling": scaling_rows(runs),
+           "sessions": [{"model": r.model, "tp": r.tp, "load_s": r.load_s,
+                         "compile_s": r.compile_s} for r in runs],
+           "overhead": [o for r in runs for m in r.modes.values()
+                        for o in m.extra.get("overhead", [])]}
+    (out_dir / "verify_tp.json").write_text(json.dumps(doc, indent=1, default=str))
 
 
 if __name__ == "__main__":

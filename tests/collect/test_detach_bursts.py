@@ -169,6 +169,44 @@ def test_after_a_drop_at_a_prefill_the_next_compiled_step_is_the_one_timed_apart
     assert rows[0].sampled                   # the prefill was traced: it was due
 
 
+def test_a_due_eager_prefills_attach_keeps_the_graphs_unless_one_is_captured(monkeypatch):
+    """An attach for an eager prefill alone (outside a burst) drops no graph and its detach
+    none either: an eager step replays no graph, so CUPTI saw none. A capture while attached,
+    a compiled prefill, or no capture count (the built-in engine) drop them as before."""
+    drops: list[int] = []
+    monkeypatch.setattr("tuiprof.profiler.drop_cuda_graphs", lambda: drops.append(1) or 3)
+    captures = [0]
+    prof = Profiler(SessionStore(), ProfilerOptions())
+    c, cupti = _attached(sample_every=8)
+    prof.cupti, prof._may_detach, prof.status.mode = c, True, "compiled"
+    prof.allow_bursts_only(lambda: "", lambda: captures[0])
+    prof._may_detach = True
+    prof._cycle_cupti(BURST + 1, prefill=False)              # the burst's detach drops
+    assert not c.attached and drops == [1]
+    drops.clear()
+    assert prof._cycle_cupti(10, prefill=True, eager=True) == 0 and c.attached
+    assert prof._cycle_cupti(11, prefill=False) == 0 and not c.attached
+    assert drops == []                                        # kept across attach and detach
+    c._prefill_seq = None                                     # due again
+    assert prof._cycle_cupti(12, prefill=True, eager=True) == 0 and c.attached
+    captures[0] += 1                                          # a graph recorded under CUPTI
+    assert prof._cycle_cupti(13, prefill=False) == 3 and not c.attached
+    assert drops == [1]
+    for eager, count in ((False, lambda: captures[0]), (True, None)):
+        drops.clear()
+        c._prefill_seq = None
+        prof._captures = count
+        assert prof._cycle_cupti(14, prefill=True, eager=eager) == 3 and c.attached
+        assert prof._cycle_cupti(15, prefill=False) == 3 and not c.attached
+        assert drops == [1, 1]
+    # a prefill inside a burst's window is the burst's: its graphs go as a burst's do
+    drops.clear()
+    prof._captures = lambda: captures[0]
+    c._prefill_seq = None
+    assert prof._cycle_cupti(8 * BURST - ATTACH_LEAD, prefill=True, eager=True) == 3
+    assert drops == [1]
+
+
 def test_detach_folds_every_record_before_finalizing():
     """Records still queued are parsed before the finalize: their kernel and API names are
     read through CUPTI (pointers into its memory, get_callback_name), which finalize frees."""

@@ -201,8 +201,13 @@ def test_program_compiled_detaches_between_bursts_and_decodes_the_same(tmp_path)
     traced = [t for t in dec if t["sampled"]]
     graph = [t["graph_kernels"] for t in traced]
     rerecord = [round(t["host_ms"], 1) for t in dec if t.get("rerecord")]
+    # a traced prefill of the second or third call, its graphs kept (no re-recording after)
+    done = [t for t in doc["tokens"] if t["done"]]
+    kept = [a["seq"] for a, b in zip(done, done[1:]) if a["phase"] == "prefill" and a["sampled"]
+            and b["phase"] == "decode" and b["mode"] == "compiled" and not b.get("rerecord")]
     print("detaches", over.get("detaches"), "switch_s", over.get("switch_s"), "traced",
-          len(traced), "graph kernels", sorted(set(graph)), "rerecord ms", rerecord)
+          len(traced), "graph kernels", sorted(set(graph)), "rerecord ms", rerecord,
+          "traced prefills with their graphs kept", kept)
     assert over["detaches"] >= 4
     assert graph and min(graph) > 100 and statistics.median(graph) == max(graph), graph
     assert all(not t["kernels"] for t in dec if not t["sampled"])

@@ -85,6 +85,32 @@ def test_api_steps_get_their_gpu_time_at_a_later_step_without_waiting(prof):
     assert all(t.attached is False for t in rows(prof))
 
 
+def test_a_launched_steps_times_are_read_while_it_computes_not_before_it_launches(prof):
+    """A source that reports the launch (generate()'s logits processors) gets the earlier
+    steps' times read there, while the device computes: the next step's begin, which comes
+    before its launch on the program's critical path, reads none."""
+    dev = Device(auto=True)
+    timer = StepTimer(make_event=dev.event)
+    rec = StepRecorder(prof, timer=timer)
+    polls = []
+    real = timer.poll
+    timer.poll = lambda wait=False: polls.append(wait) or real(wait)
+    rec.begin("api", "decode")
+    rec.launched("api")
+    rec.device_done("api")
+    n = len(polls)
+    rec.begin("api", "decode")       # step 0 launched: nothing read before step 1 launches
+    assert len(polls) == n
+    rec.launched("api")               # read here: step 0's time reaches the store
+    assert len(polls) == n + 1
+    rec.device_done("api")
+    rec.close()                       # the program ended: read, waiting
+    assert [t.gpu_ms for t in rows(prof)] == [1.0, 1.0] and polls[-1] is True
+    rec.begin("api", "decode")
+    rec.begin("api", "decode")       # its step never reported launched: read at this begin
+    assert polls[n + 2:] == [False, False]
+
+
 def test_the_pool_is_bounded_and_a_step_beyond_it_goes_untimed(prof):
     dev = Device()
     timer = StepTimer(pairs=2, make_event=dev.event)

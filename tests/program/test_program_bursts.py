@@ -120,5 +120,6 @@ def test_graph_captures_install_and_uninstall():
     with pytest.raises(Exception):
         torch.cuda.CUDAGraph.capture_begin(object.__new__(torch.cuda.CUDAGraph))
     assert g.foreign == 1                                # seen before torch's own code ran
+    assert g.captures == 1                               # counted, whoever captured
     g.uninstall()
     assert torch.cuda.graphs.CUDAGraph.__dict__["capture_begin"] is orig

@@ -213,6 +213,13 @@ class CuptiCollector:
             return window
         return None
 
+    def in_burst_window(self, seq: int) -> bool:
+        """Whether token ``seq`` falls in a burst's attached window (the burst and its lead),
+        as :meth:`attach_wanted` reckons it."""
+        period = self.sample_every * BURST
+        phase = (seq - self._origin) % period
+        return phase <= BURST or phase >= period - ATTACH_LEAD
+
     def _prefill_due(self, seq: int) -> bool:
         return self._prefill_seq is None or seq - self._prefill_seq >= self.sample_every * BURST
 

@@ -72,6 +72,9 @@ class GraphCaptures:
     def __init__(self) -> None:
         self.tree_threads: set[int] = set()
         self.foreign = 0                   # captures outside inductor's cudagraph trees
+        self.captures = 0                  # every capture seen, wherever it came from
+        self._asked: tuple[int, int] | None = None   # (captures, thread) of the last answer
+        self._answer = ""
         self._restore: tuple[Any, Any] | None = None
 
     def install(self) -> None:
@@ -99,6 +102,7 @@ class GraphCaptures:
 
     def seen(self, frame: Any) -> None:
         """A capture begins, called from ``frame``: inductor's trees or the program's own."""
+        self.captures += 1
         for _ in range(6):
             if frame is None:
                 break
@@ -110,7 +114,14 @@ class GraphCaptures:
 
     def undroppable(self) -> str:
         """Why CUPTI must stay attached on this thread ("" if it need not): a graph that
-        :func:`drop_cuda_graphs`, called here, would not drop."""
+        :func:`drop_cuda_graphs`, called here, would not drop. Asked at every step: the
+        answer is kept until a capture or another thread asks."""
+        key = (self.captures, threading.get_ident())
+        if key != self._asked:
+            self._asked, self._answer = key, self._why()
+        return self._answer
+
+    def _why(self) -> str:
         if self.foreign:
             return "the program records CUDA graphs of its own"
         if self.tree_threads - {threading.get_ident()}:

@@ -105,7 +105,7 @@ class ProgramSession:
             return
         prof.start_collectors(markers=markers)
         if markers is None and not rank_facts() and prof.allow_bursts_only(
-                self.captures.undroppable):
+                self.captures.undroppable, lambda: self.captures.captures):
             self.captures.install()  # one rank: CUPTI attached around its bursts only
         self.capture.start()
         marks._requests = self.requests   # tuiprof.request_arrived() and the rest

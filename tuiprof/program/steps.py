@@ -46,6 +46,8 @@ from .step_gpu_time import StepTimer
 from .sources import HOST as HOST_SOURCES, NAMES as SOURCES  # precedence order
 from ..phases import DECODE, PREFILL, WINDOW  # noqa: F401
 
+_RANK = {s: i for i, s in enumerate(SOURCES)}  # a source's precedence, 0 the highest
+
 
 @dataclass(slots=True)
 class _Open:
@@ -130,13 +132,14 @@ class StepRecorder:
         if not self._resume.is_set() and source in HOST_SOURCES:
             self._wait_resumed(source)
         with self._lock:
-            rank = SOURCES.index(source)
-            if self._held_above(rank):
+            rank = _RANK[source]
+            if rank and self._held_above(rank):
                 self.nested += 1
                 return None
             t = self.clock() if start_ns is None else start_ns
-            if self._open is not None:
-                prev = self._open
+            prev = self._open
+            prev_unlaunched = prev is None or not prev.launched
+            if prev is not None:
                 self._finish(t)
                 if not prev.launched:  # no busy-device moment: its bookkeeping is done at its end
                     self.listener.token_launched(prev.model_window(t))
@@ -155,7 +158,8 @@ class StepRecorder:
                                         positions=max(0, int(positions)), host=host)
             if host:  # after token_started, as in the engine: a CUPTI switch there is not the step's
                 op.gpu = self.timer.start()
-                self._read_gpu_times()
+                if prev_unlaunched:  # else read at launched, while the device computes
+                    self._read_gpu_times()
             if phase != self._state:
                 self._state = phase
                 self.listener.state_changed(phase)
@@ -170,6 +174,7 @@ class StepRecorder:
                 op.launched = True
                 self.listener.token_launched(op.model_window(self.clock()) if op.model_start
                                              else None)
+                self._read_gpu_times()  # the steps before, off the step's critical path
 
     def device_done(self, source: str) -> None:
         """The open step's device work is all queued (``source`` opened it), before the loop

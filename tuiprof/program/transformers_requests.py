@@ -188,6 +188,10 @@ class GenerateRequests:
                 self.book.arrived(rid, n, GENERATE, t=self.t0, queued_t=self.t0)
             return
         self.times.append(self.clock() if t is None else t)
+
+    def flush_due(self) -> None:
+        """Hand the rows' new tokens to the store once ``GENERATE_FLUSH`` steps are pending
+        (called after the step's forward is launched: off the step's critical path)."""
         if len(self.times) - self.flushed >= GENERATE_FLUSH:
             self._flush()
 

@@ -372,10 +372,16 @@ class _GenerateScope:
     def _wrap_update(self, update: Callable) -> Callable:
         """generate() calls it right after each forward returns: the model's window ends."""
         rec = self.steps.recorder
+        rows = self.rows
 
         @functools.wraps(update)
         def _update_model_kwargs_for_generation(*args, **kwargs):
             rec.model_ends(SOURCE)
+            if rows is not None:  # the forward is launched: the rows' store work goes here
+                try:
+                    rows.flush_due()
+                except Exception:
+                    pass
             return update(*args, **kwargs)
 
         return _update_model_kwargs_for_generation

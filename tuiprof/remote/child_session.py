@@ -172,7 +172,7 @@ class ChildSession(ProgramSession):
             prof.start_collectors(gpu_index(), markers=markers)
             prof.store.meta["cuda"] = True
             if markers is None and not rank_facts() and prof.allow_bursts_only(
-                    self.captures.undroppable):
+                    self.captures.undroppable, lambda: self.captures.captures):
                 self.captures.install()
             if self.windows is not None and not self.recorder.marked:
                 self.sources["windows"] = self.windows
