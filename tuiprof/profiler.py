@@ -471,8 +471,10 @@ class Profiler(SessionControl):
         An attach for a due prefill alone, outside a burst, when the prefill is ``eager`` and
         the captures are counted, keeps the graphs: an eager step replays none, so CUPTI sees
         none before it is finalized at the next step, unless a capture happened meanwhile
-        (then they are dropped before the detach as usual). This saves the two recordings of
-        the graphs a due prefill's switches cost a compiled program once a period."""
+        (then they are dropped before the detach as usual). If CUPTI stays attached into a
+        step that is not an eager prefill (a burst's window begins next), the kept graphs are
+        dropped before that step, as at a burst's attach. This saves the two recordings of the
+        graphs a due prefill's switches cost a compiled program once a period."""
         c = self.cupti
         if self._compiling:
             return None
@@ -484,7 +486,15 @@ class Profiler(SessionControl):
             c.announce()
         want = c.attach_wanted(seq, prefill)
         if want is None:
-            return None
+            if self._kept_graphs_at is None or (prefill and eager):
+                return None
+            # attached on into a step that may replay the kept graphs (a burst's window
+            # begins right after the prefill): they go now, as at a burst's attach
+            t0 = time.perf_counter()
+            self._kept_graphs_at = None
+            dropped = drop_cuda_graphs()
+            self.switch_s += time.perf_counter() - t0
+            return dropped
         t0 = time.perf_counter()
         count = self._captures
         if want:

@@ -199,11 +199,22 @@ def test_a_due_eager_prefills_attach_keeps_the_graphs_unless_one_is_captured(mon
         assert prof._cycle_cupti(14, prefill=True, eager=eager) == 3 and c.attached
         assert prof._cycle_cupti(15, prefill=False) == 3 and not c.attached
         assert drops == [1, 1]
-    # a prefill inside a burst's window is the burst's: its graphs go as a burst's do
+    # attached on from a kept prefill into a burst's window: the graphs go before its first step
     drops.clear()
     prof._captures = lambda: captures[0]
+    lead = 8 * BURST - ATTACH_LEAD
     c._prefill_seq = None
-    assert prof._cycle_cupti(8 * BURST - ATTACH_LEAD, prefill=True, eager=True) == 3
+    assert prof._cycle_cupti(lead - 1, prefill=True, eager=True) == 0 and c.attached
+    assert drops == []
+    assert prof._cycle_cupti(lead, prefill=False) == 3 and c.attached   # no switch, a drop
+    assert drops == [1] and prof._kept_graphs_at is None
+    assert prof._cycle_cupti(lead + 1, prefill=False) is None            # nothing more
+    prof._cycle_cupti(8 * BURST + BURST + 1, prefill=False)               # the burst's detach
+    assert drops == [1, 1] and not c.attached
+    # a prefill inside a burst's window is the burst's: its graphs go as a burst's do
+    drops.clear()
+    c._prefill_seq = None
+    assert prof._cycle_cupti(2 * 8 * BURST - ATTACH_LEAD, prefill=True, eager=True) == 3
     assert drops == [1]
 
 
