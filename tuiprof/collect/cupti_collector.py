@@ -205,10 +205,7 @@ class CuptiCollector:
         that window), None when nothing changes."""
         if not self.bursts_only or not self.running or self.paused:
             return None
-        period = self.sample_every * BURST
-        phase = (seq - self._origin) % period
-        window = (phase <= BURST or phase >= period - ATTACH_LEAD
-                  or (prefill and self._prefill_due(seq)))
+        window = self.in_burst_window(seq) or (prefill and self._prefill_due(seq))
         if window != self.attached:
             return window
         return None
