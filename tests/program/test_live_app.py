@@ -42,7 +42,10 @@ def test_program_in_the_live_app(tmp_path):
     async def main():
         async with app.run_test(size=(120, 40)) as pilot:
             await _until(lambda: app.view is not None and "serving" in app.view.output, app)
-            assert "▶ serve_forever.py" in status_text() and "serve.log" in status_text()
+            # the status line follows the session's status, which may reach the app a refresh
+            # after the program's first output (seen under load: still "loading" then)
+            await _until(lambda: "▶ serve_forever.py" in status_text()
+                         and "serve.log" in status_text(), app, 10)
             # c: tuiprof's own engine only; shown disabled, and says why when pressed
             assert app.check_action("toggle_mode", ()) is None
             await pilot.press("c")
