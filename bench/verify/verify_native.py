@@ -16,9 +16,9 @@ program (tests/gpu/native/decode_like.cu) compiled with nvcc here, then
         [--only steps,nvtx,nsys,overhead,live,cpu]
 
 Writes into DIR: verify_native.json (every figure and check, rewritten at each check),
-steps.json (the snapshot of the auto-steps run), steps_stdout.txt, nsys_kern_sum.csv (as
-``nsys stats`` printed it) and native_live.txt (the tmux captures); prints every check, then a
-recap of them all and the count passed.
+steps.json (the snapshot of the auto-steps run), steps_stdout.txt, nsys_kern_sum.csv and
+nsys_gpu_trace.csv (as ``nsys stats`` printed them) and native_live.txt (the tmux captures);
+prints every check, then a recap of them all and the count passed.
 """
 from __future__ import annotations
 
@@ -207,6 +207,87 @@ def kernel_checks(results: dict, res: dict) -> None:
           else f"differ: {differ}")
 
 
+IDLE_NS = 2_000   # a kernel after at least this much GPU idle time counts as "after idle"
+
+
+def ops_from_raw(doc: dict) -> list:
+    """(start, end, kernel name, or "" for a copy or memset) of every device operation in a
+    tuiprof snapshot's raw records (tuiprof/store/records.py's layout), by start."""
+    ops = set()
+    for tok in doc.get("raw") or []:
+        for r in tok["records"]:
+            if r[0] == "K":
+                ops.add((r[2], r[3], base_name(r[1])))
+            elif r[0] == "C":
+                ops.add((r[3], r[4], ""))
+            elif r[0] == "S":
+                ops.add((r[2], r[3], ""))
+    return sorted(ops)
+
+
+def ops_from_trace_csv(path: Path) -> list:
+    """The same from nsys's ``cuda_gpu_trace`` CSV (Start, Duration, Name; a copy or memset
+    is named ``[CUDA memcpy …]`` / ``[CUDA memset]``)."""
+    from tuiprof.export.check_nsys import read_nsys_csv
+
+    header, rows = read_nsys_csv(path)
+    ops = []
+    for r in rows:
+        cell = dict(zip(header, r))
+        try:
+            start = int(float(cell["Start (ns)"].replace(",", "")))
+            dur = int(float(cell["Duration (ns)"].replace(",", "")))
+        except (KeyError, ValueError):
+            continue
+        name = cell.get("Name", "")
+        ops.append((start, start + dur, "" if name.startswith("[CUDA") else base_name(name)))
+    return sorted(ops)
+
+
+def idle_table(ours: list, theirs: list) -> list:
+    """Per kernel, on each side: how long the GPU sat idle before it (its start minus the end
+    of every operation before it), and its median duration after idle (>= ``IDLE_NS``) and
+    after none. A kernel whose duration differs between two tools only where it follows idle
+    time is slowed by the idle time each tool's host overhead leaves, not mis-measured."""
+    def per_kernel(ops):
+        out: dict[str, list] = {}
+        busy_to = None
+        for start, end, name in ops:
+            idle = 0 if busy_to is None else max(0, start - busy_to)
+            busy_to = end if busy_to is None else max(busy_to, end)
+            if name:
+                out.setdefault(name, []).append((end - start, idle))
+        return out
+
+    def med(xs):
+        return statistics.median(xs) if xs else None
+
+    a, b = per_kernel(ours), per_kernel(theirs)
+    rows = []
+    for name in sorted(set(a) & set(b), key=lambda n: -sum(d for d, _ in b[n])):
+        row = {"kernel": name}
+        for side, got in (("tuiprof", a[name]), ("nsys", b[name])):
+            row[side] = {"n": len(got), "median_ns": med([d for d, _ in got]),
+                         "idle_before_median_ns": med([i for _, i in got]),
+                         "median_after_idle_ns": med([d for d, i in got if i >= IDLE_NS]),
+                         "median_after_none_ns": med([d for d, i in got if i < IDLE_NS])}
+        rows.append(row)
+    return rows
+
+
+def print_idle_table(rows: list) -> None:
+    def us(v):
+        return "-" if v is None else f"{v / 1e3:.3f}"
+    print(f"    {'kernel':<18} {'idle before, us (tuiprof / nsys)':>33} "
+          f"{'after idle, us':>17} {'after none, us':>17}")
+    for r in rows:
+        t, n = r["tuiprof"], r["nsys"]
+        print(f"    {r['kernel'][:18]:<18} {us(t['idle_before_median_ns']):>16} / "
+              f"{us(n['idle_before_median_ns']):<14} {us(t['median_after_idle_ns']):>8} / "
+              f"{us(n['median_after_idle_ns']):<8} {us(t['median_after_none_ns']):>8} / "
+              f"{us(n['median_after_none_ns']):<8}")
+
+
 def nsys_compare(results, args, binary, steps, doc, out):
     rep = Path("/tmp/tuiprof_native_nsys")
     for p in rep.parent.glob(rep.name + ".*"):
@@ -229,6 +310,15 @@ def nsys_compare(results, args, binary, steps, doc, out):
     res["nsys_stats_stderr"] = stats.stderr[-2000:]
     results["nsys"] = res
     kernel_checks(results, res)
+    # the GPU's idle time before each kernel on both sides (figures only, no check)
+    trace = sh([args.nsys, "stats", "--report", "cuda_gpu_trace", "--format", "csv",
+                str(rep.with_suffix(".nsys-rep"))], timeout=240)
+    trace_path = out / "nsys_gpu_trace.csv"
+    trace_path.write_text(trace.stdout)
+    rows = idle_table(ops_from_raw(doc), ops_from_trace_csv(trace_path))
+    results["nsys_idle"] = {"idle_ns": IDLE_NS, "table": rows}
+    print_idle_table(rows)
+    save(results)
 
 
 def nsys_repeat(results, args, binary, out):

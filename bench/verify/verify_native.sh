@@ -7,10 +7,11 @@
 #
 #   bash bench/verify/verify_native.sh
 #
-# Six files land in $OUT (the device tool returns at most 8): verify_native.json (every figure
-# and check), verify_native.txt (this script's output: every check, the nsys table, the CPU
+# Seven files land in $OUT (the device tool returns at most 8): verify_native.json (every figure
+# and check), verify_native.txt (this script's output: every check, the nsys tables, the CPU
 # tests' whole output, a recap), steps.json (the snapshot of the auto-steps run) and
-# steps_stdout.txt, nsys_kern_sum.csv, native_live.txt (the tmux captures, one after the other).
+# steps_stdout.txt, nsys_kern_sum.csv, nsys_gpu_trace.csv (every kernel and copy nsys saw, for
+# the idle time before each kernel), native_live.txt (the tmux captures, one after the other).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d)}

@@ -105,3 +105,58 @@ def test_a_csv_without_rows_fails_both_checks(vn, tmp_path):
 def test_parameter_lists_are_not_part_of_the_name(vn):
     assert vn.base_name("void k<(int)8>(const float *, int)") == "k<(int)8>"
     assert vn.base_name("gemv_small_grid") == "gemv_small_grid"
+
+
+def _trace_csv(path, ops):
+    """A ``cuda_gpu_trace`` CSV as nsys prints it (its columns; tuiprof's export writes the
+    same), with nsys's own line before the report."""
+    from tuiprof.export.nsys_reports import TRACE_COLUMNS
+
+    lines = ["Generating SQLite file x.sqlite from x.nsys-rep", ",".join(TRACE_COLUMNS)]
+    for start, end, name in ops:
+        cells = [""] * len(TRACE_COLUMNS)
+        cells[0], cells[1], cells[-1] = str(start), str(end - start), name
+        lines.append(",".join(cells))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_the_idle_before_each_kernel_is_told_apart_on_both_sides(vn, tmp_path, capsys):
+    """Each step: embed after a host gap, gemv, argmax, a copy to the host. On nsys's side the
+    gaps are longer and the kernels after them slower; the kernels after no idle time are the
+    same on both sides: the table says so per kernel."""
+    def steps(gap, slow):
+        ops, t = [], 0
+        for _ in range(5):
+            t += gap
+            ops.append((t, t + 2_000 + slow, "embed"))
+            t += 2_000 + slow
+            ops.append((t, t + 70_000, "gemv_small_grid"))
+            t += 70_000
+            ops.append((t, t + 7_000, "argmax_token"))
+            t += 7_000
+            ops.append((t, t + 1_500, "[CUDA memcpy Device-to-Host]"))
+            t += 1_500
+        return ops
+
+    records = []                                             # tuiprof/store/records.py
+    for a, b, name in steps(gap=10_000, slow=0):
+        records.append(["C", 2, 4, a, b] if name.startswith("[") else ["K", name, a, b] + [0] * 11)
+    doc = {"raw": [{"seq": 0, "records": records}]}
+    assert [name for _, _, name in vn.ops_from_raw(doc)][:4] == [
+        "embed", "gemv_small_grid", "argmax_token", ""]
+    csv = tmp_path / "trace.csv"
+    _trace_csv(csv, steps(gap=40_000, slow=150))
+    theirs = vn.ops_from_trace_csv(csv)
+    assert len(theirs) == 20 and theirs[3][2] == ""          # the copy is not a kernel
+    rows = {r["kernel"]: r for r in vn.idle_table(vn.ops_from_raw(doc), theirs)}
+    assert set(rows) == {"embed", "gemv_small_grid", "argmax_token"}
+    embed = rows["embed"]
+    assert embed["tuiprof"]["idle_before_median_ns"] == 10_000
+    assert embed["nsys"]["idle_before_median_ns"] == 40_000
+    assert embed["tuiprof"]["median_after_idle_ns"] == 2_000
+    assert embed["nsys"]["median_after_idle_ns"] == 2_150
+    gemv = rows["gemv_small_grid"]
+    assert gemv["tuiprof"]["median_after_none_ns"] == gemv["nsys"]["median_after_none_ns"]
+    assert gemv["nsys"]["median_after_idle_ns"] is None      # never after idle time
+    vn.print_idle_table(list(rows.values()))
+    assert "embed" in capsys.readouterr().out
