@@ -31,6 +31,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from tuiprof.text import printable  # kernel names come from the program: sanitised on stdout
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,7 +186,7 @@ def kernel_checks(results: dict, res: dict) -> None:
         ratio = "-" if r["mean_ratio"] is None else f"{r['mean_ratio']:.4f}"
         note = ("" if r["compared"] else f"  (only in {r['only_in']})" if r["only_in"]
                 else f"  (< {MIN_SHARE:.1%} of GPU time: not compared)")
-        print(f"    {r['kernel'][:22]:<22} {us(r['tuiprof_mean_ns']):>13} {r['tuiprof_count']:>7} "
+        print(f"    {printable(r['kernel'], 22):<22} {us(r['tuiprof_mean_ns']):>13} {r['tuiprof_count']:>7} "
               f"{us(r['nsys_mean_ns']):>13} {r['nsys_count']:>7} {ratio:>7} "
               f"{r['share_of_gpu_time']:>6.1%}{note}")
     worst = res["worst"]
@@ -282,7 +284,7 @@ def print_idle_table(rows: list) -> None:
           f"{'after idle, us':>17} {'after none, us':>17}")
     for r in rows:
         t, n = r["tuiprof"], r["nsys"]
-        print(f"    {r['kernel'][:18]:<18} {us(t['idle_before_median_ns']):>16} / "
+        print(f"    {printable(r['kernel'], 18):<18} {us(t['idle_before_median_ns']):>16} / "
               f"{us(n['idle_before_median_ns']):<14} {us(t['median_after_idle_ns']):>8} / "
               f"{us(n['median_after_idle_ns']):<8} {us(t['median_after_none_ns']):>8} / "
               f"{us(n['median_after_none_ns']):<8}")
@@ -374,7 +376,7 @@ def nsys_repeat(results, args, binary, out):
     print(f"    {'kernel':<18} {'share':>6} {'ratio of medians':>17} {'tuiprof spread':>15} "
           f"{'nsys spread':>12}")
     for r in table:
-        print(f"    {r['kernel'][:18]:<18} {(r['share'] or 0):>6.1%} {r['median_ratio']:>17.4f} "
+        print(f"    {printable(r['kernel'], 18):<18} {(r['share'] or 0):>6.1%} {r['median_ratio']:>17.4f} "
               f"{r['tuiprof_spread']:>15.2%} {r['nsys_spread']:>12.2%}")
     big = [r for r in table if (r["share"] or 0) >= MIN_SHARE]
     worst = max(big, key=lambda r: abs(r["median_ratio"] - 1), default=None)
