@@ -86,3 +86,12 @@ def test_every_traced_kernel_is_split_by_its_launch(eager_run, compiled_run):
         loops = sorted({lp for _, _, lp in split})
         assert 1 <= loops[0] and loops[-1] <= 8, (name, loops)
         print(name, "model/loop kernels per step:", sorted({(m, lp) for _, m, lp in split}))
+
+
+def test_allocator_counters_equal_torchs_memory_stats():
+    from tuiprof.collect.allocator import FIELDS, read_allocator_stats
+    keep = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (1, 3, 40)]
+    del keep[1]
+    flat = torch.cuda.memory_stats()
+    assert read_allocator_stats() == {k: int(flat.get(v, 0)) for k, v in FIELDS.items()}
+    assert read_allocator_stats()["reserved_bytes"] >= 41 << 20
