@@ -28,6 +28,9 @@ and the ratio of the totals::
     python bench/overhead/overhead_program_windows.py --blocks 10
     python bench/overhead/overhead_program_windows.py --mode compiled --blocks 8
     python bench/overhead/overhead_program_windows.py --device cpu --tiny --blocks 2   # the CPU path
+
+``--nonvml`` adds a third configuration to every block (A B C C B A): the session with its NVML
+sampler paused, to tell what NVML's sampling costs from the rest.
 """
 from __future__ import annotations
 
@@ -69,6 +72,9 @@ def main() -> int:
                    help="steps per window, dividing the sampling period (default: 32 eager, "
                         "64 compiled)")
     p.add_argument("--json", default=None)
+    p.add_argument("--nonvml", action="store_true",
+                   help="a third configuration, interleaved with the two: the session with its "
+                        "NVML sampler paused (what NVML's sampling costs the program)")
     a = p.parse_args()
     a.new_tokens = a.new_tokens or (32 if a.mode == "eager" else 64)
     t_start = time.perf_counter()
@@ -112,8 +118,9 @@ def main() -> int:
             torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    def configure(on: bool) -> None:
+    def configure(cfg: str) -> None:
         nonlocal forced
+        on = cfg != "none"
         if on:
             session.sources["transformers"].install()
         else:
@@ -125,7 +132,7 @@ def main() -> int:
                 torch.cuda.synchronize()
                 c.detach()
         if prof.nvml is not None:
-            prof.nvml.paused = not on
+            prof.nvml.paused = cfg != "tuiprof"
 
     for _ in range(3):  # warm-up (compiled: the compile and the first graphs); the steps'
         window()        # sequence numbers then start on a window boundary
@@ -138,24 +145,27 @@ def main() -> int:
     print(f"# {a.device}, {a.mode}, {a.new_tokens} steps a window, {per_block} windows of each "
           f"a block; "
           f"CUPTI: {prof.store.view().collectors.get('cupti', {}).get('message')}", flush=True)
-    order = ["tuiprof", "none", "none", "tuiprof"]
+    cfgs = ["tuiprof", "none"] + (["nonvml"] if a.nonvml else [])
+    order = cfgs + cfgs[::-1]  # A B B A, or A B C C B A
     blocks: list[dict] = []
     for b in range(a.blocks):
         if a.deadline and time.perf_counter() - t_start > a.deadline:
             break
-        sums = {"tuiprof": [], "none": []}
-        for i in range(2 * per_block):
-            cfg = order[(i + 2 * (b % 2)) % 4]
-            configure(cfg == "tuiprof")
+        sums = {k: [] for k in cfgs}
+        for i in range(len(cfgs) * per_block):
+            cfg = order[(i + len(cfgs) * (b % 2)) % len(order)]
+            configure(cfg)
             sums[cfg].append(window())
         ratio = sum(sums["tuiprof"]) / sum(sums["none"])
         blocks.append({k: v for k, v in sums.items()} | {"ratio": ratio})
+        if a.nonvml:
+            blocks[-1]["ratio_nonvml"] = sum(sums["nonvml"]) / sum(sums["none"])
         detaches = c.detaches if c is not None else 0
         print(f"[{time.perf_counter() - t_start:6.1f} s] block {b + 1}: tuiprof/none {ratio:.3f};"
               f" ms/step tuiprof {1e3 * statistics.median(sums['tuiprof']) / a.new_tokens:.2f}"
               f" none {1e3 * statistics.median(sums['none']) / a.new_tokens:.2f};"
               f" CUPTI detaches so far {detaches}, forced {forced}", flush=True)
-    configure(True)
+    configure("tuiprof")
     session.finish(ProgramResult(0, "exited"))
     if not blocks:
         print("no block fitted before the deadline")
@@ -171,6 +181,11 @@ def main() -> int:
           f"{statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f}) | "
           f"{tot['tuiprof'] / tot['none']:.3f} | {1e3 * tot['tuiprof'] / n:.2f} | "
           f"{1e3 * tot['none'] / n:.2f} |")
+    if a.nonvml:
+        rn = [blk["ratio_nonvml"] for blk in blocks]
+        print(f"| the same, NVML paused | {len(blocks)} | {statistics.median(rn):.3f} "
+              f"({min(rn):.3f}–{max(rn):.3f}) | "
+              f"{sum(sum(blk['nonvml']) for blk in blocks) / tot['none']:.3f} | – | – |")
     print(f"session: {json.dumps(view.counters)}; overhead {json.dumps(view.overhead)}; "
           f"windows detached by the bench: {forced}")
     if a.json:

@@ -320,7 +320,39 @@ def nsys_compare(results, args, binary, steps, doc, out):
     rows = idle_table(ops_from_raw(doc), ops_from_trace_csv(trace_path))
     results["nsys_idle"] = {"idle_ns": IDLE_NS, "table": rows}
     print_idle_table(rows)
+    in_kernel_table(results, doc, program_line(prof.stdout)[1], res)
     save(results)
+
+
+def in_kernel_table(results, doc, under_nsys: dict, kern: dict) -> None:
+    """The program's own clocks inside embed and argmax_token (median over the decode steps),
+    alone, under tuiprof and under nsys, beside each tool's CUPTI duration: where a tool's
+    reading differs from the other's, do the kernel's own clocks differ the same way?"""
+    under_tp = {}
+    for line in doc.get("output", []):
+        if line.startswith("decode_like: {"):
+            under_tp = program_line(line)[1]
+    runs = {"alone": results.get("program_alone") or {}, "tuiprof": under_tp,
+            "nsys": under_nsys}
+    means = {r["kernel"]: r for r in kern.get("table", [])} if isinstance(kern, dict) else {}
+    table = []
+    print("    in-kernel clocks (median of the decode steps), and each tool's CUPTI mean")
+    print(f"    {'kernel':<14} {'globaltimer ns: alone / tuiprof / nsys':>40} "
+          f"{'SM cycles: alone / tuiprof / nsys':>36} {'CUPTI us: tuiprof / nsys':>26}")
+    for k in ("embed", "argmax_token"):
+        ns = [runs[w].get("in_kernel", {}).get(f"{k}_ns") for w in runs]
+        cyc = [runs[w].get("in_kernel", {}).get(f"{k}_cycles") for w in runs]
+        m = means.get(k, {})
+        def us(v):
+            return None if v is None else round(v / 1e3, 3)
+        row = {"kernel": k, "ns": dict(zip(runs, ns)), "cycles": dict(zip(runs, cyc)),
+               "cupti_us": {"tuiprof": us(m.get("tuiprof_mean_ns")),
+                            "nsys": us(m.get("nsys_mean_ns"))}}
+        table.append(row)
+        print(f"    {k:<14} {' / '.join(str(x) for x in ns):>40} "
+              f"{' / '.join(str(x) for x in cyc):>36} "
+              f"{row['cupti_us']['tuiprof']} / {row['cupti_us']['nsys']}")
+    results["in_kernel"] = table
 
 
 def nsys_repeat(results, args, binary, out):

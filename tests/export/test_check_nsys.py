@@ -34,6 +34,21 @@ def test_parser_skips_what_nsys_prints_before_a_report_on_stdout(tmp_path):
     assert [(r[-1], r[2]) for r in rows] == [("gemv_small_grid", "4608"), ("attn_decode", "1024")]
 
 
+def test_parser_skips_an_existing_exports_notice(tmp_path):
+    """The second report of one run, as the H100 printed it: nsys's notice about the SQLite
+    file it found runs over indented lines before the header."""
+    p = tmp_path / "gpu_trace.csv"
+    p.write_text("\nNOTICE: Existing SQLite export found: /tmp/r.sqlite\n"
+                 "        It is assumed file was previously exported from: /tmp/r.nsys-rep\n"
+                 "        Consider using --force-export=true if needed.\n\n"
+                 "Processing [/tmp/r.sqlite] with [/opt/nsys/reports/cuda_gpu_trace.py]... \n\n"
+                 "Start (ns),Duration (ns),CorrId,Name\n"
+                 "695428373,5697,135,fill_weights\n695451670,5504,137,fill_weights\n")
+    header, rows = cn.read_nsys_csv(p)
+    assert header == ["Start (ns)", "Duration (ns)", "CorrId", "Name"]
+    assert [r[0] for r in rows] == ["695428373", "695451670"]
+
+
 def test_check_against_fake_nsys(tmp_path, compiled_view):
     csv_dir = tmp_path / "tp"
     write_nsys_reports(compiled_view, csv_dir, window_only=True)

@@ -43,6 +43,8 @@ def read_nsys_csv(path: str | Path) -> tuple[list[str], list[list[str]]]:
     inner quotes not doubled). nsys's own lines before the report are skipped."""
     lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     lines = [ln for ln in lines if ln.strip() and not ln.startswith(NSYS_NOISE)]
+    while lines and lines[0][:1].isspace():  # a notice's indented lines, before the header
+        del lines[0]
     if not lines:
         return [], []
     header = lines[0].split(",")

@@ -7,7 +7,11 @@
 //   decode_like STEPS [--nvtx] [--sleep-us N]
 //
 // Prints its own timing (host clock around the decode loop, per step and in total), and the
-// kernel names of one decode step in launch order. Kernels are extern "C": the same plain name
+// kernel names of one decode step in launch order. embed and argmax_token also time themselves
+// on the GPU (%globaltimer and the SM's clock64 between their first and last instruction, in
+// one block) into a buffer read after the loop: their durations as the program sees them,
+// with or without a profiler, to tell a profiler that mis-measures a kernel from a kernel that
+// runs differently under it. Kernels are extern "C": the same plain name
 // in tuiprof and in nsys, no demangling in the comparison.
 #include <algorithm>
 #include <chrono>
@@ -28,8 +32,29 @@ extern "C" __global__ void fill_weights(float *w, size_t n, float v) {
     for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         w[i] = v * (float)((i * 2654435761u) % 1000) / 1000.0f;
 }
-extern "C" __global__ void embed(const float *table, const int *tok, float *x) {
+// the kernel's own clocks at its start and end: clk[0..1] globaltimer ns, clk[2..3] clock64
+__device__ __forceinline__ void clock_in(unsigned long long *clk) {
+    if (threadIdx.x == 0) {
+        unsigned long long g;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+        clk[0] = g;
+        clk[2] = clock64();
+    }
+}
+__device__ __forceinline__ void clock_out(unsigned long long *clk) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long g;
+        clk[3] = clock64();
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+        clk[1] = g;
+    }
+}
+extern "C" __global__ void embed(const float *table, const int *tok, float *x,
+                                 unsigned long long *clk) {
+    clock_in(clk);
     for (int i = threadIdx.x; i < H; i += blockDim.x) x[i] = table[(size_t)(*tok % V) * H + i];
+    clock_out(clk);
 }
 extern "C" __global__ void rmsnorm(const float *x, float *y) {
     __shared__ float s[256];
@@ -79,7 +104,8 @@ extern "C" __global__ void silu_mul(const float *g, float *u) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < H) u[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];
 }
-extern "C" __global__ void argmax_token(const float *logits, int *tok) {
+extern "C" __global__ void argmax_token(const float *logits, int *tok, unsigned long long *clk) {
+    clock_in(clk);
     __shared__ float bv[256];
     __shared__ int bi[256];
     float v = -1e30f;
@@ -97,6 +123,7 @@ extern "C" __global__ void argmax_token(const float *logits, int *tok) {
         __syncthreads();
     }
     if (!threadIdx.x) *tok = bi[0];
+    clock_out(clk);
 }
 // the prefill's own kernels: all prompt positions at once
 extern "C" __global__ void gemm_prefill(const float *w, const float *x, float *y, int rows) {
@@ -122,6 +149,9 @@ int main(int argc, char **argv) {
     size_t wl = (size_t)H * H;
     float *wq, *wo, *wu, *wd, *wlm, *emb, *x, *y, *z, *kv, *logits, *px, *py;
     int *tok;
+    unsigned long long *clk;  // per step: embed's 4 clocks, then argmax_token's 4
+    CK(cudaMalloc(&clk, (size_t)(steps + 1) * 8 * 8));
+    CK(cudaMemset(clk, 0, (size_t)(steps + 1) * 8 * 8));
     CK(cudaMalloc(&wq, wl * 4 * LAYERS));
     CK(cudaMalloc(&wo, wl * 4 * LAYERS));
     CK(cudaMalloc(&wu, wl * 4 * LAYERS));
@@ -153,7 +183,7 @@ int main(int argc, char **argv) {
         attn_prefill<<<(PROMPT * H + 255) / 256, 256>>>(px, px);
     }
     gemm_prefill<<<dim3(V, 1), 32>>>(wlm, px, logits, V);
-    argmax_token<<<1, 256>>>(logits, tok);
+    argmax_token<<<1, 256>>>(logits, tok, clk + (size_t)steps * 8 + 4);
     int host_tok = 0;
     CK(cudaMemcpy(&host_tok, tok, 4, cudaMemcpyDeviceToHost));
     if (nvtx) nvtxRangePop();
@@ -168,7 +198,7 @@ int main(int argc, char **argv) {
         if (nvtx) nvtxRangePushA("decode");
         bool log = s == 0;
 #define L(name, g, b, ...) do { name<<<g, b>>>(__VA_ARGS__); if (log) names.push_back(#name); } while (0)
-        L(embed, 1, 256, emb, tok, x);
+        L(embed, 1, 256, emb, tok, x, clk + (size_t)s * 8);
         for (int l = 0; l < LAYERS; l++) {
             L(rmsnorm, 1, 256, x, y);
             L(gemv_small_grid, GEMV_BLOCKS, 256, wq + l * wl, y, z, H);
@@ -184,7 +214,7 @@ int main(int argc, char **argv) {
         }
         L(rmsnorm, 1, 256, x, y);
         L(gemv_small_grid, GEMV_BLOCKS, 256, wlm, y, logits, V);
-        L(argmax_token, 1, 256, logits, tok);
+        L(argmax_token, 1, 256, logits, tok, clk + (size_t)s * 8 + 4);
 #undef L
         CK(cudaMemcpy(&host_tok, tok, 4, cudaMemcpyDeviceToHost));  // the host waits for it
         if (nvtx) nvtxRangePop();
@@ -194,11 +224,22 @@ int main(int argc, char **argv) {
     double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::vector<double> sorted = step_us;
     std::sort(sorted.begin(), sorted.end());
+    std::vector<unsigned long long> c((size_t)steps * 8);
+    CK(cudaMemcpy(c.data(), clk, c.size() * 8, cudaMemcpyDeviceToHost));
+    auto median = [&](int off) {  // of the decode steps' clk[off + 1] - clk[off]
+        std::vector<unsigned long long> d;
+        for (int s = 0; s < steps; s++) d.push_back(c[(size_t)s * 8 + off + 1] - c[(size_t)s * 8 + off]);
+        std::sort(d.begin(), d.end());
+        return d.empty() ? 0ULL : d[d.size() / 2];
+    };
     printf("decode_like: kernels per step %zu:", names.size());
     for (auto n : names) printf(" %s", n);
     printf("\n");
     printf("decode_like: {\"steps\": %d, \"kernels_per_step\": %zu, \"prefill_ms\": %.3f, "
-           "\"decode_ms\": %.3f, \"median_step_us\": %.2f, \"token\": %d}\n",
-           steps, names.size(), prefill_ms, total_ms, sorted[sorted.size() / 2], host_tok);
+           "\"decode_ms\": %.3f, \"median_step_us\": %.2f, \"token\": %d, "
+           "\"in_kernel\": {\"embed_ns\": %llu, \"embed_cycles\": %llu, "
+           "\"argmax_token_ns\": %llu, \"argmax_token_cycles\": %llu}}\n",
+           steps, names.size(), prefill_ms, total_ms, sorted[sorted.size() / 2], host_tok,
+           median(0), median(2), median(4), median(6));
     return 0;
 }
