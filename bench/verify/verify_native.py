@@ -317,6 +317,8 @@ def nsys_compare(results, args, binary, steps, doc, out):
                 str(rep.with_suffix(".nsys-rep"))], timeout=240)
     trace_path = out / "nsys_gpu_trace.csv"
     trace_path.write_text(trace.stdout)
+    if "Start (ns)" not in trace.stdout:
+        print("    nsys cuda_gpu_trace gave no table:", printable(trace.stderr[-300:], 300))
     rows = idle_table(ops_from_raw(doc), ops_from_trace_csv(trace_path))
     results["nsys_idle"] = {"idle_ns": IDLE_NS, "table": rows}
     print_idle_table(rows)
@@ -361,6 +363,7 @@ def nsys_repeat(results, args, binary, out):
     Two profilers cannot trace one run, so a ratio from one run of each mixes measurement with
     run-to-run change; the spread of nsys's own runs says how much of that change there is."""
     per = {"tuiprof": [], "nsys": []}
+    own = {"tuiprof": [], "nsys": []}  # the program's in-kernel clocks in each run
     for r in range(args.repeat):
         for tool in (("tuiprof", "nsys") if r % 2 == 0 else ("nsys", "tuiprof")):
             if tool == "tuiprof":
@@ -372,10 +375,14 @@ def nsys_repeat(results, args, binary, out):
                     c[0] += k["stats"]["count"]
                     c[1] += k["stats"]["total"]
                 per["tuiprof"].append({n: t / c for n, (c, t) in means.items() if c})
+                own["tuiprof"].append(next((program_line(x)[1].get("in_kernel", {})
+                                            for x in (doc or {}).get("output", [])
+                                            if x.startswith("decode_like: {")), {}))
             else:
                 rep = Path(f"/tmp/tuiprof_native_nsys_rep_{r}")
-                sh([args.nsys, "profile", "-o", str(rep), "--force-overwrite", "true",
-                    "--trace", "cuda", binary, str(args.steps)], timeout=240)
+                prof = sh([args.nsys, "profile", "-o", str(rep), "--force-overwrite", "true",
+                           "--trace", "cuda", binary, str(args.steps)], timeout=240)
+                own["nsys"].append(program_line(prof.stdout)[1].get("in_kernel", {}))
                 env = dict(os.environ, LD_LIBRARY_PATH=args.dw_lib or "")
                 sh([args.importer, "-i", str(rep.with_suffix(".qdstrm"))], timeout=240, env=env)
                 st = sh([args.nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
@@ -404,7 +411,23 @@ def nsys_repeat(results, args, binary, out):
         table.append({"kernel": name, "share": share.get(name), "tuiprof_means_ns": a,
                       "nsys_means_ns": b, "tuiprof_spread": max(a) / min(a) - 1,
                       "nsys_spread": max(b) / min(b) - 1, "median_ratio": ma / mb})
-    results["nsys_repeat"] = {"runs": args.repeat, "table": table}
+    # what each tool reads beyond the kernel's own clock (CUPTI mean minus the in-kernel
+    # median, per run): equal on both sides means both measure the kernel alike, whatever the
+    # kernel itself did in each run
+    beyond = {}
+    for k in ("embed", "argmax_token"):
+        row = {}
+        for tool in per:
+            d = [m[k] - o[f"{k}_ns"] for m, o in zip(per[tool], own[tool])
+                 if k in m and o.get(f"{k}_ns")]
+            row[tool] = {"own_ns": [o.get(f"{k}_ns") for o in own[tool]],
+                         "beyond_ns": [round(x, 1) for x in d],
+                         "median_beyond_ns": statistics.median(d) if d else None}
+        beyond[k] = row
+        print(f"    {k}: in-kernel ns tuiprof runs {row['tuiprof']['own_ns']}, nsys runs "
+              f"{row['nsys']['own_ns']}; CUPTI mean beyond it: tuiprof "
+              f"{row['tuiprof']['median_beyond_ns']} ns, nsys {row['nsys']['median_beyond_ns']} ns")
+    results["nsys_repeat"] = {"runs": args.repeat, "table": table, "beyond_own_clock": beyond}
     print(f"    {'kernel':<18} {'share':>6} {'ratio of medians':>17} {'tuiprof spread':>15} "
           f"{'nsys spread':>12}")
     for r in table:

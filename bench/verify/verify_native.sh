@@ -5,7 +5,7 @@
 # Carry .whl (../shared/device/wheels.sh), .tmx (../shared/device/tmux.sh) and .dw
 # (../shared/device/nsys.sh). From the repository root:
 #
-#   bash bench/verify/verify_native.sh
+#   bash bench/verify/verify_native.sh [--repeat N] [--only …]   # extra options go to verify_native.py
 #
 # Seven files land in $OUT (the device tool returns at most 8): verify_native.json (every figure
 # and check), verify_native.txt (this script's output: every check, the nsys tables, the CPU
@@ -34,7 +34,7 @@ if [ -x "$NSYS" ] && ls .dw/*.deb >/dev/null 2>&1; then
 fi
 # the CPU tests of the native path run last, inside (this machine's compiler, CUPTI headers,
 # cupti-python, libcupti and libcuda)
-timeout 540 python3 bench/verify/verify_native.py --out "$OUT" --tmux "$T" "${NS[@]}" \
+timeout 540 python3 bench/verify/verify_native.py --out "$OUT" --tmux "$T" "${NS[@]}" "$@" \
   2>&1 | tee "$OUT/verify_native.txt"
 n=$(find "$OUT" -type f | wc -l)
 echo "$n files in \$OUT: $(cd "$OUT" && find . -type f | sort | tr '\n' ' ')"
