@@ -327,9 +327,9 @@ def nsys_compare(results, args, binary, steps, doc, out):
 
 
 def in_kernel_table(results, doc, under_nsys: dict, kern: dict) -> None:
-    """The program's own clocks inside embed and argmax_token (median over the decode steps),
-    alone, under tuiprof and under nsys, beside each tool's CUPTI duration: where a tool's
-    reading differs from the other's, do the kernel's own clocks differ the same way?"""
+    """The program's own clocks inside every decode kernel (median span over the decode
+    launches), alone, under tuiprof and under nsys, beside each tool's CUPTI mean: where one
+    tool's reading differs from the other's, do the kernel's own clocks differ the same way?"""
     under_tp = {}
     for line in doc.get("output", []):
         if line.startswith("decode_like: {"):
@@ -337,25 +337,25 @@ def in_kernel_table(results, doc, under_nsys: dict, kern: dict) -> None:
     runs = {"alone": results.get("program_alone") or {}, "tuiprof": under_tp,
             "nsys": under_nsys}
     means = {r["kernel"]: r for r in kern.get("table", [])} if isinstance(kern, dict) else {}
+    names = [k[:-3] for k in (under_tp.get("in_kernel") or {}) if k.endswith("_ns")]
     table = []
-    print("    in-kernel clocks (median of the decode steps), and each tool's CUPTI mean")
-    print(f"    {'kernel':<14} {'globaltimer ns: alone / tuiprof / nsys':>40} "
-          f"{'SM cycles: alone / tuiprof / nsys':>36} {'CUPTI us: tuiprof / nsys':>26}")
-    for k in ("embed", "argmax_token"):
-        ns = [runs[w].get("in_kernel", {}).get(f"{k}_ns") for w in runs]
-        cyc = [runs[w].get("in_kernel", {}).get(f"{k}_cycles") for w in runs]
+    print("    in-kernel span (median over the decode launches), and each tool's CUPTI mean")
+    print(f"    {'kernel':<18} {'own ns: alone / tuiprof / nsys':>32} {'CUPTI ns: tuiprof / nsys':>26}"
+          f" {'CUPTI beyond own ns: tuiprof / nsys':>36}")
+    for k in names:
+        own = {w: (runs[w].get("in_kernel") or {}).get(f"{k}_ns") for w in runs}
         m = means.get(k, {})
-        def us(v):
-            return None if v is None else round(v / 1e3, 3)
-        row = {"kernel": k, "ns": dict(zip(runs, ns)), "cycles": dict(zip(runs, cyc)),
-               "cupti_us": {"tuiprof": us(m.get("tuiprof_mean_ns")),
-                            "nsys": us(m.get("nsys_mean_ns"))}}
-        table.append(row)
-        print(f"    {k:<14} {' / '.join(str(x) for x in ns):>40} "
-              f"{' / '.join(str(x) for x in cyc):>36} "
-              f"{row['cupti_us']['tuiprof']} / {row['cupti_us']['nsys']}")
-    results["in_kernel"] = table
+        cupti = {"tuiprof": m.get("tuiprof_mean_ns"), "nsys": m.get("nsys_mean_ns")}
+        beyond = {t: (cupti[t] - own[t] if cupti[t] is not None and own[t] else None)
+                  for t in cupti}
+        table.append({"kernel": k, "own_ns": own, "cupti_mean_ns": cupti, "beyond_ns": beyond})
 
+        def f(v):
+            return "-" if v is None else f"{v:.0f}"
+        print(f"    {printable(k, 18):<18} {' / '.join(f(own[w]) for w in runs):>32} "
+              f"{f(cupti['tuiprof']) + ' / ' + f(cupti['nsys']):>26} "
+              f"{f(beyond['tuiprof']) + ' / ' + f(beyond['nsys']):>36}")
+    results["in_kernel"] = table
 
 def nsys_repeat(results, args, binary, out):
     """tuiprof and nsys each run ``--repeat`` times, alternating: per kernel, each tool's mean
@@ -415,7 +415,9 @@ def nsys_repeat(results, args, binary, out):
     # median, per run): equal on both sides means both measure the kernel alike, whatever the
     # kernel itself did in each run
     beyond = {}
-    for k in ("embed", "argmax_token"):
+    names = sorted({k[:-3] for o in own["tuiprof"] for k in o if k.endswith("_ns")},
+                   key=lambda n: -share.get(n, 0))
+    for k in names:
         row = {}
         for tool in per:
             d = [m[k] - o[f"{k}_ns"] for m, o in zip(per[tool], own[tool])
@@ -423,10 +425,31 @@ def nsys_repeat(results, args, binary, out):
             row[tool] = {"own_ns": [o.get(f"{k}_ns") for o in own[tool]],
                          "beyond_ns": [round(x, 1) for x in d],
                          "median_beyond_ns": statistics.median(d) if d else None}
+        nm = [m[k] for m in per["nsys"] if k in m]
+        a_, b_ = row["tuiprof"]["median_beyond_ns"], row["nsys"]["median_beyond_ns"]
+        row["share"] = share.get(k)
+        row["diff_of_kernel"] = (abs(a_ - b_) / statistics.median(nm)
+                                 if a_ is not None and b_ is not None and nm else None)
         beyond[k] = row
-        print(f"    {k}: in-kernel ns tuiprof runs {row['tuiprof']['own_ns']}, nsys runs "
-              f"{row['nsys']['own_ns']}; CUPTI mean beyond it: tuiprof "
-              f"{row['tuiprof']['median_beyond_ns']} ns, nsys {row['nsys']['median_beyond_ns']} ns")
+    print(f"    {'kernel':<18} {'own ns, tuiprof runs':>22} {'own ns, nsys runs':>22} "
+          f"{'beyond own: tuiprof / nsys ns':>30} {'diff / kernel':>14}")
+    for k, row in beyond.items():
+        def rng(v):
+            v = [x for x in v if x]
+            return f"{min(v)}–{max(v)}" if v else "-"
+        d = row["diff_of_kernel"]
+        print(f"    {printable(k, 18):<18} {rng(row['tuiprof']['own_ns']):>22} "
+              f"{rng(row['nsys']['own_ns']):>22} "
+              f"{row['tuiprof']['median_beyond_ns'] or 0:>14.0f} / {row['nsys']['median_beyond_ns'] or 0:<13.0f}"
+              f"{'-' if d is None else f'{d:.2%}':>14}")
+    big = [(k, r["diff_of_kernel"]) for k, r in beyond.items()
+           if (r["share"] or 0) >= MIN_SHARE and r["diff_of_kernel"] is not None]
+    worst = max(big, key=lambda x: x[1], default=None)
+    check(results, f"nsys x{args.repeat}: each tool's reading beyond the kernel's own clock "
+                   f"agrees within 1 % of the kernel (kernels >= 0.5 % of GPU time)",
+          worst is not None and worst[1] <= MEAN_TOL,
+          "no kernel compared" if worst is None else
+          f"worst {worst[0]} {worst[1]:.2%} over {len(big)} kernels")
     results["nsys_repeat"] = {"runs": args.repeat, "table": table, "beyond_own_clock": beyond}
     print(f"    {'kernel':<18} {'share':>6} {'ratio of medians':>17} {'tuiprof spread':>15} "
           f"{'nsys spread':>12}")

@@ -7,17 +7,18 @@
 //   decode_like STEPS [--nvtx] [--sleep-us N]
 //
 // Prints its own timing (host clock around the decode loop, per step and in total), and the
-// kernel names of one decode step in launch order. embed and argmax_token also time themselves
-// on the GPU (%globaltimer and the SM's clock64 between their first and last instruction, in
-// one block) into a buffer read after the loop: their durations as the program sees them,
-// with or without a profiler, to tell a profiler that mis-measures a kernel from a kernel that
-// runs differently under it. Kernels are extern "C": the same plain name
+// kernel names of one decode step in launch order. Every decode kernel also times itself on the
+// GPU: its blocks' earliest first instruction and latest last one by %globaltimer, into buffers
+// read after the loop. Those are the kernels' durations as the program sees them, with or
+// without a profiler, to tell a profiler that mis-measures a kernel from a kernel that runs
+// differently under it (each tool's own device allocations move the program's buffers). Kernels are extern "C": the same plain name
 // in tuiprof and in nsys, no demangling in the comparison.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 #include <cuda_runtime.h>
@@ -27,36 +28,33 @@
     fprintf(stderr, "decode_like: %s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
 
 constexpr int H = 1024, V = 8192, LAYERS = 2, PROMPT = 64, GEMV_BLOCKS = 8;
+constexpr int KPS = 1 + LAYERS * 11 + 3;  // kernels a decode step launches
 
 extern "C" __global__ void fill_weights(float *w, size_t n, float v) {
     for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         w[i] = v * (float)((i * 2654435761u) % 1000) / 1000.0f;
 }
-// the kernel's own clocks at its start and end: clk[0..1] globaltimer ns, clk[2..3] clock64
-__device__ __forceinline__ void clock_in(unsigned long long *clk) {
-    if (threadIdx.x == 0) {
-        unsigned long long g;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
-        clk[0] = g;
-        clk[2] = clock64();
-    }
+// the kernel's own span: t0 = its blocks' earliest start, t1 = their latest end (ns)
+__device__ __forceinline__ unsigned long long gtime() {
+    unsigned long long g;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+    return g;
 }
-__device__ __forceinline__ void clock_out(unsigned long long *clk) {
+__device__ __forceinline__ void span_in(unsigned long long *t0) {
+    if (threadIdx.x == 0) atomicMin(t0, gtime());
+}
+__device__ __forceinline__ void span_out(unsigned long long *t1) {
     __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned long long g;
-        clk[3] = clock64();
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
-        clk[1] = g;
-    }
+    if (threadIdx.x == 0) atomicMax(t1, gtime());
 }
-extern "C" __global__ void embed(const float *table, const int *tok, float *x,
-                                 unsigned long long *clk) {
-    clock_in(clk);
+#define SPAN unsigned long long *t0, unsigned long long *t1
+extern "C" __global__ void embed(const float *table, const int *tok, float *x, SPAN) {
+    span_in(t0);
     for (int i = threadIdx.x; i < H; i += blockDim.x) x[i] = table[(size_t)(*tok % V) * H + i];
-    clock_out(clk);
+    span_out(t1);
 }
-extern "C" __global__ void rmsnorm(const float *x, float *y) {
+extern "C" __global__ void rmsnorm(const float *x, float *y, SPAN) {
+    span_in(t0);
     __shared__ float s[256];
     float a = 0;
     for (int i = threadIdx.x; i < H; i += blockDim.x) a += x[i] * x[i];
@@ -68,9 +66,11 @@ extern "C" __global__ void rmsnorm(const float *x, float *y) {
     }
     float r = rsqrtf(s[0] / H + 1e-6f);
     for (int i = threadIdx.x; i < H; i += blockDim.x) y[i] = x[i] * r;
+    span_out(t1);
 }
 // y[rows] = W[rows x H] x: each of GEMV_BLOCKS blocks walks rows, one warp a row
-extern "C" __global__ void gemv_small_grid(const float *w, const float *x, float *y, int rows) {
+extern "C" __global__ void gemv_small_grid(const float *w, const float *x, float *y, int rows, SPAN) {
+    span_in(t0);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     for (int r = blockIdx.x * warps + warp; r < rows; r += gridDim.x * warps) {
         float a = 0;
@@ -78,8 +78,10 @@ extern "C" __global__ void gemv_small_grid(const float *w, const float *x, float
         for (int o = 16; o; o >>= 1) a += __shfl_down_sync(0xffffffff, a, o);
         if (!lane) y[r] = a;
     }
+    span_out(t1);
 }
-extern "C" __global__ void rope(float *q, int pos) {
+extern "C" __global__ void rope(float *q, int pos, SPAN) {
+    span_in(t0);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < H / 2) {
         float t = pos * __powf(10000.0f, -2.0f * i / H), c = __cosf(t), s = __sinf(t);
@@ -87,25 +89,32 @@ extern "C" __global__ void rope(float *q, int pos) {
         q[2 * i] = a * c - b * s;
         q[2 * i + 1] = a * s + b * c;
     }
+    span_out(t1);
 }
-extern "C" __global__ void attn_decode(const float *q, const float *kv, float *o, int len) {
+extern "C" __global__ void attn_decode(const float *q, const float *kv, float *o, int len, SPAN) {
+    span_in(t0);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < H) {
         float a = 0;
         for (int t = 0; t < len; t++) a += q[i] * kv[(size_t)t * H + i];
         o[i] = a / (len + 1);
     }
+    span_out(t1);
 }
-extern "C" __global__ void add_residual(float *x, const float *y) {
+extern "C" __global__ void add_residual(float *x, const float *y, SPAN) {
+    span_in(t0);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < H) x[i] += y[i];
+    span_out(t1);
 }
-extern "C" __global__ void silu_mul(const float *g, float *u) {
+extern "C" __global__ void silu_mul(const float *g, float *u, SPAN) {
+    span_in(t0);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < H) u[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];
+    span_out(t1);
 }
-extern "C" __global__ void argmax_token(const float *logits, int *tok, unsigned long long *clk) {
-    clock_in(clk);
+extern "C" __global__ void argmax_token(const float *logits, int *tok, SPAN) {
+    span_in(t0);
     __shared__ float bv[256];
     __shared__ int bi[256];
     float v = -1e30f;
@@ -123,7 +132,7 @@ extern "C" __global__ void argmax_token(const float *logits, int *tok, unsigned 
         __syncthreads();
     }
     if (!threadIdx.x) *tok = bi[0];
-    clock_out(clk);
+    span_out(t1);
 }
 // the prefill's own kernels: all prompt positions at once
 extern "C" __global__ void gemm_prefill(const float *w, const float *x, float *y, int rows) {
@@ -149,9 +158,14 @@ int main(int argc, char **argv) {
     size_t wl = (size_t)H * H;
     float *wq, *wo, *wu, *wd, *wlm, *emb, *x, *y, *z, *kv, *logits, *px, *py;
     int *tok;
-    unsigned long long *clk;  // per step: embed's 4 clocks, then argmax_token's 4
-    CK(cudaMalloc(&clk, (size_t)(steps + 1) * 8 * 8));
-    CK(cudaMemset(clk, 0, (size_t)(steps + 1) * 8 * 8));
+    // every decode launch's span (steps x KPS), then the prefill's argmax: starts at all ones
+    // (atomicMin), ends at zero (atomicMax)
+    size_t spans = (size_t)(steps + 1) * KPS;
+    unsigned long long *t0s, *t1s;
+    CK(cudaMalloc(&t0s, spans * 8));
+    CK(cudaMalloc(&t1s, spans * 8));
+    CK(cudaMemset(t0s, 0xff, spans * 8));
+    CK(cudaMemset(t1s, 0, spans * 8));
     CK(cudaMalloc(&wq, wl * 4 * LAYERS));
     CK(cudaMalloc(&wo, wl * 4 * LAYERS));
     CK(cudaMalloc(&wu, wl * 4 * LAYERS));
@@ -183,7 +197,7 @@ int main(int argc, char **argv) {
         attn_prefill<<<(PROMPT * H + 255) / 256, 256>>>(px, px);
     }
     gemm_prefill<<<dim3(V, 1), 32>>>(wlm, px, logits, V);
-    argmax_token<<<1, 256>>>(logits, tok, clk + (size_t)steps * 8 + 4);
+    argmax_token<<<1, 256>>>(logits, tok, t0s + (size_t)steps * KPS, t1s + (size_t)steps * KPS);
     int host_tok = 0;
     CK(cudaMemcpy(&host_tok, tok, 4, cudaMemcpyDeviceToHost));
     if (nvtx) nvtxRangePop();
@@ -197,8 +211,10 @@ int main(int argc, char **argv) {
         auto a = std::chrono::steady_clock::now();
         if (nvtx) nvtxRangePushA("decode");
         bool log = s == 0;
-#define L(name, g, b, ...) do { name<<<g, b>>>(__VA_ARGS__); if (log) names.push_back(#name); } while (0)
-        L(embed, 1, 256, emb, tok, x, clk + (size_t)s * 8);
+        size_t slot = (size_t)s * KPS;
+#define L(name, g, b, ...) do { name<<<g, b>>>(__VA_ARGS__, t0s + slot, t1s + slot); slot++; \
+                                if (log) names.push_back(#name); } while (0)
+        L(embed, 1, 256, emb, tok, x);
         for (int l = 0; l < LAYERS; l++) {
             L(rmsnorm, 1, 256, x, y);
             L(gemv_small_grid, GEMV_BLOCKS, 256, wq + l * wl, y, z, H);
@@ -214,7 +230,7 @@ int main(int argc, char **argv) {
         }
         L(rmsnorm, 1, 256, x, y);
         L(gemv_small_grid, GEMV_BLOCKS, 256, wlm, y, logits, V);
-        L(argmax_token, 1, 256, logits, tok, clk + (size_t)s * 8 + 4);
+        L(argmax_token, 1, 256, logits, tok);
 #undef L
         CK(cudaMemcpy(&host_tok, tok, 4, cudaMemcpyDeviceToHost));  // the host waits for it
         if (nvtx) nvtxRangePop();
@@ -224,22 +240,32 @@ int main(int argc, char **argv) {
     double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::vector<double> sorted = step_us;
     std::sort(sorted.begin(), sorted.end());
-    std::vector<unsigned long long> c((size_t)steps * 8);
-    CK(cudaMemcpy(c.data(), clk, c.size() * 8, cudaMemcpyDeviceToHost));
-    auto median = [&](int off) {  // of the decode steps' clk[off + 1] - clk[off]
+    std::vector<unsigned long long> a0(spans), a1(spans);
+    CK(cudaMemcpy(a0.data(), t0s, spans * 8, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(a1.data(), t1s, spans * 8, cudaMemcpyDeviceToHost));
+    std::vector<const char *> kinds;  // each kernel name once, in launch order
+    for (auto n : names)
+        if (std::find_if(kinds.begin(), kinds.end(), [&](const char *k) { return !strcmp(k, n); }) == kinds.end())
+            kinds.push_back(n);
+    std::string own;  // {"NAME_ns": median span over every decode launch of NAME, ...}
+    for (auto k : kinds) {
         std::vector<unsigned long long> d;
-        for (int s = 0; s < steps; s++) d.push_back(c[(size_t)s * 8 + off + 1] - c[(size_t)s * 8 + off]);
+        for (int s = 0; s < steps; s++)
+            for (size_t i = 0; i < names.size(); i++)
+                if (!strcmp(names[i], k)) d.push_back(a1[(size_t)s * KPS + i] - a0[(size_t)s * KPS + i]);
         std::sort(d.begin(), d.end());
-        return d.empty() ? 0ULL : d[d.size() / 2];
-    };
+        char buf[96];
+        snprintf(buf, sizeof buf, "%s\"%s_ns\": %llu", own.empty() ? "" : ", ", k,
+                 d.empty() ? 0ULL : d[d.size() / 2]);
+        own += buf;
+    }
     printf("decode_like: kernels per step %zu:", names.size());
     for (auto n : names) printf(" %s", n);
     printf("\n");
     printf("decode_like: {\"steps\": %d, \"kernels_per_step\": %zu, \"prefill_ms\": %.3f, "
            "\"decode_ms\": %.3f, \"median_step_us\": %.2f, \"token\": %d, "
-           "\"in_kernel\": {\"embed_ns\": %llu, \"embed_cycles\": %llu, "
-           "\"argmax_token_ns\": %llu, \"argmax_token_cycles\": %llu}}\n",
+           "\"in_kernel\": {%s}}\n",
            steps, names.size(), prefill_ms, total_ms, sorted[sorted.size() / 2], host_tok,
-           median(0), median(2), median(4), median(6));
+           own.c_str());
     return 0;
 }
