@@ -303,7 +303,7 @@ def nsys_compare(results, args, binary, steps, doc, out):
         return
     env = dict(os.environ, LD_LIBRARY_PATH=args.dw_lib or "")
     sh([args.importer, "-i", str(qd)], timeout=240, env=env)
-    stats = sh([args.nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
+    stats = sh([args.nsys, "stats", "--force-export=true", "--report", "cuda_gpu_kern_sum", "--format", "csv",
                 str(rep.with_suffix(".nsys-rep"))], timeout=240)
     csv_path = out / "nsys_kern_sum.csv"
     csv_path.write_text(stats.stdout)
@@ -313,7 +313,7 @@ def nsys_compare(results, args, binary, steps, doc, out):
     results["nsys"] = res
     kernel_checks(results, res)
     # the GPU's idle time before each kernel on both sides (figures only, no check)
-    trace = sh([args.nsys, "stats", "--report", "cuda_gpu_trace", "--format", "csv",
+    trace = sh([args.nsys, "stats", "--force-export=true", "--report", "cuda_gpu_trace", "--format", "csv",
                 str(rep.with_suffix(".nsys-rep"))], timeout=240)
     trace_path = out / "nsys_gpu_trace.csv"
     trace_path.write_text(trace.stdout)
@@ -385,7 +385,7 @@ def nsys_repeat(results, args, binary, out):
                 own["nsys"].append(program_line(prof.stdout)[1].get("in_kernel", {}))
                 env = dict(os.environ, LD_LIBRARY_PATH=args.dw_lib or "")
                 sh([args.importer, "-i", str(rep.with_suffix(".qdstrm"))], timeout=240, env=env)
-                st = sh([args.nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
+                st = sh([args.nsys, "stats", "--force-export=true", "--report", "cuda_gpu_kern_sum", "--format", "csv",
                          str(rep.with_suffix(".nsys-rep"))], timeout=240)
                 csv_path = Path(f"/tmp/tuiprof_native_nsys_rep_{r}.csv")
                 csv_path.write_text(st.stdout)
