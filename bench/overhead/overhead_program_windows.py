@@ -31,6 +31,16 @@ and the ratio of the totals::
 
 ``--nonvml`` adds a third configuration to every block (A B C C B A): the session with its NVML
 sampler paused, to tell what NVML's sampling costs from the rest.
+
+``--tp`` runs the same on every rank of a tensor-parallel job (eager), launched by torchrun:
+the MLPs sharded as ``tests/programs/tp_job.py`` shards them (one all-reduce a layer), the ranks'
+windows in lockstep. A process that is a rank keeps CUPTI attached in a session (as a followed
+program's ranks and ``--tp`` ranks do), so a ``tuiprof`` window is attached throughout and a
+``none`` window finalized; rank 0 prints every rank's row::
+
+    torchrun --standalone --nproc-per-node 2 bench/overhead/overhead_program_windows.py --tp --blocks 8
+    torchrun --standalone --nproc-per-node 2 bench/overhead/overhead_program_windows.py --tp \
+        --device cpu --tiny --blocks 1    # gloo, the CPU path
 """
 from __future__ import annotations
 
@@ -46,8 +56,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
-def build(tiny: bool, device: str, prompt_len: int):
-    """The model and prompt of ``bench/programs/hf_qwen.py`` (eager, static cache)."""
+def build(tiny: bool, device: str, prompt_len: int, tp: bool = False):
+    """The model and prompt of ``bench/programs/hf_qwen.py`` (eager, static cache); with ``tp``
+    its MLPs sharded over the job's ranks as ``tests/programs/tp_job.py`` shards them."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
@@ -57,6 +68,14 @@ def build(tiny: bool, device: str, prompt_len: int):
     torch.manual_seed(0)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(Qwen3Config(**spec["config"]), dtype=dtype).eval()
+    if tp:
+        import torch.distributed as dist
+
+        sys.path.insert(0, str(REPO / "tests" / "programs"))
+        from tp_job import shard_mlp
+
+        for layer in model.model.layers:
+            shard_mlp(layer.mlp, dist.get_rank(), dist.get_world_size())
     ids = torch.randint(0, spec["config"]["vocab_size"], (1, prompt_len), device=device)
     return model, ids
 
@@ -75,7 +94,11 @@ def main() -> int:
     p.add_argument("--nonvml", action="store_true",
                    help="a third configuration, interleaved with the two: the session with its "
                         "NVML sampler paused (what NVML's sampling costs the program)")
+    p.add_argument("--tp", action="store_true",
+                   help="every rank of a torchrun job, eager, in lockstep (see above)")
     a = p.parse_args()
+    if a.tp and a.mode != "eager":
+        p.error("--tp runs eager only (the sharded MLPs' all-reduce is not captured)")
     a.new_tokens = a.new_tokens or (32 if a.mode == "eager" else 64)
     t_start = time.perf_counter()
 
@@ -96,8 +119,20 @@ def main() -> int:
     log = Path(tempfile.mkdtemp(prefix="overhead-windows-")) / "program.log"
     session = ProgramSession(prof, parse_program(["python", __file__]), log, tee=True)
     session.start()  # collectors before the program's first CUDA call, as `tuiprof run`
-    model, ids = build(a.tiny, a.device, 16)
     cuda = a.device.startswith("cuda")
+    rank, dist = 0, None
+    if a.tp:  # the program's own set-up, after the session started (as under `tuiprof run`)
+        import os
+
+        import torch.distributed as dist
+
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        if cuda:
+            torch.cuda.set_device(local)
+            a.device = f"cuda:{local}"
+        dist.init_process_group("nccl" if cuda else "gloo")
+        rank = dist.get_rank()
+    model, ids = build(a.tiny, a.device, 16, tp=a.tp)
     kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0,
               cache_implementation="static", max_new_tokens=a.new_tokens,
               min_new_tokens=a.new_tokens)
@@ -112,6 +147,8 @@ def main() -> int:
     forced = 0
 
     def window() -> float:
+        if dist is not None:  # every rank's window starts together
+            dist.barrier()
         t0 = time.perf_counter()
         model.generate(ids, **kw)
         if cuda:
@@ -127,10 +164,12 @@ def main() -> int:
             session.sources["transformers"].uninstall()
             c = prof.cupti
             if c is not None and c.attached:  # as Profiler._cycle_cupti: graphs CUPTI saw go first
-                forced += 1
+                forced += not a.tp  # a rank's session keeps CUPTI attached: its none detaches
                 drop_cuda_graphs()
                 torch.cuda.synchronize()
                 c.detach()
+        if on and a.tp and prof.cupti is not None:
+            prof.cupti.attach()  # a rank's session: attached throughout
         if prof.nvml is not None:
             prof.nvml.paused = cfg != "tuiprof"
 
@@ -149,7 +188,10 @@ def main() -> int:
     order = cfgs + cfgs[::-1]  # A B B A, or A B C C B A
     blocks: list[dict] = []
     for b in range(a.blocks):
-        if a.deadline and time.perf_counter() - t_start > a.deadline:
+        stop = [bool(a.deadline and time.perf_counter() - t_start > a.deadline)]
+        if dist is not None:  # rank 0's clock decides for every rank
+            dist.broadcast_object_list(stop, 0)
+        if stop[0]:
             break
         sums = {k: [] for k in cfgs}
         for i in range(len(cfgs) * per_block):
@@ -161,7 +203,7 @@ def main() -> int:
         if a.nonvml:
             blocks[-1]["ratio_nonvml"] = sum(sums["nonvml"]) / sum(sums["none"])
         detaches = c.detaches if c is not None else 0
-        print(f"[{time.perf_counter() - t_start:6.1f} s] block {b + 1}: tuiprof/none {ratio:.3f};"
+        print(f"[rank {rank}] " * a.tp + f"[{time.perf_counter() - t_start:6.1f} s] block {b + 1}: tuiprof/none {ratio:.3f};"
               f" ms/step tuiprof {1e3 * statistics.median(sums['tuiprof']) / a.new_tokens:.2f}"
               f" none {1e3 * statistics.median(sums['none']) / a.new_tokens:.2f};"
               f" CUPTI detaches so far {detaches}, forced {forced}", flush=True)
@@ -173,14 +215,24 @@ def main() -> int:
     ratios = [blk["ratio"] for blk in blocks]
     tot = {k: sum(sum(blk[k]) for blk in blocks) for k in ("tuiprof", "none")}
     view = prof.store.view()
-    print(f"\n| {a.mode} generate(), in one process | blocks | tuiprof / none: median of blocks "
+    n = a.new_tokens * per_block * len(blocks)
+    name = f"{'qwen3-tiny' if a.tiny else 'qwen3-0.6b'} {a.device}" + (f", rank {rank}" if a.tp else "")
+    row = (f"| {name} | {len(blocks)} | "
+           f"{statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f}) | "
+           f"{tot['tuiprof'] / tot['none']:.3f} | {1e3 * tot['tuiprof'] / n:.2f} | "
+           f"{1e3 * tot['none'] / n:.2f} |")
+    rows = [row]
+    if dist is not None:  # every rank's row, printed by rank 0
+        rows = [None] * dist.get_world_size()
+        dist.all_gather_object(rows, row)
+        dist.destroy_process_group()
+        if rank:
+            return 0
+    where = f"every rank of a TP={len(rows)} job" if a.tp else "in one process"
+    print(f"\n| {a.mode} generate(), {where} | blocks | tuiprof / none: median of blocks "
           f"(min–max) | ratio of totals | ms/step tuiprof | ms/step none |")
     print("|---|---|---|---|---|---|")
-    n = a.new_tokens * per_block * len(blocks)
-    print(f"| {'qwen3-tiny' if a.tiny else 'qwen3-0.6b'} {a.device} | {len(blocks)} | "
-          f"{statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f}) | "
-          f"{tot['tuiprof'] / tot['none']:.3f} | {1e3 * tot['tuiprof'] / n:.2f} | "
-          f"{1e3 * tot['none'] / n:.2f} |")
+    print("\n".join(rows))
     if a.nonvml:
         rn = [blk["ratio_nonvml"] for blk in blocks]
         print(f"| the same, NVML paused | {len(blocks)} | {statistics.median(rn):.3f} "

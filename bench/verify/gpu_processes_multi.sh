@@ -15,6 +15,10 @@
 #       overhead (bench/verify/verify_tp.py), then nanochat-d34 at TP=1 eager and compiled.
 #   bash bench/verify/gpu_processes_multi.sh 4c   # the same machine: ~2.5 min on 4 x H100
 #       nanochat-d34 at TP=4 eager and compiled with per-rank overhead.
+#   bash bench/verify/gpu_processes_multi.sh 2w   # nvidia-h200-x2 (or -h100-x2): ~8 min
+#       what a program's rank pays per process: bench/overhead/overhead_program_windows.py --tp
+#       on 2 ranks (qwen3-0.6b eager, MLPs sharded as tp_job.py, one all-reduce a layer),
+#       tuiprof / none windows in lockstep, CUPTI attached in tuiprof windows as a rank keeps it.
 #
 # verify_tp.py writes its JSON after every session, so a call cut at its limit keeps what ran.
 #
@@ -64,8 +68,12 @@ case "${1:-}" in
     --compiled nanochat-d34=4 --overhead-at nanochat-d34=4 --screenshots-at '' 2>&1 \
     | tee "$OUT/verify_tp_nanochat_tp4.txt"
   ;;
+2w)
+  timeout 560 torchrun --standalone --nproc-per-node 2 bench/overhead/overhead_program_windows.py \
+    --tp --blocks 12 --deadline 420 2>&1 | tee "$OUT/program_windows_tp2.txt" | tail -8
+  ;;
 *)
-  echo "usage: bash bench/verify/gpu_processes_multi.sh 2|4|4b|4c"; exit 2
+  echo "usage: bash bench/verify/gpu_processes_multi.sh 2|2w|4|4b|4c"; exit 2
   ;;
 esac
 echo "outputs in $OUT"; ls -la "$OUT"
