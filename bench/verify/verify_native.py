@@ -107,6 +107,9 @@ def steps_checks(results, doc, names, steps, source, prefix):
 
 
 MEAN_TOL = 0.01      # kernel mean times: |tuiprof / nsys - 1| at most this
+# %globaltimer's step on the H100 (every in-kernel span read there is a multiple of it): two
+# own-clock medians closer than this are not told apart, whatever 1 % of the kernel is
+CLOCK_NS = 32
 MIN_SHARE = 0.005    # ... for kernels of at least this share of the GPU time (either side's)
 
 
@@ -357,6 +360,22 @@ def in_kernel_table(results, doc, under_nsys: dict, kern: dict) -> None:
               f"{f(beyond['tuiprof']) + ' / ' + f(beyond['nsys']):>36}")
     results["in_kernel"] = table
 
+def own_clock_check(beyond: dict) -> tuple[bool, str]:
+    """Per kernel of at least ``MIN_SHARE`` of the GPU time (``beyond``: nsys_repeat's rows), do
+    the two tools' medians of CUPTI's mean less the kernel's own span agree within ``MEAN_TOL``
+    of the kernel's nsys mean, or within one step of the clock (``CLOCK_NS``)?"""
+    big = [(k, r["diff_of_kernel"], abs(r["tuiprof"]["median_beyond_ns"]
+                                         - r["nsys"]["median_beyond_ns"]))
+           for k, r in beyond.items()
+           if (r.get("share") or 0) >= MIN_SHARE and r.get("diff_of_kernel") is not None]
+    if not big:
+        return False, "no kernel compared"
+    worst = max(big, key=lambda x: x[1])
+    over = [k for k, frac, ns in big if frac > MEAN_TOL and ns > CLOCK_NS]
+    return not over, (f"worst {worst[0]} {worst[1]:.2%} ({worst[2]:.0f} ns) over {len(big)} "
+                      f"kernels" + (f"; beyond both: {over}" if over else ""))
+
+
 def nsys_repeat(results, args, binary, out):
     """tuiprof and nsys each run ``--repeat`` times, alternating: per kernel, each tool's mean
     in every run, the spread of each tool's own runs, and the ratio of the two tools' medians.
@@ -442,14 +461,10 @@ def nsys_repeat(results, args, binary, out):
               f"{rng(row['nsys']['own_ns']):>22} "
               f"{row['tuiprof']['median_beyond_ns'] or 0:>14.0f} / {row['nsys']['median_beyond_ns'] or 0:<13.0f}"
               f"{'-' if d is None else f'{d:.2%}':>14}")
-    big = [(k, r["diff_of_kernel"]) for k, r in beyond.items()
-           if (r["share"] or 0) >= MIN_SHARE and r["diff_of_kernel"] is not None]
-    worst = max(big, key=lambda x: x[1], default=None)
+    ok, detail = own_clock_check(beyond)
     check(results, f"nsys x{args.repeat}: each tool's reading beyond the kernel's own clock "
-                   f"agrees within 1 % of the kernel (kernels >= 0.5 % of GPU time)",
-          worst is not None and worst[1] <= MEAN_TOL,
-          "no kernel compared" if worst is None else
-          f"worst {worst[0]} {worst[1]:.2%} over {len(big)} kernels")
+                   f"agrees within 1 % of the kernel or the clock's {CLOCK_NS} ns step "
+                   f"(kernels >= 0.5 % of GPU time)", ok, detail)
     results["nsys_repeat"] = {"runs": args.repeat, "table": table, "beyond_own_clock": beyond}
     print(f"    {'kernel':<18} {'share':>6} {'ratio of medians':>17} {'tuiprof spread':>15} "
           f"{'nsys spread':>12}")

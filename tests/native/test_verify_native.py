@@ -160,3 +160,34 @@ def test_the_idle_before_each_kernel_is_told_apart_on_both_sides(vn, tmp_path, c
     assert gemv["nsys"]["median_after_idle_ns"] is None      # never after idle time
     vn.print_idle_table(list(rows.values()))
     assert "embed" in capsys.readouterr().out
+
+
+def _beyond(rows):
+    """nsys_repeat's own-clock rows: name -> (share, tuiprof's and nsys's median ns beyond the
+    kernel's own clock, nsys's mean)."""
+    return {k: {"share": sh, "tuiprof": {"median_beyond_ns": a}, "nsys": {"median_beyond_ns": b},
+                "diff_of_kernel": abs(a - b) / mean} for k, (sh, a, b, mean) in rows.items()}
+
+
+# the H100's fourth verification (every decode kernel timing itself, 4 runs of each tool)
+H100_OWN = {"gemv_small_grid": (0.927, 32348.0, 32356.3, 73848.0),
+            "attn_decode": (0.027, 2147.2, 2206.8, 9542.0),
+            "rmsnorm": (0.016, 890.0, 868.8, 2246.0),
+            "argmax_token": (0.013, 865.0, 903.1, 9065.0),
+            "add_residual": (0.007, 794.9, 809.0, 1226.0),
+            "embed": (0.004, 900.0, 903.0, 2531.0)}
+
+
+def test_the_own_clock_check_takes_a_difference_below_the_clocks_step(vn):
+    """add_residual's 14 ns are 1.15 % of a 1.2 µs kernel but under %globaltimer's 32 ns
+    step: not told apart. embed is under 0.5 % of the GPU time: not compared."""
+    ok, detail = vn.own_clock_check(_beyond(H100_OWN))
+    assert ok, detail
+    assert detail.startswith("worst add_residual 1.15% (14 ns) over 5 kernels")
+
+
+def test_the_own_clock_check_fails_a_tool_that_reads_a_kernel_longer(vn):
+    rows = dict(H100_OWN, argmax_token=(0.013, 865.0, 1003.0, 9065.0))   # 138 ns, 1.5 %
+    ok, detail = vn.own_clock_check(_beyond(rows))
+    assert not ok and "beyond both: ['argmax_token']" in detail
+    assert vn.own_clock_check({}) == (False, "no kernel compared")
