@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-OUT=${OUT:-$(mktemp -d)}
+export OUT=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 show() { tail -"$1" "$2"; echo; }
 app_capture() {  # NAME SIZE STEPS SECONDS EXPORT_DIR: the app on qwen3-0.6b in tmux ($T)
