@@ -5,12 +5,12 @@
 #
 #   bash bench/gpu_next.sh NAME
 #
-# Queued (the issues' open points, each named in the case): ranks-overhead, native-own-clock,
-# gpu-tests. To queue a run, add a case below that runs the scripts of bench/README.md
-# with a timeout each, writes at most 8 files to $OUT (what the device tool brings back) and
-# prints a short table; once it has run, record its figures in docs/results.md (and the run
-# in docs/history/) and delete the case. The calls that produced today's figures are named in
-# docs/results.md; the earlier queue is in git (docs/history/README.md says where).
+# Queued (the issues' open points, each named in the case): gpu-tests. To queue a run, add a
+# case below that runs the scripts of bench/README.md with a timeout each, writes at most 8
+# files to $OUT (what the device tool brings back) and prints a short table; once it has run,
+# record its figures in docs/results.md (and the run in docs/history/) and delete the case.
+# The calls that produced today's figures are named in docs/results.md; the earlier queue is
+# in git (docs/history/README.md says where).
 set -u
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -30,15 +30,6 @@ tmx() {  # tmux from the carried .tmx packages, as $T
 }
 
 case "${1:-}" in
-ranks-overhead)
-  # issue 36: what a torchrun program's rank pays against no tuiprof, eager, 2 ranks (an
-  # nvidia-h200-x2 or -h100-x2 call, ~8 min): the rows go to docs/results.md's processes section
-  bash bench/verify/gpu_processes_multi.sh 2w ;;
-native-own-clock)
-  # issue 41: the own-clock check as it now stands (1 % or %globaltimer's 32 ns step), 4 runs of
-  # each tool; carry .tmx and .dw as well (~3 min)
-  bash bench/verify/verify_native.sh --repeat 4 --only steps,nsys >/dev/null 2>&1
-  grep -E "^\s+\[(ok|FAIL)\]|checks passed" "$OUT/verify_native.txt" ;;
 gpu-tests)
   # the whole GPU test suite (about 5 minutes on the H100)
   OUT=$OUT timeout 560 bash tests/gpu/run_all.sh >"$OUT/gpu_tests.txt" 2>&1
@@ -47,5 +38,5 @@ test-data)
   # the test suite's recordings (tests/data/README.md)
   bash tests/data/record.sh "$OUT" 2>&1 | tail -4 ;;
 *)
-  echo "usage: bash bench/gpu_next.sh ranks-overhead|native-own-clock|gpu-tests|test-data"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh gpu-tests|test-data"; exit 2 ;;
 esac

@@ -34,9 +34,8 @@ sampler paused, to tell what NVML's sampling costs from the rest.
 
 ``--tp`` runs the same on every rank of a tensor-parallel job (eager), launched by torchrun:
 the MLPs sharded as ``tests/programs/tp_job.py`` shards them (one all-reduce a layer), the ranks'
-windows in lockstep. A process that is a rank keeps CUPTI attached in a session (as a followed
-program's ranks and ``--tp`` ranks do), so a ``tuiprof`` window is attached throughout and a
-``none`` window finalized; rank 0 prints every rank's row::
+windows in lockstep. A rank's session attaches CUPTI for its bursts only, as one process's does
+(the ranks' bursts fall on the same steps); rank 0 prints every rank's row::
 
     torchrun --standalone --nproc-per-node 2 bench/overhead/overhead_program_windows.py --tp --blocks 8
     torchrun --standalone --nproc-per-node 2 bench/overhead/overhead_program_windows.py --tp \
@@ -164,12 +163,10 @@ def main() -> int:
             session.sources["transformers"].uninstall()
             c = prof.cupti
             if c is not None and c.attached:  # as Profiler._cycle_cupti: graphs CUPTI saw go first
-                forced += not a.tp  # a rank's session keeps CUPTI attached: its none detaches
+                forced += 1
                 drop_cuda_graphs()
                 torch.cuda.synchronize()
                 c.detach()
-        if on and a.tp and prof.cupti is not None:
-            prof.cupti.attach()  # a rank's session: attached throughout
         if prof.nvml is not None:
             prof.nvml.paused = cfg != "tuiprof"
 

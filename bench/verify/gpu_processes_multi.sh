@@ -18,7 +18,7 @@
 #   bash bench/verify/gpu_processes_multi.sh 2w   # nvidia-h200-x2 (or -h100-x2): ~8 min
 #       what a program's rank pays per process: bench/overhead/overhead_program_windows.py --tp
 #       on 2 ranks (qwen3-0.6b eager, MLPs sharded as tp_job.py, one all-reduce a layer),
-#       tuiprof / none windows in lockstep, CUPTI attached in tuiprof windows as a rank keeps it.
+#       tuiprof / none windows in lockstep, CUPTI attached for the bursts only on every rank.
 #
 # verify_tp.py writes its JSON after every session, so a call cut at its limit keeps what ran.
 #

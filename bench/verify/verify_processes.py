@@ -119,7 +119,9 @@ def cmd_torchrun(a) -> int:
     out = out_dir()
     path = out / f"torchrun_{a.nproc}.json"
     opts = ["--no-cupti"] if a.no_cupti else []
-    say(f"tuiprof run --headless -- torchrun --nproc-per-node {a.nproc} tp_job.py "
+    if a.sample_every:  # "live": bursts, CUPTI attached around them only, on every rank
+        opts += ["--sample-every", a.sample_every]
+    say(f"tuiprof run --headless {' '.join(opts)} -- torchrun --nproc-per-node {a.nproc} tp_job.py "
         f"--model {a.model} --device {a.device}")
     r = tuiprof("run", "--headless", "--json", str(path), *opts, "--", "torchrun",
                 "--standalone", "--nproc-per-node", str(a.nproc), str(PROGRAMS / "tp_job.py"),
@@ -155,6 +157,10 @@ def cmd_torchrun(a) -> int:
         print(f"step-end skew: median {s.skew.end_median_us:.0f} µs, p90 {s.skew.end_p90_us:.0f} "
               f"µs over {s.skew.steps} steps; clock residual {s.clock.get('residual_ns')} ns")
     print(f"late rank: {s.late_rank} ({s.late_basis})")
+    for rv, rs in zip(job.views, s.ranks):  # bursts only on a rank, as in one process
+        cupti = (getattr(rv, "collectors", None) or {}).get("cupti") or {}
+        print(f"rank {rs.rank}: CUPTI {cupti.get('message', '–')}; detached "
+              f"{(getattr(rv, 'overhead', None) or {}).get('detaches', '–')} times")
     others = [process_facts(v) for v in views_of(snap) if v.meta.get("rank") is None]
     print("other processes: " + ", ".join(f"pid {p.get('pid')} {p.get('name')}" for p in others))
     return 0
@@ -245,6 +251,8 @@ def main() -> int:
         q.add_argument("--new-tokens", type=int, default=32)
         q.add_argument("--no-cupti", action="store_true")
     t.add_argument("--nproc", type=int, default=2)
+    t.add_argument("--sample-every", default=None,
+                   help="tuiprof run's --sample-every (default: a headless run's, every step)")
     o.add_argument("--modes", default="eager,compiled")
     o.add_argument("--rounds", type=int, default=3)
     o.add_argument("--new-tokens", type=int, default=65)

@@ -81,6 +81,60 @@ def test_a_graph_of_the_programs_own_keeps_cupti_attached(tmp_path):
     assert any(s[3] for s in steps[30:])                 # bursts are still traced after it
 
 
+@pytest.mark.slow
+def test_the_ranks_of_a_job_detach_between_bursts_and_trace_the_same_steps(tmp_path):
+    """Each rank of a 2-rank gloo job launched by torchrun (its own process group, an
+    all-reduce in every step) has CUPTI attached for its bursts only, as one process has, and
+    the two ranks trace the same steps (the TP analysis compares ranks over those)."""
+    script = tmp_path / "ranks.py"
+    script.write_text(
+        "import torch, torch.distributed as dist, tuiprof\n"
+        "dist.init_process_group('gloo')\n"
+        "x = torch.ones(4)\n"
+        "for i in range(3 * 16):\n"
+        "    with tuiprof.step('decode'):\n"
+        "        dist.all_reduce(x)\n"
+        "        x = x / dist.get_world_size()\n"
+        "dist.destroy_process_group()\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", str(DRIVER), str(tmp_path / "log"),
+                           "--json-dir", str(tmp_path), "--", "python", str(script)],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    traced = []
+    for out in ranks:
+        assert out["status"] == 0 and out["source"] == "api"
+        assert out["bursts_only"] and out["detaches"] >= 2, out["events"]
+        assert "attached for bursts only" in out["cupti"]["message"]
+        decode = [s for s in out["steps"] if s[1] == "decode"]
+        assert len(decode) == 3 * 16
+        traced.append([i for i, s in enumerate(decode) if s[3]])
+    assert traced[0] and len(traced[0]) < 3 * 16 / 2      # bursts, not every step
+    assert traced[0] == traced[1]
+
+
+def test_a_rank_keeps_cupti_attached_once_it_records_graphs(monkeypatch):
+    """On a rank, even graphs that inductor's trees recorded on this thread keep CUPTI
+    attached: dropping them means recording them again beside the peers' collectives."""
+    captures = GraphCaptures()
+    code = compile("captures.seen(sys._getframe())",
+                   f"/site-packages/torch/_inductor/{INDUCTOR_TREES}", "exec")
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert captures.undroppable() == ""                 # no graph yet
+    exec(code, {"captures": captures, "sys": sys})
+    assert captures.undroppable() == ""                 # one process: dropped at a detach
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    exec(code, {"captures": captures, "sys": sys})
+    assert captures.undroppable() == "a rank of a distributed job records CUDA graphs"
+    monkeypatch.setenv("WORLD_SIZE", "1")               # a job of one is one process
+    exec(code, {"captures": captures, "sys": sys})
+    assert captures.undroppable() == ""
+
+
 def test_cupti_attached_keeps_a_program_attached(tmp_path):
     out = _drive(tmp_path, PROGRAMS / "custom_loop.py", "--steps", "40",
                  flags=("--cupti-attached",))

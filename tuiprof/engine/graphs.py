@@ -10,7 +10,9 @@ first: inductor's cudagraph trees then record new ones at the compiled functions
 A user's program may record CUDA graphs of its own (``torch.cuda.graph``,
 ``make_graphed_callables``, transformers' continuous batching), which nobody can drop and
 record again: :class:`GraphCaptures` watches every capture so that a session keeps CUPTI
-attached once such a graph exists.
+attached once such a graph exists. So does a rank of a distributed job, whatever recorded its
+graphs: dropping them means recording them again beside its peers' collectives, which no GPU
+run has shown safe, while an eager rank detaches as one process does.
 """
 from __future__ import annotations
 
@@ -124,6 +126,27 @@ class GraphCaptures:
     def _why(self) -> str:
         if self.foreign:
             return "the program records CUDA graphs of its own"
+        if self.captures and in_distributed_job():
+            return "a rank of a distributed job records CUDA graphs"
         if self.tree_threads - {threading.get_ident()}:
             return "torch.compile recorded CUDA graphs on another thread"
         return ""
+
+
+def in_distributed_job() -> bool:
+    """This process is a rank of a job of two or more: torchrun's environment, or a process
+    group it joined (``mp.spawn`` workers that pass their rank themselves)."""
+    from .distributed import RankInfo  # noqa: PLC0415 - no torch at import
+
+    try:
+        info = RankInfo.from_env()
+    except Exception:  # RANK set to something else than a number: the process group says
+        info = None
+    if info is not None and info.world_size > 1:
+        return True
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized()
+                    and dist.get_world_size() > 1)
+    except Exception:  # a half-initialized module: not a job as far as anyone can tell
+        return False

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import marks
 from ..engine.graphs import GraphCaptures
-from ..collect.device import device_facts, rank_facts
+from ..collect.device import device_facts
 from ..profiler import Profiler
 from .launch import ProgramResult, ProgramSpec, run_program
 from .native_session import NativeSide
@@ -104,9 +104,11 @@ class ProgramSession:
             self._running(spec)
             return
         prof.start_collectors(markers=markers)
-        if markers is None and not rank_facts() and prof.allow_bursts_only(
+        if markers is None and prof.allow_bursts_only(
                 self.captures.undroppable, lambda: self.captures.captures):
-            self.captures.install()  # one rank: CUPTI attached around its bursts only
+            # CUPTI attached around its bursts only, on a rank too: the ranks' bursts fall on the
+            # same steps (_first_steps), and a rank's CUDA graphs keep it attached (GraphCaptures)
+            self.captures.install()
         self.capture.start()
         marks._requests = self.requests   # tuiprof.request_arrived() and the rest
         for name, source in list(self.sources.items()):

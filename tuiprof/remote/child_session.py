@@ -171,7 +171,7 @@ class ChildSession(ProgramSession):
                                         for s in self.sources.values()) if m is not None), None)
             prof.start_collectors(gpu_index(), markers=markers)
             prof.store.meta["cuda"] = True
-            if markers is None and not rank_facts() and prof.allow_bursts_only(
+            if markers is None and prof.allow_bursts_only(
                     self.captures.undroppable, lambda: self.captures.captures):
                 self.captures.install()
             if self.windows is not None and not self.recorder.marked:
