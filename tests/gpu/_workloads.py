@@ -97,10 +97,10 @@ def compiled() -> dict:
     from tuiprof.profiler import Profiler
 
     class BurstsAfterFull(Profiler):
-        def token_started(self, phase, mode, step, cycle, start_ns):
+        def token_started(self, phase, mode, step, cycle, start_ns, *args, **kw):
             if phase == "decode" and step == FULL and self.cupti is not None:
                 self.cupti.sample_every = BURST_EVERY  # kinds go off, bursts switch them on
-            super().token_started(phase, mode, step, cycle, start_ns)
+            super().token_started(phase, mode, step, cycle, start_ns, *args, **kw)
 
     out, view = _session("compiled", DECODE, BurstsAfterFull, sample_every=1)
     rows = {t.seq: t for t in view.tokens}
@@ -130,12 +130,12 @@ def detached() -> dict:
             if ev.cycle >= DETACH_CYCLES and self.engine is not None:
                 self.engine.stop()
 
-        def _cycle_cupti(self, seq, prefill=False):
+        def _cycle_cupti(self, seq, prefill=False, eager=False):
             if VARIANT != "drop-only":
                 if VARIANT == "no-flush-period" and self.cupti.flush_period_ms:
                     self.cupti.flush_period_ms = 0
                     self.cupti._cupti.activity_flush_period(0)
-                return super()._cycle_cupti(seq, prefill)
+                return super()._cycle_cupti(seq, prefill, eager)
             # the graphs dropped where "full" would switch, CUPTI attached throughout
             c = self.cupti
             period = c.sample_every * BURST
