@@ -32,14 +32,19 @@ and the ratio of the totals::
 ``--nonvml`` adds a third configuration to every block (A B C C B A): the session with its NVML
 sampler paused, to tell what NVML's sampling costs from the rest.
 
-``--tp`` runs the same on every rank of a tensor-parallel job (eager), launched by torchrun:
+``--tp`` runs the same on every rank of a tensor-parallel job, launched by torchrun:
 the MLPs sharded as ``tests/programs/tp_job.py`` shards them (one all-reduce a layer), the ranks'
 windows in lockstep. A rank's session attaches CUPTI for its bursts only, as one process's does
-(the ranks' bursts fall on the same steps); rank 0 prints every rank's row::
+(the ranks' bursts fall on the same steps); rank 0 prints every rank's row. ``--mode compiled``
+there: transformers' compiled decode with the all-reduces inside its CUDA graphs; a rank keeps
+CUPTI attached once it records graphs unless ``TUIPROF_RANK_GRAPHS=drop`` (the trial of
+dropping them on every rank at the same step, tuiprof/engine/graphs.py)::
 
     torchrun --standalone --nproc-per-node 2 bench/overhead/overhead_program_windows.py --tp --blocks 8
     torchrun --standalone --nproc-per-node 2 bench/overhead/overhead_program_windows.py --tp \
         --device cpu --tiny --blocks 1    # gloo, the CPU path
+    TUIPROF_RANK_GRAPHS=drop torchrun --standalone --nproc-per-node 2 \
+        bench/overhead/overhead_program_windows.py --tp --mode compiled --blocks 4
 """
 from __future__ import annotations
 
@@ -94,10 +99,8 @@ def main() -> int:
                    help="a third configuration, interleaved with the two: the session with its "
                         "NVML sampler paused (what NVML's sampling costs the program)")
     p.add_argument("--tp", action="store_true",
-                   help="every rank of a torchrun job, eager, in lockstep (see above)")
+                   help="every rank of a torchrun job in lockstep (see above)")
     a = p.parse_args()
-    if a.tp and a.mode != "eager":
-        p.error("--tp runs eager only (the sharded MLPs' all-reduce is not captured)")
     a.new_tokens = a.new_tokens or (32 if a.mode == "eager" else 64)
     t_start = time.perf_counter()
 

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from tuiprof.engine.graphs import INDUCTOR_TREES, GraphCaptures
+from tuiprof.engine.graphs import INDUCTOR_TREES, RANK_GRAPHS_ENV, GraphCaptures
 
 from .conftest import PROGRAMS, REPO
 
@@ -123,6 +123,7 @@ def test_a_rank_keeps_cupti_attached_once_it_records_graphs(monkeypatch):
                    f"/site-packages/torch/_inductor/{INDUCTOR_TREES}", "exec")
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv(RANK_GRAPHS_ENV, raising=False)
     assert captures.undroppable() == ""                 # no graph yet
     exec(code, {"captures": captures, "sys": sys})
     assert captures.undroppable() == ""                 # one process: dropped at a detach
@@ -133,6 +134,13 @@ def test_a_rank_keeps_cupti_attached_once_it_records_graphs(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")               # a job of one is one process
     exec(code, {"captures": captures, "sys": sys})
     assert captures.undroppable() == ""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv(RANK_GRAPHS_ENV, "drop")         # the trial: ranks drop their trees
+    exec(code, {"captures": captures, "sys": sys})
+    assert captures.undroppable() == ""
+    captures.foreign += 1                               # a graph of the program's own: never
+    exec(code, {"captures": captures, "sys": sys})
+    assert "of its own" in captures.undroppable()
 
 
 def test_cupti_attached_keeps_a_program_attached(tmp_path):

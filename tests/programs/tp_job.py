@@ -5,7 +5,11 @@ output, so each token costs one all-reduce per layer; ``generate()`` runs on eve
 lockstep (greedy: every rank decodes the same tokens).
 
 Usage: torchrun --standalone --nproc-per-node N tp_job.py [--model qwen3-tiny]
-           [--device cpu|cuda] [--new-tokens N] [--requests N] [--prompt-len N]
+           [--device cpu|cuda] [--new-tokens N] [--requests N] [--prompt-len N] [--compiled]
+
+``--compiled``: a static cache, so that ``generate()`` compiles its decode forward itself
+(on a GPU: inductor, CUDA graphs with the all-reduces inside; on a CPU: dynamo's eager backend,
+no graphs), as transformers does for a user's program.
 """
 import argparse
 import json
@@ -15,7 +19,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from transformers import AutoModelForCausalLM, Qwen3Config
+from transformers import AutoModelForCausalLM, CompileConfig, Qwen3Config
 
 MODELS = pathlib.Path(__file__).resolve().parents[2] / "tuiprof" / "models_data"
 
@@ -48,6 +52,7 @@ def main():
     p.add_argument("--requests", type=int, default=2)
     p.add_argument("--prompt-len", type=int, default=8)
     p.add_argument("--seconds", type=float, default=0.0, help="keep decoding this long")
+    p.add_argument("--compiled", action="store_true", help="generate()'s own compiled decode")
     args = p.parse_args()
     cuda = args.device.startswith("cuda")
     local = int(os.environ.get("LOCAL_RANK", 0))
@@ -63,6 +68,13 @@ def main():
     if cuda:
         model = model.to(f"cuda:{local}", torch.bfloat16)
     dev = model.device
+    kw = {}
+    if args.compiled:
+        kw["cache_implementation"] = "static"
+        if not cuda:  # transformers compiles by itself on a GPU only (hf_qwen.py does the same)
+            cc = CompileConfig(backend="eager")
+            cc._compile_all_devices = True
+            kw["compile_config"] = cc
     t_end = time.monotonic() + args.seconds
     i = 0
     more = torch.zeros(1, dtype=torch.int64, device=dev)
@@ -76,7 +88,7 @@ def main():
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids),
                                  max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                                 do_sample=False, pad_token_id=0)
+                                 do_sample=False, pad_token_id=0, **kw)
         if rank == 0:
             print(f"rank 0 of {world}: request {i} -> {out[0, args.prompt_len:].tolist()}",
                   flush=True)

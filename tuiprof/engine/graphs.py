@@ -13,9 +13,13 @@ record again: :class:`GraphCaptures` watches every capture so that a session kee
 attached once such a graph exists. So does a rank of a distributed job, whatever recorded its
 graphs: dropping them means recording them again beside its peers' collectives, which no GPU
 run has shown safe, while an eager rank detaches as one process does.
+``TUIPROF_RANK_GRAPHS=drop`` lets a rank drop inductor's trees as one process does (every rank
+drops at the same step, since their bursts fall on the same steps): the way to try it on GPUs
+(bench/README.md) before it becomes the default.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import defaultdict
@@ -63,6 +67,7 @@ def drop_cuda_graphs() -> int:
 
 
 INDUCTOR_TREES = "cudagraph_trees.py"
+RANK_GRAPHS_ENV = "TUIPROF_RANK_GRAPHS"  # "drop": a rank drops its trees' graphs (see above)
 
 
 class GraphCaptures:
@@ -126,7 +131,7 @@ class GraphCaptures:
     def _why(self) -> str:
         if self.foreign:
             return "the program records CUDA graphs of its own"
-        if self.captures and in_distributed_job():
+        if self.captures and in_distributed_job() and os.environ.get(RANK_GRAPHS_ENV) != "drop":
             return "a rank of a distributed job records CUDA graphs"
         if self.tree_threads - {threading.get_ident()}:
             return "torch.compile recorded CUDA graphs on another thread"
