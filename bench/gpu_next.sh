@@ -5,12 +5,12 @@
 #
 #   bash bench/gpu_next.sh NAME
 #
-# Queued (the issues' open points, each named in the case): ranks-compiled, gpu-tests. To
-# queue a run, add a case below that runs the scripts of bench/README.md with a timeout each,
-# writes at most 8 files to $OUT (what the device tool brings back) and prints a short table;
-# once it has run, record its figures in docs/results.md (and the run in docs/history/) and
-# delete the case. The calls that produced today's figures are named in docs/results.md; the
-# earlier queue is in git (docs/history/README.md says where).
+# Queued (the issues' open points, each named in the case): ranks-compiled, native-placement,
+# gpu-tests. To queue a run, add a case below that runs the scripts of bench/README.md with a
+# timeout each, writes at most 8 files to $OUT (what the device tool brings back) and prints a
+# short table; once it has run, record its figures in docs/results.md (and the run in
+# docs/history/) and delete the case. The calls that produced today's figures are named in
+# docs/results.md; the earlier queue is in git (docs/history/README.md says where).
 set -u
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -63,6 +63,21 @@ PY
   TUIPROF_RANK_GRAPHS=drop timeout 260 torchrun --standalone --nproc-per-node 2 \
     bench/overhead/overhead_program_windows.py --tp --mode compiled --blocks 6 --deadline 200 \
     2>&1 | tee "$OUT/ranks_windows_compiled_drop.txt" | tail -5 ;;
+native-placement)
+  # issue 41: does where the program's buffers land change a kernel's own speed? decode_like
+  # alone, 3 runs at each --pad-mb (device memory taken first, as a tool's would be); each
+  # decode kernel's own %globaltimer median. argmax_token read 7,840 ns alone, 6,880 under
+  # tuiprof and 6,976 under nsys: if the pads move it as much, placement is the cause (~1 min,
+  # one GPU)
+  nvcc -O2 -arch=sm_90 -o /tmp/decode_like tests/gpu/native/decode_like.cu || exit 1
+  for r in 1 2 3; do for pad in 0 1 2 8 64 512; do
+    timeout 30 /tmp/decode_like 512 --pad-mb $pad | python -c "
+import json, sys
+for line in sys.stdin:
+    if line.startswith('decode_like: {'):
+        k = json.loads(line.split(': ', 1)[1])['in_kernel']
+        print('pad $pad MiB run $r:', ' '.join(f'{n[:-3]} {v}' for n, v in sorted(k.items())))"
+  done; done | tee "$OUT/native_placement.txt" ;;
 gpu-tests)
   # the whole GPU test suite (about 5 minutes on the H100)
   OUT=$OUT timeout 560 bash tests/gpu/run_all.sh >"$OUT/gpu_tests.txt" 2>&1
@@ -71,5 +86,5 @@ test-data)
   # the test suite's recordings (tests/data/README.md)
   bash tests/data/record.sh "$OUT" 2>&1 | tail -4 ;;
 *)
-  echo "usage: bash bench/gpu_next.sh ranks-compiled|gpu-tests|test-data"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh ranks-compiled|native-placement|gpu-tests|test-data"; exit 2 ;;
 esac

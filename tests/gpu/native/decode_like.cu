@@ -4,15 +4,16 @@
 // with a GEMV over the vocabulary and an argmax) and reading the token back (the host waits).
 // The GEMVs run on 8 blocks: far fewer than the H100's 132 SMs (tuiprof's grid-too-small).
 //
-//   decode_like STEPS [--nvtx] [--sleep-us N]
+//   decode_like STEPS [--nvtx] [--sleep-us N] [--pad-mb N]
 //
 // Prints its own timing (host clock around the decode loop, per step and in total), and the
 // kernel names of one decode step in launch order. Every decode kernel also times itself on the
 // GPU: its blocks' earliest first instruction and latest last one by %globaltimer, into buffers
 // read after the loop. Those are the kernels' durations as the program sees them, with or
 // without a profiler, to tell a profiler that mis-measures a kernel from a kernel that runs
-// differently under it (each tool's own device allocations move the program's buffers). Kernels are extern "C": the same plain name
-// in tuiprof and in nsys, no demangling in the comparison.
+// differently under it (each tool's own device allocations may move the program's buffers:
+// --pad-mb N allocates N MiB first, as a tool would, to test that alone). Kernels are
+// extern "C": the same plain name in tuiprof and in nsys, no demangling in the comparison.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -150,11 +151,16 @@ extern "C" __global__ void attn_prefill(const float *x, float *o) {
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 256;
     bool nvtx = false;
-    int sleep_us = 0;
+    int sleep_us = 0, pad_mb = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--nvtx")) nvtx = true;
         if (!strcmp(argv[i], "--sleep-us") && i + 1 < argc) sleep_us = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--pad-mb") && i + 1 < argc) pad_mb = atoi(argv[++i]);
     }
+    // --pad-mb: device memory taken before the program's own buffers, as a tool's allocations
+    // would be, to see whether where the buffers land changes the kernels' own speed
+    void *pad = nullptr;
+    if (pad_mb > 0) CK(cudaMalloc(&pad, (size_t)pad_mb << 20));
     size_t wl = (size_t)H * H;
     float *wq, *wo, *wu, *wd, *wlm, *emb, *x, *y, *z, *kv, *logits, *px, *py;
     int *tok;
