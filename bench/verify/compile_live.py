@@ -138,6 +138,9 @@ def switch(run: Run, tmux: Tmux, name: str, key: str, batch: int, timeout: float
     tmux("send-keys", "-t", name, key)
     t_done, _ = run.wait(lambda s, a, b: settled(a, batch), timeout, f"after {key}")
     res[f"{key}_to_compiled_s"] = None if t_done is None else round(t_done - t0, 1)
+    # the status line's own account ("compiled in 9.8 s (dynamo …, inductor …, CUDA graphs …)")
+    said = [ln for ln in tmux.screen(name) if "compiled in" in ln or "compiled for batch" in ln]
+    res[f"{key}_status"] = said[-1].split("│")[0].strip() if said else None
     end = t_done if t_done is not None else time.monotonic() - run.t0
     res[f"{key}_rate"] = rate(run.samples, t0, end)
     res[f"{key}_per_5s"] = per_5s(run.samples, t0, end)
@@ -241,6 +244,7 @@ def main() -> int:
               f"beside `b` {r.get('b_per_5s')}; helpers left {r.get('helpers_left')}; "
               f"quit {r.get('quit_s')} s; kernels/step {r.get('kernels')}; "
               f"status: {r.get('status_line')}")
+        print(f"{r['code']} {r['kind']}: `c` said {r.get('c_status')!r}; `b` said {r.get('b_status')!r}")
     (out / f"compile_live_{tag}.json").write_text(json.dumps(results, indent=1))
     (out / f"compile_live_{tag}_screens.txt").write_text("\n".join(screens))
     return 0
