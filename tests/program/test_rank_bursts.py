@@ -23,7 +23,7 @@ def _rank(windows: int, cycles: int = 2, decode: int = 40) -> set:
     store = SessionStore(ring_tokens=512)
     prof = Profiler(store, program_options(args, headless=True))
     collector, _ = attached_collector(store, sample_every=4)
-    collector.bursts_only = False      # a rank of a job: attached throughout
+    collector.bursts_only = False      # attached throughout: the sampling alone is under test
     prof.cupti = collector
     rec = StepRecorder(prof, time_ns_clock(), ("transformers", "windows"))
     for _ in range(windows):
