@@ -15,7 +15,7 @@ graphs: dropping them means recording them again beside its peers' collectives, 
 run has shown safe, while an eager rank detaches as one process does.
 ``TUIPROF_RANK_GRAPHS=drop`` lets a rank drop inductor's trees as one process does (every rank
 drops at the same step, since their bursts fall on the same steps): the way to try it on GPUs
-(bench/README.md) before it becomes the default.
+(``bash bench/gpu_next.sh ranks-compiled``) before it becomes the default.
 """
 from __future__ import annotations
 
