@@ -635,8 +635,8 @@ class Profiler(SessionControl):
         if state == "compiling":
             if st.compiling_since is None:
                 st.compiling_since = time.monotonic()
-        elif state != "paused":
-            st.compiling_since = None
+        elif state not in ("paused", "prefill"):  # a looping engine's prefill beside a compile
+            st.compiling_since = None             # does not end it: the count goes on
         eng = self.engine
         if eng is not None:
             st.want_batch = getattr(eng, "want_batch", st.want_batch)
