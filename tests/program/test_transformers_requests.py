@@ -122,3 +122,29 @@ def test_a_generate_row_that_hits_its_end_token_finishes_there(model, hooked, pr
     rows = {r.id: r for r in prof.store.view(raw=False).requests.rows}
     r0 = rows["generate1/0"]
     assert r0.output_tokens == k + 1 and r0.reason == "eos" and len(r0.token_ns) == k + 1
+
+
+def test_a_failure_to_record_generate_rows_is_said_once_and_generate_goes_on(model, hooked, prof,
+                                                                               monkeypatch):
+    """tuiprof's bookkeeping of a generate()'s rows fails (an output it cannot read): the
+    program's generate() returns its tokens unchanged, and one event says that requests may be
+    missing, not one an attempt."""
+    from tuiprof.program.transformers_requests import GenerateRequests
+
+    ids = torch.randint(4, 1024, (2, 6), generator=torch.Generator().manual_seed(3))
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=5, min_new_tokens=5,
+              do_sample=False, pad_token_id=0)
+    ref = model.generate(ids, **kw)
+    prof.store.reset()
+
+    def broken(self, *a, **k):
+        raise ValueError("an output tuiprof cannot read")
+
+    monkeypatch.setattr(GenerateRequests, "done", broken)
+    monkeypatch.setattr(GenerateRequests, "flush_due", broken)
+    for _ in range(2):
+        assert torch.equal(model.generate(ids, **kw), ref)
+    said = [e[3] for e in prof.store.view(raw=False).events if e[2] == "requests"]
+    assert said == ["requests: could not record generate() rows (ValueError: an output tuiprof "
+                    "cannot read); the program goes on, its requests there may be missing"]
+    assert prof.store.requests.lost["generate() rows"] >= 4   # every failure counted

@@ -65,6 +65,14 @@ class TransformersRequests:
         self._http: OrderedDict[Any, int] = OrderedDict()
         self._calls = itertools.count()
 
+    def failed_here(self, where: str, exc: BaseException) -> None:
+        """A hook's bookkeeping raised (the program goes on): one event the first time at
+        ``where``, every one counted (``RequestBook.record_failed``)."""
+        try:
+            self.book.record_failed(where, exc)
+        except Exception:  # a book without it, or one that fails too: nothing more to do
+            pass
+
     # ------------------------------------------------------------ serving, batching
     def http_arrived(self, request_id: Any) -> None:
         """An HTTP request reached ``transformers serve``'s handler."""

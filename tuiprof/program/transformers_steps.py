@@ -193,8 +193,8 @@ class TransformersSteps:
                 rid = add(manager, input_ids, *args, **kwargs)
                 try:
                     reqs.added(rid, input_ids, t)
-                except Exception:  # bookkeeping must never break the server
-                    pass
+                except Exception as exc:  # bookkeeping must never break the server
+                    reqs.failed_here("add_request", exc)
                 return rid
 
             self._replace(cls, "add_request", add_request)
@@ -206,8 +206,8 @@ class TransformersSteps:
                 out = cancel(manager, request_id, *args, **kwargs)
                 try:
                     reqs.cancelled(request_id)
-                except Exception:
-                    pass
+                except Exception as exc:
+                    reqs.failed_here("cancel_request", exc)
                 return out
 
             self._replace(cls, "cancel_request", cancel_request)
@@ -219,13 +219,14 @@ class TransformersSteps:
             def update_batch(proc, *args, **kwargs):
                 try:
                     seen = reqs.before_update(proc)
-                except Exception:
+                except Exception as exc:
+                    reqs.failed_here("update_batch", exc)
                     seen = None
                 out = update(proc, *args, **kwargs)
                 try:
                     reqs.after_update(seen)
-                except Exception:
-                    pass
+                except Exception as exc:
+                    reqs.failed_here("update_batch", exc)
                 return out
 
             self._replace(proc_cls, "update_batch", update_batch)
@@ -237,8 +238,8 @@ class TransformersSteps:
             def fail_and_deliver(self_, state, error, *args, **kwargs):
                 try:
                     reqs.failed(state, error)
-                except Exception:
-                    pass
+                except Exception as exc:
+                    reqs.failed_here("fail_and_deliver", exc)
                 return fail(self_, state, error, *args, **kwargs)
 
             self._replace(router, "fail_and_deliver", fail_and_deliver)
@@ -273,8 +274,8 @@ class TransformersSteps:
         async def handle_request(handler, body, request_id, *args, **kwargs):
             try:
                 reqs.http_arrived(request_id)
-            except Exception:
-                pass
+            except Exception as exc:
+                reqs.failed_here("handle_request", exc)
             return await orig(handler, body, request_id, *args, **kwargs)
 
         self._replace(cls, "handle_request", handle_request)
@@ -324,15 +325,15 @@ class _GenerateScope:
         if self.rows is not None:
             try:
                 self.rows.done(out, _eos(self.model, kwargs), True)
-            except Exception:
-                pass
+            except Exception as exc:
+                self.rows.owner.failed_here("generate() rows", exc)
 
     def __exit__(self, *exc: object) -> None:
         if self.rows is not None and not self._done:  # generate() raised
             try:
                 self.rows.done(None, None, False)
-            except Exception:
-                pass
+            except Exception as exc:
+                self.rows.owner.failed_here("generate() rows", exc)
         for name, old in self._saved.items():
             if old is _MISSING:
                 self.model.__dict__.pop(name, None)
@@ -362,8 +363,8 @@ class _GenerateScope:
             if rows is not None and step is not None:
                 try:
                     rows.step(inputs, batch, per_seq, t)
-                except Exception:
-                    pass
+                except Exception as exc:
+                    rows.owner.failed_here("generate() rows", exc)
             rec.model_begins(step)  # generate() calls the forward next
             return inputs
 
@@ -380,8 +381,8 @@ class _GenerateScope:
             if rows is not None:  # the forward is launched: the rows' store work goes here
                 try:
                     rows.flush_due()
-                except Exception:
-                    pass
+                except Exception as exc:
+                    rows.owner.failed_here("generate() rows", exc)
             return update(*args, **kwargs)
 
         return _update_model_kwargs_for_generation

@@ -29,6 +29,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..errors import one_line
 from .stats import RunningStats
 
 QUEUED, PREFILL, DECODE, FINISHED, FAILED = "queued", "prefill", "decode", "finished", "failed"
@@ -155,6 +156,7 @@ class RequestBook:
         self._evicted = 0        # rows that left the kept set (a mirror then gets the id list)
         self.misuse: dict[str, int] = {}
         self.sources: dict[str, int] = {}
+        self.lost: dict[str, int] = {}   # where tuiprof's own record of a request failed
         self._reset_finished()
 
     def _reset_finished(self) -> None:
@@ -378,6 +380,21 @@ class RequestBook:
     def _touch(self, row: RequestRow) -> None:
         self._rev += 1
         row.rev = self._rev
+
+    def record_failed(self, where: str, exc: BaseException) -> None:
+        """tuiprof's own record of a request failed at ``where`` (an object of the server's or
+        of ``generate()``'s that it could not read). The program goes on, never disturbed; the
+        first failure at each place becomes one event, so that missing requests are never
+        silent, and every one is counted (``where`` is one of tuiprof's few hook names)."""
+        with self._lock:
+            n = self.lost[where] = self.lost.get(where, 0) + 1
+        if n == 1 and self.on_misuse is not None:
+            try:
+                self.on_misuse("lost", f"requests: could not record {where} "
+                                       f"({type(exc).__name__}: {one_line(exc, 120)}); the "
+                                       "program goes on, its requests there may be missing")
+            except Exception:
+                pass
 
     def _misuse(self, kind: str, rid: Any) -> None:
         n = self.misuse.get(kind, 0) + 1
