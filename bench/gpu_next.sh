@@ -39,10 +39,10 @@ ranks-compiled)
   # 2. what a rank then pays against no tuiprof (lockstep windows, compiled).
   # If both hold, the trial can become the default (docs/programs.md says what changes).
   J=(torchrun --standalone --nproc-per-node 2 "$PWD/tests/programs/tp_job.py" --model qwen3-0.6b
-     --device cuda --compiled --requests 32 --new-tokens 256)
+     --device cuda --compiled --requests 24 --new-tokens 256)
   mkdir -p /tmp/rc && cd /tmp/rc
-  timeout 150 "${J[@]}" >"$OUT/tp_compiled_alone.txt" 2>&1; echo "alone: exit $?"
-  TUIPROF_RANK_GRAPHS=drop timeout 200 python -m tuiprof run --headless --sample-every live \
+  timeout 120 "${J[@]}" >"$OUT/tp_compiled_alone.txt" 2>&1; echo "alone: exit $?"
+  TUIPROF_RANK_GRAPHS=drop timeout 170 python -m tuiprof run --headless --sample-every live \
     --json /tmp/rc/tpc.json -- "${J[@]}" >"$OUT/tp_compiled_tuiprof.txt" 2>&1
   echo "under tuiprof: exit $?"
   cd - >/dev/null
@@ -60,8 +60,8 @@ for v in getattr(snap, "views", [snap]):
     print(f"rank {v.meta.get('rank')}: detached {(v.overhead or {}).get('detaches')} times; "
           f"{((v.collectors or {}).get('cupti') or {}).get('message')}; {kept or 'no stay'}")
 PY
-  TUIPROF_RANK_GRAPHS=drop timeout 260 torchrun --standalone --nproc-per-node 2 \
-    bench/overhead/overhead_program_windows.py --tp --mode compiled --blocks 6 --deadline 200 \
+  TUIPROF_RANK_GRAPHS=drop timeout 250 torchrun --standalone --nproc-per-node 2 \
+    bench/overhead/overhead_program_windows.py --tp --mode compiled --blocks 6 --deadline 190 \
     2>&1 | tee "$OUT/ranks_windows_compiled_drop.txt" | tail -5 ;;
 native-placement)
   # issue 41: does where the program's buffers land change a kernel's own speed? decode_like
