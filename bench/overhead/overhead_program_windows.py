@@ -36,14 +36,14 @@ sampler paused, to tell what NVML's sampling costs from the rest.
 the MLPs sharded as ``tests/programs/tp_job.py`` shards them (one all-reduce a layer), the ranks'
 windows in lockstep. A rank's session attaches CUPTI for its bursts only, as one process's does
 (the ranks' bursts fall on the same steps); rank 0 prints every rank's row. ``--mode compiled``
-there: transformers' compiled decode with the all-reduces inside its CUDA graphs; a rank keeps
-CUPTI attached once it records graphs unless ``TUIPROF_RANK_GRAPHS=drop`` (the trial of
-dropping them on every rank at the same step, tuiprof/engine/graphs.py)::
+there: transformers' compiled decode with the all-reduces inside its CUDA graphs, which every
+rank drops at the same step (tuiprof/engine/graphs.py; ``TUIPROF_RANK_GRAPHS=keep`` keeps the
+ranks attached instead)::
 
     torchrun --standalone --nproc-per-node 2 bench/overhead/overhead_program_windows.py --tp --blocks 8
     torchrun --standalone --nproc-per-node 2 bench/overhead/overhead_program_windows.py --tp \
         --device cpu --tiny --blocks 1    # gloo, the CPU path
-    TUIPROF_RANK_GRAPHS=drop torchrun --standalone --nproc-per-node 2 \
+    torchrun --standalone --nproc-per-node 2 \
         bench/overhead/overhead_program_windows.py --tp --mode compiled --blocks 4
 """
 from __future__ import annotations

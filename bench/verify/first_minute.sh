@@ -3,8 +3,9 @@
 # carry .whl and .tmx: ../shared/device/wheels.sh and ../shared/device/tmux.sh make them).
 # From the repository root:
 #
-#   bash bench/verify/first_minute.sh 1   # first token, TUIPROF_IMPORTS none/hide/…/all interleaved
-#                                  # (qwen3-0.6b, nanochat-d34), and the import chain (~6 min)
+#   bash bench/verify/first_minute.sh 1   # first token: as before (imports plain, no bytecode
+#                                  # tree), the import ways alone, and now; interleaved
+#                                  # (qwen3-0.6b, nanochat-d34), 2 rounds (~3 min)
 #   bash bench/verify/first_minute.sh 2   # `c` and `b` in the live app, this tree: cold, then warm
 #                                  # (helper + persistent cache), kernels per step (~5 min)
 #   bash bench/verify/first_minute.sh 3   # the same with the one-process compile as before (~6 min)
@@ -27,11 +28,9 @@ tmx() {  # tmux from the carried .tmx packages, as $T
 
 case "${1:-}" in
 1)
-  timeout 120 python bench/verify/import_ways.py --rounds 2 --ways none,hide,hide+direct \
-    --importtime "$OUT/importtime.txt" >"$OUT/import_ways.txt" 2>&1
-  tail -40 "$OUT/import_ways.txt"
-  timeout 400 python bench/verify/startup_ab.py --rounds 3 >"$OUT/startup_ab_stdout.txt" 2>&1
-  tail -14 "$OUT/startup_ab_stdout.txt" ;;
+  timeout 300 python bench/verify/startup_ab.py --rounds 2 --ways 'none+nopyc;all+nopyc;all' \
+    >"$OUT/startup_ab_stdout.txt" 2>&1
+  grep "^first start" "$OUT/startup_ab_stdout.txt"; tail -10 "$OUT/startup_ab_stdout.txt" ;;
 2)
   tmx
   timeout 520 python bench/verify/compile_live.py --tmux "$T" --code after >"$OUT/compile_after.txt" 2>&1

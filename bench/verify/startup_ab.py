@@ -9,6 +9,7 @@ is worth. Rounds rotate the order. The session's own phases come from the snapsh
 
     python bench/verify/startup_ab.py --rounds 3            # H100: about 5 minutes
     python bench/verify/startup_ab.py --tiny --rounds 2     # the same code path on a CPU
+    python bench/verify/startup_ab.py --ways 'none+nopyc;all+nopyc;all'   # with the bytecode tree
 
 Writes ``$OUT/startup_ab.json`` and ``$OUT/startup_ab.txt`` when OUT is set.
 """
@@ -32,6 +33,12 @@ PHASES = ("importing torch", "CUDA init", "CUDA context", "warming cuBLAS",
           "importing model code", "building model", "prefill")
 
 
+def ways_of(model: str, chosen: str | None) -> tuple[str, ...]:
+    if chosen:
+        return tuple(w.strip() for w in chosen.split(";") if w.strip())
+    return QWEN_WAYS if model.startswith("qwen3") else TORCH_ONLY_WAYS
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", help="default qwen3-0.6b,nanochat-d34 (--tiny: the tiny ones)")
@@ -39,6 +46,9 @@ def main() -> int:
     ap.add_argument("--device")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--ways", help="';'-separated TUIPROF_IMPORTS ways, for every model; a way "
+                    "ending in '+nopyc' runs with TUIPROF_PYCACHE=off (no bytecode tree of "
+                    "tuiprof's own: tuiprof/engine/bytecode.py)")
     args = ap.parse_args()
     if args.tiny:
         args.device = args.device or "cpu"
@@ -46,27 +56,38 @@ def main() -> int:
                               else "qwen3-0.6b,nanochat-d34")).split(",")
     run_log: list[str] = []
     warm_s = warm_up({"after": HERE}, run_log)
+    # the first start with tuiprof's bytecode tree fills it (where the install has none):
+    # its first token is what the very first session on a machine waits
+    os.environ.pop("TUIPROF_PYCACHE", None)
+    with tempfile.TemporaryDirectory(prefix="tuiprof-ab-") as tmp:
+        fill = headless(HERE, models[0], args.device, Path(tmp), args.timeout, run_log)
+    print(f"first start (fills the bytecode tree where one is kept): "
+          f"{(fill.get('startup') or {}).get('first_token_s')} s to the first token", flush=True)
     runs: list[dict] = []
     t_all = time.monotonic()
     for r in range(args.rounds):
         for model in models:
-            ways = list(QWEN_WAYS if model.startswith("qwen3") else TORCH_ONLY_WAYS)
+            ways = list(ways_of(model, args.ways))
             k = r % len(ways)
             for way in ways[k:] + ways[:k]:
-                os.environ["TUIPROF_IMPORTS"] = way
+                os.environ["TUIPROF_IMPORTS"] = way.split("+")[0]
+                if way.endswith("+nopyc"):
+                    os.environ["TUIPROF_PYCACHE"] = "off"
+                else:
+                    os.environ.pop("TUIPROF_PYCACHE", None)
                 print(f"round {r + 1} {model} TUIPROF_IMPORTS={way}", flush=True)
                 with tempfile.TemporaryDirectory(prefix="tuiprof-ab-") as tmp:
                     res = headless(HERE, model, args.device, Path(tmp), args.timeout, run_log)
                 runs.append({"round": r + 1, "model": model, "way": way, **res})
     os.environ.pop("TUIPROF_IMPORTS", None)
+    os.environ.pop("TUIPROF_PYCACHE", None)
     lines = [f"warm-up {warm_s:.1f} s; {args.rounds} rounds; device "
              f"{next((x.get('device_name') for x in runs if x.get('device_name')), '?')}",
              "| model | TUIPROF_IMPORTS | first token s (median, min–max) | exit s | "
              + " | ".join(PHASES) + " |",
              "|---|---|---|---|" + "---|" * len(PHASES)]
     for model in models:
-        ways = QWEN_WAYS if model.startswith("qwen3") else TORCH_ONLY_WAYS
-        for way in ways:
+        for way in ways_of(model, args.ways):
             mine = [x for x in runs if x["model"] == model and x["way"] == way]
             ft = [x["startup"]["first_token_s"] for x in mine
                   if (x.get("startup") or {}).get("first_token_s") is not None]

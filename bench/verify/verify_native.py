@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -37,6 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "tests" / "gpu" / "native" / "decode_like.cu"
+EXTRA: list[str] = []   # --program-args
 
 
 def sh(cmd, timeout=300, env=None, **kw) -> subprocess.CompletedProcess:
@@ -57,7 +59,7 @@ def program_line(text: str) -> tuple[list[str], dict]:
 def tuiprof(out: Path, binary: str, *args: str, options=(), timeout=300):
     json_path = out
     cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--json", str(json_path),
-           *options, "--", binary, *args]
+           *options, "--", binary, *args, *EXTRA]
     proc = sh(cmd, timeout=timeout)
     doc = json.loads(json_path.read_text()) if json_path.exists() else None
     return proc, doc
@@ -299,7 +301,7 @@ def nsys_compare(results, args, binary, steps, doc, out):
         p.unlink()
     t0 = time.time()
     prof = sh([args.nsys, "profile", "-o", str(rep), "--force-overwrite", "true", "--trace",
-               "cuda", binary, str(steps)], timeout=240)
+               "cuda", binary, str(steps), *EXTRA], timeout=240)
     qd = rep.with_suffix(".qdstrm")
     if not qd.exists():
         check(results, "nsys: profile", False, prof.stderr[-300:] or prof.stdout[-300:])
@@ -400,7 +402,7 @@ def nsys_repeat(results, args, binary, out):
             else:
                 rep = Path(f"/tmp/tuiprof_native_nsys_rep_{r}")
                 prof = sh([args.nsys, "profile", "-o", str(rep), "--force-overwrite", "true",
-                           "--trace", "cuda", binary, str(args.steps)], timeout=240)
+                           "--trace", "cuda", binary, str(args.steps), *EXTRA], timeout=240)
                 own["nsys"].append(program_line(prof.stdout)[1].get("in_kernel", {}))
                 env = dict(os.environ, LD_LIBRARY_PATH=args.dw_lib or "")
                 sh([args.importer, "-i", str(rep.with_suffix(".qdstrm"))], timeout=240, env=env)
@@ -486,7 +488,7 @@ def overhead(results, args, binary, out):
     for r in range(args.rounds):
         for which in ("alone", "tuiprof") if r % 2 == 0 else ("tuiprof", "alone"):
             if which == "alone":
-                p = sh([binary, str(args.overhead_steps)], timeout=120)
+                p = sh([binary, str(args.overhead_steps), *EXTRA], timeout=120)
                 _, fig = program_line(p.stdout)
                 alone.append(fig)
             else:
@@ -596,7 +598,11 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=0,
                     help="also run tuiprof and nsys this many times each, alternating, and "
                          "compare the medians of their kernel means (with each one's spread)")
+    ap.add_argument("--program-args", default="",
+                    help="appended to every run of decode_like (alone, tuiprof, nsys), e.g. "
+                         "'--pad-mb 512': its buffers placed after that much device memory")
     args = ap.parse_args()
+    EXTRA[:] = shlex.split(args.program_args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(","))
@@ -619,7 +625,7 @@ def main() -> int:
               "print(b.path, b.cuda_h, b.cupti.source, b.cupti.version, b.cupti.lib)"])
     results["library"] = lib.stdout.strip() or lib.stderr.strip()[-300:]
     print("injection library:", results["library"])
-    alone = sh([binary, str(args.steps)], timeout=120)
+    alone = sh([binary, str(args.steps), *EXTRA], timeout=120)
     names, fig = program_line(alone.stdout)
     results["program_alone"] = fig
     print("program:", fig)

@@ -115,9 +115,10 @@ def test_the_ranks_of_a_job_detach_between_bursts_and_trace_the_same_steps(tmp_p
     assert traced[0] == traced[1]
 
 
-def test_a_rank_keeps_cupti_attached_once_it_records_graphs(monkeypatch):
-    """On a rank, even graphs that inductor's trees recorded on this thread keep CUPTI
-    attached: dropping them means recording them again beside the peers' collectives."""
+def test_a_rank_drops_its_trees_as_one_process_does(monkeypatch):
+    """A rank drops the graphs that inductor's trees recorded on this thread, as one process
+    does (every rank at the same step); TUIPROF_RANK_GRAPHS=keep keeps it attached; a graph of
+    the program's own keeps anyone attached."""
     captures = GraphCaptures()
     code = compile("captures.seen(sys._getframe())",
                    f"/site-packages/torch/_inductor/{INDUCTOR_TREES}", "exec")
@@ -130,14 +131,15 @@ def test_a_rank_keeps_cupti_attached_once_it_records_graphs(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     exec(code, {"captures": captures, "sys": sys})
+    assert captures.undroppable() == ""                 # a rank: dropped at the same step
+    monkeypatch.setenv(RANK_GRAPHS_ENV, "keep")         # as before: a rank stays attached
+    exec(code, {"captures": captures, "sys": sys})
     assert captures.undroppable() == "a rank of a distributed job records CUDA graphs"
     monkeypatch.setenv("WORLD_SIZE", "1")               # a job of one is one process
     exec(code, {"captures": captures, "sys": sys})
     assert captures.undroppable() == ""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv(RANK_GRAPHS_ENV, "drop")         # the trial: ranks drop their trees
-    exec(code, {"captures": captures, "sys": sys})
-    assert captures.undroppable() == ""
+    monkeypatch.delenv(RANK_GRAPHS_ENV)
     captures.foreign += 1                               # a graph of the program's own: never
     exec(code, {"captures": captures, "sys": sys})
     assert "of its own" in captures.undroppable()

@@ -195,6 +195,9 @@ def main(argv: list[str]) -> int:
     family, device = (argv + ["-", "cpu"])[:2]
     t0 = time.perf_counter()
     try:  # what every compile needs, done before the request comes (a prestarted helper)
+        from . import bytecode
+
+        bytecode.keep()  # as the session does (inherited through the environment, mostly)
         import torch
 
         from .families import get_family

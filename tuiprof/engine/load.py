@@ -201,6 +201,11 @@ def load_model(model_spec: str, *, device: str | None = None, dtype: str | None 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     source = resolve_model(model_spec, trust_remote_code=trust_remote_code)
+    from . import bytecode
+
+    kept = bytecode.keep()  # before torch: an install without bytecode compiles it every start
+    if kept:
+        note("bytecode", kept)
     with phase("importing torch"):
         import torch
 
