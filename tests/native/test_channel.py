@@ -115,6 +115,33 @@ def test_the_library_asks_for_the_python_paths_kinds_and_api_subset(native, tmp_
     assert e["NVTX_INJECTION64_PATH"] == str(native.fake) and e["CUDA_INJECTION64_PATH"] == "/x.so"
 
 
+def test_cuptis_device_buffers_are_left_alone_unless_asked(native, tmp_path):
+    """CUPTI's device-side record buffers move the program's own buffers (docs/native.md,
+    "Placement"): the library leaves them to CUPTI, and sets them only when a
+    TUIPROF_CUPTI_* variable asks; a value CUPTI refuses is one line."""
+    s = Script()
+    s.kernel("k", 10, 20, 1)
+    script = str(s.write(tmp_path / "s.bin"))
+
+    def attrs(env):
+        c = _collector(native, SessionStore())
+        proc = _run(native, c, "run", script, "4", "0", env=env)
+        c.wait_end(10)
+        c.stop()
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("fake-cupti-attrs:")),
+                    "fake-cupti-attrs:")
+        return dict(p.split("=") for p in line.split()[1:]), c
+
+    assert attrs({})[0] == {}
+    got, _ = attrs({"TUIPROF_CUPTI_DEVICE_BUFFER_MB": "8", "TUIPROF_CUPTI_DEVICE_BUFFERS": "1",
+                    "TUIPROF_CUPTI_HOST_PINNED": "1"})
+    # DEVICE_BUFFER_SIZE (0), DEVICE_BUFFER_PRE_ALLOCATE_VALUE (6), MEM_ALLOCATION_TYPE_HOST_PINNED (8)
+    assert got == {"0": str(8 << 20), "6": "1", "8": "1"}
+    got, c = attrs({"TUIPROF_CUPTI_HOST_PINNED": "1", "FAKE_CUPTI_REFUSE_ATTR": "8"})
+    assert got == {} and c.kernels == 1
+    assert c.errors == ["in driver: TUIPROF_CUPTI_HOST_PINNED: CUPTI said CUPTI_ERROR_FAKE"]
+
+
 def test_nvtx_marker_names_travel_with_their_buffer(native, tmp_path):
     s = Script()
     decode_like(s, 3, marker_name="decode_step")

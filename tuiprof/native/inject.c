@@ -442,6 +442,38 @@ static void finish(void) {
 __attribute__((destructor)) static void on_unload(void) { finish(); }
 
 /* --- start --- */
+/* Where CUPTI keeps its records on the device. Since CUDA 12.0 Update 1 it reserves device
+ * buffers per context (3 of CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE by default), which moves
+ * the program's own buffers, and a kernel's own speed moves with where its buffers land (up
+ * to 19 % for decode_like's argmax_token alone: docs/native.md, "Placement"). Left to CUPTI
+ * unless asked: these variables exist to measure that effect against nsys, not to tune it.
+ *   TUIPROF_CUPTI_DEVICE_BUFFER_MB   bytes of each device buffer, in MiB
+ *   TUIPROF_CUPTI_DEVICE_BUFFERS     device buffers allocated at context creation
+ *   TUIPROF_CUPTI_HOST_PINNED=1      records in pinned host memory instead of device memory */
+static void device_buffer_attrs(void *lib) {
+    CUptiResult (*set_attr)(CUpti_ActivityAttribute, size_t *, void *);
+    *(void **)(&set_attr) = dlsym(lib, "cuptiActivitySetAttribute");
+    if (!set_attr) return;
+    static const struct { const char *env; CUpti_ActivityAttribute attr; int shift; } knobs[] = {
+        {"TUIPROF_CUPTI_DEVICE_BUFFER_MB", CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, 20},
+        {"TUIPROF_CUPTI_DEVICE_BUFFERS", CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE, 0},
+    };
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        const char *v = getenv(knobs[i].env);
+        if (!v || !*v) continue;
+        size_t value = (size_t)strtoull(v, NULL, 10) << knobs[i].shift, size = sizeof value;
+        CUptiResult r = set_attr(knobs[i].attr, &size, &value);
+        if (r != CUPTI_SUCCESS) send_error("%s=%s: CUPTI said %s", knobs[i].env, v, result_text(r));
+    }
+    const char *pinned = getenv("TUIPROF_CUPTI_HOST_PINNED");
+    if (pinned && *pinned == '1') {
+        uint8_t on = 1;
+        size_t size = sizeof on;
+        CUptiResult r = set_attr(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &size, &on);
+        if (r != CUPTI_SUCCESS) send_error("TUIPROF_CUPTI_HOST_PINNED: CUPTI said %s", result_text(r));
+    }
+}
+
 static int resolve(void *lib) {
 #define TP_SYM(var, name)                                                   \
     do {                                                                    \
@@ -576,6 +608,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
     struct timeval tv = {0, 0};
     setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 
+    device_buffer_attrs(lib);
     CUptiResult r = p_register(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
         send_error("CUPTI refused its buffer callbacks: %s (another profiler holds CUPTI?)",

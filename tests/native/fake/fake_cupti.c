@@ -17,6 +17,7 @@ static uint32_t sizes[128];
 static int enabled[128];
 static uint8_t rt_on[4096], drv_on[4096];
 static uint32_t flush_ms;
+static unsigned long long attrs[16];   /* cuptiActivitySetAttribute's values, +1 (0: unset) */
 static uint8_t *held;
 static size_t held_size, held_valid;
 static size_t dropped;
@@ -93,7 +94,21 @@ CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult r, const char **s) {
     return CUPTI_SUCCESS;
 }
 
-/* What the library asked for, one line on stdout (the test reads the program's output). */
+CUptiResult CUPTIAPI cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t *size,
+                                               void *value) {
+    if ((unsigned)attr >= 16 || !size || !value) return CUPTI_ERROR_INVALID_PARAMETER;
+    const char *refuse = getenv("FAKE_CUPTI_REFUSE_ATTR");
+    if (refuse && atoi(refuse) == (int)attr) return CUPTI_ERROR_NOT_COMPATIBLE;
+    unsigned long long v = 0;
+    if (*size == 1) v = *(uint8_t *)value;
+    else if (*size == sizeof(size_t)) v = *(size_t *)value;
+    else return CUPTI_ERROR_INVALID_PARAMETER;
+    attrs[attr] = v + 1;
+    return CUPTI_SUCCESS;
+}
+
+/* What the library asked for, one line on stdout (the test reads the program's output), and
+ * the attributes it set, if any, on a second line. */
 void fake_cupti_report(void) {
     printf("fake-cupti: kinds");
     for (int k = 0; k < 128; k++)
@@ -105,6 +120,14 @@ void fake_cupti_report(void) {
     for (int i = 0; i < 4096; i++)
         if (drv_on[i]) printf(" %d", i);
     printf("; flush %u\n", flush_ms);
+    int any = 0;
+    for (int a = 0; a < 16; a++) any |= attrs[a] != 0;
+    if (any) {  /* only then: the tests that read a fixed number of lines see none */
+        printf("fake-cupti-attrs:");
+        for (int a = 0; a < 16; a++)
+            if (attrs[a]) printf(" %d=%llu", a, attrs[a] - 1);
+        printf("\n");
+    }
     fflush(stdout);
 }
 
