@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tuiprof.engine import bytecode
+from tuiprof.engine.compile_cache import dir_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,7 +124,7 @@ def test_tree_over_its_bound_is_emptied(tmp_path):
     (where / bytecode.SIZE_FILE).write_text("100")
     bytecode._bound(where)                      # within the bound: kept
     assert (where / "a" / "b.pyc").exists()
-    assert bytecode.tree_bytes(where) == 103     # the pyc and the 3-byte size file
+    assert dir_bytes(where) == 103               # the pyc and the 3-byte size file
 
 
 def test_a_damaged_file_in_the_tree_is_compiled_again(tmp_path):

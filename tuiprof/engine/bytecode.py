@@ -34,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 
+from .compile_cache import dir_bytes, tuiprof_cache
+
 ENV = "TUIPROF_PYCACHE"
 MAX_BYTES = 2 * 1024**3     # the whole tree (torch, sympy, transformers, inductor: ~100 MB)
 SIZE_FILE = ".size"         # bytes, as measured last
@@ -47,8 +49,7 @@ def root() -> Path | None:
         return None
     if raw:
         return Path(raw).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tuiprof" / "pycache"
+    return tuiprof_cache() / "pycache"
 
 
 def missing(probe: str = "torch") -> str | None:
@@ -77,13 +78,13 @@ def missing(probe: str = "torch") -> str | None:
     return None  # Python writes it beside the sources on this start
 
 
-def keep(probe: str = "torch", *, children: bool = True) -> str | None:
+def keep(probe: str = "torch") -> str | None:
     """Keep bytecode under :func:`root` from now on, where :func:`missing` says the install
     would compile again at every start. Returns the tree's path when it did, else None.
 
-    ``children``: set ``PYTHONPYCACHEPREFIX`` (and drop ``PYTHONDONTWRITEBYTECODE``) in this
-    process's environment too, for the processes it starts (the compile helper, inductor's
-    workers). Only for a process of tuiprof's own engine."""
+    The environment gets ``PYTHONPYCACHEPREFIX`` (and loses ``PYTHONDONTWRITEBYTECODE``) too,
+    for the processes this one starts (the compile helper, inductor's workers): only for a
+    process of tuiprof's own engine, never a user's program."""
     where = root()
     if where is None or missing(probe) is None:
         return None
@@ -96,9 +97,8 @@ def keep(probe: str = "torch", *, children: bool = True) -> str | None:
         return None  # no cache: the imports run as they did, slower
     sys.pycache_prefix = str(where)
     sys.dont_write_bytecode = False
-    if children:
-        os.environ["PYTHONPYCACHEPREFIX"] = str(where)
-        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(where)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     threading.Thread(target=_measure_later, args=(where,), name="tuiprof-pycache-size",
                      daemon=True).start()
     return str(where)
@@ -119,30 +119,11 @@ def _bound(where: Path) -> None:
             entry.unlink(missing_ok=True)
 
 
-def tree_bytes(where: Path) -> int:
-    total = 0
-    stack = [str(where)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for e in it:
-                    try:
-                        if e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
-                        elif e.is_file(follow_symlinks=False):
-                            total += e.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-    return total
-
-
 def _measure_later(where: Path, after_s: float = MEASURE_AFTER_S) -> None:
     time.sleep(after_s)
     try:
         tmp = where / f"{SIZE_FILE}.{os.getpid()}"
-        tmp.write_text(str(tree_bytes(where)))
+        tmp.write_text(str(dir_bytes(where)))
         os.replace(tmp, where / SIZE_FILE)
     except OSError:
         pass

@@ -49,8 +49,12 @@ def root() -> Path | None:
         return None
     if raw:
         return Path(raw).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tuiprof" / "inductor"
+    return tuiprof_cache() / "inductor"
+
+
+def tuiprof_cache() -> Path:
+    """``$XDG_CACHE_HOME/tuiprof`` (default ``~/.cache/tuiprof``): the caches tuiprof keeps."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "tuiprof"
 
 
 def key_fields(model_def: Any, dtype: str, device_name: str, compile_mode: str,
@@ -132,7 +136,7 @@ def prune(base: Path, keep: int = KEEP, max_bytes: int = MAX_BYTES,
     dirs.sort(key=lambda p: (p != spare, -_last_used(p)))  # the one in use counts first
     removed, total, kept = [], 0, 0
     for p in dirs:
-        size = _size(p)
+        size = dir_bytes(p)
         if p == spare or (kept < keep and total + size <= max_bytes):
             kept += 1
             total += size
@@ -159,7 +163,8 @@ def _last_used(path: Path) -> float:
             return 0.0
 
 
-def _size(path: Path) -> int:
+def dir_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (links not followed)."""
     total = 0
     for dirpath, _dirs, files in os.walk(path):
         for f in files:
