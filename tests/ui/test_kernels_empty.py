@@ -88,3 +88,24 @@ def test_a_reopened_snapshots_collector_text_reaches_no_pane_raw(tmp_path):
     asyncio.run(main())
     joined = "".join(texts)
     assert "\x1b" not in joined and "\x07" not in joined and "no CUPTI" in joined and "MODEL" in joined
+
+
+def test_a_refresh_while_the_panes_are_taken_down_does_nothing(tmp_path):
+    """Quitting takes the main screen's panes down while it is still mounted; a refresh tick
+    that lands then must not raise (Textual re-raises it at exit: a traceback for the user)."""
+    from tuiprof.ui.widgets.header import HeaderPane
+
+    store = _decoded(SessionStore(meta={"model": "m", "device": "cpu"}))
+    app = make_app(StaticViewControl(store.view(), "x.json"), title="t", export_dir=tmp_path,
+                   refresh_hz=0, deterministic=True)
+    seen: dict = {}
+
+    async def main():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await app.main.query_one(HeaderPane).remove()
+            assert app.main.is_mounted
+            app.refresh_view(force=True)
+            seen["ok"] = True
+    asyncio.run(main())
+    assert seen["ok"]

@@ -27,6 +27,7 @@ from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
@@ -355,10 +356,14 @@ class TuiprofApp(App):
                              changed=changed, **self._rank_context())
         screen = self.screen
         main = self.main
+        try:
+            header, status_line = main.query_one(HeaderPane), main.query_one(StatusLine)
+        except NoMatches:  # mounted, but its panes are being taken down (the app is quitting)
+            return
         if changed and main.place(view):  # an optional pane has data now: into the grid
             ctx.changed = True
         with self.batch_update():
-            main.query_one(HeaderPane).show(view, ctx)
+            header.show(view, ctx)
             if isinstance(screen, LogScreen):
                 screen.show(view, status)
             if isinstance(screen, CompareScreen):
@@ -372,8 +377,7 @@ class TuiprofApp(App):
                 if screen is main or force:
                     for pane in main.visible_panes():
                         pane.show(view, ctx)
-            main.query_one(StatusLine).show(view, ctx, refresh_stats=self.refresh_stats,
-                                            frozen=self._frozen)
+            status_line.show(view, ctx, refresh_stats=self.refresh_stats, frozen=self._frozen)
         self._maybe_findings(sig, sync_findings)
         self._notice_program_end(status)
         dt = (time.perf_counter() - t0) * 1000.0
