@@ -58,6 +58,7 @@ def program_line(text: str) -> tuple[list[str], dict]:
 
 def tuiprof(out: Path, binary: str, *args: str, options=(), timeout=300):
     json_path = out
+    json_path.unlink(missing_ok=True)   # a run that writes nothing must not read an old one
     cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--json", str(json_path),
            *options, "--", binary, *args, *EXTRA]
     proc = sh(cmd, timeout=timeout)
@@ -361,6 +362,18 @@ def in_kernel_table(results, doc, under_nsys: dict, kern: dict) -> None:
               f"{f(cupti['tuiprof']) + ' / ' + f(cupti['nsys']):>26} "
               f"{f(beyond['tuiprof']) + ' / ' + f(beyond['nsys']):>36}")
     results["in_kernel"] = table
+    # each tool's reservation before the program's first buffer (tuiprof/native/inject.c):
+    # the same figure under both tools means the program's buffers land alike
+    used = {w: runs[w].get("used_mib_at_start") for w in runs}
+    results["used_mib_at_start"] = used
+    print("    device memory in use at the program's start, MiB: "
+          + " / ".join(f"{w} {'-' if v is None else f'{v:.1f}'}" for w, v in used.items()))
+    if used["tuiprof"] is not None and used["nsys"] is not None:
+        alone = "-" if used["alone"] is None else f"{used['alone']:.1f}"
+        check(results, "nsys: the same device memory in use at the program's start (within 1 MiB)",
+              abs(used["tuiprof"] - used["nsys"]) <= 1.0,
+              f"tuiprof {used['tuiprof']:.1f} MiB, nsys {used['nsys']:.1f}, alone {alone}")
+
 
 def own_clock_check(beyond: dict) -> tuple[bool, str]:
     """Per kernel of at least ``MIN_SHARE`` of the GPU time (``beyond``: nsys_repeat's rows), do
@@ -401,6 +414,8 @@ def nsys_repeat(results, args, binary, out):
                                             if x.startswith("decode_like: {")), {}))
             else:
                 rep = Path(f"/tmp/tuiprof_native_nsys_rep_{r}")
+                for p in rep.parent.glob(rep.name + ".*"):  # the importer keeps an old report
+                    p.unlink()
                 prof = sh([args.nsys, "profile", "-o", str(rep), "--force-overwrite", "true",
                            "--trace", "cuda", binary, str(args.steps), *EXTRA], timeout=240)
                 own["nsys"].append(program_line(prof.stdout)[1].get("in_kernel", {}))

@@ -443,30 +443,48 @@ __attribute__((destructor)) static void on_unload(void) { finish(); }
 
 /* --- start --- */
 /* Where CUPTI keeps its records on the device. Since CUDA 12.0 Update 1 it reserves device
- * buffers per context (3 of CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE by default), which moves
- * the program's own buffers, and a kernel's own speed moves with where its buffers land (up
- * to 19 % for decode_like's argmax_token alone: docs/native.md, "Placement"). Left to CUPTI
- * unless asked: these variables exist to measure that effect against nsys, not to tune it.
- *   TUIPROF_CUPTI_DEVICE_BUFFER_MB   bytes of each device buffer, in MiB
- *   TUIPROF_CUPTI_DEVICE_BUFFERS     device buffers allocated at context creation
+ * buffers per context at its creation (CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE of
+ * them, 3 by default, of DEVICE_BUFFER_SIZE, ~3.2 MB, each taking 4 MiB), before any of the
+ * program's memory, so the program's buffers land further on; and a kernel's own speed moves
+ * with where its buffers land (decode_like's argmax_token by up to 19 % with no tool loaded:
+ * docs/native.md, "Placement"). nsys 2025.3 leaves 28 MiB in use at that point, and with the
+ * same 28 MiB (7 buffers) a program's kernels run under tuiprof at the speed they run under
+ * nsys, their own clocks equal at three layouts; with CUPTI's 12 MiB they do not. So tuiprof
+ * reserves nsys's 28 MiB by default, and kernel times can be compared with the tool everyone
+ * checks against. TUIPROF_CUPTI_HOST_PINNED=1 keeps the records in pinned host memory
+ * instead: nothing is reserved on the device and the kernels run as they do with no tool.
+ *   TUIPROF_CUPTI_DEVICE_BUFFERS     device buffers reserved at context creation (default 7;
+ *                                    3 is CUPTI's own default)
+ *   TUIPROF_CUPTI_DEVICE_BUFFER_MB   bytes of each buffer, in MiB (CUPTI's own by default)
  *   TUIPROF_CUPTI_HOST_PINNED=1      records in pinned host memory instead of device memory */
+#define TP_DEVICE_BUFFERS_DEFAULT "7"
 static void device_buffer_attrs(void *lib) {
     CUptiResult (*set_attr)(CUpti_ActivityAttribute, size_t *, void *);
     *(void **)(&set_attr) = dlsym(lib, "cuptiActivitySetAttribute");
     if (!set_attr) return;
-    static const struct { const char *env; CUpti_ActivityAttribute attr; int shift; } knobs[] = {
-        {"TUIPROF_CUPTI_DEVICE_BUFFER_MB", CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, 20},
-        {"TUIPROF_CUPTI_DEVICE_BUFFERS", CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE, 0},
+    static const struct {
+        const char *env, *fallback;
+        CUpti_ActivityAttribute attr;
+        int shift;
+    } knobs[] = {
+        {"TUIPROF_CUPTI_DEVICE_BUFFER_MB", NULL, CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, 20},
+        {"TUIPROF_CUPTI_DEVICE_BUFFERS", TP_DEVICE_BUFFERS_DEFAULT,
+         CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE, 0},
     };
+    const char *pinned = getenv("TUIPROF_CUPTI_HOST_PINNED");
+    int host = pinned && *pinned == '1';
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
         const char *v = getenv(knobs[i].env);
-        if (!v || !*v) continue;
+        int asked = v && *v;
+        if (!asked) v = host ? NULL : knobs[i].fallback;  /* nsys's footprint is on the device */
+        if (!v) continue;
         size_t value = (size_t)strtoull(v, NULL, 10) << knobs[i].shift, size = sizeof value;
         CUptiResult r = set_attr(knobs[i].attr, &size, &value);
-        if (r != CUPTI_SUCCESS) send_error("%s=%s: CUPTI said %s", knobs[i].env, v, result_text(r));
+        /* a CUPTI older than device buffers refuses the default, and has nothing to move */
+        if (r != CUPTI_SUCCESS && asked)
+            send_error("%s=%s: CUPTI said %s", knobs[i].env, v, result_text(r));
     }
-    const char *pinned = getenv("TUIPROF_CUPTI_HOST_PINNED");
-    if (pinned && *pinned == '1') {
+    if (host) {
         uint8_t on = 1;
         size_t size = sizeof on;
         CUptiResult r = set_attr(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &size, &on);

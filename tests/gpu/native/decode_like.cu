@@ -159,6 +159,11 @@ int main(int argc, char **argv) {
     }
     // --pad-mb: device memory taken before the program's own buffers, as a tool's allocations
     // would be, to see whether where the buffers land changes the kernels' own speed
+    // the device memory in use once the context exists and before any of the program's buffers:
+    // the driver's context and whatever a tool reserved at its creation (CUPTI's record buffers)
+    size_t free_b = 0, total_b = 0;
+    CK(cudaFree(0));
+    CK(cudaMemGetInfo(&free_b, &total_b));
     void *pad = nullptr;
     if (pad_mb > 0) CK(cudaMalloc(&pad, (size_t)pad_mb << 20));
     size_t wl = (size_t)H * H;
@@ -270,8 +275,8 @@ int main(int argc, char **argv) {
     printf("\n");
     printf("decode_like: {\"steps\": %d, \"kernels_per_step\": %zu, \"prefill_ms\": %.3f, "
            "\"decode_ms\": %.3f, \"median_step_us\": %.2f, \"token\": %d, "
-           "\"in_kernel\": {%s}}\n",
+           "\"used_mib_at_start\": %.1f, \"in_kernel\": {%s}}\n",
            steps, names.size(), prefill_ms, total_ms, sorted[sorted.size() / 2], host_tok,
-           own.c_str());
+           (total_b - free_b) / 1048576.0, own.c_str());
     return 0;
 }

@@ -122,7 +122,7 @@ void fake_cupti_report(void) {
     printf("; flush %u\n", flush_ms);
     int any = 0;
     for (int a = 0; a < 16; a++) any |= attrs[a] != 0;
-    if (any) {  /* only then: the tests that read a fixed number of lines see none */
+    if (any) {
         printf("fake-cupti-attrs:");
         for (int a = 0; a < 16; a++)
             if (attrs[a]) printf(" %d=%llu", a, attrs[a] - 1);
