@@ -207,26 +207,31 @@ def main() -> int:
               f" ms/step tuiprof {1e3 * statistics.median(sums['tuiprof']) / a.new_tokens:.2f}"
               f" none {1e3 * statistics.median(sums['none']) / a.new_tokens:.2f};"
               f" CUPTI detaches so far {detaches}, forced {forced}", flush=True)
-    configure("tuiprof")
-    session.finish(ProgramResult(0, "exited"))
     if not blocks:
+        configure("tuiprof")
+        session.finish(ProgramResult(0, "exited"))
         print("no block fitted before the deadline")
         return 1
     ratios = [blk["ratio"] for blk in blocks]
     tot = {k: sum(sum(blk[k]) for blk in blocks) for k in ("tuiprof", "none")}
-    view = prof.store.view()
     n = a.new_tokens * per_block * len(blocks)
     name = f"{'qwen3-tiny' if a.tiny else 'qwen3-0.6b'} {a.device}" + (f", rank {rank}" if a.tp else "")
     row = (f"| {name} | {len(blocks)} | "
            f"{statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f}) | "
            f"{tot['tuiprof'] / tot['none']:.3f} | {1e3 * tot['tuiprof'] / n:.2f} | "
            f"{1e3 * tot['none'] / n:.2f} |")
+    # each rank's row before anything that may not return (a compiled job's NCCL teardown on
+    # the GPU has hung past a call's limit), so the measurement is never lost
+    print(f"[rank {rank}] " * a.tp + f"row: {row}", flush=True)
+    configure("tuiprof")
+    session.finish(ProgramResult(0, "exited"))
+    view = prof.store.view()
     rows = [row]
     if dist is not None:  # every rank's row, printed by rank 0
         rows = [None] * dist.get_world_size()
         dist.all_gather_object(rows, row)
-        dist.destroy_process_group()
         if rank:
+            dist.destroy_process_group()
             return 0
     where = f"every rank of a TP={len(rows)} job" if a.tp else "in one process"
     print(f"\n| {a.mode} generate(), {where} | blocks | tuiprof / none: median of blocks "
@@ -244,6 +249,8 @@ def main() -> int:
         Path(a.json).write_text(json.dumps({"args": vars(a), "blocks": blocks, "forced": forced,
                                             "counters": view.counters,
                                             "overhead": view.overhead}, indent=1))
+    if dist is not None:
+        dist.destroy_process_group()
     return 0
 
 
