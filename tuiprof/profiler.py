@@ -157,6 +157,7 @@ class Profiler(SessionControl):
         self._old_switch: float | None = None
         self._batch = int(options.engine_kwargs.get("batch", 1) or 1)
         self._compiling = False       # steps now run beside a background compile
+        self._message_at: int | None = None  # the step seq at which the engine's line was said
         self._seq_of_index: dict[int, int] = {}  # recent steps' TokenEvent.index -> store seq
 
     # ------------------------------------------------------------- life cycle
@@ -537,7 +538,12 @@ class Profiler(SessionControl):
             self.status.batch = batch
             self.store.meta["batch"] = batch
             self.store.add_event("batch", f"batch: {batch}")
-            self.status.message = f"now decoding {batch} sequence{'s' if batch > 1 else ''} per step"
+            text = f"now decoding {batch} sequence{'s' if batch > 1 else ''} per step"
+            # a compile for this batch ends at the same boundary and says so just before
+            # ("compiled in 8.5 s (dynamo …)"): that line stays, after the batch's
+            if self.status.message and self._message_at == self.store.next_seq():
+                text = f"{text} · {self.status.message}"
+            self.status.message = text
             if self.cupti is not None:  # trace the new configuration's kernels soon
                 self.cupti.restart_sampling(self.store.next_seq())
         if compiling != self._compiling:
@@ -643,6 +649,7 @@ class Profiler(SessionControl):
         st.state = state
         if message:
             st.message = message
+            self._message_at = self.store.next_seq()
             if state == "error" or message.startswith(("compile failed", "out of memory")):
                 self.store.add_event("error", message)
         if state in ("done", "stopped", "error"):
