@@ -126,10 +126,10 @@ def has_raw_control(text: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    fixtures = Path(os.environ.get("TUIPROF_FIXTURES", Path(__file__).resolve().parents[2]
-                                   / "shared" / "fixtures"))
-    if not fixtures.exists():
-        fixtures = Path("/work/shared/fixtures")
-    path = write_hostile_snapshot(fixtures / "h100_qwen3-0.6b_eager_decode64.json.gz",
+    # the eager H100 recording the tests replay (TUIPROF_FIXTURES: a folder holding another)
+    fixtures = os.environ.get("TUIPROF_FIXTURES")
+    fixture = (Path(fixtures) / "h100_qwen3-0.6b_eager_decode64.json.gz" if fixtures else
+               Path(__file__).resolve().parent / "data" / "qwen3-0.6b_eager_decode64.json.gz")
+    path = write_hostile_snapshot(fixture,
                                   Path(sys.argv[1] if len(sys.argv) > 1 else "hostile.json"))
     print(path)

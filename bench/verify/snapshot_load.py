@@ -26,10 +26,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path(os.environ.get("TUIPROF_FIXTURES", REPO.parent / "shared" / "fixtures")) \
-    / "h100_qwen3-0.6b_eager_decode64.json.gz"
-if not FIXTURE.exists():
-    FIXTURE = Path("/work/shared/fixtures/h100_qwen3-0.6b_eager_decode64.json.gz")
+# the eager H100 recording the tests replay (TUIPROF_FIXTURES: a folder holding another)
+FIXTURE = (Path(os.environ["TUIPROF_FIXTURES"]) / "h100_qwen3-0.6b_eager_decode64.json.gz"
+           if os.environ.get("TUIPROF_FIXTURES")
+           else REPO / "tests" / "data" / "qwen3-0.6b_eager_decode64.json.gz")
 
 CHILD = r"""
 import sys, time
