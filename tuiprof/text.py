@@ -10,15 +10,21 @@ passes through here before it reaches a terminal, stdout, a text report or a CSV
 * :func:`csv_cell`: :func:`printable`, and a cell that a spreadsheet would read as a formula
   (first character ``=``, ``+``, ``-``, ``@``, tab or carriage return) prefixed with ``'``
   (OWASP's advice against CSV injection).
+* :func:`csv_text`: rows written through the ``csv`` module (a quote inside a cell doubled, a
+  cell with a comma quoted), every text cell :func:`csv_cell` first: what a reader parses back
+  is the cell as written, so a name cannot close its cell and open a formula in the next one.
 * :func:`output_line`: a line a program printed: its colour escapes removed (they are the
   program's formatting, not text), a ``\\r`` redraw reduced to its last state, the home
   directory written ``~``, then :func:`printable`.
 
 Names stay exact where they are data (JSON snapshots and traces, SQLite): only what is shown
-or printed is sanitised. Nothing here imports more than ``re``.
+or printed is sanitised. Nothing here imports more than the standard library's ``re``, ``csv``
+and ``io``.
 """
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 
@@ -70,6 +76,35 @@ def csv_cell(value: object) -> str:
     """A text cell for a CSV file: :func:`printable`, and never read as a formula."""
     text = printable(value)
     return "'" + text if text.startswith(_FORMULA) else text
+
+
+_NUMBER = re.compile(r"-?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def csv_value(value: object) -> object:
+    """One cell of :func:`csv_text`: None empty, a number as it is, a string that reads as a
+    number (``-1.5``: a spreadsheet takes it as one, never as a formula) as it is, any other
+    text :func:`csv_cell`."""
+    if value is None:
+        return ""
+    if isinstance(value, (bool, int, float)):
+        return value
+    text = value if isinstance(value, str) else printable(value)
+    if _NUMBER.fullmatch(text):
+        return text
+    return csv_cell(text)
+
+
+def csv_text(rows, header=None) -> str:
+    """CSV text (``\\n`` line ends) of ``rows`` (sequences of cells), ``header`` first: written
+    by the ``csv`` module with minimal quoting, each cell :func:`csv_value`."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+    if header is not None:
+        w.writerow([csv_value(c) for c in header])
+    for row in rows:
+        w.writerow([csv_value(c) for c in row])
+    return buf.getvalue()
 
 
 def output_line(text: str, home: str | None = None, limit: int = OUTPUT_LIMIT) -> str:

@@ -246,7 +246,10 @@ def test_nsys_export_is_clean_and_json_sqlite_trace_keep_names_exact(hostile_sna
         data = p.read_bytes()
         _clean(data, p.name)
         if p.suffix == ".csv":
-            for row in csv.reader(data.decode().splitlines()):
+            rows = list(csv.reader(data.decode().splitlines()))
+            # a name with quotes and commas ("tab\there,comma,\"quote\"") is one cell
+            assert all(len(r) == len(rows[0]) for r in rows), (p.name, rows[0])
+            for row in rows:
                 for cell in row:
                     assert not cell.startswith(("=", "+", "@")), (p.name, cell)
                     assert not (cell.startswith("-") and not _number(cell)), (p.name, cell)

@@ -13,6 +13,8 @@ row is identical. Exit status 0 when names, instances and totals all agree.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import subprocess
 import sys
 import tempfile
@@ -39,25 +41,49 @@ NSYS_NOISE = ("Processing [", "NOTICE", "SKIPPED", "Generating SQLite file")
 
 
 def read_nsys_csv(path: str | Path) -> tuple[list[str], list[list[str]]]:
-    """Parse nsys's CSV dialect: only the last column may hold commas (then it is quoted,
-    inner quotes not doubled). nsys's own lines before the report are skipped."""
+    """Parse a report's CSV, tuiprof's or nsys's. tuiprof writes it with the ``csv`` module (a
+    quote inside a cell doubled); nsys quotes only a last column that holds commas and never
+    doubles inner quotes. A line is read the ``csv`` way when that gives the header's number
+    of cells and writing them back gives the line again, else nsys's way. nsys's own lines
+    before the report are skipped."""
     lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     lines = [ln for ln in lines if ln.strip() and not ln.startswith(NSYS_NOISE)]
     while lines and lines[0][:1].isspace():  # a notice's indented lines, before the header
         del lines[0]
     if not lines:
         return [], []
-    header = lines[0].split(",")
+    header = _csv_line(lines[0], None) or lines[0].split(",")
     rows = []
     for ln in lines[1:]:
-        cells = ln.split(",", len(header) - 1)
-        if len(cells) != len(header):
-            continue  # a name that spilled over a newline: not produced by tuiprof's data
-        last = cells[-1]
-        if len(last) >= 2 and last[0] == '"' and last[-1] == '"' and "," in last:
-            cells[-1] = last[1:-1]
-        rows.append(cells)
+        cells = _csv_line(ln, len(header)) or _nsys_line(ln, len(header))
+        if cells is not None:
+            rows.append(cells)
     return header, rows
+
+
+def _csv_line(line: str, n: int | None) -> list[str] | None:
+    """``line`` as the ``csv`` module wrote it (None: it was not, or has not ``n`` cells)."""
+    try:
+        cells = next(csv.reader([line]))
+    except (csv.Error, StopIteration):
+        return None
+    if n is not None and len(cells) != n:
+        return None
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(cells)
+    return cells if buf.getvalue() == line else None
+
+
+def _nsys_line(line: str, n: int) -> list[str] | None:
+    """nsys's dialect: only the last column may hold commas (then it is quoted, inner quotes
+    as they are)."""
+    cells = line.split(",", n - 1)
+    if len(cells) != n:
+        return None  # a name that spilled over a newline: not produced by tuiprof's data
+    last = cells[-1]
+    if len(last) >= 2 and last[0] == '"' and last[-1] == '"' and "," in last:
+        cells[-1] = last[1:-1]
+    return cells
 
 
 @dataclass

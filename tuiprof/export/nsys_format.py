@@ -3,8 +3,9 @@
 Rules (docs/exports.md, from the nsys 2025.3.1 reference): ``Time (%)``, Avg, Med and StdDev
 are rounded to one decimal, half away from zero on the exact double (SQLite ``round``); Min,
 Max and totals are integers; StdDev is the sample standard deviation (0.0 for one value);
-memory columns print MB (10**6 B) with three decimals. CSV wraps a field in double quotes only
-when it contains a comma and never doubles embedded quotes.
+memory columns print MB (10**6 B) with three decimals. CSV wraps a field in double quotes when
+it contains a comma, as nsys does, and (unlike nsys) doubles a quote inside a field: the file is
+written by the ``csv`` module, so any CSV reader gets each name back as one cell.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from fractions import Fraction
 from typing import Iterable, Sequence
 
 from ..store.stats import RunningStats
-from ..text import csv_cell, printable
+from ..text import csv_cell, csv_text, printable
 
 # Column kinds: how a cell is printed.
 INT, F1, MB, STR = "int", "f1", "mb", "str"
@@ -121,17 +122,11 @@ def _cell(v: object, kind: str) -> str:
     return csv_cell(v)   # a name: printable, and never a spreadsheet formula
 
 
-def csv_field(text: str) -> str:
-    """nsys CSV quoting: wrap in double quotes only if there is a comma; quotes not doubled."""
-    return f'"{text}"' if "," in text else text
-
-
 def to_csv(report: Report, header: bool = True) -> str:
-    """The report as ``nsys stats --format csv`` prints it (``\\n`` line ends)."""
-    lines = [",".join(csv_field(c) for c in report.columns)] if header else []
-    for row in report.rows:
-        lines.append(",".join(csv_field(_cell(v, k)) for v, k in zip(row, report.kinds)))
-    return "\n".join(lines) + "\n"
+    """The report as ``nsys stats --format csv`` prints it (``\\n`` line ends), written by the
+    ``csv`` module: a name with a quote or a comma stays one cell, and no cell is a formula."""
+    rows = ([_cell(v, k) for v, k in zip(row, report.kinds)] for row in report.rows)
+    return csv_text(rows, report.columns if header else None)
 
 
 def _pretty(v: object, kind: str) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -15,6 +13,7 @@ from tuiprof.sweep.op_summary import ProfileSummary
 STATUSES = ("ok", "oom", "error", "skipped")
 PASSES = ("inference", "train-forward", "train-backward", "decode")
 from ..phases import MODES
+from ..text import csv_text
 
 
 @dataclass
@@ -107,11 +106,7 @@ class Table:
         return "\n".join(lines) + "\n"
 
     def csv(self) -> str:
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(self.header)
-        w.writerows(self.rows)
-        return buf.getvalue()
+        return csv_text(self.rows, self.header)
 
 
 @dataclass
@@ -222,9 +217,7 @@ def _short(name: str | None, n: int = 60) -> str:
 
 def rows_csv(rows: list[dict]) -> str:
     """CSV text of ``rows`` (dicts of the same keys), a header of the first row's keys."""
-    buf = io.StringIO()
-    if rows:
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    return buf.getvalue()
+    if not rows:
+        return ""
+    keys = list(rows[0])   # kernel names and error text among the cells: csv_text guards them
+    return csv_text(([r.get(k) for k in keys] for r in rows), keys)

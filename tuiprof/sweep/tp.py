@@ -10,7 +10,6 @@ shows the scaling finding. ``bench/verify/verify_tp.py`` drives the same :class:
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -20,9 +19,11 @@ from typing import Any, Callable
 from ..analysis.cross_rank import RanksSummary, find_ranks, ranks_summary, tp_scaling
 from ..analysis.tokens import mode_summaries
 from ..errors import TuiprofError
+from ..export._atomic import atomic_write_text
 from ..profiler import ProfilerOptions
 from ..remote.rank_launcher import RankSetControl
 from ..store.rank_set import RanksView
+from ..text import csv_text
 
 
 @dataclass
@@ -169,10 +170,8 @@ def write_outputs(runs: list[TPRun], out: Path, min_tp: int = 1) -> list[Path]:
     paths = []
     rows = scaling_rows(runs)
     csv_path = out / "tp_scaling.csv"
-    with open(csv_path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["model"])
-        w.writeheader()
-        w.writerows(rows)
+    keys = list(rows[0]) if rows else ["model"]
+    atomic_write_text(csv_path, csv_text(([r.get(k) for k in keys] for r in rows), keys))
     paths.append(csv_path)
     for r in runs:
         if r.final is None or r.tp < min_tp:
