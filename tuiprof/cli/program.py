@@ -360,7 +360,8 @@ def live_control(args: argparse.Namespace):
     log = export / f"tuiprof-{stem(spec)}-{stamp}.log"
     try:
         export.mkdir(parents=True, exist_ok=True)
-        log.touch()
+        # 0600 as a headless run's: a program's output can hold what only its user may read
+        os.close(os.open(log, os.O_WRONLY | os.O_CREAT, 0o600))
     except OSError as exc:
         raise TuiprofError(f"cannot write the program's log in {export}: "
                            f"{exc.strerror or exc}") from None

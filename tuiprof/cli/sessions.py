@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import secrets
 import subprocess
@@ -147,6 +148,13 @@ def hold(args: argparse.Namespace, main: Any, *, name: str, kind: str, stem: str
                        pull_every=2.0 if detached else 1.0, listen=listen, token=token)
 
 
+def check_snapshot_every(minutes: float) -> None:
+    """``--snapshot-every``: a finite number of minutes, 0 (only at the end) or more."""
+    if not math.isfinite(minutes) or minutes < 0:
+        raise TuiprofError(f"--snapshot-every {minutes:g}: minutes, 0 (only at the end) or a "
+                           "positive number")
+
+
 # ---------------------------------------------------------------------------- --detach
 def start_detached(args: argparse.Namespace, name: str) -> int:
     """``tuiprof run --detach ...``: hand the session to a keeper process, print its id."""
@@ -156,16 +164,18 @@ def start_detached(args: argparse.Namespace, name: str) -> int:
     if args.headless or args.in_process:
         raise TuiprofError("--detach runs the live session in the background: drop "
                            "--headless / --in-process")
-    if args.snapshot_every < 0:
-        raise TuiprofError("--snapshot-every: minutes, 0 or more")
+    check_snapshot_every(args.snapshot_every)
     parse_listen(args.listen)
     export = Path(args.export_dir)
-    try:
-        export.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TuiprofError(f"cannot write in {export}: {exc.strerror or exc}") from None
-    if not os.access(export, os.W_OK):
-        raise TuiprofError(f"cannot write in {export}: permission denied")
+    # a detached session writes there for hours with nobody watching: a mistyped directory
+    # is said now rather than made (the live app's is in front of its user)
+    if not export.is_dir():
+        raise TuiprofError(f"--export-dir {printable(export, 200)}: "
+                           + ("not a directory" if export.exists() else
+                              "no such directory (create it first)"))
+    if not os.access(export, os.W_OK | os.X_OK):
+        raise TuiprofError(f"--export-dir {printable(export, 200)}: cannot write there "
+                           "(permission denied)")
     rt = _runtime()
     try:
         sid, directory = rt.new_session_dir()
@@ -175,7 +185,8 @@ def start_detached(args: argparse.Namespace, name: str) -> int:
     rt.write_json(directory / "args.json", {"argv": argv, "cwd": os.getcwd()})
     rt.write_info(directory, {"id": sid, "name": name, "state": "starting",
                               "started": rt.now_utc(), "started_unix": time.time()})
-    log = open(directory / "keeper.log", "ab")
+    log = os.fdopen(os.open(directory / "keeper.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                            0o600), "ab")
     try:
         proc = subprocess.Popen([sys.executable, "-m", "tuiprof.remote.keeper", str(directory)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -264,13 +275,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
             state += f" (exit {i['exit_status']})"
         elif state == "running":
             n = i.get("processes") or 1
-            state += f" ({n} processes)" if n > 1 else ""
+            state += f" ({n} processes)" if type(n) is int and n > 1 else ""
             if not i.get("detached"):
                 state += " [live app]"
-        req = i.get("requests")
-        rows.append((str(i.get("id")), printable(i.get("name") or "?", 32),
-                     str(i.get("started") or "?"), str(i.get("pid") or "–"),
-                     f"{int(i.get('steps') or 0):,}", f"{int(req):,}" if req else "–",
+        # info.json is written by a session's processes but read back as untrusted text: a
+        # field of the wrong type is shown as it is (escaped), never raised over
+        rows.append((printable(i.get("id"), 40), printable(i.get("name") or "?", 32),
+                     printable(i.get("started") or "?", 32), printable(i.get("pid") or "–", 12),
+                     _count(i.get("steps"), "0"), _count(i.get("requests"), "–"),
                      printable(state, 40)))
     if not rows:
         print("no sessions (start one with tuiprof run --detach -- python SCRIPT.py)")
@@ -281,6 +293,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) if k not in (3, 4, 5) else c.rjust(w)
                         for k, (c, w) in enumerate(zip(r, widths))).rstrip())
     return 0
+
+
+def _count(value: Any, none: str) -> str:
+    """A count of ``ls`` (steps, requests): grouped when it is a whole number, else what the
+    file holds, escaped."""
+    if not value:
+        return none
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value):,}"
+    return printable(value, 16)
 
 
 # ---------------------------------------------------------------------------- attach, stop
@@ -373,17 +397,18 @@ def cmd_stop(args: argparse.Namespace) -> int:
         except protocol.ProtocolError as exc:
             raise TuiprofError(f"session {sid} did not answer: {exc}") from None
         info = rt.read_info(directory) or info
-        print(f"tuiprof: session {sid} stopped; snapshot: {path or info.get('snapshot')}")
+        print(f"tuiprof: session {sid} stopped; snapshot: "
+              f"{printable(path or info.get('snapshot'), 300)}")
         return 0
-    snap = info.get("snapshot")
+    snap = printable(info.get("snapshot") or "none", 300)
     import shutil  # noqa: PLC0415
     shutil.rmtree(directory, ignore_errors=True)
     if state in ("ended", "stopped"):
-        print(f"tuiprof: session {sid} had ended (exit status {info.get('exit_status')}); "
-              f"snapshot: {snap or 'none'}; removed from the list")
+        print(f"tuiprof: session {sid} had ended (exit status "
+              f"{printable(info.get('exit_status'), 12)}); snapshot: {snap}; removed from the list")
     else:
-        print(f"tuiprof: session {sid} was not running ({state}); last snapshot: "
-              f"{snap or 'none'}; removed from the list")
+        print(f"tuiprof: session {sid} was not running ({printable(state, 40)}); last snapshot: "
+              f"{snap}; removed from the list")
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -51,6 +52,22 @@ def pump(reads: Iterable[int], on_chunk: Callable[[int, bytes], None],
                 continue
             on_chunk(r, chunk)
     sel.close()
+
+
+LOG_MODE = 0o600     # a program's log: its output may hold what only its user should read
+
+
+def open_log(path: str) -> int:
+    """A program's log, emptied and private (``LOG_MODE``) whoever made the file before: a
+    live run creates it in advance, a file left by an earlier run keeps its old mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, LOG_MODE)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o777 != LOG_MODE:   # never a device's
+            os.fchmod(fd, LOG_MODE)
+    except OSError:          # not ours to change (another user's file we may write)
+        pass
+    return fd
 
 
 def write_all(chunk: bytes, *fds: int) -> None:
@@ -96,7 +113,7 @@ class OutputCapture:
     def start(self) -> None:
         """Open the log file and swap fds 1 and 2 for pipes; raises OSError."""
         self._flush_python()
-        self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._log = open_log(self.log_path)
         for fd in (1, 2):
             r, w = os.pipe()
             self._saved[fd] = os.dup(fd)
@@ -208,7 +225,7 @@ class OutputRelay:
         self._ring_len = ring
         self.lines = 0
         self.bytes = 0
-        self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._log = open_log(self.log_path)
         self._pipes = [os.pipe(), os.pipe()]     # (read, write) for the program's fd 1 and 2
         self._partial = {r: b"" for r, _ in self._pipes}
         self._to = {self._pipes[0][0]: 1, self._pipes[1][0]: 2}

@@ -112,6 +112,9 @@ def session_dirs() -> list[Path]:
 def find_session(sid: str | None) -> Path:
     """The directory of session ``sid`` (a unique prefix is enough; None: the only live
     session). Raises LookupError with a one-line reason."""
+    if sid is not None and not sid.strip():
+        # an empty prefix would name every session: with one session, stop "" stopped it
+        raise LookupError("an empty session id: give one (tuiprof ls lists them)")
     dirs = session_dirs()
     if sid is None:
         live = [d for d in dirs if (read_info(d) or {}).get("state") in LIVE_STATES]
