@@ -184,6 +184,43 @@ def test_bad_snapshots_through_every_command(capsys, tmp_path, good_files, monke
     assert "gzip" in seen["gzip-of-snapshot"]
 
 
+@pytest.mark.parametrize("where", ["tokens/3/end_ns", "kernels/0/stats/count",
+                                   "raw/0/records/0/3", "meta/seed", "nvml/0/ts_ns"])
+@pytest.mark.parametrize("value", [2**64 + 1, -(2**63) - 1, 2**63])
+def test_an_integer_beyond_int64_is_refused_at_load_for_every_export(capsys, tmp_path,
+                                                                    good_files, where, value):
+    """``export --sqlite`` crashed with an OverflowError traceback on 2**64 + 1 in a token's
+    end_ns: every integer is checked at load time, so no export (nor view, nor diff) starts."""
+    doc = json.loads(good_files["snapshot"].read_bytes())
+    *path, last = where.split("/")
+    at = doc
+    for k in path:
+        at = at[int(k)] if isinstance(at, list) else at[k]
+    at[int(last) if isinstance(at, list) else last] = value
+    bad = tmp_path / "big.json"
+    bad.write_text(json.dumps(doc))
+    outs = {"--sqlite": tmp_path / "o.sqlite", "--trace": tmp_path / "o.trace.json",
+            "--nsys": tmp_path / "nsys", "--steps-csv": tmp_path / "steps.csv"}
+    for flag, out in outs.items():
+        rc, _, err = _run(capsys, "export", str(bad), flag, str(out))
+        assert rc == 2, (flag, err)
+        line = _one_error_line(err)
+        assert f"{where}: {value} is beyond a 64-bit integer" in line, line
+        assert not out.exists()
+    rc, _, err = _run(capsys, "diff", str(bad), str(good_files["snapshot"]))
+    assert rc == 2 and "beyond a 64-bit integer" in _one_error_line(err)
+
+
+def test_the_largest_int64_values_load_and_export(capsys, tmp_path, good_files):
+    doc = json.loads(good_files["snapshot"].read_bytes())
+    doc["meta"]["seed"] = 2**63 - 1
+    doc["meta"]["model"] = "m" + "9" * 30                       # digits in a string are text
+    ok = tmp_path / "edge.json"
+    ok.write_text(json.dumps(doc))
+    rc, _, err = _run(capsys, "export", str(ok), "--sqlite", str(tmp_path / "o.sqlite"))
+    assert rc == 0, err
+
+
 def test_bad_recordings_through_replay(capsys, tmp_path, good_files):
     good = good_files["recording"]
     raw = gzip.decompress(good.read_bytes())

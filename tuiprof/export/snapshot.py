@@ -789,11 +789,51 @@ def _read_document(p: Path) -> Any:
     except OSError as exc:
         raise TuiprofError(f"cannot read snapshot {p}: {safe_text(exc.strerror or exc, 120)}") from None
     try:
-        return parse_document(text)
+        doc = parse_document(text)
     except RecursionError:
         raise _bad(where, "JSON nested too deeply") from None
     except ValueError as exc:
         raise _bad(where, f"invalid JSON ({safe_text(exc, 80)})") from None
+    if _LONG_INT.search(text):         # a literal that may be beyond int64: look at the values
+        problem = int64_problem(doc)
+        if problem:
+            raise _bad(where, problem)
+    return doc
+
+
+# Every integer of a snapshot fits a signed 64-bit integer: the SQLite export, numpy and the
+# C side of the collectors hold them so (2**64 + 1 crashed `export --sqlite`). JSON numbers
+# have no such bound, so a document is checked at load time, for every export and view alike:
+# a scan of the text for integer literals of 20 digits or more, or 19 from 9e18 on (C speed;
+# nanoseconds since 1970 have 19 digits until 2255), then, only when one is found (it may sit
+# in a string), a walk over the decoded values.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+_LONG_INT = re.compile(r"(?<![\w.+-])-?(?:\d{20,}|9\d{18})(?![\d.eE])")
+
+
+def int64_problem(doc: Any) -> str | None:
+    """Where ``doc`` (decoded JSON; token rows built or not) holds an integer beyond a signed
+    64-bit integer, and which, else None."""
+    stack: list = [(doc, "")]
+    while stack:
+        o, at = stack.pop()
+        if type(o) is int:
+            if not INT64_MIN <= o <= INT64_MAX:
+                text = str(o)
+                shown = text if len(text) <= 40 else f"{text[:20]}… ({len(text)} digits)"
+                return f"{at.lstrip('/') or 'top level'}: {shown} is beyond a 64-bit integer"
+        elif isinstance(o, dict):
+            stack.extend((v, f"{at}/{k}") for k, v in o.items() if _holds_int(v))
+        elif isinstance(o, (list, tuple)):
+            stack.extend((v, f"{at}/{i}") for i, v in enumerate(o) if _holds_int(v))
+        elif isinstance(o, TokenRow):
+            stack.extend((v, f"{at}/{k}") for k in _FIELDS
+                         if _holds_int(v := getattr(o, k)))
+    return None
+
+
+def _holds_int(v: Any) -> bool:
+    return type(v) is int or isinstance(v, (dict, list, tuple, TokenRow))
 
 
 # ------------------------------------------------------------------ streaming reader
