@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .collect.allocator import read_allocator_stats
 from .collect.base import CollectorUnavailable
-from .collect.cupti_collector import CuptiCollector, MarkerSink
+from .collect.cupti_collector import BURST, CuptiCollector, MarkerSink
 from .collect.nvml_sampler import NvmlSampler
 from .collect.registry import COLLECTORS, CollectorContext, CollectorSpec, factory
 from .collect.device import device_facts, rank_facts
@@ -238,6 +238,7 @@ class Profiler(SessionControl):
         se = self.options.sample_every
         n = AUTO_SAMPLE_EVERY.get(mode, 1) if se in ("auto", "live") else max(1, int(se))
         self.store.meta["sample_every"] = n
+        self.store.meta["tracing"] = tracing_policy(se, n)
         return n
 
     def clock(self) -> int:
@@ -692,6 +693,15 @@ class Profiler(SessionControl):
                                 wall_s=round(wall, 1),
                                 method=overhead_method(c is not None, self.status.mode,
                                                        c is not None and c.bursts_only))
+
+
+def tracing_policy(asked: int | str, every: int) -> str:
+    """Which steps' kernels are traced, in words (a snapshot's ``meta.tracing``, the headless
+    summary): a traced step runs slower than an untraced one (its time is marked so)."""
+    if every <= 1:
+        return "every step traced"
+    why = "the default, as the live app" if asked in ("auto", "live") else f"--sample-every {asked}"
+    return f"bursts of {BURST} steps in every {BURST * every} traced ({why})"
 
 
 def overhead_method(cupti_attached: bool, mode: str, bursts_only: bool = False) -> str:

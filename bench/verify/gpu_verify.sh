@@ -9,9 +9,9 @@ part=${1:-a}
 log() { echo; echo "=== $* ($(date +%H:%M:%S))"; }
 if [ "$part" = a ]; then
   log "headless qwen3-0.6b eager, 256 decode tokens"
-  timeout 240 python3 -m tuiprof --model qwen3-0.6b --headless --max-new-tokens 257 --ring-tokens 16 --json $OUT/eager.json 2>&1 | tail -8
+  timeout 240 python3 -m tuiprof --model qwen3-0.6b --headless --sample-every 1 --max-new-tokens 257 --ring-tokens 16 --json $OUT/eager.json 2>&1 | tail -8
   log "headless qwen3-0.6b compiled, 256 decode tokens"
-  timeout 300 python3 -m tuiprof --model qwen3-0.6b --headless --mode compiled --max-new-tokens 257 --ring-tokens 16 --json $OUT/compiled.json 2>&1 | tail -8
+  timeout 300 python3 -m tuiprof --model qwen3-0.6b --headless --sample-every 1 --mode compiled --max-new-tokens 257 --ring-tokens 16 --json $OUT/compiled.json 2>&1 | tail -8
   log "findings and roofline"
   timeout 120 python3 bench/verify/findings_table.py $OUT/eager.json $OUT/compiled.json 2>&1 | tail -60
   log "record 64 tokens and check nsys stats on the SQLite export"
@@ -47,7 +47,7 @@ if [ "$part" = f ]; then
   grep -E "passed|failed|FAILED|^E  |tokens/s|ns/launch|kernels per sampled|burst-sampled|ours:|theirs:" $OUT/tests_gpu.txt | head -60
   log "study workloads: nanochat-d34 and deepseek-ocr-decoder decode"
   for m in nanochat-d34 deepseek-ocr-decoder; do
-    timeout 120 python3 -m tuiprof --model $m --headless --max-new-tokens 33 --ring-tokens 8 --json $OUT/$m.json 2>&1 | tail -2
+    timeout 120 python3 -m tuiprof --model $m --headless --sample-every 1 --max-new-tokens 33 --ring-tokens 8 --json $OUT/$m.json 2>&1 | tail -2
   done
   timeout 60 python3 bench/verify/findings_table.py $OUT/nanochat-d34.json $OUT/deepseek-ocr-decoder.json 2>&1 | grep -v "^|---" | head -60
   log "collection overhead, compiled, tuiprof defaults"

@@ -116,7 +116,7 @@ log "versions"
 $PY -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
 
 log "(b) $DS headless eager decode, $TOKENS tokens"
-timeout 100 $PY -m tuiprof --model $DS --headless --mode eager --max-new-tokens $((TOKENS + 1)) \
+timeout 100 $PY -m tuiprof --model $DS --headless --sample-every 1 --mode eager --max-new-tokens $((TOKENS + 1)) \
   --ring-tokens 8 $DEVICE --json "$OUT/$DS.json" > "$OUT/deepseek.log" 2>&1
 echo "exit $?"; tail -4 "$OUT/deepseek.log"
 [ -f "$OUT/$DS.json" ] && timeout 60 $PY -c "$kernels_py" "$OUT/$DS.json"

@@ -80,7 +80,7 @@ def cmd_kernels(a) -> int:
         path = out / f"kernels_{label.split()[0]}.json"
         opts = ["--no-cupti"] if a.no_cupti else []
         say(f"{label}: tuiprof run --headless -- python spawn_engine.py {' '.join(extra)}")
-        r = tuiprof("run", "--headless", "--no-nvml", "--json", str(path), *opts, "--",
+        r = tuiprof("run", "--headless", "--sample-every", "1", "--no-nvml", "--json", str(path), *opts, "--",
                     "python", str(PROGRAMS / "spawn_engine.py"), "--model", a.model,
                     "--device", a.device, "--requests", str(a.requests), "--new-tokens",
                     str(a.new_tokens), *extra, cwd=out)
@@ -123,7 +123,7 @@ def cmd_torchrun(a) -> int:
         opts += ["--sample-every", a.sample_every]
     say(f"tuiprof run --headless {' '.join(opts)} -- torchrun --nproc-per-node {a.nproc} tp_job.py "
         f"--model {a.model} --device {a.device}")
-    r = tuiprof("run", "--headless", "--json", str(path), *opts, "--", "torchrun",
+    r = tuiprof("run", "--headless", "--sample-every", "1", "--json", str(path), *opts, "--", "torchrun",
                 "--standalone", "--nproc-per-node", str(a.nproc), str(PROGRAMS / "tp_job.py"),
                 "--model", a.model, "--device", a.device, "--requests", str(a.requests),
                 "--new-tokens", str(a.new_tokens), cwd=out)

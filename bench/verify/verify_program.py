@@ -79,7 +79,7 @@ class Verify:
         return [sys.executable, "-m", "tuiprof", *a]
 
     def _run_program(self, json_name: str, program: list[str], *opts: str) -> list[str]:
-        return self._tuiprof("run", "--headless", "--ring-tokens", "4", "--json",
+        return self._tuiprof("run", "--headless", "--sample-every", "1", "--ring-tokens", "4", "--json",
                              str(self.work / json_name), *opts, "--", "python", *program)
 
     def _log(self, name: str, proc: subprocess.CompletedProcess | None, note: str = "") -> None:
@@ -99,10 +99,10 @@ class Verify:
         hf = str(PROGRAMS / "hf_qwen.py")
         n = str(a.new_tokens)
         jobs = {
-            "engine_eager": self._tuiprof("--model", self.model, *dev, "--headless",
+            "engine_eager": self._tuiprof("--model", self.model, *dev, "--headless", "--sample-every", "1",
                                           "--max-new-tokens", "33", "--ring-tokens", "4",
                                           "--json", str(self.work / "engine_eager.json")),
-            "engine_compiled": self._tuiprof("--model", self.model, *dev, "--headless", "--mode",
+            "engine_compiled": self._tuiprof("--model", self.model, *dev, "--headless", "--sample-every", "1", "--mode",
                                              "compiled", "--max-new-tokens", "33",
                                              "--ring-tokens", "4", "--json",
                                              str(self.work / "engine_compiled.json")),

@@ -68,9 +68,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="trace device activity for 1 token in N on average (bursts of 4 tokens "
                         "every 4N; a prefill at most once as often, the first always); auto: "
                         "bursts of 4 in every 256 in eager mode, 4 in every 4096 in compiled "
-                        "mode (measured overhead, docs/performance.md; a --headless run traces "
-                        "every token); live: auto's bursts even in a --headless run (overhead "
-                        "benchmarks); 1: every token")
+                        "mode, in the live app and --headless alike (measured overhead, "
+                        "docs/performance.md); live: the same as auto; 1: every token (a "
+                        "traced step runs slower: its time is marked traced)")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N tokens (aggregates keep the rest)")
     p.add_argument("--alloc-every", default="auto",
@@ -196,10 +196,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.no_loop is False:
         args.no_loop = True  # headless runs end after --max-new-tokens
         prof.options.engine_kwargs["loop"] = False
-    if prof.options.sample_every == "auto":
-        # A headless run is a bounded measurement for its snapshot, not a live display that
-        # must stay out of the way: every token is traced.
-        prof.options.sample_every = 1
     out = snapshot_path(args)
     stopping, old = stop_on_signals(out, prof.done.set)
     try:
@@ -341,8 +337,6 @@ def _cmd_run_tp(args: argparse.Namespace) -> int:
     if args.headless:
         args.no_loop = True
     opts, store_kwargs = _make_options(args)
-    if args.headless and opts.sample_every == "auto":
-        opts.sample_every = 1   # a bounded measurement: every token traced (as without --tp)
     ctl = RankSetControl(opts, store_kwargs, args.tp, orphan_snapshot_dir=args.export_dir)
     if not args.headless:
         from ..ui.app import run_app  # noqa: PLC0415

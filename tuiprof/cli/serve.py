@@ -32,8 +32,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--cupti-attached", action="store_true",
                    help="keep CUPTI attached between sampling bursts")
     p.add_argument("--sample-every", default="auto",
-                   help="trace device activity for 1 step in N (as tuiprof run; a --headless "
-                        "run traces every step unless 'live')")
+                   help="trace device activity for 1 step in N (as tuiprof run: auto samples "
+                        "bursts, headless too; 1: every step)")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N steps")
 

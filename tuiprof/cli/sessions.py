@@ -84,7 +84,7 @@ def child_options(args: argparse.Namespace) -> dict:
     """What each followed process of a program collects: the session process's options."""
     from .program import sample_every, source_options  # noqa: PLC0415
 
-    # the main process's policy, resolved: a headless run traces every step of every process
+    # the main process's policy, resolved: every process samples as the main one does
     return {"cupti": not args.no_cupti, "nvml": not args.no_nvml, "nvml_hz": args.nvml_hz,
             "sample_every": sample_every(args, bool(getattr(args, "headless", False))), "alloc_every": args.alloc_every,
             "detach_between_bursts": not args.cupti_attached, "ring_tokens": args.ring_tokens,

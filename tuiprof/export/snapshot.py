@@ -55,7 +55,7 @@ META_KEYS = frozenset({
     "prefill_mode", "prompt_tokens", "decode_tokens", "batch", "max_len", "ring_tokens",
     "seed", "compile_s", "started_utc", "share_host", "device_name", "family", "origin",
     "study", "non_embedding_params", "weight_bytes", "compile_mode", "prompt", "loop",
-    "load_s", "vocab_size", "max_new_tokens", "sample_every", "gpu_mem_total_bytes",
+    "load_s", "vocab_size", "max_new_tokens", "sample_every", "tracing", "gpu_mem_total_bytes",
     "measured_peaks", "startup", "program", "step_source", "step_sources", "window_ms",
     "step_range",
     "rank", "world_size", "local_rank", "tp", "backend", "clock_sync", "lockstep", "tp_shard",

@@ -119,10 +119,28 @@ def mode_summary(view: StoreView, mode: str) -> dict:
         "gpu_busy_fraction": _r(busy_frac),
         "gpu_busy_basis": basis,
         "untraced_ms_per_step_median": _r(untraced),
+        # steps measured while traced (CUPTI attached: a burst and its edges) and untraced
+        # ones, whole session: a traced step runs slower, so its time is told apart
+        **_traced_split(view.token_stats.get((DECODE, mode), {})),
         "tracing_cost": ({k: (_r(v) if isinstance(v, float) else v)
                           for k, v in cost.to_dict().items()} if cost is not None else None),
         "kernel_ms_per_token_median": _r(kms),
     }
+
+
+def _traced_split(stats: dict) -> dict:
+    t, u = stats.get("traced_step_ms"), stats.get("untraced_ms")
+    return {"traced_steps": t.count if t is not None else 0,
+            "traced_ms_per_step_median": _r(t.median) if t is not None and t.count else None,
+            "untraced_steps": u.count if u is not None else 0}
+
+
+def tracing_mode(view: StoreView) -> str:
+    """Which steps were traced, in words (``meta.tracing``), or none without kernel records."""
+    if not view.kernels_traced:
+        return "none (no kernel records: CUPTI off or absent)"
+    return str(view.meta.get("tracing") or
+               f"1 step in {view.meta.get('sample_every', '?')} on average")
 
 
 def summary(view: StoreView) -> dict:
@@ -136,6 +154,7 @@ def summary(view: StoreView) -> dict:
             "median": _r(percentile([t.host_ms for t in prefill], 50)),
             "count": count,
         },
+        "tracing": tracing_mode(view),
         "modes": {m: mode_summary(view, m) for m in modes_of(view)},
         "kernel_times": kernel_times_note(),
     }

@@ -52,6 +52,8 @@ class LatencyPane(Pane):
                                f"decode tok", "yellow" if last.prefill_tokens else "magenta")
                 summary.append(f" ({len(last.requests)} req, {last.pending} waiting) · ")
             summary.append(f"━ host {fmt.ms(last.host_ms)}/step", "cyan")
+            if last.attached:   # measured while CUPTI was attached: slower than untraced
+                summary.append(" (traced)" if last.sampled else " (CUPTI attached)", "yellow")
             summary.append(" · ")
             summary.append(f"━ GPU {fmt.ms(s.gpu[-1])}", "green")
             cost = compile_cost(view, ctx.mode)
