@@ -3,8 +3,11 @@ fresh virtual environment, runs ``tuiprof models`` and a headless tiny CPU run f
 that is not the checkout. A registry or a stylesheet that only exists beside the sources (not
 in the package) fails here, not on a user's machine.
 
-The environment reuses this interpreter's packages (``--system-site-packages``: torch,
-transformers, textual) and installs nothing from the network (``--no-index --no-deps``)."""
+The environment reuses this interpreter's packages (torch, transformers, textual) and installs
+nothing from the network (``--no-index --no-deps``). ``--system-site-packages`` alone is not
+enough: a venv made by a venv's interpreter sees the *base* interpreter's packages, not that
+venv's, and the suite usually runs in a venv (README). So the new environment also gets a .pth
+file naming every site-packages directory this interpreter sees."""
 from __future__ import annotations
 
 import json
@@ -57,6 +60,28 @@ def test_the_wheel_carries_the_registry_and_the_package_data(wheel):
     assert shipped == models
 
 
+def site_dirs() -> list[str]:
+    """The site-packages directories this interpreter imports from (its venv's, the base's, any
+    a .pth file added), in order; never the checkout (an editable install puts it on the
+    path: the wheel is what is tested)."""
+    out = []
+    for entry in sys.path:
+        p = Path(entry or ".").resolve()
+        if p.name in ("site-packages", "dist-packages") and p.is_dir() \
+                and not p.is_relative_to(REPO) and str(p) not in out:
+            out.append(str(p))
+    return out
+
+
+def see_these_packages(py: Path, env: dict) -> None:
+    """Make the venv of ``py`` import what this interpreter imports, after its own packages: a
+    .pth file (its lines are appended to sys.path; .pth files inside them are not run, so an
+    editable install of the checkout stays out)."""
+    purelib = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                   Path(py).parent, env).strip()
+    (Path(purelib) / "_tuiprof_test_parent_site.pth").write_text("\n".join(site_dirs()) + "\n")
+
+
 @pytest.mark.slow
 def test_an_installed_wheel_lists_the_models_and_runs_headless_from_elsewhere(wheel, tmp_path):
     venv = tmp_path / "venv"
@@ -66,6 +91,7 @@ def test_an_installed_wheel_lists_the_models_and_runs_headless_from_elsewhere(wh
     py, exe = venv / "bin" / "python", venv / "bin" / "tuiprof"
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "TUIPROF_MODELS_DIR", "VIRTUAL_ENV")}
+    see_these_packages(py, env)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # --force-reinstall: an editable install of the checkout may already be on the system
