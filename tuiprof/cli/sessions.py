@@ -30,13 +30,18 @@ DEFAULT_SNAPSHOT_MIN = 15.0
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     if name == "attach":
-        p.add_argument("id", nargs="?", help="the session (tuiprof ls); not needed when only "
-                                             "one runs")
+        p.add_argument("id", nargs="*", metavar="ID|HOST:PORT|SOCKET",
+                       help="the session (tuiprof ls; not needed when only one runs); or "
+                            "several hosts' sessions in one UI: [NAME=]HOST:PORT (TCP, "
+                            "--token-file) or [NAME=]PATH (a socket forwarded with ssh -L), "
+                            "mixed (docs/fleet.md)")
         p.add_argument("--connect", metavar="SOCKET|HOST:PORT",
                        help="a session's socket forwarded from another machine (ssh -L "
                             "LOCAL.sock:REMOTE/s.sock), or a session listening on TCP (tuiprof "
                             "run --detach --listen; needs --token-file); docs/remote.md")
-        p.add_argument("--token-file", help="the file holding the session's token (--connect)")
+        p.add_argument("--token-file", action="append", default=[],
+                       help="the file holding the session's token (--connect, HOST:PORT); "
+                            "once for every TCP address, or once each in order")
         p.add_argument("--export-dir", default=".", help="where e writes its snapshot")
     elif name == "stop":
         p.add_argument("id", help="the session to end (tuiprof ls)")
@@ -322,7 +327,18 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from ..remote import protocol  # noqa: PLC0415
     from ..remote.holder import AttachedSession  # noqa: PLC0415
 
+    from ..remote.fleet import is_address  # noqa: PLC0415
+
     rt = _runtime()
+    ids = list(args.id or [])
+    if ids and (len(ids) > 1 or is_address(ids[0])):
+        if args.connect:
+            raise TuiprofError("give the hosts as arguments, or one --connect, not both")
+        return cmd_attach_fleet(args, ids)
+    if len(args.token_file) > 1:
+        raise TuiprofError("--token-file once with --connect")
+    args.token_file = args.token_file[0] if args.token_file else None
+    args.id = ids[0] if ids else None
     if args.connect and ("/" in args.connect or args.connect.endswith(".sock")):
         path = args.connect   # a session's socket forwarded here (ssh -L LOCAL.sock:REMOTE)
 
@@ -365,6 +381,41 @@ def cmd_attach(args: argparse.Namespace) -> int:
     name = printable(ctl.info.get("name") or sid, 40)
     return run_app(ctl, title=f"tuiprof {name} (session {sid})", export_dir=Path(args.export_dir),
                    auto_snapshot=False)
+
+
+def cmd_attach_fleet(args: argparse.Namespace, texts: list) -> int:
+    """``tuiprof attach HOST1:PORT HOST2:PORT …``: one UI over every host's session."""
+    from ..remote.fleet import FleetSession, parse_addresses  # noqa: PLC0415
+
+    tokens = []
+    for f in args.token_file:
+        try:
+            tokens.append(Path(f).read_text().strip())
+        except OSError as exc:
+            raise TuiprofError(f"cannot read {f}: {exc.strerror or exc}") from None
+    try:
+        addresses = parse_addresses(texts, tokens)
+    except ValueError as exc:
+        raise TuiprofError(str(exc)) from None
+    ctl = FleetSession(addresses)
+    ctl.start()
+    # the first host that answers opens the UI; the others join as they answer (or read
+    # as not reached, tried again)
+    t_end = time.monotonic() + FLEET_FIRST_S
+    while time.monotonic() < t_end and not any(h.state == "attached" for h in ctl.hosts):
+        time.sleep(0.05)
+    if not any(h.state == "attached" for h in ctl.hosts):
+        why = "; ".join(f"{h.name}: {h.why or 'no answer'}" for h in ctl.hosts)
+        ctl.close()
+        raise TuiprofError(f"cannot attach to any host: {printable(why, 300)}")
+    from ..ui.app import run_app  # noqa: PLC0415
+
+    names = printable(", ".join(h.name for h in ctl.hosts), 60)
+    return run_app(ctl, title=f"tuiprof fleet: {names}", export_dir=Path(args.export_dir),
+                   auto_snapshot=False)
+
+
+FLEET_FIRST_S = 15.0   # how long `attach` waits for a first host before saying none answers
 
 
 def _view_ended(info: dict, sid: str) -> int:
@@ -413,4 +464,4 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 __all__ = ["add_arguments", "add_run_arguments", "run", "hold", "start_detached", "cmd_ls",
-           "cmd_attach", "cmd_stop", "child_options"]
+           "cmd_attach", "cmd_attach_fleet", "cmd_stop", "child_options"]

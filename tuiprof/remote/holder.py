@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -524,6 +525,7 @@ class HeldSession(ProcessSet):
         out["state"] = self.info.get("state", "running")
         st = self.main.status
         out["status"] = st.message
+        out["host"] = socket.gethostname()
         return out
 
     def write_snapshot(self, path: Path) -> str:
@@ -678,6 +680,10 @@ class SessionHandler(protocol.Handler):
         held = self.held
         if op == "info":
             return held.summary()
+        if op == "clock":
+            # this host's CLOCK_REALTIME, read as late as possible: a fleet UI estimates the
+            # offset of this host's clock from the round trip (NTP's way)
+            return time.time_ns()
         if op == "procs":
             return [e.facts() for e in held.entries]
         if op == "snapshot":
@@ -718,6 +724,11 @@ class AttachedSession(ProcessSet):
         self.info: dict = {}
         self.control_client: protocol.Client | None = None
         self._closing = threading.Event()
+        self.lost = threading.Event()        # the keeper stopped answering (or went)
+        self.lost_why = ""
+        # mirrors to start from, by process index (a fleet re-attaching to the same session
+        # shows what it had until the first pull replaces it)
+        self.seed: dict = {}
         self.detach_line = (f"detached from session {sid}; it goes on (tuiprof attach {sid} "
                             f"to come back, tuiprof stop {sid} to end it)")
 
@@ -737,6 +748,9 @@ class AttachedSession(ProcessSet):
                                  [str(a) for a in f.get("argv") or []], str(f.get("name", "")),
                                  main=bool(f.get("main")), forked_from=_int(f.get("forked_from")))
                 ctl = RemoteControl(reply_timeout=60.0, pull_every=self.pull_every)
+                seeded = self.seed.pop(e.index, None)
+                if seeded is not None:
+                    ctl.mirror = seeded
                 ctl.connect(lambda i=e.index: self._connect("viewer", proc=i))
                 e.ctl = ctl
                 self._add(e)
@@ -756,8 +770,10 @@ class AttachedSession(ProcessSet):
             try:
                 self._sync(c.request("procs", timeout=10))
                 self.info = c.request("info", timeout=10)
-            except protocol.ProtocolError:
+            except protocol.ProtocolError as exc:
                 if not self._closing.is_set():
+                    self.lost_why = str(exc)[:200]
+                    self.lost.set()
                     self.notice(f"session {self.sid}: its keeper is gone (tuiprof ls)")
                 return
             except protocol.RemoteError:

@@ -510,6 +510,8 @@ class Client:
         self.hello = hello          # the server's answer to our hello
         self.lock = threading.Lock()
         self.closed = False
+        # called with (bytes received, bytes sent) of each frame: a fleet's per-host traffic
+        self.on_bytes: Callable[[int, int], None] | None = None
 
     @classmethod
     def unix(cls, path: str, role: str = "", timeout: float = 10.0, **facts: Any) -> "Client":
@@ -558,7 +560,10 @@ class Client:
 
     def send(self, op: str, *args: Any) -> None:
         """Send one request (its answer comes with :meth:`recv`)."""
-        send_frame(self.sock, encode_request(op, args))
+        payload = encode_request(op, args)
+        send_frame(self.sock, payload)
+        if self.on_bytes is not None:
+            self.on_bytes(0, len(payload) + 4)
 
     def poll(self, timeout: float) -> bool:
         """True when an answer (or the end) can be read now."""
@@ -573,6 +578,8 @@ class Client:
         payload = recv_frame(self.sock, MAX_REPLY)
         if payload is None:
             raise Closed("the server closed the connection")
+        if self.on_bytes is not None:
+            self.on_bytes(len(payload) + 4, 0)
         return payload
 
     def recv(self) -> Any:

@@ -573,8 +573,10 @@ class TuiprofApp(App):
         self._findings_at = -1e9
         if procs is not None:
             e = procs.entries[self.rank]
-            self._say(f"showing process {self.rank} of {ranks.world_size}: pid {e.pid} "
-                      f"{printable(e.name, 40)} (g: next, a: all processes)")
+            title = getattr(e, "title", None)   # a fleet's: host:pid role rank
+            self._say(f"showing process {self.rank} of {ranks.world_size}: "
+                      + (printable(title, 60) if title else f"pid {e.pid} {printable(e.name, 40)}")
+                      + " (g: next, a: all processes)")
         else:
             self._say(f"showing rank {self.rank} of {ranks.world_size} (g: next, a: all ranks)")
         self.refresh_view(force=True)

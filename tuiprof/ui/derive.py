@@ -216,6 +216,8 @@ def rank_label(meta: dict) -> str:
     proc = meta.get("process")
     if isinstance(proc, dict) and isinstance(proc.get("count"), int) and proc["count"] > 1:
         head = f"process {proc.get('index')}/{proc['count']} pid {proc.get('pid')}"
+        if proc.get("host"):   # a fleet of hosts: which host first
+            head = f"host {printable(proc['host'], 24)} {head}"
         label = f"{head} {label}" if label else head
     return label
 

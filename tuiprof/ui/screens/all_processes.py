@@ -30,7 +30,7 @@ def _tok_s(view: Any) -> str:
     return f"{tok_s:,.1f}" if tok_s else "–"
 
 
-COLUMNS = (("#", "right", 0), ("pid", "right", 0), ("parent", "right", 100),
+COLUMNS = (("#", "right", 0), ("host", "left", 0), ("pid", "right", 0), ("parent", "right", 100),
            ("process", "left", 0), ("state", "left", 100), ("GPU", "left", 120),
            ("rank", "right", 0), ("steps", "right", 0), ("tok/s", "right", 0),
            ("kernels", "right", 100))   # (title, justify, shown from this many columns)
@@ -39,7 +39,8 @@ COLUMNS = (("#", "right", 0), ("pid", "right", 0), ("parent", "right", 100),
 def render_processes(rv: Any, selected: int, width: int = 200) -> Any:
     """The table of processes (one row each); narrow screens drop the parent, state, GPU and
     kernels columns."""
-    cols = [c for c in COLUMNS if width >= c[2]]
+    hosts = any(process_facts(v).get("host") for v in rv.views)
+    cols = [c for c in COLUMNS if width >= c[2] and (hosts or c[0] != "host")]
     t = Table(expand=False, show_edge=False, pad_edge=False)
     for head, just, _ in cols:
         t.add_column(head, justify=just, no_wrap=True)
@@ -51,6 +52,7 @@ def render_processes(rv: Any, selected: int, width: int = 200) -> Any:
         world = v.meta.get("world_size")
         gpu = str(v.meta.get("device") or ("cuda" if v.meta.get("cuda") else "–"))
         cells = {"#": ("▶" if i == selected else "") + str(i), "pid": str(p.get("pid", "–")),
+                 "host": printable(p.get("host") or "", 12 if width >= 100 else 6),
                  "parent": str(p.get("ppid", "–")),
                  "process": printable(p.get("name") or v.meta.get("model"),
                                       28 if width >= 100 else 20),
@@ -73,10 +75,16 @@ class ProcessesScreen(SetScreen):
         if parts is None:
             return
         table, below = parts
-        head = Text(f"{views.world_size} processes · g: next active process · dim: no CUDA "
-                    f"work, no steps", "dim")
+        hosts = (views.meta or {}).get("hosts") or []
+        where = f" on {len(hosts)} hosts" if hosts else ""
+        head = Text(f"{views.world_size} processes{where} · g: next active process · dim: no "
+                    f"CUDA work, no steps", "dim")
         notices = (views.meta or {}).get("notices") or []
-        parts: list = [head, render_processes(views, selected, self.app.size.width)]
+        parts: list = [head]
+        for h in hosts:   # each host: state, clock offset ± residual, traffic (or how lost)
+            line = printable(h.get("line") or h.get("name"), 300)
+            parts.append(Text(line, "yellow" if h.get("state") != "attached" else ""))
+        parts.append(render_processes(views, selected, self.app.size.width))
         for line in notices[-4:]:
             parts.append(Text(printable(line, 300), "yellow"))
         table.update(Group(*parts))
