@@ -190,6 +190,7 @@ def two_nodes(tmp_path_factory):
                             and "host B: connection lost" in screen_text(app), 60, "B lost")
                 seen["lost"] = screen_text(app)
                 seen["lost_views"] = fleet.views()
+                seen["lost_export"] = fleet.export_view()   # what e writes
                 seen["before"] = before
                 seen["lost_status"] = fleet.status.message
                 # the job restarts on both nodes, at the same addresses
@@ -295,6 +296,9 @@ def test_a_lost_host_reads_as_such_and_keeps_its_data(two_nodes):
     for pid, n in seen["before"].items():
         assert pid in kept and len(kept[pid].tokens) >= n      # nothing it had sent is lost
         assert process_facts(kept[pid])["state"] in ("lost", "ended", "died")
+    exported = {process_facts(v)["pid"]: v for v in seen["lost_export"].views}
+    for pid, n in seen["before"].items():
+        assert len(exported[pid].tokens) >= n                   # and in e's snapshot
 
 
 def test_hosts_that_come_back_are_attached_again(two_nodes):

@@ -1,0 +1,187 @@
+"""A user's run of the multi-host attach, in a real terminal: a two-node ``torchrun --nnodes 2``
+job (two agents, c10d rendezvous on 127.0.0.1, gloo on the CPU, one worker each), each node
+under ``tuiprof run --detach --listen 127.0.0.1:PORT --token-file F``; ``tuiprof attach A=…
+B=… --token-file F`` in tmux at each size; every footer key of the main screen and of the
+all-processes screen; node B killed whole (its keeper's process group and its processes),
+then the job restarted on both nodes (re-attached). Each screen is captured with tmux
+capture-pane, one after another in ``screenshots/fleet_attach_<cols>x<rows>.txt`` with a line
+naming what was just done.
+
+Usage: python bench/verify/fleet_tmux.py [--sizes 200x50,80x24] [--out screenshots]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tuiprof.remote import runtime  # noqa: E402
+
+TP_JOB = REPO / "tests" / "programs" / "tp_job.py"
+# the main screen's footer, then the all-processes screen's (each key, what to wait for after)
+MAIN_KEYS = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "g", "c", "b", "B", "l", "Escape",
+             "v", "Escape", "Space", "Space", "r", "e", "n", "?", "Escape"]
+ALL_KEYS = ["a", "g", "g", "c", "b", "B", "l", "Escape", "v", "Escape", "r", "e", "?",
+            "Escape", "Escape"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def node(tmp: Path, n: int, listen: int, rdzv: int, token: Path) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "tuiprof", "run", "--detach", "--no-cupti", "--no-nvml",
+         "--export-dir", str(tmp), "--listen", f"127.0.0.1:{listen}", "--token-file",
+         str(token), "--", "torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
+         str(n), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}",
+         "--rdzv-id", f"fleet{rdzv}", str(TP_JOB), "--new-tokens", "4", "--seconds", "900"],
+        capture_output=True, text=True, timeout=180, env=env(), cwd=tmp)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def job(tmp: Path, ports: tuple, token: Path) -> list:
+    from concurrent.futures import ThreadPoolExecutor
+
+    rdzv = free_port()
+    with ThreadPoolExecutor(2) as ex:
+        return list(ex.map(lambda n: node(tmp, n, ports[n], rdzv, token), (0, 1)))
+
+
+def pids_of(sid: str) -> list:
+    """The session's processes (the keeper's ``procs``): the agent, its worker."""
+    from tuiprof.remote import protocol
+
+    try:
+        c = protocol.Client.unix(str(runtime.runtime_root() / sid / "s.sock"), role="control")
+        procs = c.request("procs", timeout=10)
+        c.close(bye=True)
+    except protocol.ProtocolError:
+        return []
+    return [p["pid"] for p in procs if isinstance(p.get("pid"), int)]
+
+
+def kill_node(sid: str) -> None:
+    info = runtime.read_info(runtime.runtime_root() / sid) or {}
+    for pid in pids_of(sid):
+        if runtime.pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    holder = info.get("holder_pid")
+    if holder and runtime.pid_alive(holder):
+        os.killpg(holder, signal.SIGKILL)
+
+
+class Tmux:
+    def __init__(self, sock: str, name: str) -> None:
+        self.base = ["tmux", "-S", sock]
+        self.name = name
+
+    def start(self, cols: int, rows: int, command: str) -> None:
+        subprocess.run(self.base + ["new-session", "-d", "-s", self.name, "-x", str(cols), "-y",
+                                    str(rows), command], check=True, env=env())
+
+    def keys(self, key: str) -> None:
+        subprocess.run(self.base + ["send-keys", "-t", self.name, key], check=True)
+
+    def capture(self) -> str:
+        return subprocess.run(self.base + ["capture-pane", "-p", "-t", self.name],
+                              capture_output=True, text=True).stdout
+
+    def wait_for(self, text: str, seconds: float) -> bool:
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            if text in self.capture():
+                return True
+            time.sleep(0.5)
+        return False
+
+    def kill(self) -> None:
+        subprocess.run(self.base + ["kill-server"], capture_output=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="200x50,80x24")
+    p.add_argument("--out", default=str(REPO / "screenshots"))
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="fleettmux-"))
+    rt = tempfile.mkdtemp(prefix="tprt-", dir="/tmp")
+    os.chmod(rt, 0o700)
+    os.environ["TUIPROF_RUNTIME_DIR"] = rt
+    token = tmp / "token"
+    token.write_text(os.urandom(16).hex() + "\n")
+    token.chmod(0o600)
+    ports = (free_port(), free_port())
+    sessions: list = []
+    try:
+        for size in args.sizes.split(","):
+            cols, rows = (int(x) for x in size.split("x"))
+            for sid in sessions:         # each size starts from a fresh job
+                kill_node(sid)
+            time.sleep(2)
+            sessions = job(tmp, ports, token)
+            tmux = Tmux(str(tmp / f"tmux-{size}.sock"), "fleet")
+            shots: list = []
+
+            def shot(what: str, pause: float = 1.5) -> None:
+                time.sleep(pause)
+                shots.append(f"===== {size} · {what}\n{tmux.capture().rstrip()}\n")
+
+            cmd = (f"{sys.executable} -m tuiprof attach A=127.0.0.1:{ports[0]} "
+                   f"B=127.0.0.1:{ports[1]} --token-file {token} --export-dir {tmp}; "
+                   f"echo exit status $?; sleep 60")   # what q leaves on the terminal
+            tmux.start(cols, rows, cmd)
+            try:
+                tmux.wait_for("tp_job", 90)
+                time.sleep(40)      # the model loads on both nodes, the job decodes
+                shot("attached to A and B")
+                for key in MAIN_KEYS:
+                    tmux.keys(key)
+                    shot(f"main screen, key {key}")
+                for key in ALL_KEYS:
+                    tmux.keys(key)
+                    shot(f"all-processes screen, key {key}")
+                tmux.keys("a")
+                shot("all processes (a), before B goes")
+                kill_node(sessions[1])
+                shot("node B killed (keeper's process group and its processes, SIGKILL)", 4)
+                shot("15 s later", 15)
+                for sid in sessions:
+                    kill_node(sid)   # A's rank failed with B's; the job restarts on both
+                time.sleep(2)
+                sessions = job(tmp, ports, token)
+                tmux.wait_for("attached again", 90)
+                shot("the job restarted on both nodes: attached again", 30)
+                tmux.keys("Escape")
+                shot("main screen after the restart")
+                tmux.keys("q")
+                shot("q: detached", 3)
+            finally:
+                tmux.kill()
+            Path(args.out, f"fleet_attach_{size}.txt").write_text("\n".join(shots))
+            print(f"wrote {args.out}/fleet_attach_{size}.txt ({len(shots)} screens)", flush=True)
+    finally:
+        for sid in sessions:
+            kill_node(sid)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
