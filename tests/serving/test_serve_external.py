@@ -1,0 +1,47 @@
+"""The external-client server benchmark's CPU form, as CI runs it (a smoke test: no threshold):
+``bench/overhead/serve_external.py`` starts ``transformers serve --continuous-batching`` bare
+and under ``tuiprof run --headless`` on 127.0.0.1, drives both with its open-loop streaming
+client in a process of its own, and reports ratios to bare. Every request is answered, the
+ratios are there, and tuiprof's snapshot holds the client's own request ids."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tuiprof.engine.model_dir import make_tiny_model_dir
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.slow
+def test_one_tiny_round_bare_and_headless(tmp_path):
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "bench", "overhead", "serve_external.py"),
+         "--model-dir", str(model), "--device", "cpu", "--modes", "bare,headless",
+         "--rates", "4", "--requests", "3", "--rounds", "1", "--warmup", "1",
+         "--prompt-words", "8", "--output-len", "4", "--cb-num-blocks", "32", "--no-nvml",
+         "--out", str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    cells = [json.loads(ln) for ln in (out / "cells.jsonl").read_text().splitlines()]
+    assert sorted(c["mode"] for c in cells) == ["bare", "headless"]
+    assert all(c["fig"]["ok"] == 3 and c["fig"]["tokens"] > 0 for c in cells), cells
+    summary = json.loads((out / "summary.json").read_text())
+    ratios = summary["ratios"]["4"]["headless"]
+    assert set(ratios) == {"tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"}
+    assert "| 4 | headless | 1 |" in (out / "summary.md").read_text()
+    # the server under tuiprof saw the client's requests by the ids the client sent
+    doc = json.loads((out / "tuiprof-headless.json").read_text())
+    ids = {r["id"] for r in doc["requests"]}
+    assert {f"headless-0-4-{i}" for i in range(3)} <= ids, sorted(ids)
+    assert doc["meta"]["tracing"].startswith("bursts of 4 steps")
