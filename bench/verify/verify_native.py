@@ -116,11 +116,30 @@ CLOCK_NS = 32
 MIN_SHARE = 0.005    # ... for kernels of at least this share of the GPU time (either side's)
 
 
+# nsys's demangler (cu++filt) casts template values, ``k<(int)1, (bool)1, (ggml_type)8>``, where
+# GNU's prints ``k<1, true, (ggml_type)8>``; and it drops the per-file namespace of an internal
+# symbol (``&op_add`` for GNU's ``&_INTERNAL_b4c05585_11_binbcast_cu_6840010b::op_add``)
+_CAST = re.compile(r"\(([A-Za-z_][\w:]*(?: [A-Za-z_]\w*)*)\)(-?\d+)")
+_INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+::")
+_INT_SUFFIX = re.compile(r"\b(\d+)(?:ull|ul|ll|u|l)\b")
+
+
+def canonical(name: str) -> str:
+    """A template name as both demanglers print it: values without casts, booleans as
+    ``true``/``false``, no internal per-file namespaces, ``T const*`` pointers."""
+    name = _CAST.sub(lambda m: ("false" if m.group(2) == "0" else "true")
+                     if m.group(1) == "bool" else m.group(2), name)
+    name = _INT_SUFFIX.sub(r"\1", _INTERNAL.sub("", name))
+    name = re.sub(r"\bconst ([\w:]+) \*", r"\1 const*", name)   # const float * -> float const*
+    name = re.sub(r"(\w) \*", r"\1*", name)
+    return name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+
+
 def base_name(name: str) -> str:
     """A kernel's name without its parameter list (nsys prints ``k(const float *, int)``,
-    tuiprof's demangler ``k(float const*, int)``); decode_like's kernels are extern "C", so
-    both sides print the plain name anyway."""
-    name = name.strip()
+    tuiprof's demangler ``k(float const*, int)``), in :func:`canonical` form; decode_like's
+    kernels are extern "C", so both sides print the plain name anyway."""
+    name = canonical(name.strip())
     if name.endswith(")"):
         depth = 0
         for i in range(len(name) - 1, -1, -1):

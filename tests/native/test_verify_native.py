@@ -103,8 +103,25 @@ def test_a_csv_without_rows_fails_both_checks(vn, tmp_path):
 
 
 def test_parameter_lists_are_not_part_of_the_name(vn):
-    assert vn.base_name("void k<(int)8>(const float *, int)") == "k<(int)8>"
+    assert vn.base_name("void k<(int)8>(const float *, int)") == "k<8>"
     assert vn.base_name("gemv_small_grid") == "gemv_small_grid"
+
+
+def test_both_demanglers_template_names_read_alike(vn):
+    """nsys (cu++filt) and GNU print llama.cpp's template kernels differently: the same name
+    on both sides once canonical (real names from an H200 run of llama-bench)."""
+    pairs = [
+        ("void mul_mat_vec_q<(ggml_type)8, (int)1, (bool)1, (bool)0, (bool)0>(const void *, int)",
+         "void mul_mat_vec_q<(ggml_type)8, 1, true, false, false>(void const*, int)"),
+        ("void k_bin_bcast<&op_add, float, float, float, const float *>(const T2 *, T3 *)",
+         "void k_bin_bcast<&_INTERNAL_b4c05585_11_binbcast_cu_6840010b::op_add, float, float, "
+         "float, float const*>(float const*, float*)"),
+        ("void mul_mat_q<(ggml_type)8, (int)128, (bool)0, (ggml_prec)30>(const char *)",
+         "void mul_mat_q<(ggml_type)8, 128, false, (ggml_prec)30>(char const*)"),
+    ]
+    for theirs, ours in pairs:
+        assert vn.base_name(theirs) == vn.base_name(ours), (theirs, ours)
+    assert vn.base_name(pairs[0][0]) == "mul_mat_vec_q<8, 1, true, false, false>"
 
 
 def _trace_csv(path, ops):

@@ -516,7 +516,7 @@ def _loop_in_windows(view):
     if len(ks) < 16:
         return None
     cut = detect([r[1] for r in ks], [r[2] for r in ks], [r[3] for r in ks],
-                 [r[12] for r in ks])
+                 [r[12] for r in ks], [r[13] if len(r) > 13 else i for i, r in enumerate(ks)])
     return cut if cut.usable else None
 
 

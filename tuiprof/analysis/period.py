@@ -30,6 +30,12 @@ sampler): between two of their launches lie exactly one step's kernels. The sear
    before it are not counted); a first step that matches but takes over ``PREFILL_RATIO`` ×
    the median decode step is a prefill too (a prefill with the decode kernels' names).
 
+**CUDA graphs.** Every kernel of one CUDA-graph launch carries the launch's correlation id
+(``launches``, when given). A step holds at least one whole graph launch, so a name launched
+twice in one graph launch repeats *inside* a step (a layer of a graph-captured forward) and
+proposes no period: a decode step that is one graph launch plus a few kernels is never cut into
+its layers, even before three steps have run (then no loop shows yet).
+
 **Confidence** = share of the steps in a run that match the consensus (decode steps among
 decode and unmatched ones), times ``min(1, decode steps / 8)``: three clean steps are not yet a
 loop. ``identical`` counts the decode steps whose name sequence is exactly the consensus.
@@ -150,7 +156,19 @@ class _Cand:
     gaps: np.ndarray
 
 
-def _candidates(ids: np.ndarray) -> list[_Cand]:
+IN_LAUNCH = 0.5         # share of a name's consecutive launches inside one graph launch
+
+
+def _inside_one_launch(pos: np.ndarray, launches: np.ndarray | None) -> bool:
+    """Most consecutive launches of a name belong to the same CUDA-graph launch (the same
+    correlation id): the name repeats inside a step."""
+    if launches is None or len(pos) < 2:
+        return False
+    lid = launches[pos]
+    return float(np.mean(lid[1:] == lid[:-1])) >= IN_LAUNCH
+
+
+def _candidates(ids: np.ndarray, launches: np.ndarray | None = None) -> list[_Cand]:
     n = len(ids)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
@@ -166,7 +184,8 @@ def _candidates(ids: np.ndarray) -> list[_Cand]:
             continue
         tol = int(TOL * period)  # 0 below 10 kernels: a 5-6-5-6 spacing is two loops, not one
         regular = float(np.mean(np.abs(gaps - period) <= tol))
-        if regular >= REGULAR and len(pos) * period >= COVERAGE * n:
+        if regular >= REGULAR and len(pos) * period >= COVERAGE * n \
+                and not _inside_one_launch(pos, launches):
             out.append(_Cand(int(ids[pos[0]]), period, tol, regular, pos, gaps))
     return out
 
@@ -316,14 +335,17 @@ def _align_lead(ids: np.ndarray, c: _Cand, seg: tuple[int, ...]) -> int:
 
 
 def find_loop(names: Sequence[str], starts: Sequence[int] | None = None,
-              ends: Sequence[int] | None = None, stream: int | None = None) -> Loop | None:
-    """The decode loop of one kernel sequence (launch order), or None."""
+              ends: Sequence[int] | None = None, stream: int | None = None,
+              launches: Sequence[int] | None = None) -> Loop | None:
+    """The decode loop of one kernel sequence (launch order), or None. ``launches``: each
+    kernel's launch (correlation) id; the kernels of one CUDA-graph launch share it."""
     if len(names) < 2 * MIN_STEPS:
         return None
     table: dict[str, int] = {}
     ids = np.fromiter((table.setdefault(n, len(table)) for n in names), dtype=np.int64,
                       count=len(names))
-    cands = _candidates(ids)
+    lids = np.asarray(launches, dtype=np.int64) if launches is not None else None
+    cands = _candidates(ids, lids)
     if not cands:
         return None
     idle = None
@@ -466,11 +488,13 @@ def _prefill_by_time(steps: list[Step], starts, ends, after_decode: bool = False
 
 # ---------------------------------------------------------------------- streams
 def detect(names: Sequence[str], starts: Sequence[int] | None = None,
-           ends: Sequence[int] | None = None, streams: Sequence[int] | None = None) -> Cut:
+           ends: Sequence[int] | None = None, streams: Sequence[int] | None = None,
+           launches: Sequence[int] | None = None) -> Cut:
     """The best decode-loop cut of a kernel stream (kernels in start order): every stream on
     its own and all together; the cut with the most kernels in decode steps, among those of
     at least ``MIN_CONFIDENCE``, wins (else the most confident). ``Cut.indices`` maps its steps'
-    kernel indices back to the input."""
+    kernel indices back to the input. ``launches``: each kernel's launch (correlation) id, the
+    same for every kernel of one CUDA-graph launch (see the module docstring)."""
     n = len(names)
     subsets: list[tuple[int | None, list[int] | None]] = [(None, None)]
     if streams is not None:
@@ -482,12 +506,13 @@ def detect(names: Sequence[str], starts: Sequence[int] | None = None,
     cuts: list[Cut] = []
     for stream, idx in subsets:
         if idx is None:
-            nm, st, en = names, starts, ends
+            nm, st, en, la = names, starts, ends, launches
         else:
             nm = [names[i] for i in idx]
             st = [starts[i] for i in idx] if starts is not None else None
             en = [ends[i] for i in idx] if ends is not None else None
-        loop = find_loop(nm, st, en, stream)
+            la = [launches[i] for i in idx] if launches is not None else None
+        loop = find_loop(nm, st, en, stream, la)
         if loop is None:
             continue
         c = cut(nm, loop, st, en)

@@ -126,7 +126,7 @@ class StreamSteps:
             return
         for part in (ks, ks[len(ks) // 2:], ks[3 * len(ks) // 4:]):  # a loop that began late
             found = detect([k[2] for k in part], [k[0] for k in part], [k[1] for k in part],
-                           [k[3] for k in part])
+                           [k[3] for k in part], [k[4] for k in part])
             if found.usable or len(part) < 256:
                 break
         if not found.usable:

@@ -1,0 +1,81 @@
+"""llama.cpp's decode loop found in its real kernel stream (an H200 recording in tests/data):
+with CUDA graphs on, a decode step is one ``cudaGraphLaunch`` of 538 kernels, 28 layers of 19
+repeating inside it; the step must not be cut into its layers. With graphs off, the same
+step's kernels are launched one by one."""
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tuiprof.analysis.period import detect
+from tuiprof.program.steps import StepRecorder
+from tuiprof.program.stream_steps import StreamSteps
+
+from .conftest import rows
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "h200_llamacpp_q8_decode.json.gz"
+
+
+@pytest.fixture(scope="module")
+def recording():
+    return json.loads(gzip.decompress(DATA.read_bytes()))
+
+
+def kernels(records):
+    return [r for r in records if r[0] == "K"]
+
+
+def per_launch(records) -> Counter:
+    """Kernels per graph launch (every kernel of one launch carries its correlation id)."""
+    return Counter(r[13] for r in kernels(records) if r[14])
+
+
+def feed(prof, records, chunk=300):
+    clock = [0.0]
+    rec = StepRecorder(prof, sources=("auto", "windows"))
+    sink = StreamSteps(rec, 100.0, monotonic=lambda: clock[0], meta=prof.store.meta)
+    store = prof.store
+    for i in range(0, len(records), chunk):
+        clock[0] += 0.5
+        store.add_records(sink.feed([], [tuple(r) for r in records[i:i + chunk]]))
+    store.add_records(sink.drain())
+    rec.close()
+    return sink
+
+
+def test_the_graph_launch_is_the_step_not_its_layers(recording):
+    recs = recording["graphs"]
+    ks = kernels(recs)
+    launches = per_launch(recs)
+    size = Counter(launches.values()).most_common(1)[0][0]     # 538: one decode step
+    cut = detect([r[1] for r in ks], [r[2] for r in ks], [r[3] for r in ks],
+                 [r[12] for r in ks], [r[13] for r in ks])
+    assert cut.usable and cut.loop.period == size
+    assert cut.decode >= len(launches) - 2      # the first launch may be cut short by the ring
+
+
+def test_live_cut_of_a_graph_launched_decode_steps(prof, recording):
+    """Fed buffer by buffer as the collector does: the first search sees three layers long
+    before three steps; the loop found is the whole graph launch, one launch per step."""
+    recs = recording["graphs"]
+    size = Counter(per_launch(recs).values()).most_common(1)[0][0]
+    sink = feed(prof, recs)
+    assert sink.loop is not None and sink.loop.period == size
+    dec = [t for t in rows(prof) if t.phase == "decode"]
+    assert len(dec) >= 8
+    assert Counter(t.kernels for t in dec).most_common(1)[0][0] == size
+    assert all(t.graph_kernels == t.kernels for t in dec)
+
+
+def test_without_graphs_the_same_step_is_found(recording):
+    recs = recording["no_graphs"]
+    ks = kernels(recs)
+    assert not any(r[14] for r in ks)
+    cut = detect([r[1] for r in ks], [r[2] for r in ks], [r[3] for r in ks],
+                 [r[12] for r in ks], [r[13] for r in ks])
+    assert cut.usable and cut.loop.time_supported
+    assert cut.loop.period == Counter(per_launch(recording["graphs"]).values()).most_common(1)[0][0]
