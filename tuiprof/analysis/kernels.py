@@ -19,8 +19,9 @@ FLASH = "FlashAttention"
 ATEN = "PyTorch ATen"
 TRITON = "Triton/Inductor"
 NCCL = "NCCL"
+GGML = "ggml (llama.cpp)"
 OTHER_LIB = "other"
-LIBRARIES = (CUBLAS, CUTLASS, CUDNN, FLASH, ATEN, TRITON, NCCL, OTHER_LIB)
+LIBRARIES = (CUBLAS, CUTLASS, CUDNN, FLASH, ATEN, TRITON, NCCL, GGML, OTHER_LIB)
 
 # Categories
 GEMM = "GEMM/GEMV"
@@ -33,7 +34,7 @@ COMMUNICATION = "communication"  # collectives between GPUs (NCCL kernels)
 OTHER = "other"
 CATEGORIES = (GEMM, ATTENTION, ELEMENTWISE, REDUCTION, COPY, MEMCPY, COMMUNICATION, OTHER)
 
-__all__ = ["KernelInfo", "kernel_info", "LIBRARIES", "CATEGORIES", "GEMM", "ATTENTION",
+__all__ = ["KernelInfo", "kernel_info", "LIBRARIES", "CATEGORIES", "GEMM", "ATTENTION", "GGML",
            "ELEMENTWISE", "REDUCTION", "COPY", "MEMCPY", "COMMUNICATION", "OTHER", "is_gemm_aux",
            "triton_ops", "is_communication"]
 
@@ -58,7 +59,7 @@ def kernel_info(raw: str) -> KernelInfo:
         return _triton(raw)
     low = dem.lower()
     dtype = _dtype(dem)
-    for rule in (_nvjet, _cublas, _flash, _fmha, _cudnn, _nccl, _cutlass, _aten):
+    for rule in (_nvjet, _cublas, _flash, _fmha, _cudnn, _nccl, _cutlass, _aten, _ggml):
         got = rule(raw, dem, low, dtype)
         if got is not None:
             short, lib, cat, dt = got
@@ -318,6 +319,119 @@ def _aten(raw, dem, low, dtype):
     if "elementwise" in fn or "multi_tensor_apply" in fn or "Functor" in dem:
         return f"ATen elementwise {op}{_sfx(dtype)}", ATEN, ELEMENTWISE, dtype
     return _trim(f"ATen {fn}{_sfx(dtype)}"), ATEN, OTHER, dtype
+
+
+# ----------------------------------------------------------------------------- ggml
+# ggml's CUDA backend (llama.cpp): free template kernels, no namespace. Each name maps to what
+# it does; the quantisation type comes from the template's ``(ggml_type)N`` (ggml.h's enum).
+GGML_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0",
+              9: "q8_1", 10: "q2_K", 11: "q3_K", 12: "q4_K", 13: "q5_K", 14: "q6_K", 15: "q8_K",
+              16: "iq2_xxs", 17: "iq2_xs", 18: "iq3_xxs", 19: "iq1_s", 20: "iq4_nl", 21: "iq3_s",
+              22: "iq2_s", 23: "iq4_xs", 24: "i8", 25: "i16", 26: "i32", 27: "i64", 28: "f64",
+              29: "iq1_m", 30: "bf16", 34: "tq1_0", 35: "tq2_0", 39: "mxfp4", 40: "nvfp4"}
+_GGML_FLOAT = {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}
+# name -> (friendly name, category); names ending in "*" match as a prefix
+_GGML_KERNELS = {
+    "mul_mat_vec_q": ("GEMV mul_mat_vec_q", GEMM), "mul_mat_vec_q_moe": ("GEMV mul_mat_vec_q MoE", GEMM),
+    "mul_mat_vec_f": ("GEMV mul_mat_vec_f", GEMM), "mul_mat_q": ("GEMM mul_mat_q", GEMM),
+    "mul_mat_q_stream_k_fixup": ("GEMM mul_mat_q stream-K fixup", GEMM),
+    "mul_mat_f": ("GEMM mul_mat_f", GEMM), "mul_mat_f_ids": ("GEMM mul_mat_f MoE", GEMM),
+    "flash_attn_ext_f16": ("flash-attn (mma f16)", ATTENTION),
+    "flash_attn_ext_vec": ("flash-attn (vec)", ATTENTION),
+    "flash_attn_tile": ("flash-attn (tile)", ATTENTION),
+    "flash_attn_combine_results": ("flash-attn combine", ATTENTION),
+    "flash_attn_stream_k_fixup*": ("flash-attn stream-K fixup", ATTENTION),
+    "flash_attn_mask_to_KV_max": ("flash-attn KV bound", ATTENTION),
+    "flash_attn_mask_to_sparse_indices": ("flash-attn sparse mask", ATTENTION),
+    "soft_max_f32*": ("softmax", REDUCTION), "rms_norm_f32": ("rms_norm", REDUCTION),
+    "rms_norm_mul_rope_f32": ("rms_norm·mul·rope (fused)", REDUCTION),
+    "norm_f32": ("norm", REDUCTION), "group_norm_f32": ("group_norm", REDUCTION),
+    "l2_norm_f32": ("l2_norm", REDUCTION), "argmax_f32": ("argmax", REDUCTION),
+    "k_argsort_f32_i32": ("argsort", REDUCTION), "reduce_rows_f32*": ("sum/mean rows", REDUCTION),
+    "top_k_radix*": ("top-k", REDUCTION), "cumsum*": ("cumsum", REDUCTION),
+    "topk_moe_cuda": ("MoE top-k", REDUCTION),
+    "rope_norm": ("rope", ELEMENTWISE), "rope_neox": ("rope (neox)", ELEMENTWISE),
+    "rope_multi": ("rope (multi)", ELEMENTWISE), "rope_vision": ("rope (vision)", ELEMENTWISE),
+    "quantize_q8_1": ("quantize activations q8_1", COPY),
+    "quantize_mmq_q8_1": ("quantize activations q8_1 (mmq)", COPY),
+    "quantize_mmq_mxfp4": ("quantize activations mxfp4 (mmq)", COPY),
+    "k_get_rows*": ("get_rows", COPY), "k_set_rows*": ("set_rows (KV cache write)", COPY),
+    "cpy_*": ("copy", COPY), "convert_unary*": ("convert", COPY),
+    "dequantize_block*": ("dequantize", COPY), "concat*": ("concat", COPY),
+    "k_bin_bcast*": ("binary", ELEMENTWISE), "unary_op_kernel": ("unary", ELEMENTWISE),
+    "unary_gated_op_kernel": ("gated", ELEMENTWISE), "scale_f32": ("scale", ELEMENTWISE),
+    "swiglu_oai_kernel": ("swiglu (oai)", ELEMENTWISE), "add_id_kernel": ("add_id", ELEMENTWISE),
+    "op_clamp_kernel": ("clamp", ELEMENTWISE), "softcap_f32": ("softcap", ELEMENTWISE),
+    "pad_f32": ("pad", COPY), "fill_kernel": ("fill", COPY), "arange_f32": ("arange", COPY),
+    "k_compute_batched_ptrs": ("batched GEMM pointers", OTHER),
+    "moe_weighted_reduction_f32": ("MoE weighted sum", REDUCTION),
+    "mm_ids_helper": ("MoE ids", OTHER), "ssm_conv_f32": ("ssm conv", OTHER),
+    "ssm_scan_f32": ("ssm scan", OTHER), "im2col_kernel": ("im2col", COPY),
+}
+
+
+def _ggml_lookup(fn: str) -> tuple[str, str] | None:
+    got = _GGML_KERNELS.get(fn)
+    if got is not None:
+        return got
+    for k, v in _GGML_KERNELS.items():
+        if k.endswith("*") and fn.startswith(k[:-1]):
+            return v
+    return None
+
+
+def _ggml_args(dem: str) -> list[str]:
+    """The top-level template arguments of a demangled name."""
+    i = dem.find("<")
+    if i < 0:
+        return []
+    out, depth, cur = [], 0, []
+    for ch in dem[i + 1:]:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            if depth == 0:
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    out.append("".join(cur).strip())
+    return out
+
+
+def _ggml(raw, dem, low, dtype):
+    base = base_name(dem)
+    if "::" in base:
+        return None
+    got = _ggml_lookup(base)
+    if got is None:
+        return None
+    what, cat = got
+    args = _ggml_args(dem)
+    quant = None
+    m = re.search(r"\(ggml_type\)(\d+)", dem)
+    if m:
+        quant = GGML_TYPES.get(int(m.group(1)), f"type {m.group(1)}")
+    elif base in ("mul_mat_vec_f", "mul_mat_f", "mul_mat_f_ids") and args:
+        quant = {"__half": "f16", "float": "f32", "__nv_bfloat16": "bf16"}.get(args[0])
+    dt = _GGML_FLOAT.get(quant or "")   # float parameters say nothing of the data
+    extra = ""
+    if base.startswith("k_bin_bcast") or base in ("unary_op_kernel", "unary_gated_op_kernel"):
+        op = re.search(r"&(?:\w*::)?op_(\w+)", dem)   # &op_add, &_INTERNAL_…::op_silu
+        what = f"{op.group(1)}" + (" (gated)" if "gated" in base else "") if op else what
+    if base in ("mul_mat_vec_q", "mul_mat_vec_f") and len(args) >= 2:
+        # the template's columns (mul_mat_vec_q<type, ncols_dst, ...>, mul_mat_vec_f<T, type_acc,
+        # ncols_dst, ...>): tokens of the batch that one launch multiplies
+        n = args[1] if base == "mul_mat_vec_q" else (args[2] if len(args) > 2 else "")
+        if n.isdigit() and int(n) > 1:
+            extra = f" ×{n} tokens"
+        if base == "mul_mat_vec_q" and len(args) > 2 and args[2] in ("true", "1"):
+            extra += " +fused"
+    name = f"ggml {what}" + (f" {quant}" if quant else "") + extra
+    return _trim(name), GGML, cat, dt
 
 
 # ----------------------------------------------------------------------------- Triton
