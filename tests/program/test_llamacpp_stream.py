@@ -79,3 +79,30 @@ def test_without_graphs_the_same_step_is_found(recording):
                  [r[12] for r in ks], [r[13] for r in ks])
     assert cut.usable and cut.loop.time_supported
     assert cut.loop.period == Counter(per_launch(recording["graphs"]).values()).most_common(1)[0][0]
+
+
+def test_findings_read_the_decode_of_a_quantised_model(prof, recording):
+    """The decode-profile finding of the graph-launched Q8_0 decode: the dominant kernel by its
+    friendly name (the fused Q8_0 GEMV), its grid against the H200's SMs, one graph launch a
+    step, every kernel inside it, and not launch-bound (the graph keeps the GPU busy)."""
+    from tuiprof.analysis.findings import find
+
+    prof.store.meta.update({"native": {"pid": 1}, "device_name": "NVIDIA H200"})
+    feed(prof, recording["graphs"])
+    found = {f.id: f for f in find(prof.store.view(raw=True))}
+    f = found["decode-profile"]
+    assert f.numbers["kernel"].startswith("ggml GEMV mul_mat_vec_q q8_0")
+    assert f.numbers["category"] == "GEMM/GEMV" and f.numbers["sm_count"] == 132
+    assert f.numbers["grid_blocks"] > 0 and "on 132 SMs" in f.title
+    assert f.numbers["graph_launches_per_step"] == 1 and f.numbers["graph_kernel_share"] == 1.0
+    assert f.numbers["launch_bound"] is False and "launch-bound: no" in f.title
+
+
+def test_without_graphs_the_same_decode_is_launch_bound(prof, recording):
+    from tuiprof.analysis.findings import find
+
+    prof.store.meta.update({"native": {"pid": 1}, "device_name": "NVIDIA H200"})
+    feed(prof, recording["no_graphs"])
+    f = {f.id: f for f in find(prof.store.view(raw=True))}["decode-profile"]
+    assert f.numbers["graph_kernel_share"] == 0 and "no CUDA graph" in f.evidence
+    assert f.numbers["launch_bound"] is True

@@ -15,7 +15,7 @@ from .breakdown import FUSABLE, category_shares, launch_bound
 from .gpus import gpu_spec
 from .intervals import union_length
 from .kernels import GEMM, kernel_info
-from .occupancy import small_grid_launches
+from .occupancy import launch_info, small_grid_launches
 from .model import model_config
 from .model_split import COVERAGE_OK, model_split
 from .roofline import match_gemms, model_roofline
@@ -559,6 +559,95 @@ def _caveats(view, summaries=None) -> list:
 # KV cache, underfilled batches) live in analysis/requests.py and run as session rules.
 from .requests import REQUEST_RULES  # noqa: E402  (after Finding: that module builds them)
 
-MODE_RULES = (_launch_or_idle, _small_grids, _fusable, _below_roof, _allocs)
+GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
+
+
+def _graph_launches_per_step(view, mode: str) -> float | None:
+    """Median CUDA-graph launches (``cudaGraphLaunch``/``cuGraphLaunch`` API records) in the
+    decode steps still in the raw ring; None without API records there."""
+    phase = {t.seq: (t.phase, t.mode) for t in view.tokens}
+    counts, any_api = [], False
+    for seq, recs in view.raw:
+        if phase.get(seq) != ("decode", mode):
+            continue
+        api = [r for r in recs if r[0] == "R"]
+        any_api = any_api or bool(api)
+        counts.append(sum(1 for r in api if str(r[1]).startswith(GRAPH_LAUNCH_APIS)))
+    return float(np.median(counts)) if counts and any_api else None
+
+
+def _dominant(view, mode: str) -> list:
+    """A native program's decode step in one line: the kernel that dominates it (by friendly
+    name, its share of the decode GPU time, its grid against the SM count) and whether the
+    step is launch-bound, with how its kernels were launched (CUDA graphs: launches per step).
+    Information, no impact: what a by-hand study of an engine reads first."""
+    if not view.meta.get("native"):
+        return []
+    ntok = _tokens_per_mode(view, mode)
+    by: dict = {}
+    for (name, ph, md), agg in view.kernels.items():
+        if ph != "decode" or md != mode:
+            continue
+        info = kernel_info(name)
+        b = by.setdefault(info.short, {"ns": 0.0, "n": 0, "info": info, "cfg": {}, "graph": 0})
+        b["ns"] += agg.stats.total
+        b["n"] += agg.stats.count
+        b["graph"] += agg.graph_launches
+        for cfg, n in agg.configs.items():
+            b["cfg"][(cfg, agg.registers, agg.shared_mem)] = b["cfg"].get(
+                (cfg, agg.registers, agg.shared_mem), 0) + n
+    total = sum(b["ns"] for b in by.values())
+    if not by or not ntok or total <= 0:
+        return []
+    short, top = max(by.items(), key=lambda kv: kv[1]["ns"])
+    spec = gpu_spec(view.meta)
+    (cfg, regs, smem), _ = max(top["cfg"].items(), key=lambda kv: kv[1]) if top["cfg"] else \
+        (((1, 1, 1, 1, 1, 1), 0, 0), 0)
+    li = launch_info(cfg[:3], cfg[3:], regs, smem, spec.sm_count, spec.limits)
+    cats: dict = {}
+    for b in by.values():
+        cats[b["info"].category] = cats.get(b["info"].category, 0.0) + b["ns"]
+    cat, cat_ns = max(cats.items(), key=lambda kv: kv[1])
+    lb = launch_bound(view, mode)
+    kernels = sum(b["n"] for b in by.values())
+    graph_share = sum(b["graph"] for b in by.values()) / kernels if kernels else 0.0
+    per_step = _graph_launches_per_step(view, mode)
+    nums = {"mode": mode, "kernel": short, "kernel_share": top["ns"] / total,
+            "kernel_launches_per_token": top["n"] / ntok, "kernel_mean_us": top["ns"] / top["n"] / 1e3,
+            "grid_blocks": li.blocks, "block_threads": li.threads_per_block,
+            "sm_count": spec.sm_count, "waves": li.waves, "blocks_per_sm": li.blocks_per_sm,
+            "category": cat, "category_share": cat_ns / total,
+            "kernels_per_token": kernels / ntok, "graph_kernel_share": graph_share,
+            "graph_launches_per_step": per_step,
+            "launch_bound": bool(lb.launch_bound) if lb else None,
+            "busy_fraction": lb.busy_fraction if lb else None}
+    grid = (f"grid {li.blocks:,} blocks of {li.threads_per_block} threads on {spec.sm_count} SMs "
+            f"({li.waves:.2f} waves at {li.blocks_per_sm} blocks/SM)")
+    if graph_share >= 0.5:
+        how = (f"{graph_share:.0%} of its kernels inside CUDA graphs"
+               + (f", {per_step:g} graph launch(es) a step" if per_step is not None else ""))
+    else:
+        how = "its kernels launched one by one (no CUDA graph)"
+    if lb is None:
+        verdict = "launch-bound: unknown (no step timing)"
+    elif lb.launch_bound:
+        verdict = (f"launch-bound: yes, GPU busy {lb.busy_fraction:.0%} of the step, "
+                   f"{lb.us_per_kernel_wall:.1f} µs of wall time per kernel")
+    else:
+        verdict = f"launch-bound: no, GPU busy {lb.busy_fraction:.0%} of the step"
+    title = (f"{mode} decode: {short} dominates ({top['ns'] / total:.0%} of GPU time), "
+             f"{li.blocks:,} blocks on {spec.sm_count} SMs; {verdict.split(',')[0]}")
+    ev = (f"{short}: {top['n'] / ntok:g} launches a token, {top['ns'] / top['n'] / 1e3:.2f} µs "
+          f"each, {top['ns'] / total:.1%} of decode GPU time; {grid}. {cat}: "
+          f"{cat_ns / total:.0%} of the GPU time. {kernels / ntok:g} kernels a token, {how}; "
+          f"{verdict}.")
+    adv = ("Launch-bound: fewer launches per token (CUDA graphs, fused kernels) shorten the step "
+           "more than faster kernels." if lb is not None and lb.launch_bound else
+           "The GPU is kept busy: the dominant kernel's own speed (its bytes against the memory "
+           "bandwidth, its grid against the SMs) sets the step.")
+    return [Finding("decode-profile", title, "info", None, top["ns"] / total, nums, ev, adv)]
+
+
+MODE_RULES = (_launch_or_idle, _small_grids, _fusable, _below_roof, _allocs, _dominant)
 SESSION_RULES = (_loop_kernels, _compiled_slower, _batch, _gpu_unused, _no_steps,
                  *REQUEST_RULES, _caveats)
