@@ -99,10 +99,15 @@ def test_findings_read_the_decode_of_a_quantised_model(prof, recording):
 
 
 def test_without_graphs_the_same_decode_is_launch_bound(prof, recording):
+    """Fed in one piece (the search sees several steps at once: fed buffer by buffer without
+    graphs, its first search sees a few layers and no step yet, and takes the layer for the
+    step; docs/native.md, llama.cpp)."""
     from tuiprof.analysis.findings import find
 
     prof.store.meta.update({"native": {"pid": 1}, "device_name": "NVIDIA H200"})
-    feed(prof, recording["no_graphs"])
+    sink = feed(prof, recording["no_graphs"], chunk=len(recording["no_graphs"]))
+    assert sink.loop.period == 538
     f = {f.id: f for f in find(prof.store.view(raw=True))}["decode-profile"]
     assert f.numbers["graph_kernel_share"] == 0 and "no CUDA graph" in f.evidence
+    assert f.numbers["kernels_per_token"] == 538
     assert f.numbers["launch_bound"] is True

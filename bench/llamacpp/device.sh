@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# llama.cpp under tuiprof on the GPU machine, one device call: build llama.cpp with CUDA (or
+# unpack a build brought back by an earlier call), write the GGUF models, then run
+# bench/llamacpp/measure.py (tuiprof against nsys, CUDA graphs on and off, overhead, the
+# llama-simple recordings, the server). Everything lands in $OUT as it comes:
+#   build.log,
+#   results.tar.xz (snapshots, nsys CSVs, llama-bench JSON, logs), measure.txt.
+#
+# From a folder holding llama.tar.xz (bench/llamacpp/source.sh), whl/ (the wheels tuiprof needs
+# there), dw/ (nsys's importer's libraries), tmx/ (tmux), these scripts, and the repository one
+# level up:
+#   bash device.sh [--bin llama-bin.tar.xz] [measure.py options …]
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+OUT=${OUT:-$(mktemp -d)}
+BIN=""
+if [ "${1:-}" = "--bin" ]; then BIN=$2; shift 2; fi
+t0=$(date +%s)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site "$here"/whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+for f in "$here"/dw/*.deb; do dpkg -x "$f" /tmp/dwroot; done
+for f in "$here"/tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
+W=/tmp/llw
+mkdir -p $W/models
+cd $W
+tar xJf "$here/llama.tar.xz"
+[ -d llama.cpp/pocs ] || { [ -d "$here/pocs" ] && cp -r "$here/pocs" llama.cpp/; }
+# the models are written while the build runs (one core against ninja's sixteen)
+(PYTHONPATH=$W/llama.cpp/gguf-py python3 "$here/gguf_model.py" $W/models/qwen3-0.6b-f16.gguf \
+   --shape qwen3-0.6b > $W/models/gguf.log 2>&1;
+ PYTHONPATH=$W/llama.cpp/gguf-py python3 "$here/gguf_model.py" $W/models/tiny-f16.gguf \
+   --shape tiny >> $W/models/gguf.log 2>&1) &
+gg=$!
+B=$W/build/bin
+if [ -n "$BIN" ]; then
+  mkdir -p $B && tar xJf "$BIN" -C $B
+  echo "binaries from $BIN" > "$OUT/build.log"
+else
+  {
+    echo "cmake: $(cmake --version | head -1); nvcc: $(nvcc --version | tail -2 | head -1); cores: $(nproc)"
+    s=$(date +%s)
+    cmake -S llama.cpp -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
+      > cmake.log 2>&1 || { tail -30 cmake.log; }
+    c=$(date +%s)
+    timeout 420 cmake --build build -j16 --target ${LLAMA_TARGETS:-llama-bench llama-server llama-simple llama-quantize} 2>&1 | tail -5
+    e=$(date +%s)
+    echo "configure_s $((c - s)) build_s $((e - c)) (${LLAMA_TARGETS:-llama-bench llama-server llama-simple llama-quantize}, -j16)"
+    ls -la $B
+  } > "$OUT/build.log" 2>&1
+  cat "$OUT/build.log"
+fi
+wait $gg
+cat $W/models/gguf.log
+[ -x $B/llama-bench ] || { echo "no llama-bench built: see build.log"; exit 1; }
+export LD_LIBRARY_PATH=$B:${LD_LIBRARY_PATH:-}
+$B/llama-quantize $W/models/qwen3-0.6b-f16.gguf $W/models/qwen3-0.6b-q8_0.gguf Q8_0 > $W/models/quant.log 2>&1
+tail -3 $W/models/quant.log
+ls -la $W/models
+echo "set-up done at $(( $(date +%s) - t0 )) s"
+cd "$repo"
+python3 "$here/measure.py" --bin $B --models $W/models --out "$OUT" --t0 "$t0" \
+  --nsys-importer-lib /tmp/dwroot/usr/lib/x86_64-linux-gnu --tmux-root /tmp/tmxroot "$@" \
+  2>&1 | tee "$OUT/measure.txt"
+wait
+ls -la "$OUT"

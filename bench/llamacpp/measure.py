@@ -1,0 +1,344 @@
+"""llama.cpp under tuiprof on the GPU machine: the runs of one device call (bench/llamacpp/device.sh).
+
+Each phase writes its files into a results folder and packs the folder into
+``$OUT/results.tar.xz`` when it ends, so a call cut short still brings back what it measured.
+The analysis (tuiprof against nsys, steps, overhead) is done afterwards, off the GPU, by
+``bench/llamacpp/report.py`` on what comes back.
+
+Phases (``--only a,b``; default all but ``live``):
+  bench    llama-bench -p 128 -n 128 of qwen3-0.6b Q8_0 under tuiprof and under nsys, CUDA graphs
+           on and off (``GGML_CUDA_DISABLE_GRAPHS=1``)
+  simple   llama-simple (a prompt, then 48 greedy tokens) under tuiprof, graphs on and off, every
+           step's records kept (the CPU tests' recordings)
+  types    llama-bench of the f16 and Q4_K_M files under tuiprof (their kernels' names)
+  overhead llama-bench's own pp128 / tg128 tokens/s alone and under tuiprof, interleaved rounds
+  server   llama-server -np 8 under tuiprof (headless), 32 streamed requests 8 at a time
+  live     the same in the live app, in tmux at 200x50 and 80x24
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+NSYS_CANDIDATES = ("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys",)
+IMPORTER = "/opt/nvidia/nsight-compute/2025.3.1/host/linux-desktop-glibc_2_11_3-x64/QdstrmImporter"
+PORT = 18480
+PROMPT = ("tell me a story about the mountain and the river " * 4).strip()
+
+
+class Run:
+    def __init__(self, a):
+        self.a = a
+        self.bin = Path(a.bin)
+        self.models = Path(a.models)
+        self.res = Path("/tmp/llres")
+        self.res.mkdir(exist_ok=True)
+        self.log = {"runs": []}
+        self.q8 = str(self.models / "qwen3-0.6b-q8_0.gguf")
+
+    def elapsed(self) -> float:
+        return time.time() - self.a.t0
+
+    def note(self, what: str, **kw) -> None:
+        kw = {"what": what, "at_s": round(self.elapsed(), 1), **kw}
+        self.log["runs"].append(kw)
+        print(json.dumps(kw)[:600], flush=True)
+        (self.res / "runs.json").write_text(json.dumps(self.log, indent=1))
+
+    def pack(self) -> None:
+        tmp = Path(self.a.out) / "results.tar.xz.tmp"
+        with tarfile.open(tmp, "w:xz") as t:
+            t.add(self.res, arcname="results")
+        tmp.rename(Path(self.a.out) / "results.tar.xz")
+
+    def sh(self, name: str, cmd: list, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess | None:
+        e = dict(os.environ, **(env or {}))
+        t = time.time()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+        except subprocess.TimeoutExpired as x:
+            (self.res / f"{name}.log").write_text(f"TIMEOUT {timeout}s\n{x.stdout or ''}\n{x.stderr or ''}")
+            self.note(name, rc="timeout", seconds=round(time.time() - t, 1))
+            return None
+        (self.res / f"{name}.log").write_text(
+            f"$ {' '.join(cmd)}\nenv {env}\nrc {p.returncode}\n----- stdout\n{p.stdout}\n----- stderr\n{p.stderr}")
+        self.note(name, rc=p.returncode, seconds=round(time.time() - t, 1),
+                  tail=(p.stdout + p.stderr)[-300:])
+        return p
+
+    def tuiprof(self, name: str, argv: list, env=None, ring: int | None = None, timeout=240):
+        snap = self.res / f"{name}.json"
+        opts = ["--ring-tokens", str(ring)] if ring else []
+        return self.sh(name, [sys.executable, "-m", "tuiprof", "run", "--headless", "--json",
+                              str(snap), *opts, "--", *argv], env=env, timeout=timeout)
+
+    def nsys(self, name: str, argv: list, env=None):
+        nsys = next((p for p in NSYS_CANDIDATES if Path(p).exists()), None)
+        if nsys is None:
+            self.note(name, error="no nsys")
+            return
+        rep = Path(f"/tmp/{name}")
+        for p in rep.parent.glob(rep.name + ".*"):
+            p.unlink()
+        p = self.sh(name + "_profile", [nsys, "profile", "-o", str(rep), "--force-overwrite", "true",
+                                        "--trace", "cuda", "--cuda-graph-trace=node", *argv],
+                    env=env, timeout=200)
+        qd = rep.with_suffix(".qdstrm")
+        if not qd.exists():
+            return
+        self.sh(name + "_import", [IMPORTER, "-i", str(qd)],
+                env={"LD_LIBRARY_PATH": self.a.nsys_importer_lib}, timeout=200)
+        r = str(rep.with_suffix(".nsys-rep"))
+        for report in ("cuda_gpu_kern_sum", "cuda_api_sum"):
+            s = self.sh(f"{name}_{report}", [nsys, "stats", "--force-export=true", "--report",
+                                             report, "--format", "csv", r], timeout=200)
+            if s is not None:
+                (self.res / f"{name}_{report}.csv").write_text(s.stdout)
+
+    def bench_argv(self, model: str, reps: int = 3, extra=()) -> list:
+        return [str(self.bin / "llama-bench"), "-m", model, "-p", "128", "-n", "128", "-r",
+                str(reps), "-ngl", "99", "-o", "jsonl", *extra]
+
+    # ------------------------------------------------------------------ phases
+    def bench(self):
+        for g, env in (("g1", {}), ("g0", {"GGML_CUDA_DISABLE_GRAPHS": "1"})):
+            argv = self.bench_argv(self.q8)
+            self.sh(f"bench_q8_{g}_alone", argv, env=env)
+            self.tuiprof(f"bench_q8_{g}_tuiprof", argv, env=env)
+            self.nsys(f"bench_q8_{g}_nsys", argv, env=env)
+            self.pack()
+
+    def quick(self):
+        """The most valuable runs first, each started only while the call's limit leaves time
+        for it (``--deadline``, seconds since the call's start): for a call whose device time
+        is short (the build takes most of it)."""
+        g0 = {"GGML_CUDA_DISABLE_GRAPHS": "1"}
+        simple = [str(self.bin / "llama-simple"), "-m", self.q8, "-n", "48", PROMPT]
+        jobs = [
+            (8, lambda: self.tuiprof("bench_q8_g1_tuiprof", self.bench_argv(self.q8))),
+            (40, lambda: self.nsys("bench_q8_g1_nsys", self.bench_argv(self.q8))),
+            (5, lambda: self.sh("bench_q8_g1_alone", self.bench_argv(self.q8))),
+            (8, lambda: self.tuiprof("bench_q8_g0_tuiprof", self.bench_argv(self.q8), env=g0)),
+            (5, lambda: self.sh("bench_q8_g0_alone", self.bench_argv(self.q8), env=g0)),
+            (6, lambda: self.tuiprof("simple_q8_g1_tuiprof", simple, ring=400)),
+            (8, lambda: self.tuiprof("bench_q8_g1_tuiprof_2", self.bench_argv(self.q8))),
+            (5, lambda: self.sh("bench_q8_g1_alone_2", self.bench_argv(self.q8))),
+            (6, lambda: self.tuiprof("simple_q8_g0_tuiprof", simple, env=g0, ring=400)),
+            (5, lambda: self.sh("bench_q8_g0_alone_2", self.bench_argv(self.q8), env=g0)),
+            (8, lambda: self.tuiprof("bench_q8_g0_tuiprof_2", self.bench_argv(self.q8), env=g0)),
+            (40, lambda: self.nsys("bench_q8_g0_nsys", self.bench_argv(self.q8), env=g0)),
+            (8, lambda: self.tuiprof("bench_q8_g1_tuiprof_3", self.bench_argv(self.q8))),
+            (5, lambda: self.sh("bench_q8_g1_alone_3", self.bench_argv(self.q8))),
+        ]
+        for est, job in jobs:
+            if self.elapsed() + est > self.a.deadline:
+                self.note("skipped", reason="deadline", est=est)
+                continue
+            job()
+            self.pack()
+
+    def simple(self):
+        for g, env in (("g1", {}), ("g0", {"GGML_CUDA_DISABLE_GRAPHS": "1"})):
+            argv = [str(self.bin / "llama-simple"), "-m", self.q8, "-n", "48", PROMPT]
+            self.tuiprof(f"simple_q8_{g}_tuiprof", argv, env=env, ring=400)
+            self.pack()
+        self.nsys("simple_q8_g1_nsys", [str(self.bin / "llama-simple"), "-m", self.q8, "-n", "48",
+                                        PROMPT])
+        self.pack()
+
+    def types(self):
+        for t in ("f16", "q4_k_m"):
+            m = str(self.models / f"qwen3-0.6b-{t}.gguf")
+            self.tuiprof(f"bench_{t}_g1_tuiprof", self.bench_argv(m, reps=1))
+        self.tuiprof("bench_tiny_g1_tuiprof",
+                     self.bench_argv(str(self.models / "tiny-f16.gguf"), reps=1))
+        self.pack()
+
+    def overhead(self):
+        rounds = []
+        for r in range(self.a.rounds):
+            order = ("alone", "tuiprof") if r % 2 == 0 else ("tuiprof", "alone")
+            for which in order:
+                argv = self.bench_argv(self.q8, reps=5)
+                name = f"overhead_{r}_{which}"
+                p = (self.sh(name, argv) if which == "alone"
+                     else self.tuiprof(name, argv, timeout=300))
+                rows = [json.loads(x) for x in (p.stdout if p else "").splitlines()
+                        if x.startswith("{") and "avg_ts" in x]
+                rounds.append({"round": r, "which": which,
+                               "tests": [{"n_prompt": x.get("n_prompt"), "n_gen": x.get("n_gen"),
+                                          "avg_ts": x.get("avg_ts"), "stddev_ts": x.get("stddev_ts"),
+                                          "samples_ts": x.get("samples_ts")} for x in rows]})
+                (self.res / "overhead.json").write_text(json.dumps(rounds, indent=1))
+            self.pack()
+
+    def _client(self, n: int, conc: int, max_tokens: int) -> list:
+        out: list = []
+        lock = threading.Lock()
+        todo = list(range(n))
+
+        def one(i: int) -> None:
+            body = json.dumps({"prompt": f"{PROMPT} {i}", "max_tokens": max_tokens,
+                               "stream": True, "temperature": 0}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            t0 = time.time()
+            first = None
+            chunks = 0
+            status = None
+            usage = None
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    status = r.status
+                    for line in r:
+                        if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
+                            chunks += 1
+                            first = first or time.time()
+                            try:
+                                d = json.loads(line[6:])
+                                usage = d.get("usage") or usage
+                            except ValueError:
+                                pass
+            except Exception as x:  # noqa: BLE001 - recorded, not raised
+                status = repr(x)[:200]
+            with lock:
+                out.append({"i": i, "start": t0, "first": first, "end": time.time(),
+                            "chunks": chunks, "status": status, "usage": usage})
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i = todo.pop(0)
+                one(i)
+
+        ts = [threading.Thread(target=worker) for _ in range(conc)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return sorted(out, key=lambda r: r["i"])
+
+    def _wait_health(self, limit: float = 90) -> bool:
+        end = time.time() + limit
+        while time.time() < end:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return True
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            time.sleep(0.5)
+        return False
+
+    def server_argv(self) -> list:
+        return [str(self.bin / "llama-server"), "-m", self.q8, "-np", "8", "-cb", "-c", "16384",
+                "-ngl", "99", "--host", "127.0.0.1", "--port", str(PORT), "--no-webui"]
+
+    def server(self):
+        snap = self.res / "server_tuiprof.json"
+        logf = open(self.res / "server_tuiprof.log", "w")
+        p = subprocess.Popen([sys.executable, "-m", "tuiprof", "run", "--headless", "--json",
+                              str(snap), "--", *self.server_argv()], stdout=logf,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        up = self._wait_health()
+        self.note("server_up", ok=up)
+        if up:
+            t = time.time()
+            reqs = self._client(32, 8, 64)
+            (self.res / "server_client.json").write_text(json.dumps(reqs, indent=1))
+            self.note("server_client", seconds=round(time.time() - t, 1),
+                      ok=sum(1 for r in reqs if r["status"] == 200), n=len(reqs))
+        os.killpg(p.pid, signal.SIGINT)
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+        logf.close()
+        self.note("server_done", rc=p.returncode)
+        self.pack()
+
+    def live(self):
+        root = self.a.tmux_root
+        env = dict(os.environ, LD_LIBRARY_PATH=f"{root}/usr/lib/x86_64-linux-gnu:"
+                   + os.environ.get("LD_LIBRARY_PATH", ""), TERM="xterm-256color")
+        t = [f"{root}/usr/bin/tmux", "-S", "/tmp/tmx.sock"]
+        exp = self.res / "live_export"
+        exp.mkdir(exist_ok=True)
+        cmd = (f"cd {os.getcwd()} && {sys.executable} -m tuiprof run --export-dir {exp} -- "
+               + " ".join(self.server_argv()) + "; sleep 30")
+        subprocess.run([*t, "new-session", "-d", "-s", "ll", "-x", "200", "-y", "50", cmd],
+                       env=env, check=False)
+        screens = self.res / "live_screens.txt"
+
+        def cap(name: str) -> str:
+            txt = subprocess.run([*t, "capture-pane", "-p", "-t", "ll"], capture_output=True,
+                                 text=True, env=env).stdout
+            with screens.open("a") as fh:
+                fh.write(f"===== {name} at {self.elapsed():.1f}s\n{txt}\n")
+            return txt
+
+        up = self._wait_health()
+        self.note("live_up", ok=up)
+        cap("200x50_idle")
+        if up:
+            res: dict = {}
+            th = threading.Thread(target=lambda: res.setdefault("r", self._client(24, 8, 96)))
+            th.start()
+            time.sleep(6)
+            cap("200x50_serving")
+            subprocess.run([*t, "resize-window", "-t", "ll", "-x", "80", "-y", "24"], env=env)
+            time.sleep(3)
+            cap("80x24_serving")
+            th.join()
+            (self.res / "live_client.json").write_text(json.dumps(res.get("r"), indent=1))
+            subprocess.run([*t, "resize-window", "-t", "ll", "-x", "200", "-y", "50"], env=env)
+            time.sleep(4)
+            cap("200x50_after")
+        subprocess.run([*t, "send-keys", "-t", "ll", "q"], env=env)
+        time.sleep(8)
+        cap("quit")
+        subprocess.run([*t, "kill-server"], env=env, capture_output=True)
+        self.pack()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--t0", type=float, default=time.time())
+    ap.add_argument("--nsys-importer-lib", default="")
+    ap.add_argument("--tmux-root", default="/tmp/tmxroot")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--only", default="bench,simple,types,overhead,server")
+    ap.add_argument("--deadline", type=float, default=560, help="seconds since t0: no new phase after")
+    a = ap.parse_args()
+    r = Run(a)
+    subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                    "--format=csv"], check=False)
+    for phase in a.only.split(","):
+        if r.elapsed() > a.deadline:
+            r.note("skipped", phase=phase, reason="deadline")
+            continue
+        r.note("phase", phase=phase)
+        try:
+            getattr(r, phase)()
+        except Exception as x:  # noqa: BLE001 - the next phase still runs
+            r.note("phase_error", phase=phase, error=repr(x)[:500])
+        r.pack()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
