@@ -58,15 +58,17 @@ def mark_prefill(tokens: int = 1):
     return sink.api_step("prefill", tokens, now=True)
 
 
-def request_arrived(id, prompt_tokens: int = 0) -> None:
+def request_arrived(id, prompt_tokens: int = 0, traceparent: str | None = None) -> None:
     """Request ``id`` (any hashable: a string, a number) reached the server now, with a prompt
     of ``prompt_tokens`` tokens. Call it where the server first sees the request (before its
-    own parsing and tokenisation): everything until the first token counts in its TTFT."""
+    own parsing and tokenisation): everything until the first token counts in its TTFT.
+    ``traceparent``: the request's W3C trace context (its HTTP header), so that with
+    ``--otlp`` its span joins the caller's trace."""
     book = _requests
     if book is None:
         return
     try:
-        book.arrived(id, prompt_tokens, "api")
+        book.arrived(id, prompt_tokens, "api", traceparent=traceparent)
     except Exception:  # never into the server
         pass
 

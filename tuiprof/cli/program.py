@@ -28,7 +28,10 @@ ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "m
 
 def run(args: argparse.Namespace) -> int:
     """``tuiprof run … -- PROGRAM``."""
+    from ..export.feeds import check_feeds  # noqa: PLC0415
+
     check_options(args, run_defaults())
+    args.feeds_parsed = check_feeds(args)
     if args.detach:
         from .sessions import start_detached  # noqa: PLC0415
         spec = parse_program(args.program)   # a bad command fails here, in the terminal
@@ -175,7 +178,10 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
         say(f"tuiprof: {signal.Signals(signum).name}: stopping the session: writing {out}, "
             f"then ending the program (again to quit at once)")
 
+    from ..export.feeds import Feeds, start_feeds  # noqa: PLC0415
+
     old = handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    feeds = Feeds({})
     try:
         held = _hold_here(args, ctl, spec)   # its processes, followed (None: --no-follow)
         others = None
@@ -185,6 +191,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
             except OSError as exc:
                 raise TuiprofError(f"cannot capture the program's output in {log}: "
                                    f"{exc.strerror or exc}") from None
+            # the held session runs its feeds itself; a lone process gets them here
+            feeds = held.feeds if held is not None else start_feeds(args, ctl)
             _follow(ctl, stop)
             if stop.is_set() and _program_running(ctl):
                 # the snapshot first, from the copy, whatever the program does when asked to
@@ -198,11 +206,12 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
                 held.stop()
                 others = held.views(raw=True)
         finally:
+            feeds.close()  # a last poll of what finished, then what is queued is sent
             ctl.close()    # ends the session process (and the program); the log is complete
             if held is not None:
                 held.close()
         main_view, line = _final_view(ctl, _stop_signal(seen) if stop.is_set() else None)
-        view = _with_processes(main_view, others)
+        view = feeds.annotate(_with_processes(main_view, others))
         write_outputs(view, out, None)
         print_summary(main_view, None)
         if held is not None:

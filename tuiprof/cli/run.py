@@ -175,9 +175,12 @@ def run_defaults() -> dict:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .program import check_options  # noqa: PLC0415
 
+    from ..export.feeds import check_feeds  # noqa: PLC0415
+
     check_options(args, run_defaults())
     check_arguments(args)
     check_outputs(args)
+    args.feeds_parsed = check_feeds(args)
     if args.detach:
         from .sessions import start_detached  # noqa: PLC0415
         _make_options(args)   # a bad --model fails here, in the terminal
@@ -186,18 +189,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _cmd_run_tp(args)
     if not args.headless and not args.in_process:
         return _cmd_run_ui(args)
+    from ..export.feeds import start_feeds  # noqa: PLC0415
+
     prof, store = _make_profiler(args)
     if not args.headless:
         from ..ui.app import run_app  # noqa: PLC0415
         prof.start()
-        code = run_app(prof, title=f"tuiprof {args.model}", export_dir=Path(args.export_dir),
-                       auto_snapshot=True)
+        feeds = start_feeds(args, store)
+        try:
+            code = run_app(prof, title=f"tuiprof {args.model}",
+                           export_dir=Path(args.export_dir), auto_snapshot=True)
+        finally:
+            feeds.close()
         return exit_if_busy(prof, code)
     if args.no_loop is False:
         args.no_loop = True  # headless runs end after --max-new-tokens
         prof.options.engine_kwargs["loop"] = False
     out = snapshot_path(args)
     stopping, old = stop_on_signals(out, prof.done.set)
+    feeds = start_feeds(args, store)
     try:
         _say_start(store, prof)
         prof.start()
@@ -207,9 +217,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _say_progress(prof, said)
     finally:
         prof.stop()
+        feeds.close()
         for s, h in old.items():
             signal.signal(s, h)
-    view = store.view()
+    view = feeds.annotate(store.view())
     write_outputs(view, out, args.record)
     print_summary(view, prof)
     if stopping:
@@ -337,17 +348,25 @@ def _cmd_run_tp(args: argparse.Namespace) -> int:
     if args.headless:
         args.no_loop = True
     opts, store_kwargs = _make_options(args)
+    from ..export.feeds import Feeds, start_feeds  # noqa: PLC0415
+
     ctl = RankSetControl(opts, store_kwargs, args.tp, orphan_snapshot_dir=args.export_dir)
     if not args.headless:
         from ..ui.app import run_app  # noqa: PLC0415
         ctl.start()
-        return run_app(ctl, title=f"tuiprof {args.model} TP={args.tp}",
-                       export_dir=Path(args.export_dir), auto_snapshot=True)
+        feeds = start_feeds(args, ctl)
+        try:
+            return run_app(ctl, title=f"tuiprof {args.model} TP={args.tp}",
+                           export_dir=Path(args.export_dir), auto_snapshot=True)
+        finally:
+            feeds.close()
     out = snapshot_path(args)
     stopping, old = stop_on_signals(out)
+    feeds = Feeds({})
     try:
         say(f"tuiprof: loading {args.model} on {args.tp} ranks ({args.device}) ...")
         ctl.start()
+        feeds = start_feeds(args, ctl)
         said = set()
         while not stopping and ctl.failure is None:
             states = [c.status.state for c in ctl.ranks]
@@ -361,12 +380,14 @@ def _cmd_run_tp(args: argparse.Namespace) -> int:
                          "tuiprof: generating; Ctrl-C stops and writes the snapshot")
             time.sleep(0.2)
         ctl.stop()
-        rv = ctl.views(raw=True)
+        feeds.close()
+        rv = feeds.annotate(ctl.views(raw=True))
         from ..export.snapshot import write_snapshot  # noqa: PLC0415
         written = write_or_fallback(write_snapshot, rv, out, "snapshot")
         say(f"tuiprof: snapshot of {args.tp} ranks written to {written}")
         _print_ranks_summary(rv)
     finally:
+        feeds.close()
         ctl.close()
         for s_, h in old.items():
             signal.signal(s_, h)

@@ -36,6 +36,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                         "bursts, headless too; 1: every step)")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N steps")
+    from ..export.feeds import add_feed_arguments  # noqa: PLC0415
+    add_feed_arguments(p)
 
 
 def add_load_arguments(p: argparse.ArgumentParser) -> None:
@@ -115,7 +117,7 @@ def program_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
     model = check_model(args.model)
     ns = argparse.Namespace(**run_defaults())
     for key in ("headless", "json", "export_dir", "no_cupti", "no_nvml", "cupti_attached",
-                "sample_every", "ring_tokens"):
+                "sample_every", "ring_tokens", "feed_metrics", "feed_otlp"):
         setattr(ns, key, getattr(args, key))
     ns.program = [sys.executable, *load_argv(args, model)]
     if ns.json:
@@ -132,7 +134,10 @@ def run(name: str, args: argparse.Namespace) -> int:
     from .common import print_summary, say, write_outputs  # noqa: PLC0415
     from .program import run_headless, run_live  # noqa: PLC0415
 
+    from ..export.feeds import check_feeds  # noqa: PLC0415
+
     ns = program_args(args, name)
+    ns.feeds_parsed = check_feeds(ns)
     if ns.headless:
         return run_headless(ns, say, print_summary, write_outputs)
     return run_live(ns)

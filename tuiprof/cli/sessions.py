@@ -66,6 +66,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-follow", action="store_true",
                    help="a program's child processes are not profiled (default: every "
                         "Python process it starts is)")
+    from ..export.feeds import add_feed_arguments  # noqa: PLC0415
+    add_feed_arguments(p)
 
 
 def run(name: str, args: argparse.Namespace) -> int:
@@ -149,8 +151,12 @@ def hold(args: argparse.Namespace, main: Any, *, name: str, kind: str, stem: str
             "snapshot_every_min": every if detached else None, "cwd": os.getcwd()}
     listen = parse_listen(getattr(args, "listen", None)) if detached else None
     token = listen_token(args, directory) if listen else None
+    from ..export.feeds import Feeds, check_feeds  # noqa: PLC0415
+
+    feeds = Feeds(getattr(args, "feeds_parsed", None) or check_feeds(args))
     return HeldSession(main, directory, sid, info=info, detached=detached,
-                       pull_every=2.0 if detached else 1.0, listen=listen, token=token)
+                       pull_every=2.0 if detached else 1.0, listen=listen, token=token,
+                       feeds=feeds)
 
 
 def check_snapshot_every(minutes: float) -> None:

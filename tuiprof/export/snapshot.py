@@ -224,7 +224,7 @@ def snapshot_dict(view: StoreView, findings: Iterable | None = None,
 _REQUEST_FIELDS = ("source", "status", "reason", "arrival_ns", "queued_ns", "first_step_ns",
                    "first_step_seq", "first_token_ns", "last_token_ns", "finish_ns",
                    "prompt_tokens", "output_tokens", "kv_blocks", "prefill_steps",
-                   "decode_steps", "shared", "preemptions", "model_ns")
+                   "decode_steps", "shared", "preemptions", "model_ns", "traceparent")
 
 
 def _request_id(rid: Any) -> Any:

@@ -41,6 +41,22 @@ GENERATE_FLUSH = 16     # generate() steps between two updates of its rows
 # when the HTTP request reached the server's app (its ASGI middleware sets it, its handler reads
 # it: both run in the request's task)
 ARRIVAL: contextvars.ContextVar = contextvars.ContextVar("tuiprof_http_arrival", default=0)
+# the request's W3C trace context (its traceparent header), read by the same middleware, so the
+# request's span can join the client's trace (docs/fleet.md)
+TRACEPARENT: contextvars.ContextVar = contextvars.ContextVar("tuiprof_traceparent", default="")
+
+
+def header_traceparent(scope: Any) -> str:
+    """The ``traceparent`` header of an ASGI HTTP scope ("" if none or not well formed)."""
+    from ..store.requests import valid_traceparent  # noqa: PLC0415
+
+    for key, value in scope.get("headers") or ():
+        if key == b"traceparent":
+            try:
+                return valid_traceparent(value.decode("ascii").strip().lower())
+            except (AttributeError, UnicodeDecodeError):
+                return ""
+    return ""
 
 
 class ArrivalMiddleware:
@@ -53,6 +69,10 @@ class ArrivalMiddleware:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope.get("type") == "http" and self.clock is not None:
             ARRIVAL.set(self.clock())
+            try:
+                TRACEPARENT.set(header_traceparent(scope))
+            except Exception:  # a scope of an unexpected shape: no trace context
+                pass
         await self.app(scope, receive, send)
 
 
@@ -63,6 +83,7 @@ class TransformersRequests:
         self.book = book
         self.clock = clock
         self._http: OrderedDict[Any, int] = OrderedDict()
+        self._trace: dict[Any, str] = {}   # request id -> traceparent, for those in _http
         self._calls = itertools.count()
 
     def failed_here(self, where: str, exc: BaseException) -> None:
@@ -78,8 +99,12 @@ class TransformersRequests:
         """An HTTP request reached ``transformers serve``'s handler."""
         try:
             self._http[request_id] = ARRIVAL.get() or self.clock()
+            tp = TRACEPARENT.get()
+            if tp:
+                self._trace[request_id] = tp
             if len(self._http) > HTTP_KEEP:
-                self._http.popitem(last=False)
+                old, _ = self._http.popitem(last=False)
+                self._trace.pop(old, None)
         except TypeError:
             pass
 
@@ -92,8 +117,9 @@ class TransformersRequests:
         except TypeError:
             n = 0
         t_http = self._http.pop(rid, None) if isinstance(rid, str) else None
+        tp = self._trace.pop(rid, None) if t_http is not None else None
         self.book.arrived(rid, n, HTTP if t_http is not None else BATCHING,
-                          t=t_http if t_http is not None else t, queued_t=t)
+                          t=t_http if t_http is not None else t, queued_t=t, traceparent=tp)
 
     def step_info(self, proc: Any, manager: Any) -> dict | None:
         """The requests of the batch about to run, for the step's record."""

@@ -322,8 +322,9 @@ class HeldSession(ProcessSet):
     def __init__(self, main: RemoteControl, directory: Path, sid: str, *, info: dict,
                  pull_every: float = 1.0, listen: tuple[str, int] | None = None,
                  token: str | None = None, detached: bool = False,
-                 keep_dir: bool = False) -> None:
+                 keep_dir: bool = False, feeds: Any = None) -> None:
         super().__init__()
+        self.feeds = feeds      # live feeds over every process (--metrics, --otlp), or None
         self.main = main
         self.directory = Path(directory)
         self.sid = sid
@@ -374,6 +375,11 @@ class HeldSession(ProcessSet):
         self._watcher = threading.Thread(target=self._watch, name="tuiprof-processes",
                                          daemon=True)
         self._watcher.start()
+        if self.feeds:
+            self.feeds.start(self)
+            self.info["feeds"] = {k: v.get("address") or v.get("url")
+                                  for k, v in self.feeds.stats().items()}
+            self.save_info()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every process's collection (their data stays fetchable)."""
@@ -389,6 +395,8 @@ class HeldSession(ProcessSet):
         if self._closing.is_set():
             return
         self._closing.set()
+        if self.feeds:
+            _quiet(self.feeds.close)()
         for e in self._entries[1:]:
             if e.ctl is not None:
                 _quiet(e.ctl.close)()
@@ -533,7 +541,10 @@ class HeldSession(ProcessSet):
         stays whole if this write fails)."""
         from ..export.snapshot import write_snapshot  # noqa: PLC0415
 
-        return str(write_snapshot(self.export_view(), path))
+        view = self.export_view()
+        if self.feeds:
+            view = self.feeds.annotate(view)
+        return str(write_snapshot(view, path))
 
 
 def _quiet(fn: Callable) -> Callable:

@@ -33,6 +33,7 @@ class Mirror:
             "counters", "collectors", "overhead", "events")}
         self._raw: list = []
         self._requests = RequestsMirror()
+        self._fleet: dict = {}
 
     def apply(self, delta: dict) -> None:
         """Fold one delta from :meth:`SessionStore.changes` into the mirror."""
@@ -67,6 +68,8 @@ class Mirror:
         if delta["raw"] is not None:
             self._raw = _merge_raw(self._raw, delta["raw"])
         self._requests.apply(delta.get("requests"))
+        if delta.get("fleet") is not None:
+            self._fleet = delta["fleet"]
 
     def _merge_tokens(self, rows: list) -> None:
         if not rows:
@@ -86,7 +89,7 @@ class Mirror:
                  "meta": dict(self.meta), "config": self.config, "counters": s["counters"],
                  "collectors": s["collectors"], "overhead": s["overhead"],
                  "tokens": [], "series": {}, "parts": {}, "records": False, "events": None,
-                 "raw": None, "output": []}
+                 "raw": None, "output": [], "fleet": self._fleet}
         if full:
             delta.update(tokens=list(self._tokens), parts=dict(self._parts), records=True,
                          series={k: list(v) for k, v in self._series.items()},
@@ -106,7 +109,7 @@ class Mirror:
                             collectors=s["collectors"], events=s["events"],
                             overhead=s["overhead"], output=list(self._output),
                             series={k: list(v) for k, v in self._series.items() if k != NVML},
-                            requests=self._requests.view())
+                            requests=self._requests.view(), fleet=self._fleet)
 
 
 def _merge_raw(held: list, change: dict) -> list:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import one_line
-from .stats import RunningStats
+from .stats import REQUEST_EDGES_MS, Buckets, RunningStats
 
 QUEUED, PREFILL, DECODE, FINISHED, FAILED = "queued", "prefill", "decode", "finished", "failed"
 DONE_STATES = frozenset({FINISHED, FAILED, "cancelled"})
@@ -40,6 +40,9 @@ STEP_INTERVALS = 65536     # recent model steps (start, end) kept to split a req
 GONE_IDS = 1024            # ids of finished requests remembered (to tell a second finish)
 STAT_NAMES = ("ttft_ms", "itl_ms", "queue_ms", "e2e_ms", "outside_ms", "prompt_tokens",
               "output_tokens")
+# the latencies a metrics scraper reads as cumulative histograms (fixed buckets, never reset)
+BUCKET_NAMES = ("ttft_ms", "itl_ms", "queue_ms", "e2e_ms", "outside_ms")
+TRACEPARENT_LEN = 55    # a W3C traceparent of version 00: 2-32-16-2 hex digits and 3 dashes
 MISUSE = {
     "unknown_id": "tokens or finish for a request that never arrived",
     "finished_twice": "a request finished twice",
@@ -73,6 +76,7 @@ class RequestRow:
     shared: int = 0             # over its decode steps, the other requests in the step
     preemptions: int = 0        # times it was sent back to the queue after it had started
     model_ns: int = -1          # its life inside model steps (any request's), once finished
+    traceparent: str = ""       # the W3C trace context it arrived with (HTTP header), if any
     token_ns: array = field(default_factory=lambda: array("q"))
     steps: array = field(default_factory=lambda: array("q"))
     rev: int = 0
@@ -115,6 +119,10 @@ class RequestsView:
     misuse: dict = field(default_factory=dict)    # MISUSE kind -> count
     sources: dict = field(default_factory=dict)   # producer -> requests it reported
     keep: int = 0
+    # for metrics scrapers, since the session began (never reset): BUCKET_NAMES -> Buckets of
+    # finished requests, and totals (arrived, finished, failed, cancelled, preempted, tokens)
+    buckets: dict = field(default_factory=dict)
+    totals: dict = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.rows) or bool(self.counts.get("arrived"))
@@ -157,6 +165,9 @@ class RequestBook:
         self.misuse: dict[str, int] = {}
         self.sources: dict[str, int] = {}
         self.lost: dict[str, int] = {}   # where tuiprof's own record of a request failed
+        self.buckets = {k: Buckets(REQUEST_EDGES_MS) for k in BUCKET_NAMES}
+        self.totals = {"arrived": 0, "finished": 0, "failed": 0, "cancelled": 0,
+                       "preempted": 0, "tokens": 0}
         self._reset_finished()
 
     def _reset_finished(self) -> None:
@@ -175,10 +186,12 @@ class RequestBook:
 
     # --------------------------------------------------------------- producers
     def arrived(self, rid: Any, prompt_tokens: int = 0, source: str = "api",
-                t: int | None = None, queued_t: int | None = None) -> None:
+                t: int | None = None, queued_t: int | None = None,
+                traceparent: str | None = None) -> None:
         """Request ``rid`` arrived at ``t`` (default now) with ``prompt_tokens``; ``queued_t``:
         when it entered the engine's queue (after the server's own work: parsing,
-        tokenisation), if the producer knows."""
+        tokenisation), if the producer knows; ``traceparent``: the W3C trace context it came
+        with (kept only when well formed)."""
         if t is None:
             t = self.clock()
         prompt_tokens = int(prompt_tokens or 0)
@@ -200,8 +213,11 @@ class RequestBook:
             row = RequestRow(rid, source, t, prompt_tokens=prompt_tokens)
             if queued_t is not None:
                 row.queued_ns = queued_t
+            if traceparent:
+                row.traceparent = valid_traceparent(traceparent)
             self._live[rid] = row
             self.counts["arrived"] += 1
+            self.totals["arrived"] += 1
             self.sources[source] = self.sources.get(source, 0) + 1
             self._touch(row)
 
@@ -260,6 +276,7 @@ class RequestBook:
             else:
                 times.extend((t,) * min(n, MAX_TOKEN_TIMES - len(times)))
         self.counts["tokens"] += n
+        self.totals["tokens"] += n
         self._rev = rev = self._rev + 1
         row.rev = rev
 
@@ -288,6 +305,7 @@ class RequestBook:
                 row.last_token_ns = token_ns[-1] if token_ns else 0
             if output_tokens is not None:
                 self.counts["tokens"] += int(output_tokens) - row.output_tokens
+                self.totals["tokens"] += int(output_tokens) - row.output_tokens
                 row.output_tokens = int(output_tokens)
             row.finish_ns = max(t, row.last_token_ns, row.arrival_ns)
             row.status = status if status in DONE_STATES else FINISHED
@@ -306,21 +324,31 @@ class RequestBook:
     def _fold(self, row: RequestRow) -> None:
         key = {FINISHED: "finished", FAILED: "failed"}.get(row.status, "cancelled")
         self.counts[key] += 1
+        self.totals[key] += 1
         st = self.stats
         if row.status != FINISHED:
             return
+        bk = self.buckets
         arr = row.arrival_ns
         if row.first_step_ns:
-            st["queue_ms"].add((row.first_step_ns - arr) / 1e6)
+            v = (row.first_step_ns - arr) / 1e6
+            st["queue_ms"].add(v)
+            bk["queue_ms"].add(v)
         if row.first_token_ns:
-            st["ttft_ms"].add((row.first_token_ns - arr) / 1e6)
+            v = (row.first_token_ns - arr) / 1e6
+            st["ttft_ms"].add(v)
+            bk["ttft_ms"].add(v)
         e2e = row.finish_ns - arr
         st["e2e_ms"].add(e2e / 1e6)
+        bk["e2e_ms"].add(e2e / 1e6)
         if row.model_ns >= 0:
-            st["outside_ms"].add(max(0, e2e - row.model_ns) / 1e6)
+            v = max(0, e2e - row.model_ns) / 1e6
+            st["outside_ms"].add(v)
+            bk["outside_ms"].add(v)
         itl = row.itls_ms()
         if itl:
             st["itl_ms"].add_many(itl)
+            bk["itl_ms"].add_many(itl)
         st["prompt_tokens"].add(row.prompt_tokens)
         st["output_tokens"].add(row.output_tokens)
 
@@ -345,6 +373,7 @@ class RequestBook:
                         if row.status == DECODE:  # it had tokens: sent back to its prompt
                             row.preemptions += 1
                             self.counts["preempted"] += 1
+                            self.totals["preempted"] += 1
                         row.status = PREFILL
                     else:
                         row.decode_steps += 1
@@ -414,7 +443,10 @@ class RequestBook:
             rows += [_copy(r) for r in self._live.values()]
             return RequestsView(tuple(rows), {k: s.copy() for k, s in self.stats.items()},
                                 dict(self.counts), dict(self.misuse), dict(self.sources),
-                                self.keep)
+                                self.keep, self._buckets_copy(), dict(self.totals))
+
+    def _buckets_copy(self) -> dict:
+        return {k: b.copy() for k, b in self.buckets.items()}
 
     @property
     def rev(self) -> int:
@@ -434,6 +466,7 @@ class RequestBook:
             delta = {"rows": rows, "stats": {k: cp(s) for k, s in self.stats.items()},
                      "counts": dict(self.counts), "misuse": dict(self.misuse),
                      "sources": dict(self.sources), "keep": self.keep,
+                     "buckets": self._buckets_copy(), "totals": dict(self.totals),
                      "ids": (list(self._done) + list(self._live)
                              if since_evicted != self._evicted else None)}
             return delta, self._rev, self._evicted
@@ -466,7 +499,8 @@ class RequestsMirror:
             rows[r.id] = r
         if ids is not None:  # the book's order: finished (in finish order), then in flight
             self.rows = OrderedDict((i, rows[i]) for i in ids if i in rows)
-        self.rest = {k: delta[k] for k in ("stats", "counts", "misuse", "sources", "keep")}
+        self.rest = {k: delta.get(k, {}) for k in ("stats", "counts", "misuse", "sources", "keep",
+                                                    "buckets", "totals")}
 
     def view(self) -> RequestsView:
         if not self.rest:
@@ -474,4 +508,23 @@ class RequestsMirror:
         done = [r for r in self.rows.values() if r.done]
         live = [r for r in self.rows.values() if not r.done]
         return RequestsView(tuple(done + live), self.rest["stats"], self.rest["counts"],
-                            self.rest["misuse"], self.rest["sources"], self.rest["keep"])
+                            self.rest["misuse"], self.rest["sources"], self.rest["keep"] or 0,
+                            self.rest["buckets"], self.rest["totals"])
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def valid_traceparent(text: Any) -> str:
+    """``text`` if it is a W3C ``traceparent`` a trace can join (version 00, a trace id and
+    a parent id not all zeros, lower-case hex), else "": a header is the client's words."""
+    if not isinstance(text, str) or len(text) != TRACEPARENT_LEN:
+        return ""
+    parts = text.split("-")
+    if [len(p) for p in parts] != [2, 32, 16, 2] or parts[0] != "00":
+        return ""
+    if not all(c in _HEX for p in parts for c in p):
+        return ""
+    if set(parts[1]) == {"0"} or set(parts[2]) == {"0"}:
+        return ""
+    return text

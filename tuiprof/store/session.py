@@ -32,7 +32,7 @@ from .records import (
 from .alloc_classes import (MAX_CLASSES, OVERFLOW, class_key, has_detail, is_device_malloc,
                             memory_class)
 from .requests import EMPTY as NO_REQUESTS, RequestBook, RequestsView
-from .stats import RunningStats
+from .stats import STEP_EDGES_MS, Buckets, RunningStats
 
 from ..phases import OTHER
 NVML, RECORDS = "nvml", "records"   # the kinds of :meth:`SessionStore.ingest` with a name here
@@ -44,6 +44,9 @@ _TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2, GRAPH: 1}
 # (findings, the cross-rank split): a sampling burst comes every 256 eager or 4,096 compiled
 # tokens, and a ring of 64 tokens lets it go after 4.6 s of eager or 0.2 s of compiled decode.
 KEPT_TRACED = 16
+# (phase, mode) keys of the step-time buckets (a program may name its own phases); past this,
+# the steps of new phases share the key ("other", mode): a scraper's series stay bounded
+FLEET_KEYS = 16
 
 
 @dataclass(slots=True)
@@ -226,6 +229,9 @@ class StoreView:
     timeline: list = field(default_factory=list)  # token rows of every configuration
     series: dict = field(default_factory=dict)    # other sampled kinds: kind -> [sample dicts]
     requests: RequestsView = NO_REQUESTS          # a server's requests (store/requests.py)
+    # What a metrics scraper counts: "steps" (phase, mode) -> Buckets of a clean step's wall ms,
+    # "totals" name -> a count since the session began (never reset; see SessionStore.fleet)
+    fleet: dict = field(default_factory=dict)
 
     @property
     def kernels_traced(self) -> bool:
@@ -254,13 +260,13 @@ class StoreView:
         return compose_view(self.meta, self.timeline or self.tokens, parts, key, raw=self.raw,
                             nvml=self.nvml, counters=self.counters, collectors=self.collectors,
                             events=self.events, overhead=self.overhead, output=self.output,
-                            series=self.series, requests=self.requests)
+                            series=self.series, requests=self.requests, fleet=self.fleet)
 
 
 def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list, nvml: list,
                  counters: dict, collectors: dict, events: list, overhead: dict,
                  output: list | None = None, series: dict | None = None,
-                 requests: RequestsView | None = None) -> StoreView:
+                 requests: RequestsView | None = None, fleet: dict | None = None) -> StoreView:
     """A :class:`StoreView` of configuration ``key``: its token rows and aggregates, plus the
     session-wide parts (NVML, raw window, counters, events) and every configuration."""
     part = parts.get(key) or ConfigData()
@@ -270,7 +276,7 @@ def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list
         allocs=part.allocs, nvml=nvml, raw=raw, counters=counters, collectors=collectors,
         events=events, nvtx=part.nvtx, overhead=overhead, output=list(output or ()), batch=key,
         configs=parts, timeline=timeline, series=dict(series or {}),
-        requests=requests if requests is not None else NO_REQUESTS)
+        requests=requests if requests is not None else NO_REQUESTS, fleet=dict(fleet or {}))
 
 
 class SessionStore:
@@ -301,6 +307,11 @@ class SessionStore:
         # appends are atomic)
         self.requests = RequestBook(requests_keep, on_misuse=lambda kind, text: self._events.append(
             (self._seq, time.time_ns(), "requests", text)))
+        # Counted for metrics scrapers since the session began; ``reset`` leaves them (a
+        # scraper's counters must only grow): clean steps' wall times per (phase, mode), at
+        # most FLEET_KEYS keys, and totals of steps and tokens
+        self._step_buckets: dict[tuple, Buckets] = {}
+        self._totals = {"steps": 0, "apart_steps": 0, "decode_tokens": 0, "prefill_tokens": 0}
         self._reset_data()
 
     # ------------------------------------------------------------------ state
@@ -466,6 +477,7 @@ class SessionStore:
                 self._dirty_seq = seq
             self._open = None
             self._counters["tokens"] += 1
+            self._count_step(row, host_ms)
             if row.phase == "window":  # a program's fixed window (no step marked then)
                 self._counters["window_steps"] += 1
             else:  # a model step: requests in flight now are inside one
@@ -494,6 +506,34 @@ class SessionStore:
                 if s is None:
                     s = nv[name] = RunningStats()
                 s.add(max(0, end_ns - row.start_ns))
+
+    def _count_step(self, row: TokenRow, host_ms: float) -> None:
+        # lock held: the step's totals, and its wall time in its (phase, mode) buckets
+        tot = self._totals
+        tot["steps"] += 1
+        if row.prefill_tokens or row.decode_tokens:   # a server's step: its requests' tokens
+            tot["prefill_tokens"] += row.prefill_tokens
+            tot["decode_tokens"] += row.decode_tokens
+        elif row.phase == PREFILL:
+            tot["prefill_tokens"] += row.positions
+        elif row.phase != "window":
+            tot["decode_tokens"] += row.batch
+        if row.compiling or row.rerecord:
+            tot["apart_steps"] += 1
+            return
+        key = (row.phase, row.mode)
+        b = self._step_buckets.get(key)
+        if b is None:
+            if len(self._step_buckets) >= FLEET_KEYS:
+                key = ("other", row.mode)
+                b = self._step_buckets.get(key)
+            if b is None:
+                b = self._step_buckets[key] = Buckets(STEP_EDGES_MS)
+        b.add(host_ms)
+
+    def _fleet_copy(self) -> dict:
+        return {"steps": {k: b.copy() for k, b in self._step_buckets.items()},
+                "totals": dict(self._totals)}
 
     def set_token_gpu(self, seq: int, gpu_ms: float) -> None:
         """The CUDA-event time of token ``seq``, known after it ended (a program's step: its
@@ -921,6 +961,7 @@ class SessionStore:
             top = self._tokens[-1].seq if self._tokens else since.token_seq
             rsince = since.requests if not full else (-1, -1)
             delta["requests"], *rnow = self.requests.changes(*rsince, light=light)
+            delta["fleet"] = self._fleet_copy()
             return delta, ViewCursor(self._generation, max(top, since.token_seq),
                                      tuple(seen.items()), records, ev, self._output_count, held,
                                      tuple(rnow))
@@ -975,7 +1016,7 @@ class SessionStore:
                 events=list(self._events), overhead=dict(self.overhead),
                 output=list(self._output),
                 series={k: list(v) for k, v in self._series.items() if k != NVML},
-                requests=self.requests.view())
+                requests=self.requests.view(), fleet=self._fleet_copy())
 
 
 @dataclass(frozen=True, slots=True)

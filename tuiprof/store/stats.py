@@ -232,3 +232,75 @@ def _count_into(h: dict, xs: list) -> None:  # noqa: F811 - C-accelerated counti
 
 
 from collections import _count_elements  # noqa: E402  (C helper behind Counter.update)
+
+
+# Fixed bucket edges (ms) of the cumulative histograms a metrics scraper reads: a step's wall
+# time, and a request's latencies. Fixed for the session's life, so every scrape sees the same
+# series and counts that only grow (docs/fleet.md).
+STEP_EDGES_MS = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500,
+                 750, 1000, 2000, 5000, 10000)
+REQUEST_EDGES_MS = (1, 2.5, 5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500,
+                    2000, 3000, 5000, 7500, 10000, 15000, 30000, 60000, 120000)
+
+
+class Buckets:
+    """A histogram with fixed edges whose counts only grow: ``counts[i]`` holds the values in
+    ``(edges[i-1], edges[i]]`` (the last slot: above every edge), as Prometheus' ``le`` buckets
+    do. Unlike :class:`RunningStats` it is never reset (``r`` resets what a person reads, not
+    what a scraper has already counted), and it is a few dozen integers however long the
+    session runs."""
+
+    __slots__ = ("edges", "counts", "total", "count")
+
+    def __init__(self, edges: tuple = REQUEST_EDGES_MS) -> None:
+        self.edges = tuple(edges)
+        self.counts = [0] * (len(self.edges) + 1)
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, x: float) -> None:
+        self.counts[_bisect_left(self.edges, x)] += 1
+        self.total += x
+        self.count += 1
+
+    def add_many(self, xs) -> None:
+        edges, counts = self.edges, self.counts
+        n = 0
+        for x in xs:
+            counts[_bisect_left(edges, x)] += 1
+            self.total += x
+            n += 1
+        self.count += n
+
+    def cumulative(self) -> list:
+        """[(upper edge, values at or below it), ...], the last edge ``inf``."""
+        out, run = [], 0
+        for edge, c in zip(self.edges + (math.inf,), self.counts):
+            run += c
+            out.append((edge, run))
+        return out
+
+    def quantile(self, q: float) -> float | None:
+        """Prometheus' ``histogram_quantile`` over these buckets (linear inside a bucket; the
+        first bucket's lower edge 0); None when empty."""
+        if not self.count:
+            return None
+        rank = q * self.count
+        prev_edge, prev = 0.0, 0
+        for edge, cum in self.cumulative():
+            if cum >= rank:
+                if edge == math.inf:
+                    return float(self.edges[-1])
+                if cum == prev:
+                    return float(edge)
+                return prev_edge + (edge - prev_edge) * (rank - prev) / (cum - prev)
+            prev_edge, prev = float(edge), cum
+        return float(self.edges[-1])
+
+    def copy(self) -> "Buckets":
+        b = Buckets.__new__(Buckets)
+        b.edges, b.counts, b.total, b.count = self.edges, list(self.counts), self.total, self.count
+        return b
+
+
+from bisect import bisect_left as _bisect_left  # noqa: E402
