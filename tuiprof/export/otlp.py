@@ -60,26 +60,27 @@ def check(value: str) -> str:
 
 
 class _Counting:
-    """The exporter under the batch processor: counts what it was handed and what failed."""
+    """The exporter under the batch processor: counts what it took and what failed."""
 
-    def __init__(self, inner: Any, feed: "OtlpFeed") -> None:
-        self.inner, self.feed = inner, feed
+    def __init__(self, inner: Any, gate: "_Gate") -> None:
+        self.inner, self.gate = inner, gate
 
     def export(self, spans: Any) -> Any:
         from opentelemetry.sdk.trace.export import SpanExportResult  # noqa: PLC0415
 
         n = len(spans)
-        with self.feed.lock:
-            self.feed.taken += n
+        g = self.gate
+        with g.lock:
+            g.taken += n
         try:
             result = self.inner.export(spans)
         except Exception:
             result = SpanExportResult.FAILURE
-        with self.feed.lock:
+        with g.lock:
             if result == SpanExportResult.SUCCESS:
-                self.feed.exported += n
+                g.exported += n
             else:
-                self.feed.failed += n
+                g.failed += n
         return result
 
     def shutdown(self) -> None:
@@ -87,6 +88,42 @@ class _Counting:
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+class _Gate:
+    """In front of the ``BatchSpanProcessor``: a span goes in only while fewer than
+    ``max_queue`` wait for the exporter (counted from what went in and what the exporter took,
+    never fewer than the processor's own queue holds), else it is dropped here and counted,
+    so every drop is known exactly and the processor's queue never overflows."""
+
+    def __init__(self, processor: Any, max_queue: int, lock: Any) -> None:
+        self.processor, self.max_queue, self.lock = processor, max_queue, lock
+        self.handed = self.dropped = self.taken = self.exported = self.failed = 0
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.processor.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: Any) -> None:
+        with self.lock:
+            self.handed += 1
+            if self.handed - 1 - self.dropped - self.taken >= self.max_queue:
+                self.dropped += 1
+                return
+        self.processor.on_end(span)
+
+    def _on_ending(self, span: Any) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        self.processor.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.processor.force_flush(timeout_millis)
+
+    def counts(self) -> dict:
+        with self.lock:
+            return {"spans": self.handed, "dropped": self.dropped, "taken": self.taken,
+                    "exported": self.exported, "failed": self.failed}
 
 
 class _Tracer:
@@ -102,11 +139,15 @@ class _Tracer:
         from .. import __version__  # noqa: PLC0415
 
         self.provider = TracerProvider(resource=Resource.create(resource))
-        exporter = _Counting(OTLPSpanExporter(endpoint=feed.url, timeout=EXPORT_TIMEOUT_S), feed)
-        self.processor = BatchSpanProcessor(exporter, max_queue_size=feed.max_queue,
-                                            max_export_batch_size=MAX_BATCH,
-                                            schedule_delay_millis=500)
-        self.provider.add_span_processor(self.processor)
+        self.gate = _Gate(None, feed.max_queue, threading.Lock())
+        exporter = _Counting(OTLPSpanExporter(endpoint=feed.url, timeout=EXPORT_TIMEOUT_S),
+                             self.gate)
+        # the queue one larger than the gate lets in: a span the exporter popped but has not
+        # counted yet still leaves room, so the processor itself never drops one
+        self.gate.processor = BatchSpanProcessor(
+            exporter, max_queue_size=feed.max_queue + MAX_BATCH,
+            max_export_batch_size=min(MAX_BATCH, feed.max_queue), schedule_delay_millis=500)
+        self.provider.add_span_processor(self.gate)
         self.tracer = self.provider.get_tracer("tuiprof", __version__)
         self.seen: OrderedDict = OrderedDict()
         self.finished_seen = -1      # the book's finished + failed + cancelled at the last poll
@@ -121,8 +162,9 @@ class OtlpFeed:
         need("opentelemetry.sdk.trace", FLAG)
         self.url, self.source, self.poll_s, self.max_queue = url, source, poll_s, max_queue
         self.lock = threading.Lock()
-        self.handed = self.taken = self.exported = self.failed = self.dropped = 0
-        self.requests = self.steps = self.missed = 0
+        self._retired = {"spans": 0, "dropped": 0, "taken": 0, "exported": 0, "failed": 0}
+        self.requests = self.steps = self.missed = self.errors = 0
+        self.last_error = ""
         self._tracers: OrderedDict[tuple, _Tracer] = OrderedDict()
         self._stop = threading.Event()
         self._said_drop = False
@@ -143,8 +185,11 @@ class OtlpFeed:
         for view in views:
             try:
                 self._one(view)
-            except Exception:
-                pass
+            except Exception as exc:   # counted and said in stats; the session goes on
+                from ..errors import one_line  # noqa: PLC0415
+                with self.lock:
+                    self.errors += 1
+                    self.last_error = one_line(exc, 200)
         self._say_drops()
 
     def close(self) -> None:
@@ -156,16 +201,24 @@ class OtlpFeed:
                 t.provider.shutdown()     # flushes what is queued, bounded by the exporter's timeout
             except Exception:
                 pass
-        self._tracers.clear()
 
     # ------------------------------------------------------------------ figures
+    def _counts(self) -> dict:
+        c = dict(self._retired)
+        for t in list(self._tracers.values()):
+            for k, v in t.gate.counts().items():
+                c[k] += v
+        return c
+
     def stats(self) -> dict:
+        c = self._counts()
         with self.lock:
-            queued = max(0, self.handed - self.dropped - self.taken)
+            queued = max(0, c["spans"] - c["dropped"] - c["taken"])
             return {"url": self.url, "requests": self.requests, "steps": self.steps,
-                    "spans": self.handed, "exported": self.exported, "failed": self.failed,
-                    "dropped": self.dropped, "queued": queued, "missed_requests": self.missed,
-                    "max_queue": self.max_queue}
+                    "spans": c["spans"], "exported": c["exported"], "failed": c["failed"],
+                    "dropped": c["dropped"], "queued": queued, "missed_requests": self.missed,
+                    "max_queue": self.max_queue, "errors": self.errors,
+                    "last_error": self.last_error}
 
     def metric_values(self) -> dict:
         s = self.stats()
@@ -213,15 +266,12 @@ class OtlpFeed:
                     old.provider.shutdown()
                 except Exception:
                     pass
+                for k, v in old.gate.counts().items():
+                    self._retired[k] += v
         return t
 
-    def _end(self, span: Any, end_ns: int) -> None:
-        """End ``span``; the batch processor drops it when its queue is full (counted)."""
-        with self.lock:
-            full = self.handed - self.dropped - self.taken >= self.max_queue
-            self.handed += 1
-            if full:
-                self.dropped += 1
+    def _end(self, t: _Tracer, span: Any, end_ns: int) -> None:
+        """End ``span``: its gate queues it, or drops it (counted) when the queue is full."""
         span.end(end_time=end_ns)
 
     def _one(self, view: Any) -> None:
@@ -299,8 +349,8 @@ class OtlpFeed:
             phases.append(("queued", r.arrival_ns, r.finish_ns))
         for name, a, b in phases:
             child = t.tracer.start_span(name, context=ctx, start_time=a)
-            self._end(child, max(a, b))
-        self._end(span, max(r.arrival_ns, r.finish_ns))
+            self._end(t, child, max(a, b))
+        self._end(t, span, max(r.arrival_ns, r.finish_ns))
         with self.lock:
             self.requests += 1
 
@@ -323,7 +373,7 @@ class OtlpFeed:
         for cat, ms in _categories(records):
             attrs[f"tuiprof.step.kernel_ms.{cat}"] = ms
         span = t.tracer.start_span("step", start_time=row.start_ns, attributes=attrs)
-        self._end(span, max(row.start_ns, row.end_ns))
+        self._end(t, span, max(row.start_ns, row.end_ns))
         with self.lock:
             self.steps += 1
 
