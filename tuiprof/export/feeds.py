@@ -162,7 +162,8 @@ class Feeds:
                 r.close()
             except Exception:  # a feed's end must not hide the session's own
                 pass
-        self._final = {n: r.stats() for n, r in running.items()}
+        if running:    # closing twice keeps the first close's figures
+            self._final = {n: r.stats() for n, r in running.items()}
 
 
 def start_feeds(args: argparse.Namespace, holder: Any) -> Feeds:

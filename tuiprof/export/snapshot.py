@@ -64,10 +64,11 @@ META_KEYS = frozenset({
     "process", "job", "cuda",
     "native", "auto_steps",
     "request_sources", "load",
+    "feeds",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
 WORLD_KEYS = frozenset({"world_size", "launcher", "failure", "clock", "tp_reference",
-                        "notices", "processes_dropped"})
+                        "notices", "processes_dropped", "feeds"})
 HOST_KEY = "host"        # kept only when meta["share_host"] is True
 
 
