@@ -43,9 +43,22 @@ def realistic_store(requests: int, kernels: int = 300) -> SessionStore:
     return store
 
 
-def scrape_cost(processes: int, requests: int, rounds: int = 30) -> dict:
+def scrape_cost(processes: int, requests: int, rounds: int = 30, where: str = "mirror") -> dict:
+    """``where``: "mirror", each process's mirror as the live app, a keeper or a headless
+    program run holds it (the session in other processes); "store", a store in this process
+    (``--in-process``, a headless engine run), whose view copies every kept request."""
+    from tuiprof.remote.mirror import Mirror  # noqa: PLC0415
+
     stores = [realistic_store(requests) for _ in range(processes)]
-    src = Source(lambda raw: [s.view(raw=False) for s in stores], host="bench")
+    if where == "mirror":
+        mirrors = []
+        for s in stores:
+            m = Mirror()
+            m.apply(s.changes(None)[0])
+            mirrors.append(m)
+        src = Source(lambda raw: [m.view(raw=False) for m in mirrors], host="bench")
+    else:
+        src = Source(lambda raw: [s.view(raw=False) for s in stores], host="bench")
     metrics.render(src)   # warm: imports, memoised kernel names
     times, cpu = [], []
     for _ in range(rounds):
@@ -54,7 +67,7 @@ def scrape_cost(processes: int, requests: int, rounds: int = 30) -> dict:
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-    return {"processes": processes, "requests_per_process": requests,
+    return {"where": where, "processes": processes, "requests_per_process": requests,
             "scrape_ms_median": round(statistics.median(times) * 1e3, 2),
             "scrape_ms_max": round(max(times) * 1e3, 2),
             "scrape_cpu_ms_median": round(statistics.median(cpu) * 1e3, 2),
@@ -94,7 +107,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--json")
     a = ap.parse_args()
-    out = {"scrape": [scrape_cost(p, a.requests) for p in sorted({1, a.processes})],
+    out = {"scrape": [scrape_cost(p, a.requests, where=w) for w in ("mirror", "store")
+                      for p in sorted({1, a.processes})],
            "otlp": span_cost(a.requests)}
     print(json.dumps(out, indent=1))
     if a.json:
