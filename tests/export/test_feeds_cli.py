@@ -66,3 +66,6 @@ def test_serve_feeds_prometheus_and_otlp(tmp_path):
     assert feeds["metrics"]["address"] == f"127.0.0.1:{mport}" and feeds["metrics"]["scrapes"]
     assert feeds["otlp"]["dropped"] == 0 and feeds["otlp"]["requests"] == len(reqs)
     assert feeds["otlp"]["exported"] == len(rx.spans)
+    assert (f"tuiprof: otlp: {len(reqs)} requests and {feeds['otlp']['steps']} steps as "
+            f"{len(rx.spans)} spans to {rx.url}/v1/traces: {len(rx.spans)} exported, 0 dropped"
+            in out), out[-2000:]

@@ -217,6 +217,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
         if held is not None:
             print_processes(held)
         say(f"tuiprof: {line}")
+        for feed_line in feeds.summary():
+            say(f"tuiprof: {feed_line}")
         for note in (ctl.status.extra or {}).get("notes") or ():
             say(f"tuiprof: {note}")
     finally:

@@ -223,6 +223,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     view = feeds.annotate(store.view())
     write_outputs(view, out, args.record)
     print_summary(view, prof)
+    for line in feeds.summary():
+        say(f"tuiprof: {line}")
     if stopping:
         return exit_if_busy(prof, 128 + stopping[0])
     return exit_if_busy(prof, 1 if prof.status.state == "error" else 0)

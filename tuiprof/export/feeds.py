@@ -125,6 +125,21 @@ class Feeds:
                     metrics.extras.append(r.metric_values)
         return self
 
+    def summary(self) -> list:
+        """One line per feed for the end of a headless run: what it served or sent, and what
+        it dropped."""
+        out = []
+        for name, st in self.stats().items():
+            if name == "metrics":
+                out.append(f"metrics: served at {st.get('address')}, {st.get('scrapes', 0)} "
+                           "scrapes")
+            elif name == "otlp":
+                out.append(f"otlp: {st.get('requests', 0)} requests and {st.get('steps', 0)} "
+                           f"steps as {st.get('spans', 0)} spans to {st.get('url')}: "
+                           f"{st.get('exported', 0)} exported, {st.get('dropped', 0)} dropped "
+                           f"(queue full), {st.get('failed', 0)} not accepted")
+        return out
+
     def notices(self) -> list:
         """One line per feed that has something to say (spans dropped)."""
         out = []
