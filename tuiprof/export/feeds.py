@@ -85,20 +85,42 @@ class Source:
 
     @classmethod
     def of(cls, holder: Any) -> "Source":
+        ranks = getattr(holder, "ranks", None)   # tensor-parallel ranks: a control each
         if hasattr(holder, "views"):        # every process (or rank)
             def views(raw_tokens: int) -> list:
                 if raw_tokens:
-                    return list(holder.views(raw=True, raw_tokens=raw_tokens).views)
-                return list(holder.views(raw=False).views)
+                    out = list(holder.views(raw=True, raw_tokens=raw_tokens).views)
+                else:
+                    out = list(holder.views(raw=False).views)
+                if isinstance(ranks, (list, tuple)) and len(ranks) == len(out):
+                    for r, (v, ctl) in enumerate(zip(out, ranks)):
+                        _known(v, ctl, rank=r)   # before a rank's first pull: its labels
+                return out
         else:                               # one store, here or mirrored
             def views(raw_tokens: int) -> list:
                 if raw_tokens:
-                    return [holder.view(raw=True, raw_tokens=raw_tokens)]
-                return [holder.view(raw=False)]
+                    v = holder.view(raw=True, raw_tokens=raw_tokens)
+                else:
+                    v = holder.view(raw=False)
+                return [_known(v, holder)]
         src = cls(views)
         if hasattr(holder, "notice"):
             src.notice = holder.notice
         return src
+
+
+def _known(view: Any, ctl: Any, rank: int | None = None) -> Any:
+    """``view`` with what its holder knows of the process even before its first pull (its
+    pid, its rank), so that its series keep the same labels from the first scrape on (the
+    view's meta is its own copy)."""
+    meta = view.meta
+    pid = getattr(ctl, "pid", None)
+    if isinstance(meta, dict):
+        if isinstance(pid, int) and not isinstance(pid, bool):
+            meta.setdefault("pid", pid)
+        if rank is not None:
+            meta.setdefault("rank", rank)
+    return view
 
 
 class Feeds:
@@ -207,8 +229,12 @@ def port_free(host: str, port: int, flag: str) -> None:
     session starts; the feed binds it again when it starts)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     s = socket.socket(family, socket.SOCK_STREAM)
+    # as the feed's own server binds: connections of an earlier session's scrapes still in
+    # TIME_WAIT do not make the port "in use"; a listener there still does
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         s.bind((host, port))
+        s.listen(1)
     except OSError as exc:
         raise TuiprofError(f"{flag} {host}:{port}: cannot listen there "
                            f"({exc.strerror or exc}); pick another port") from None
