@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
+import select
+import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from tuiprof.export.check_nsys import read_nsys_csv
+from tuiprof.export.snapshot import read_snapshot, write_snapshot
 
 from .conftest import REPO, cli_env
 
@@ -21,6 +27,7 @@ from .conftest import REPO, cli_env
 # cell are not doubled
 BREAKOUT = 'gemm",=HYPERLINK("http://x/?"&A1;"click"),"'
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+PROGRAMS = REPO / "tests" / "programs"
 
 
 def _cli(*args: str, cwd: Path, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
@@ -83,3 +90,109 @@ def test_the_nsys_reader_still_reads_nsys_own_dialect(tmp_path):
     header, rows = read_nsys_csv(p)
     assert header == ["Time (%)", "Total Time (ns)", "Name"]
     assert rows == [["60.0", "600", 'void f<(char)"a", 2>(int)'], ["40.0", "400", '"q"x']]
+
+
+# ------------------------------------------------------------------ devices and FIFOs
+@pytest.fixture(scope="module")
+def small_snapshot(tmp_path_factory, eager_view) -> Path:
+    return write_snapshot(eager_view, tmp_path_factory.mktemp("snap") / "snap.json")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_an_export_to_a_character_device_leaves_it_a_device(small_snapshot, tmp_path):
+    dev = tmp_path / "n"
+    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))     # what /dev/null is
+    sq = tmp_path / "n.sqlite"
+    os.mknod(sq, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    proc = _cli("export", str(small_snapshot), "--trace", str(dev), "--steps-csv", str(dev),
+                "--sqlite", str(sq), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for p in (dev, sq):
+        st = os.stat(p)
+        assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3), p
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n", "n.sqlite"]   # no temp left
+
+
+def _fifo_reader(path: Path, got: bytearray, deadline: float) -> None:
+    """Read the FIFO until its writer has come and gone (or the deadline): opened without
+    waiting, so the test never hangs when nothing writes to it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLIN | select.POLLHUP)
+        while time.monotonic() < deadline:
+            if not poll.poll(200):
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return        # the writer closed it
+            got.extend(chunk)
+    finally:
+        os.close(fd)
+
+
+def test_a_fifo_output_is_written_as_a_stream(small_snapshot, tmp_path):
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    got = bytearray()
+    reader = threading.Thread(target=_fifo_reader, args=(fifo, got, time.monotonic() + 120),
+                              daemon=True)
+    reader.start()
+    proc = _cli("export", str(small_snapshot), "--steps-csv", str(fifo), cwd=tmp_path)
+    reader.join(120)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    rows = list(csv.reader(got.decode().splitlines()))
+    assert rows and rows[0][0] == "seq" and len(rows) > 10, got[:200]
+
+
+def test_a_full_device_is_one_line(small_snapshot, tmp_path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    proc = _cli("export", str(small_snapshot), "--trace", "/dev/full", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == "tuiprof: cannot write /dev/full: no space left on /dev/full"
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_a_program_run_with_its_snapshot_to_a_device_keeps_the_device(tmp_path):
+    dev = tmp_path / "null"
+    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    (tmp_path / "scratch").mkdir()    # the program removes it after its step
+    proc = _cli("run", "--headless", "--no-nvml", "--json", str(dev), "--", "python",
+                str(PROGRAMS / "removes_its_output_dir.py"), str(tmp_path / "scratch"),
+                cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISCHR(os.stat(dev).st_mode)
+    # the program's log goes where tuiprof started (not "null.log" beside a device)
+    assert (tmp_path / "tuiprof-removes_its_output_dir.log").read_text().startswith("working")
+    assert f"snapshot written to {dev}" in proc.stderr
+
+
+def test_a_snapshot_to_dev_stdout_is_written_to_stdout(eager_path, tmp_path):
+    proc = _cli("replay", str(eager_path), "--headless", "--json", "/dev/stdout", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc, end = json.JSONDecoder().raw_decode(proc.stdout)
+    assert doc["meta"]["model"] and "decode steps" in proc.stdout[end:]   # then the summary
+    assert os.path.islink("/dev/stdout") or not os.path.isfile("/dev/stdout")
+
+
+# ------------------------------------------------------------------ a removed working directory
+def test_the_snapshot_survives_a_program_that_removes_its_working_directory(tmp_path):
+    work = tmp_path / "d"
+    work.mkdir()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = _cli("run", "--headless", "--no-nvml", "--json", "rel.json", "--", "python",
+                str(PROGRAMS / "removes_its_cwd.py"), cwd=work, TMPDIR=str(tmp))
+    assert not work.exists()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    rescued = list(tmp.glob("tuiprof-rescued-*-rel.json"))
+    assert len(rescued) == 1, (list(tmp.iterdir()), proc.stderr)
+    snap = read_snapshot(rescued[0])
+    assert snap.meta["program"]["exit_status"] == 0 and snap.counters["tokens"] >= 2
+    said = [ln for ln in proc.stderr.splitlines() if "instead" in ln]
+    assert said == [f"tuiprof: cannot write {work / 'rel.json'}: no such directory; the "
+                    f"snapshot was written to {rescued[0]} instead"], proc.stderr

@@ -108,9 +108,32 @@ def write_outputs(view, out: Path, record: str | None) -> Path:
     return written
 
 
+def _start_dir() -> Path | None:
+    try:
+        return Path(os.getcwd())
+    except OSError:   # started in a directory already removed
+        return None
+
+
+# Where the command started and the temp directory, taken when tuiprof starts: a program may
+# remove its working directory (tuiprof's too, when it is the same) before the run ends, and
+# with no TMPDIR the temp directory's last choice is the current one.
+START_DIR = _start_dir()
+TEMP_DIR = Path(tempfile.gettempdir()).absolute()
+
+
+def output_path(path: str | Path) -> Path:
+    """An output path made absolute against the directory tuiprof started in, before the run:
+    a program that changes or removes its working directory cannot move or lose it."""
+    p = Path(path)
+    return p if p.is_absolute() or START_DIR is None else START_DIR / p
+
+
 def fallback_dirs() -> list[Path]:
-    """Where a run's data goes when its own path fails at the end: here, then the temp dir."""
-    return [Path.cwd(), Path(tempfile.gettempdir())]
+    """Where a run's data goes when its own path fails at the end: the directory tuiprof
+    started in, then the temp directory (both known before the run: never the current
+    directory, which may be gone)."""
+    return list(dict.fromkeys(d for d in (START_DIR, TEMP_DIR) if d is not None))
 
 
 def write_or_fallback(write, view, path: Path, what: str) -> Path:

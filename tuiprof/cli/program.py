@@ -16,8 +16,8 @@ from pathlib import Path
 from ..errors import TuiprofError
 from ..text import printable
 from ..program.launch import ProgramResult, ProgramSpec, parse_program
-from .common import (Interrupted, detach_terminal, handle_signals, print_summary, say,
-                     write_outputs)
+from .common import (Interrupted, detach_terminal, handle_signals, output_path, print_summary,
+                     say, write_outputs)
 from .run import run_defaults
 
 # Options of the built-in engine: a program loads and runs its own model.
@@ -141,14 +141,16 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     copy of the session (pulled every ``PULL_S``) and reads the program's output itself, so
     the log has every byte the program wrote. Returns the program's exit status, or 128 + N
     after signal N."""
-    from ..export._atomic import check_output  # noqa: PLC0415
+    from ..export._atomic import FILE, check_output, output_kind  # noqa: PLC0415
     from ..remote import RemoteControl  # noqa: PLC0415
 
     spec = parse_program(args.program)
     _prepare_native(spec, args)
-    out = Path(args.json or f"tuiprof-{stem(spec)}.json")
-    log = out.with_suffix(".log")
-    check_output(out, "--json" if args.json else "the snapshot")
+    # absolute before the program starts: it may change or remove its working directory
+    out = output_path(args.json or f"tuiprof-{stem(spec)}.json")
+    kind = check_output(out, "--json" if args.json else "the snapshot") and output_kind(out)
+    # beside the snapshot; a snapshot written to a device or a FIFO: where tuiprof started
+    log = out.with_suffix(".log") if kind == FILE else output_path(f"tuiprof-{stem(spec)}.log")
     check_output(log, "the program's log")
     program = {"spec": spec, "log_path": str(log), "options": source_options(args),
                "own_group": True, "stop_on_term": True, "tee": True,

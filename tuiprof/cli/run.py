@@ -12,8 +12,8 @@ from pathlib import Path
 from ..errors import TuiprofError
 from ..phases import EAGER, MODES
 from ..text import printable
-from .common import (Interrupted, exit_if_busy, print_summary, say, stop_on_signals,
-                     write_or_fallback, write_outputs)
+from .common import (Interrupted, exit_if_busy, output_path, print_summary, say,
+                     stop_on_signals, write_or_fallback, write_outputs)
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -233,9 +233,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def snapshot_path(args: argparse.Namespace) -> Path:
     """A headless engine run's snapshot: ``--json``, or ``tuiprof-<model>[-tp<N>].json``."""
     if args.json:
-        return Path(args.json)
+        return output_path(args.json)
     tp = f"-tp{args.tp}" if args.tp != 1 else ""
-    return Path(f"tuiprof-{Path(args.model).name}{tp}.json")
+    return output_path(f"tuiprof-{Path(args.model).name}{tp}.json")
 
 
 def check_outputs(args: argparse.Namespace) -> None:
@@ -248,6 +248,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     else:
         check_output_dir(args.export_dir, "--export-dir")
     if args.record:
+        args.record = str(output_path(args.record))   # absolute before the run
         check_output(args.record, "--record")
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from ..errors import TuiprofError
@@ -64,22 +62,18 @@ def recording_dict(view: StoreView) -> dict:
 
 def write_recording(view: StoreView, path: str | Path) -> Path:
     """Write a gzip'd recording atomically (temp file + rename)."""
+    from ..export._atomic import atomic_path  # noqa: PLC0415
+
     p = Path(path)
     data = json.dumps(recording_dict(view), separators=(",", ":")).encode()
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".tuiprof-", dir=p.parent or ".")
-        try:
-            with os.fdopen(fd, "wb") as fh:
+        with atomic_path(p) as tmp:   # a device or a FIFO is written in place, not replaced
+            with open(tmp, "wb") as fh:
                 with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
                     gz.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise TuiprofError(f"cannot write recording {p}: {exc.strerror or exc}") from None
+    except TuiprofError as exc:
+        raise TuiprofError(str(exc).replace("cannot write ", "cannot write recording ", 1)) \
+            from None
     return p
 
 

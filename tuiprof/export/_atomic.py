@@ -2,12 +2,22 @@
 
 A reader never sees a half-written export, and a failure (read-only directory, full disk)
 leaves nothing behind and surfaces as a one-line :class:`TuiprofError`.
+
+An output path that is not a regular file is never replaced: :func:`output_kind` is the one
+rule every output goes through, before the run (:func:`check_output`) and when writing. A
+character device or a FIFO (``/dev/null``, ``/dev/stdout``, ``>(wc -c)``) is written in place
+as a stream, the way ``cat > PATH`` would; ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N``
+are written through the descriptor this process holds (at its offset, after what was printed);
+a block device, a socket or anything else that is not a file is refused.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import re
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -15,9 +25,61 @@ from typing import Iterator
 from ..errors import TuiprofError
 
 
-def _why(exc: BaseException) -> str:
-    """What an OSError means for a file being written, in words (never its temp path)."""
+FILE, STREAM = "file", "stream"
+# a descriptor of this process named as a path: written through the descriptor itself
+_OWN_FD = re.compile(r"/dev/(?:(stdout)|(stderr)|fd/(\d+))|/proc/self/fd/(\d+)")
+
+
+def output_kind(path: str | Path, flag: str = "") -> str:
+    """How an output path is written: ``FILE`` (a regular file, or none yet: atomically, a temp
+    file beside it renamed over it) or ``STREAM`` (a character device, a FIFO, or a path under
+    ``/dev`` or ``/proc``: opened and written in place, never replaced or removed). Anything
+    else (a directory, a block device, a socket) is refused in one line."""
+    p = Path(path)
+    what = f"{flag} {p}" if flag else str(p)
+    try:
+        st = os.stat(p)
+    except OSError:
+        st = None
+    if st is None:
+        # nothing there (or a dangling link): a new regular file; never one made inside /dev
+        if _under_dev(p):
+            raise TuiprofError(f"cannot write {what}: no such device; give a file name "
+                               f"outside /dev")
+        return FILE
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        # /dev/stdout redirected to a file: the shell's descriptor, not a file to replace
+        return STREAM if _under_dev(p) else FILE
+    if stat.S_ISDIR(mode):
+        raise TuiprofError(f"cannot write {what}: it is a directory; give a file name")
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return STREAM
+    kind = "a block device" if stat.S_ISBLK(mode) else (
+        "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise TuiprofError(f"cannot write {what}: it is {kind}; give a file name, a FIFO or a "
+                       f"character device such as /dev/stdout")
+
+
+def _under_dev(p: Path) -> bool:
+    """A name of /dev itself or of /proc (``/dev/stdout``, ``/dev/fd/1``), not of a file
+    system mounted below /dev (``/dev/shm`` holds files like any directory)."""
+    text = os.path.abspath(p)
+    return (os.path.dirname(text) in ("/dev", "/dev/fd") or text.startswith("/proc/")
+            or _OWN_FD.fullmatch(text) is not None)
+
+
+def _why(exc: BaseException, path: Path | None = None) -> str:
+    """What an OSError means for a file being written, in words (never its temp path);
+    ``path``: a stream's (a device or a FIFO), named in what happened to it."""
     code = getattr(exc, "errno", None)
+    if path is not None:
+        if code == errno.ENOSPC:
+            return f"no space left on {path}"
+        if code == errno.EPIPE:
+            return f"the reader of {path} closed it"
+        if code == errno.ENXIO:
+            return f"{path} has no reader (a FIFO) or no device behind it"
     if code == errno.ENOSPC or "full" in str(exc).lower():
         return "the disk is full"
     if code == errno.EROFS:
@@ -35,8 +97,8 @@ def _why(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def _fail(path: Path, exc: BaseException) -> TuiprofError:
-    return TuiprofError(f"cannot write {path}: {_why(exc)}")
+def _fail(path: Path, exc: BaseException, stream: bool = False) -> TuiprofError:
+    return TuiprofError(f"cannot write {path}: {_why(exc, path if stream else None)}")
 
 
 def check_output(path: str | Path, flag: str = "") -> Path:
@@ -45,8 +107,12 @@ def check_output(path: str | Path, flag: str = "") -> Path:
     no permission. A temp file is created and removed beside it (the only sure test)."""
     p = Path(path)
     what = f"{flag} {p}" if flag else str(p)
-    if p.is_dir():
-        raise TuiprofError(f"cannot write {what}: it is a directory; give a file name")
+    if output_kind(p, flag) == STREAM:
+        # written in place at the end: it must take writes now (a FIFO is not opened here,
+        # which would end its reader's input)
+        if not os.access(p, os.W_OK):
+            raise TuiprofError(f"cannot write {what}: permission denied")
+        return p
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
         raise TuiprofError(f"cannot write {what}: directory {_first_missing(parent)} does not "
@@ -68,7 +134,8 @@ def check_output_dir(path: str | Path, flag: str = "") -> Path:
             break
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
-        raise TuiprofError(f"cannot write {what}: {probe} is a file, not a directory")
+        kind = "a file" if probe.is_file() else "a device or a FIFO"
+        raise TuiprofError(f"cannot write {what}: {probe} is {kind}, not a directory")
     _try_create(probe, what)
     return d
 
@@ -100,18 +167,25 @@ def atomic_path(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
 
     The caller writes the temp file (any way it likes, closing it before the block ends).
     On any exception the temp file is removed and ``OSError`` becomes :class:`TuiprofError`.
+    A stream (:func:`output_kind`) gets the temp file's bytes written into it instead; its
+    temp file is in the temp directory.
     """
     target = Path(path)
+    stream = output_kind(target) == STREAM
     directory = target.parent if str(target.parent) else Path(".")
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix,
-                                        dir=directory)
+                                        dir=None if stream else directory)
         os.close(fd)
     except OSError as exc:
         raise _fail(target, exc) from None
     tmp = Path(tmp_name)
     try:
         yield tmp
+        if stream:
+            write_stream(target, tmp.read_bytes())
+            tmp.unlink()
+            return
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
@@ -127,9 +201,39 @@ def atomic_path(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
         raise
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically; returns the path."""
+def write_stream(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` into a stream in place: a device or a FIFO opened for writing (never
+    created, truncated or replaced; a FIFO's open waits for its reader), or this process's
+    own descriptor for ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``."""
     target = Path(path)
+    m = _OWN_FD.fullmatch(os.path.abspath(target))
+    own = None if m is None else (1 if m.group(1) else 2 if m.group(2)
+                                  else int(m.group(3) or m.group(4)))
+    try:
+        if own is not None:
+            for stream in (sys.stdout, sys.stderr):   # what was printed comes first
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    stream.flush()
+            fd = os.dup(own)
+        else:
+            fd = os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _fail(target, exc, stream=True) from None
+    return target
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (a stream in place); returns the path."""
+    target = Path(path)
+    if output_kind(target) == STREAM:
+        return write_stream(target, data)
     with atomic_path(target) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)

@@ -288,8 +288,8 @@ class RemoteControl(SessionControl):
         if self.relay is not None:
             self.relay.finish()    # the rest of what the program wrote, into the log
         if self.log_path and self.status.state != "error" and self.program is None:
-            try:
-                if os.path.getsize(self.log_path) == 0:
+            try:   # an empty log file is removed; never a device or a FIFO of that name
+                if os.path.isfile(self.log_path) and os.path.getsize(self.log_path) == 0:
                     os.unlink(self.log_path)
             except OSError:
                 pass
