@@ -196,3 +196,61 @@ def test_the_snapshot_survives_a_program_that_removes_its_working_directory(tmp_
     said = [ln for ln in proc.stderr.splitlines() if "instead" in ln]
     assert said == [f"tuiprof: cannot write {work / 'rel.json'}: no such directory; the "
                     f"snapshot was written to {rescued[0]} instead"], proc.stderr
+
+
+# ------------------------------------------------------------------ a program that stops itself
+def _state(pid: int) -> str:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return text[text.rindex(")") + 2:].split(" ", 1)[0]
+
+
+def _until(pred, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("how,said", [("once", "continued it (SIGCONT)"),
+                                      ("again", "killed it (SIGKILL)")])
+def test_a_program_that_stops_itself_does_not_hold_the_snapshot(tmp_path, how, said):
+    snap, marker = tmp_path / "out.json", tmp_path / "pid"
+    argv = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
+            str(snap), "--", "python", str(PROGRAMS / "stops_itself.py"), str(marker)]
+    argv += ["again"] if how == "again" else []
+    err = tmp_path / "stderr"
+    with open(err, "w") as fh:
+        proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=fh,
+                                stdin=subprocess.DEVNULL, env=cli_env())
+    pid = None
+    try:
+        assert _until(marker.exists, 180), err.read_text()
+        pid = int(marker.read_text())
+        assert _until(lambda: _state(pid) == "T", 60), _state(pid)     # it is stopped
+        proc.send_signal(2)           # Ctrl-C: to the program (pending while it is stopped)
+        time.sleep(1.0)
+        proc.send_signal(2)           # the second: stop the session
+        # from tuiprof's copy, whatever the program's process does (before: 65 s, or never)
+        assert _until(snap.exists, 20), err.read_text()
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        if pid is not None and _state(pid) not in ("", "Z"):
+            os.kill(pid, 9)
+    lines = err.read_text().splitlines()
+    assert rc == 130, lines
+    assert "Traceback" not in err.read_text()
+    assert any(said in ln and f"(pid {pid})" in ln for ln in lines), lines
+    assert lines[-1] == "tuiprof: the program was stopped by tuiprof (SIGINT, exit status 130)"
+    assert _state(pid) in ("", "Z")         # neither stopped nor running any more
+    doc = json.loads(snap.read_text())
+    assert doc["meta"]["program"]["ended"] == "stopped"
+    if how == "once":    # continued, it ended: the snapshot rewritten from its last copy
+        assert sum(t["phase"] == "decode" for t in doc["tokens"]) == 3

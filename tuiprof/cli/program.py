@@ -198,11 +198,12 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
             _follow(ctl, stop)
             if stop.is_set() and _program_running(ctl):
                 # the snapshot first, from the copy, whatever the program does when asked to
-                # end; rewritten whole once it has ended (its last step closed)
+                # end or whatever state its process is in (stopped, stuck); rewritten whole
+                # once it has ended (its last step closed)
                 _write_now(ctl, held, out, _stop_signal(seen))
-                _end_program(ctl)           # it ends (its last step closed), or is stopped
+                _end_program(ctl, held)     # it ends (its last step closed), or is stopped
             if not ctl._gone:
-                ctl.view(raw=True)          # the last copy
+                _pull(ctl, LAST_PULL_S)     # the last copy
             if held is not None:            # and of every process it started
                 held.check_end()
                 held.stop()
@@ -232,15 +233,17 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
 
 
 def _write_now(ctl, held, out: Path, sig: int) -> None:
-    """The snapshot as the session stands (the last copy), before the program is asked to end;
-    a failure here is left to the final write, which reports it."""
+    """The snapshot as the session stands (the last copy held here: no process is asked, so
+    a stopped or stuck one cannot delay it), before the program is asked to end; a failure
+    here is left to the final write, which reports it."""
     from ..export.snapshot import write_snapshot  # noqa: PLC0415
 
     try:
-        others = held.views(raw=True) if held is not None else None
+        others = held.views(raw=True, pull=False) if held is not None else None
         write_snapshot(_with_processes(_final_view(ctl, sig)[0], others), out)
     except Exception:  # noqa: BLE001 - the final write says what went wrong
-        pass
+        return
+    say(f"tuiprof: snapshot written to {out} (tuiprof's copy); ending the program")
 
 
 def _stop_signal(seen: list[int]) -> int:
@@ -258,30 +261,94 @@ def _program_running(ctl) -> bool:
 
 
 def _follow(ctl, stop: threading.Event) -> None:
-    """Copy the session every ``PULL_S`` until the program ends, its process goes or a stop."""
+    """Copy the session every ``PULL_S`` until the program ends, its process goes or a stop
+    (which ends the wait at once, even while a copy is on its way)."""
     while not stop.is_set():
-        ctl.view(raw=True)
+        if not _pull(ctl, None, stop):
+            return
         if not _program_running(ctl):
             return
         stop.wait(PULL_S)
 
 
-def _end_program(ctl) -> None:
-    """End a stopped program: SIGTERM to its process (a ``SessionStop`` on the program's main
-    thread; a native binary gets SIGTERM, then SIGKILL) and ``STOP_GRACE_S`` to end, so that
-    its last step is closed and a native binary's kernel stream is cut into its steps. A
-    program that does not end by then (stuck in native code, or catching everything) has its
-    collection stopped where it is; the session process is closed after the snapshot's copy."""
+def _pull(ctl, limit: float | None, stop: threading.Event | None = None) -> bool:
+    """One copy of the session, on a thread of its own: this (main) thread waits for it at
+    most ``limit`` seconds (None: as long as it takes) and not past ``stop``, so that a
+    process that does not answer (stopped by SIGSTOP, stuck) never holds the run. Returns
+    whether the copy came."""
+    done = threading.Event()
+
+    def pull() -> None:
+        try:
+            ctl.view(raw=True)
+        except Exception:  # noqa: BLE001 - a copy that fails leaves the last one
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=pull, name="tuiprof-copy", daemon=True).start()
+    end = None if limit is None else time.monotonic() + limit
+    while not done.wait(0.1):
+        if (stop is not None and stop.is_set()) or (end is not None and time.monotonic() > end):
+            return False
+    return True
+
+
+def process_state(pid: int | None) -> str:
+    """A process's state letter from /proc (``T``: stopped by a signal, ``t``: stopped by a
+    tracer, ``Z``: ended, not reaped); "" when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode(errors="replace")
+        return stat[stat.rindex(")") + 2:].split(" ", 1)[0]
+    except (OSError, ValueError, TypeError):
+        return ""
+
+
+def _continue_stopped(ctl, held) -> None:
+    """Continue (SIGCONT) the program's processes that are stopped (a program that sent
+    itself SIGSTOP, a Ctrl-Z of its own), so that they can take the SIGTERM and end; said."""
+    procs = [("the program's process", ctl.pid)]
+    if held is not None:
+        procs += [(f"its process {printable(e.name, 40)}", e.pid) for e in held.entries[1:]
+                  if e.state == "running"]
+    for what, pid in procs:
+        if pid and process_state(pid) in ("T", "t"):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+                say(f"tuiprof: {what} (pid {pid}) was stopped (SIGSTOP or the like): "
+                    f"continued it (SIGCONT) so that it can end")
+
+
+def _end_program(ctl, held=None) -> None:
+    """End a stopped program: a process of it stopped by a signal is continued first; then
+    SIGTERM to its process (a ``SessionStop`` on the program's main thread; a native binary
+    gets SIGTERM, then SIGKILL) and ``STOP_GRACE_S`` to end, so that its last step is closed
+    and a native binary's kernel stream is cut into its steps. A process that has stopped
+    again by then is killed (SIGKILL), said; one that does not end (stuck in native code, or
+    catching everything) has its collection stopped where it is; the session process is
+    closed after the snapshot's copy."""
+    _continue_stopped(ctl, held)
     with contextlib.suppress(OSError, TypeError):
         os.kill(ctl.pid, signal.SIGTERM)
     end = time.monotonic() + STOP_GRACE_S
     while time.monotonic() < end and not ctl._gone:
-        ctl.view(raw=True)
+        _pull(ctl, max(0.0, end - time.monotonic()))
         if not _program_running(ctl):
             return
         time.sleep(0.1)
-    if not ctl._gone:
-        ctl.stop()
+    if ctl._gone:
+        return
+    if process_state(ctl.pid) in ("T", "t"):
+        with contextlib.suppress(OSError, TypeError):
+            os.kill(ctl.pid, signal.SIGKILL)
+            say(f"tuiprof: the program's process (pid {ctl.pid}) stopped again instead of "
+                f"ending: killed it (SIGKILL); the snapshot holds tuiprof's last copy")
+        return
+    ctl.stop()
+
+
+LAST_PULL_S = 30.0     # the most the last copy may take once the program has ended or is stopped
 
 
 def _final_view(ctl, stop_sig: int | None):

@@ -178,17 +178,20 @@ class ProcessSet(SessionControl):
         none does yet."""
         return cycle_active(self.views(raw=False).views, current, step)
 
-    def views(self, raw: bool = False, raw_tokens: int | None = None) -> RanksView:
+    def views(self, raw: bool = False, raw_tokens: int | None = None,
+              pull: bool = True) -> RanksView:
         """Every process's view (``meta["process"]`` says which); ``raw=True`` waits for
-        each one's records (worker threads)."""
+        each one's records (worker threads); ``pull=False``: the copies held here as they are,
+        asking no process (one that is stopped or stuck cannot hold it back)."""
         entries = self._entries
         views: list = [None] * len(entries)
 
         def one(i: int) -> None:
             e = entries[i]
             try:
-                v = (e.ctl.view(raw, raw_tokens) if e.ctl is not None
-                     else _empty_view(_Quiet(e).meta))
+                v = ((e.ctl.view(raw, raw_tokens) if pull else e.ctl.view(raw, raw_tokens,
+                                                                           wait=False))
+                     if e.ctl is not None else _empty_view(_Quiet(e).meta))
             except Exception:
                 v = _empty_view(_Quiet(e).meta)
             proc = dict(v.meta.get("process") or {})
@@ -196,7 +199,7 @@ class ProcessSet(SessionControl):
             v.meta["process"] = proc
             views[i] = v
 
-        if raw and len(entries) > 1:
+        if raw and pull and len(entries) > 1:
             threads = [threading.Thread(target=one, args=(i,), daemon=True)
                        for i in range(len(entries))]
             for t in threads:
