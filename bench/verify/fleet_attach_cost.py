@@ -81,6 +81,16 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK     # utime + stime
 
 
+def ours(pid: int) -> bool:
+    """True when ``pid`` still runs a tuiprof process (pids wrap on a busy machine)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read()
+    except OSError:
+        return False
+    return b"tuiprof" in cmd or b"steps_forever" in cmd
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -166,7 +176,7 @@ def main() -> int:
                                capture_output=True, timeout=120)
             for key in ("holder_pid", "pid"):
                 pid = info.get(key)
-                if pid and runtime.pid_alive(pid):
+                if pid and runtime.pid_alive(pid) and ours(pid):
                     os.kill(pid, signal.SIGKILL)
     out = {"date": time.strftime("%Y-%m-%d"), "program": "steps_forever.py (50 steps/s)",
            "window_s": args.window, "cpus": os.cpu_count(), "results": results}

@@ -30,6 +30,9 @@ TP_JOB = REPO / "tests" / "programs" / "tp_job.py"
 # the main screen's footer, then the all-processes screen's (each key, what to wait for after)
 MAIN_KEYS = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "g", "c", "b", "B", "l", "Escape",
              "v", "Escape", "Space", "Space", "r", "e", "n", "?", "Escape"]
+# after these keys, wait for the screen to say so (space pauses one rank at its next step:
+# the second space resumes it only once it is paused, else the job stays stuck on that rank)
+WAIT_AFTER = {("main", 17): "paused", ("main", 18): "resum"}
 ALL_KEYS = ["a", "g", "g", "c", "b", "B", "l", "Escape", "v", "Escape", "r", "e", "?",
             "Escape", "Escape"]
 
@@ -65,6 +68,17 @@ def job(tmp: Path, ports: tuple, token: Path) -> list:
         return list(ex.map(lambda n: node(tmp, n, ports[n], rdzv, token), (0, 1)))
 
 
+def ours(pid: int) -> bool:
+    """True when ``pid`` is still one of the job's processes (pids wrap on a busy machine: a
+    process that ended may have left its number to someone else's)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read()
+    except OSError:
+        return False
+    return any(m in cmd for m in (b"tp_job.py", b"tuiprof", b"torchrun", b"steps_forever"))
+
+
 def pids_of(sid: str) -> list:
     """The session's processes (the keeper's ``procs``): the agent, its worker."""
     from tuiprof.remote import protocol
@@ -81,10 +95,10 @@ def pids_of(sid: str) -> list:
 def kill_node(sid: str) -> None:
     info = runtime.read_info(runtime.runtime_root() / sid) or {}
     for pid in pids_of(sid):
-        if runtime.pid_alive(pid):
+        if runtime.pid_alive(pid) and ours(pid):
             os.kill(pid, signal.SIGKILL)
     holder = info.get("holder_pid")
-    if holder and runtime.pid_alive(holder):
+    if holder and runtime.pid_alive(holder) and ours(holder):
         os.killpg(holder, signal.SIGKILL)
 
 
@@ -98,7 +112,10 @@ class Tmux:
                                     str(rows), command], check=True, env=env())
 
     def keys(self, key: str) -> None:
-        subprocess.run(self.base + ["send-keys", "-t", self.name, key], check=True)
+        out = subprocess.run(self.base + ["send-keys", "-t", self.name, key],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"tmux send-keys {key}: {out.stderr.strip()}")
 
     def capture(self) -> str:
         return subprocess.run(self.base + ["capture-pane", "-p", "-t", self.name],
@@ -146,14 +163,16 @@ def main() -> int:
 
             cmd = (f"{sys.executable} -m tuiprof attach A=127.0.0.1:{ports[0]} "
                    f"B=127.0.0.1:{ports[1]} --token-file {token} --export-dir {tmp}; "
-                   f"echo exit status $?; sleep 60")   # what q leaves on the terminal
+                   f"echo exit status $?; sleep 900")   # what q leaves on the terminal
             tmux.start(cols, rows, cmd)
             try:
                 tmux.wait_for("tp_job", 90)
                 time.sleep(40)      # the model loads on both nodes, the job decodes
                 shot("attached to A and B")
-                for key in MAIN_KEYS:
+                for i, key in enumerate(MAIN_KEYS):
                     tmux.keys(key)
+                    if ("main", i) in WAIT_AFTER:
+                        tmux.wait_for(WAIT_AFTER[("main", i)], 30)
                     shot(f"main screen, key {key}")
                 for key in ALL_KEYS:
                     tmux.keys(key)
@@ -173,9 +192,12 @@ def main() -> int:
                 shot("main screen after the restart")
                 tmux.keys("q")
                 shot("q: detached", 3)
+            except Exception as exc:   # what the screen showed when it went wrong
+                shots.append(f"===== {size} · the driver failed: {exc}\n{tmux.capture()}\n")
+                raise
             finally:
+                Path(args.out, f"fleet_attach_{size}.txt").write_text("\n".join(shots))
                 tmux.kill()
-            Path(args.out, f"fleet_attach_{size}.txt").write_text("\n".join(shots))
             print(f"wrote {args.out}/fleet_attach_{size}.txt ({len(shots)} screens)", flush=True)
     finally:
         for sid in sessions:

@@ -63,6 +63,17 @@ def _nodes(tmp: Path, ports: tuple, token: Path) -> list:
         return list(ex.map(lambda n: _node(tmp, n, ports[n], rdzv, token), (0, 1)))
 
 
+def _ours(pid: int) -> bool:
+    """True when ``pid`` is still one of the job's processes (pids wrap on a busy machine: a
+    process that ended may have left its number to someone else's)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read()
+    except OSError:
+        return False
+    return any(m in cmd for m in (b"tp_job.py", b"tuiprof", b"torchrun", b"steps_forever"))
+
+
 def _kill_node(sid: str, pids: list) -> None:
     """The whole node goes at once: its keeper's process group (the keeper starts a session
     of its own; the session process and the agent are in it) and the node's processes (the
@@ -70,9 +81,9 @@ def _kill_node(sid: str, pids: list) -> None:
     info = runtime.read_info(runtime.runtime_root() / sid) or {}
     holder = info.get("holder_pid")
     for pid in pids:
-        if pid and runtime.pid_alive(pid):
+        if pid and runtime.pid_alive(pid) and _ours(pid):
             os.kill(pid, signal.SIGKILL)
-    if holder and runtime.pid_alive(holder):
+    if holder and runtime.pid_alive(holder) and _ours(holder):
         os.killpg(holder, signal.SIGKILL)
 
 
@@ -86,13 +97,13 @@ def _end_all(pids: set) -> None:
             if pid:
                 pids.add(pid)
         holder = info.get("holder_pid")
-        if holder and runtime.pid_alive(holder):
+        if holder and runtime.pid_alive(holder) and _ours(holder):
             try:
                 os.killpg(holder, signal.SIGKILL)
             except OSError:
                 pass
     for pid in pids:
-        if pid and runtime.pid_alive(pid):
+        if pid and runtime.pid_alive(pid) and _ours(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -383,3 +394,153 @@ def test_unreachable_hosts_are_retried_with_a_capped_backoff(tmp_path):
     finally:
         f.close()
     assert max(fleet_mod.BACKOFF_S) <= 30
+
+
+def test_two_nodes_started_in_one_second_into_one_directory_each_get_their_log(tmp_path):
+    """The nodes of a job on one machine start their sessions at the same second with one
+    export directory: each program's output goes to a log of its own."""
+    from tuiprof.cli.program import _new_log
+
+    logs = [_new_log(tmp_path, "tuiprof-tp_job-20261129-050855") for _ in range(3)]
+    assert [p.name for p in logs] == ["tuiprof-tp_job-20261129-050855.log",
+                                      "tuiprof-tp_job-20261129-050855-2.log",
+                                      "tuiprof-tp_job-20261129-050855-3.log"]
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in logs)
+
+
+class _Link:
+    """A TCP forwarder 127.0.0.1:port -> 127.0.0.1:target (what an ``ssh -L`` tunnel is to
+    the UI): ``down()`` closes it and every connection through it, ``up()`` opens it again
+    on the same port."""
+
+    def __init__(self, target: int) -> None:
+        import threading
+
+        self.target, self.port = target, _free_port()
+        self.conns: list = []
+        self.lock = threading.Lock()
+        self.srv = None
+
+    def up(self) -> "_Link":
+        import threading
+
+        self.srv = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self.srv,), daemon=True).start()
+        return self
+
+    def down(self) -> None:
+        self.srv.close()
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    def _accept(self, srv) -> None:
+        import threading
+
+        while True:
+            try:
+                a, _ = srv.accept()
+                b = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                return
+            with self.lock:
+                self.conns += [a, b]
+            for x, y in ((a, b), (b, a)):
+                threading.Thread(target=self._pipe, args=(x, y), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def test_a_dropped_link_picks_up_the_same_session(tmp_path):
+    """Two hosts, mixed: A over a Unix socket (the session's own, as ``ssh -L`` forwards it),
+    B over TCP through a link that drops and comes back (the session itself goes on): B reads
+    as lost with its steps kept, then is attached again to the same session, its process
+    listed once, its steps going on from where they were."""
+    mp = pytest.MonkeyPatch()
+    runtime_dir(mp)
+    token = tmp_path / "token"
+    port = _free_port()
+    sids: list = []
+    f = None
+    link = None
+    try:
+        for options in ((), ("--listen", f"127.0.0.1:{port}", "--token-file", str(token))):
+            out = subprocess.run(
+                [sys.executable, "-m", "tuiprof", "run", "--detach", "--no-cupti", "--no-nvml",
+                 "--export-dir", str(tmp_path), *options, "--", "python",
+                 str(REPO / "tests" / "programs" / "steps_forever.py")],
+                capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path)
+            assert out.returncode == 0, out.stderr
+            sids.append(out.stdout.strip().splitlines()[-1])
+        link = _Link(port).up()
+        sock = str(runtime.runtime_root() / sids[0] / "s.sock")
+        f = FleetSession(parse_addresses([f"A={sock}", f"B=127.0.0.1:{link.port}"],
+                                         [token.read_text().strip()]))
+        f.start()
+
+        def b_steps() -> int:
+            vs = [v for v in f.views().views if process_facts(v)["host"] == "B"]
+            return max((len(v.tokens) for v in vs), default=0)
+
+        def wait(pred, seconds, what):
+            t_end = time.monotonic() + seconds
+            while not pred():
+                assert time.monotonic() < t_end, (what, [h.line() for h in f.hosts])
+                time.sleep(0.2)
+
+        wait(lambda: all(h.state == "attached" for h in f.hosts) and b_steps() > 20, 60,
+             "both attached, B stepping")
+        assert [h.sid for h in f.hosts] == sids
+        link.down()
+        wait(lambda: f.hosts[1].state == "lost", 30, "B lost")
+        kept = b_steps()
+        assert kept > 20 and "host B: connection lost" in f.status.message
+        assert f.hosts[0].state == "attached"            # A is not touched
+        link.up()
+        wait(lambda: f.hosts[1].state == "attached", 60, "B again")
+        assert f.hosts[1].sid == sids[1]
+        assert any("host B: attached again after" in line and "the same session" in line
+                   for _, line in f.notices)
+        assert b_steps() >= kept                          # from its mirror, then the store's
+        wait(lambda: b_steps() > kept + 10, 30, "B's steps go on")
+        assert len([e for e in f.entries if e.host.name == "B"]) == 1
+        assert len(f.entries) == 2
+    finally:
+        if f is not None:
+            f.close()
+        if link is not None:
+            link.down()
+        _end_all(set())
+        mp.undo()
+
+
+def test_no_host_answering_is_one_line(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("x" * 32)
+    out = subprocess.run([sys.executable, "-m", "tuiprof", "attach",
+                          f"A={tmp_path / 'nobody.sock'}", f"B=127.0.0.1:{_free_port()}",
+                          "--token-file", str(token)], capture_output=True, text=True,
+                         timeout=120, env=_env())
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot attach to any host: A: cannot connect" in lines[0]
+    assert "; B: cannot connect to 127.0.0.1:" in lines[0]

@@ -430,6 +430,20 @@ def run_live(args: argparse.Namespace) -> int:
                    auto_snapshot=True)
 
 
+def _new_log(export: Path, base: str) -> Path:
+    """A log file of its own: sessions started in the same second into one directory (the
+    nodes of a job on one machine) each get theirs (``-2``, ``-3``, …), never a shared one.
+    0600 as a headless run's: a program's output can hold what only its user may read."""
+    for n in range(1, 1000):
+        path = export / (f"{base}.log" if n == 1 else f"{base}-{n}.log")
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(f"{base}.log and 998 more exist already")
+
+
 def live_control(args: argparse.Namespace):
     """(the session process that runs the program, not started; its name; a stem)."""
     from ..remote import RemoteControl  # noqa: PLC0415
@@ -438,11 +452,9 @@ def live_control(args: argparse.Namespace):
     _prepare_native(spec, args)
     export = Path(args.export_dir)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    log = export / f"tuiprof-{stem(spec)}-{stamp}.log"
     try:
         export.mkdir(parents=True, exist_ok=True)
-        # 0600 as a headless run's: a program's output can hold what only its user may read
-        os.close(os.open(log, os.O_WRONLY | os.O_CREAT, 0o600))
+        log = _new_log(export, f"tuiprof-{stem(spec)}-{stamp}")
     except OSError as exc:
         raise TuiprofError(f"cannot write the program's log in {export}: "
                            f"{exc.strerror or exc}") from None

@@ -452,20 +452,20 @@ class FleetSession(ProcessSet):
             return False
         again = h.state == "lost"
         lost_for = int(time.monotonic() - h.since)
-        with self._lock:
-            if old is not None:
-                old.close()
+        let_go = [old] if old is not None else []
+        with self._lock:   # (closing a session waits on its connections: after, unlocked)
             h.sessions.pop(sid, None)
             h.sessions[sid] = session
             while len(h.sessions) > MAX_SESSIONS:
-                first = next(iter(h.sessions))
-                h.sessions.pop(first).close()
+                let_go.append(h.sessions.pop(next(iter(h.sessions))))
                 h.dropped_sessions += 1
             h.sid, h.probe = sid, probe
             h.state, h.since, h.why, h.ended = "attached", time.monotonic(), "", False
             h.attempts, h.next_try = 0, None
             if isinstance(info, dict) and info.get("state") in ("stopping", "ended", "stopped"):
                 h.ended = True
+        for s in let_go:
+            s.close()
         what = ("the same session" if old is not None else f"session {sid}")
         self.notice(f"host {h.name}: attached again after {lost_for} s ({what})" if again
                     else f"host {h.name}: attached to session {sid}")
@@ -541,8 +541,9 @@ class FleetSession(ProcessSet):
             if at >= self._main_msg[1]:
                 st.message = line
         lost = [h for h in self.hosts if h.state != "attached"]
-        if lost and not st.message.startswith("host "):
-            st.message = lost[0].line(now)
+        if lost:   # a host that is away: said for as long as it is, with how long ago
+            st.message = lost[0].line(now) + (f" (and {len(lost) - 1} more hosts)"
+                                              if len(lost) > 1 else "")
         return st
 
     @status.setter
