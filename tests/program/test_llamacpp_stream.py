@@ -98,14 +98,21 @@ def test_findings_read_the_decode_of_a_quantised_model(prof, recording):
     assert f.numbers["launch_bound"] is False and "launch-bound: no" in f.title
 
 
+def test_without_graphs_the_step_is_not_its_layers_either(prof, recording):
+    """Fed buffer by buffer without graphs: the first searches see a few layers (19 kernels
+    repeating, no host gap before each) and one pause of the GPU that no layer boundary
+    explains; they wait, and the loop found is the 538-kernel step with its host gap."""
+    sink = feed(prof, recording["no_graphs"])
+    assert sink.loop is not None and sink.loop.period == 538 and sink.loop.time_supported
+    dec = [t for t in rows(prof) if t.phase == "decode"]
+    assert dec and all(t.kernels == 538 for t in dec)
+
+
 def test_without_graphs_the_same_decode_is_launch_bound(prof, recording):
-    """Fed in one piece (the search sees several steps at once: fed buffer by buffer without
-    graphs, its first search sees a few layers and no step yet, and takes the layer for the
-    step; docs/native.md, llama.cpp)."""
     from tuiprof.analysis.findings import find
 
     prof.store.meta.update({"native": {"pid": 1}, "device_name": "NVIDIA H200"})
-    sink = feed(prof, recording["no_graphs"], chunk=len(recording["no_graphs"]))
+    sink = feed(prof, recording["no_graphs"])
     assert sink.loop.period == 538
     f = {f.id: f for f in find(prof.store.view(raw=True))}["decode-profile"]
     assert f.numbers["graph_kernel_share"] == 0 and "no CUDA graph" in f.evidence

@@ -486,6 +486,32 @@ def _prefill_by_time(steps: list[Step], starts, ends, after_decode: bool = False
             s.varying = False
 
 
+def unexplained_pauses(starts: Sequence[int] | None, ends: Sequence[int] | None,
+                       c: Cut) -> bool:
+    """The GPU pauses now and then (idle ``GAP_RATIO`` × its median idle time and more) in a
+    stream whose loop was found without a host gap before its steps, and those pauses sit at
+    fewer than ``PHASE_SHARE`` of its step boundaries: the loop may be a layer of a longer step
+    whose host gaps have not repeated three times yet (a forward launched kernel by kernel, 28
+    layers of 19 kernels, a pause once a token). A live search waits for more kernels."""
+    if c.loop is None or c.loop.time_supported or starts is None or ends is None:
+        return False
+    idle = _idle(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+    if c.indices is not None:
+        idle = idle[np.asarray(c.indices, dtype=np.int64)]
+    dec = [s.first for s in c.steps if s.phase == DECODE]
+    if len(idle) < 3 or len(dec) < MIN_STEPS:
+        return False
+    inner = idle[dec[0] + 1:]
+    positive = inner[inner > 0]
+    if not len(positive):
+        return False
+    thr = GAP_RATIO * max(1.0, float(np.median(positive)))
+    if not (inner >= thr).any():
+        return False
+    at_bounds = float(np.mean(idle[np.asarray(dec[1:] or dec, dtype=np.int64)] >= thr))
+    return at_bounds < PHASE_SHARE
+
+
 # ---------------------------------------------------------------------- streams
 def detect(names: Sequence[str], starts: Sequence[int] | None = None,
            ends: Sequence[int] | None = None, streams: Sequence[int] | None = None,

@@ -21,7 +21,7 @@ import time
 from bisect import bisect_left
 from collections import OrderedDict, deque
 
-from ..analysis.period import DECODE, Cut, Loop, cut, detect
+from ..analysis.period import DECODE, Cut, Loop, cut, detect, unexplained_pauses
 from ..store.records import record_start
 from .steps import WINDOW, StepRecorder
 
@@ -129,6 +129,10 @@ class StreamSteps:
                            [k[3] for k in part], [k[4] for k in part])
             if found.usable or len(part) < 256:
                 break
+        if found.usable and not final and len(ks) < SEARCH_KERNELS and unexplained_pauses(
+                [k[0] for k in part], [k[1] for k in part], found):
+            # the pauses of a longer step, not yet seen three times: a later search decides
+            return
         if not found.usable:
             if final or self.found is None:
                 self.found = found
