@@ -85,6 +85,10 @@ def test_a_decode_loop_is_found_in_its_kernels(native, tmp_path):
     assert "a decode loop of 48 kernels found in the kernel stream" in proc.stdout
     small = [f for f in doc["findings"] if f["id"] == "grid-too-small"]
     assert small, [f["id"] for f in doc["findings"]]           # 4-block GEMVs: grid too small
+    # CUPTI runs in the binary the whole time: no sampling is claimed
+    assert "tracing: every step traced" in proc.stdout and doc["meta"]["sample_every"] == 1
+    profile = [f for f in doc["findings"] if f["id"] == "decode-profile"]
+    assert profile and "dominates" in profile[0]["title"], [f["id"] for f in doc["findings"]]
 
 
 def _raw_kernels(doc, seq):

@@ -118,3 +118,14 @@ def test_without_graphs_the_same_decode_is_launch_bound(prof, recording):
     assert f.numbers["graph_kernel_share"] == 0 and "no CUDA graph" in f.evidence
     assert f.numbers["kernels_per_token"] == 538
     assert f.numbers["launch_bound"] is True
+
+
+def test_a_native_programs_advice_speaks_of_the_program_not_of_torch(prof, recording):
+    """Graphs off, the Q8_0 decode is launch-bound: the advice names what a native engine can
+    do (CUDA graphs, fusion, batching), not torch.compile."""
+    from tuiprof.analysis.findings import find
+
+    prof.store.meta.update({"native": {"pid": 1}, "device_name": "NVIDIA H200"})
+    feed(prof, recording["no_graphs"])
+    f = {f.id: f for f in find(prof.store.view(raw=True))}["launch-bound"]
+    assert "CUDA graph" in f.advice and "torch.compile" not in f.advice

@@ -110,7 +110,12 @@ def _launch_or_idle(view, mode: str) -> list:
               f"(graph launch, input copies, argmax), {lb.tail_ms:.2f} ms after the last kernel "
               f"(sync, the token's copy to the host). Inside the graph: {in_graph:.2f} ms of gaps "
               f"between kernels (span - busy).")
-        if host >= in_graph:
+        native = bool(view.meta.get("native"))
+        if host >= in_graph and native:
+            adv = ("Most idle time is the program's host work around the CUDA graph (sampling "
+                   "on the CPU, the next step's inputs, the token's copy and sync), not the GPU: "
+                   "sample on the GPU and prepare the next step while the graph runs.")
+        elif host >= in_graph:
             adv = ("Most idle time is host work around the CUDA graph, not the GPU. Already "
                    "running CUDA graphs: keep the generated token on the GPU and copy it "
                    "asynchronously (no .item() per step), move argmax/sampling and the input "
@@ -128,7 +133,11 @@ def _launch_or_idle(view, mode: str) -> list:
            "(torch.compile(mode=\"reduce-overhead\"): CUDA graphs replay the whole step with one "
            "launch) or capture the decode step in a CUDA graph yourself; batching more "
            "requests per step spreads the same launch cost over more tokens.")
-    if mode == "compiled":
+    if view.meta.get("native"):
+        adv = ("The GPU waits for the program to launch kernels: capture the decode step in a "
+               "CUDA graph (llama.cpp: leave GGML_CUDA_DISABLE_GRAPHS unset), fuse kernels, or "
+               "batch more sequences per step to spread the same launches over more tokens.")
+    elif mode == "compiled":
         adv = ("Compiled, but the kernels are not launched from CUDA graphs: use "
                "mode=\"reduce-overhead\" (CUDA graphs) with a static KV cache, and check for "
                "graph breaks and recompilations (TORCH_LOGS=graph_breaks,recompiles).")

@@ -50,6 +50,12 @@ class NativeSide:
             build = build_library()
         prof.options.cupti = False        # this process traces nothing itself
         prof.start_collectors()
+        if inject:
+            # CUPTI runs in the binary for its whole life: every step is traced, whatever the
+            # sampling policy the collectors above were started with says
+            store.meta["sample_every"] = 1
+            store.meta["tracing"] = ("every step traced (CUPTI in the program: a native binary "
+                                     "is not sampled)")
         if prof.nvml is not None and prof.nvml.info.get("name"):
             store.meta["device_name"] = prof.nvml.info["name"]
         store.meta.setdefault("device", "cuda (the program's)")
