@@ -5,8 +5,10 @@
 #
 #   bash bench/gpu_next.sh NAME
 #
-# Queued (the issues' open points, each named in the case): none. Also here: gpu-tests (the
-# whole GPU suite) and test-data (the suite's recordings). To queue a run, add a case below that runs the scripts of bench/README.md with a
+# Queued (the issues' open points, each named in the case): llamacpp, llamacpp-server (what the
+# llama.cpp work measured, docs/results.md#llamacpp, left unmeasured for want of device time;
+# they carry .llama: `bash bench/llamacpp/source.sh .llama`, plus .whl, .dw and .tmx). Also here:
+# gpu-tests (the whole GPU suite) and test-data (the suite's recordings). To queue a run, add a case below that runs the scripts of bench/README.md with a
 # timeout each, writes at most 8 files to $OUT (what the device tool brings back) and prints a
 # short table; once it has run, record its figures in docs/results.md (and the run in
 # docs/history/) and delete the case. The calls that produced today's figures are named in
@@ -37,6 +39,21 @@ gpu-tests)
 test-data)
   # the test suite's recordings (tests/data/README.md)
   bash tests/data/record.sh "$OUT" 2>&1 | tail -4 ;;
+llamacpp)
+  # llama.cpp after the CUDA-graph step fix (about 6 minutes: the build takes 205 s): llama-bench
+  # Q8_0 under tuiprof and nsys, graphs on and off (the graphs-off nsys comparison was never
+  # made), the steps found live with graphs on, and tokens/s alone vs under tuiprof in 3
+  # interleaved rounds (the one figure so far is one run of each)
+  LLAMA_ASSETS=.llama LLAMA_TARGETS="llama-bench llama-simple llama-quantize" OUT=$OUT \
+    timeout 560 bash bench/llamacpp/device.sh --only bench,overhead --rounds 3 --deadline 480 \
+    >/dev/null 2>&1
+  tail -30 "$OUT/measure.txt" | cut -c1-300 ;;
+llamacpp-server)
+  # llama-server -np 8 -cb under tuiprof, headless and in the live app in tmux at 200x50 and
+  # 80x24, 8 streamed requests at a time (never run yet: measure.py's server and live phases)
+  LLAMA_ASSETS=.llama OUT=$OUT timeout 560 bash bench/llamacpp/device.sh --only server,live \
+    --deadline 420 >/dev/null 2>&1
+  tail -30 "$OUT/measure.txt" | cut -c1-300 ;;
 *)
-  echo "usage: bash bench/gpu_next.sh gpu-tests|test-data"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh gpu-tests|test-data|llamacpp|llamacpp-server"; exit 2 ;;
 esac

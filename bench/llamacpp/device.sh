@@ -6,27 +6,31 @@
 #   build.log,
 #   results.tar.xz (snapshots, nsys CSVs, llama-bench JSON, logs), measure.txt.
 #
-# From a folder holding llama.tar.xz (bench/llamacpp/source.sh), whl/ (the wheels tuiprof needs
-# there), dw/ (nsys's importer's libraries), tmx/ (tmux), these scripts, and the repository one
-# level up:
-#   bash device.sh [--bin llama-bin.tar.xz] [measure.py options …]
+# The assets: a folder ($LLAMA_ASSETS, else this script's own) holding llama.tar.xz
+# (bench/llamacpp/source.sh); the wheels tuiprof needs there, nsys's importer's libraries and
+# tmux as .deb files, in that folder's whl/, dw/, tmx/ or the repository's .whl/, .dw/, .tmx/
+# (../shared/device/{wheels,nsys,tmux}.sh). From the repository root:
+#   LLAMA_ASSETS=.llama bash bench/llamacpp/device.sh [--bin llama-bin.tar.xz] [measure.py options …]
+# (bench/gpu_next.sh llamacpp queues it), or from a copy of these scripts beside the assets.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/.." && pwd)
+A=$(cd "${LLAMA_ASSETS:-$here}" && pwd)
+if [ -f "$here/../../pyproject.toml" ]; then repo=$(cd "$here/../.." && pwd); else repo=$(cd "$here/.." && pwd); fi
+pick() { if [ -d "$A/$1" ]; then echo "$A/$1"; else echo "$repo/.$1"; fi; }
+WHL=$(pick whl); DW=$(pick dw); TMX=$(pick tmx)
 OUT=${OUT:-$(mktemp -d)}
 BIN=""
 if [ "${1:-}" = "--bin" ]; then BIN=$2; shift 2; fi
 t0=$(date +%s)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site "$here"/whl/*.whl || exit 1
+  --target /tmp/site "$WHL"/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-for f in "$here"/dw/*.deb; do dpkg -x "$f" /tmp/dwroot; done
-for f in "$here"/tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
+for f in "$DW"/*.deb; do dpkg -x "$f" /tmp/dwroot; done
+for f in "$TMX"/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
 W=/tmp/llw
 mkdir -p $W/models
 cd $W
-tar xJf "$here/llama.tar.xz"
-[ -d llama.cpp/pocs ] || { [ -d "$here/pocs" ] && cp -r "$here/pocs" llama.cpp/; }
+tar xJf "$A/llama.tar.xz"
 # the models are written while the build runs (one core against ninja's sixteen)
 (PYTHONPATH=$W/llama.cpp/gguf-py python3 "$here/gguf_model.py" $W/models/qwen3-0.6b-f16.gguf \
    --shape qwen3-0.6b > $W/models/gguf.log 2>&1;
