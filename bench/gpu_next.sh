@@ -7,7 +7,8 @@
 #
 # Queued (the issues' open points, each named in the case): llamacpp, llamacpp-server (what the
 # llama.cpp work measured, docs/results.md#llamacpp, left unmeasured for want of device time;
-# they carry .llama: `bash bench/llamacpp/source.sh .llama`, plus .whl, .dw and .tmx). Also here:
+# they carry .llama: `echo /.llama/ >> .git/info/exclude; bash bench/llamacpp/source.sh .llama`,
+# plus .whl, .dw and .tmx). Also here:
 # gpu-tests (the whole GPU suite) and test-data (the suite's recordings). To queue a run, add a case below that runs the scripts of bench/README.md with a
 # timeout each, writes at most 8 files to $OUT (what the device tool brings back) and prints a
 # short table; once it has run, record its figures in docs/results.md (and the run in
