@@ -257,6 +257,8 @@ def test_every_hosts_processes_in_one_selector(two_nodes):
     assert "host A: attached to session" in text and "host B: attached to session" in text
     assert "clock " in text and " ± " in text                    # the residual, per host
     assert "torch.distributed job torchrun:fleet" in text and "2 ranks" in text
+    assert "ranks on 2 hosts, clocks aligned from round trips: " in text
+    assert "joined the job" in text and "ms apart on the aligned clocks" in text
 
 
 def test_the_ranks_steps_line_up_across_hosts(two_nodes):

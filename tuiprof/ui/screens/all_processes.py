@@ -64,6 +64,26 @@ def render_processes(rv: Any, selected: int, width: int = 200) -> Any:
     return t
 
 
+def hosts_line(rv: Any) -> str:
+    """For a job whose ranks run on several hosts (a fleet): how well their clocks are
+    aligned, from the round trips (each host's residual) and from the job itself (how far
+    apart its ranks left ``init_process_group`` on the aligned clocks: a rendezvous, not a
+    barrier, so an upper bound); "" otherwise."""
+    hosts: dict = {}
+    for v in rv.views:
+        h = v.meta.get("host")
+        if h is not None:
+            hosts.setdefault(h, v.meta.get("clock_uncertainty_ns"))
+    if len(hosts) < 2:
+        return ""
+    res = " / ".join(f"{printable(h, 12)} ± {u / 1e6:.3f} ms" if isinstance(u, int)
+                     else f"{printable(h, 12)} unmeasured" for h, u in hosts.items())
+    spread = rv.clock.barrier_spread_ns
+    joined = (f"; its ranks joined the job {spread / 1e6:.1f} ms apart on the aligned clocks"
+              if isinstance(spread, int) else "")
+    return f"ranks on {len(hosts)} hosts, clocks aligned from round trips: {res}{joined}"
+
+
 class ProcessesScreen(SetScreen):
     TITLE = "all processes"
     PARTS = ("procs-table", "procs-jobs")
@@ -97,6 +117,9 @@ class ProcessesScreen(SetScreen):
             blocks.append(Text(f"torch.distributed job {printable(key, 60)}: "
                                f"{rv.world_size} ranks", "bold"))
             blocks.append(render_ranks(adapters.ranks_summary(rv), split, pick, _no_kernels(rv)))
+            line = hosts_line(rv)
+            if line:
+                blocks.append(Text(line, "dim"))
             if cross is None:
                 cross, _ = adapters.rank_findings(rv)
             for f in cross or []:
