@@ -164,6 +164,7 @@ class RequestStory:
     """What one request went through (docs/serving.md, "A request's detail")."""
 
     row: Any
+    before_app_ms: float | None      # the HTTP server's first bytes to its app (None: unknown)
     server_ms: float | None          # arrival to the engine's queue (parsing, tokenisation)
     waited_ms: float | None          # arrival to its first model step
     behind: list                     # [(step seq, prefill tokens, [request ids prefilling])]
@@ -224,8 +225,9 @@ def story(view: Any, rid: Any) -> RequestStory | None:
             "gpu_ms": sum(t.gpu_ms for t in its if t.gpu_ms is not None) or None,
             "top": sorted(((n, c, ns / 1e6) for n, (c, ns) in top.items()),
                           key=lambda x: -x[2])[:8]}
+    app = r.app_ns or r.arrival_ns
     return RequestStory(
-        r, (r.queued_ns - r.arrival_ns) / 1e6 if r.queued_ns else None, r.queue_ms, behind,
+        r, r.before_app_ms, (r.queued_ns - app) / 1e6 if r.queued_ns else None, r.queue_ms, behind,
         len(before), busy_wait, r.prefill_steps,
         (r.first_token_ns - r.first_step_ns) / 1e6 if r.first_token_ns and r.first_step_ns
         else None, r.decode_steps, r.shared / r.decode_steps if r.decode_steps else None,
@@ -294,30 +296,44 @@ def _ttft_split(view: Any, summaries: Any = None) -> list:
     rows = [r for r in _finished(view) if r.first_token_ns and r.first_step_ns]
     if len(rows) < 2:
         return []
-    q = [r.queue_ms for r in rows]
+    # TTFT = before the app (an HTTP server's first bytes to its app; 0 where not known)
+    #      + queue (the app to the first step) + prefill (the first step to the first token)
+    b = [(r.app_ns - r.arrival_ns) / 1e6 if r.app_ns else 0.0 for r in rows]
+    q = [(r.first_step_ns - (r.app_ns or r.arrival_ns)) / 1e6 for r in rows]
     p = [(r.first_token_ns - r.first_step_ns) / 1e6 for r in rows]
     t = [r.ttft_ms for r in rows]
-    tq, tp, tt = pct(q, 0.5), pct(p, 0.5), pct(t, 0.5)
+    tb, tq, tp, tt = pct(b, 0.5), pct(q, 0.5), pct(p, 0.5), pct(t, 0.5)
     if not tt:
         return []
+    known = any(r.app_ns for r in rows)
     # each request's own split (percentiles of different quantities do not add up)
-    qs = pct([a / b for a, b in zip(q, t) if b > 0], 0.5) or 0.0
-    ps = pct([a / b for a, b in zip(p, t) if b > 0], 0.5) or 0.0
-    by = "queueing" if qs >= ps else "prefill"
-    share = qs if by == "queueing" else ps
+    bs = pct([x / y for x, y in zip(b, t) if y > 0], 0.5) or 0.0
+    qs = pct([x / y for x, y in zip(q, t) if y > 0], 0.5) or 0.0
+    ps = pct([x / y for x, y in zip(p, t) if y > 0], 0.5) or 0.0
+    by, share = max((("queueing", qs), ("prefill", ps), ("before the app", bs)),
+                    key=lambda kv: kv[1])
     nums = {"ttft_p50_ms": tt, "queue_p50_ms": tq, "prefill_p50_ms": tp,
             "ttft_p99_ms": pct(t, 0.99), "requests": len(rows), "dominated_by": by}
-    adv = ("TTFT is mostly waiting for a first step: add batch capacity (max_batch_tokens, KV "
-           "blocks) or limit concurrency." if by == "queueing" else
-           "TTFT is mostly the prefill itself (including its chunks and the steps it shares): "
-           "shorter prompts, larger prefill chunks, or a faster prefill (compile, attention "
-           "kernel).")
+    adv = {"queueing": "TTFT is mostly waiting for a first step: add batch capacity "
+                       "(max_batch_tokens, KV blocks) or limit concurrency.",
+           "prefill": "TTFT is mostly the prefill itself (including its chunks and the steps "
+                      "it shares): shorter prompts, larger prefill chunks, or a faster prefill "
+                      "(compile, attention kernel).",
+           "before the app": "TTFT is mostly before the server's app saw the request (reading "
+                             "and parsing it, the event loop's queue): the server's event loop "
+                             "is busy; keep tokenisation and streaming off it, or add "
+                             "workers."}[by]
     nums.update(queue_share_p50=qs, prefill_share_p50=ps)
+    before = ""
+    if known:
+        nums.update(before_app_p50_ms=tb, before_app_share_p50=bs)
+        before = f"before the app p50 {tb:.1f} ms, "
     return [_finding("ttft-split", f"TTFT p50 {tt:.1f} ms, mostly {by}: {share:.0%} of a "
-                     f"request's TTFT (median; queue p50 {tq:.1f} ms, prefill p50 {tp:.1f} ms)",
+                     f"request's TTFT (median; {before}queue p50 {tq:.1f} ms, prefill p50 "
+                     f"{tp:.1f} ms)",
                      "medium" if share >= 0.5 else "info", None, share, nums,
-                     f"over {len(rows)} finished requests: queue wait p50 {tq:.1f} ms, its "
-                     f"first step to its first token p50 {tp:.1f} ms", adv)]
+                     f"over {len(rows)} finished requests: {before}queue wait p50 {tq:.1f} ms, "
+                     f"its first step to its first token p50 {tp:.1f} ms", adv)]
 
 
 def _itl_neighbour_prefill(view: Any, summaries: Any = None) -> list:
@@ -534,12 +550,16 @@ def sweep_finding(cells: list, slo_ttft_ms: float | None, slo_itl_ms: float | No
 # ------------------------------------------------------------------ exports
 def phases(r: Any, end_ns: int) -> list[tuple[str, int, int]]:
     """A request's life as ranges: ``request`` (arrival to finish, or ``end_ns`` while in
-    flight) holding ``queued`` (to its first step), ``prefill`` (to its first token) and
-    ``decode`` (to its finish); a phase not reached is left out."""
+    flight) holding ``before the app`` (an HTTP server's first bytes of it to its app, where
+    known), ``queued`` (to its first step), ``prefill`` (to its first token) and ``decode``
+    (to its finish); a phase not reached is left out."""
     end = r.finish_ns or max(end_ns, r.last_token_ns, r.arrival_ns)
     out = [("request", r.arrival_ns, end)]
+    app = getattr(r, "app_ns", 0) or r.arrival_ns
+    if app > r.arrival_ns:
+        out.append(("before the app", r.arrival_ns, min(app, end)))
     first_step = r.first_step_ns or (end if not r.first_token_ns else r.first_token_ns)
-    out.append(("queued", r.arrival_ns, min(first_step, end)))
+    out.append(("queued", min(app, end), min(first_step, end)))
     if r.first_step_ns:
         out.append(("prefill", r.first_step_ns, min(r.first_token_ns or end, end)))
     if r.first_token_ns:

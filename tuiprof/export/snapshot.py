@@ -225,7 +225,8 @@ def snapshot_dict(view: StoreView, findings: Iterable | None = None,
 _REQUEST_FIELDS = ("source", "status", "reason", "arrival_ns", "queued_ns", "first_step_ns",
                    "first_step_seq", "first_token_ns", "last_token_ns", "finish_ns",
                    "prompt_tokens", "output_tokens", "kv_blocks", "prefill_steps",
-                   "decode_steps", "shared", "preemptions", "model_ns", "traceparent")
+                   "decode_steps", "shared", "preemptions", "model_ns", "traceparent",
+                   "app_ns")
 
 
 def _request_id(rid: Any) -> Any:
@@ -239,6 +240,7 @@ def request_dict(r: RequestRow) -> dict:
 
     d = {"id": _request_id(r.id), **{k: getattr(r, k) for k in _REQUEST_FIELDS},
          "token_ns": list(r.token_ns), "steps": list(r.steps),
+         "before_app_ms": r.before_app_ms,
          "queue_ms": r.queue_ms, "ttft_ms": r.ttft_ms, "e2e_ms": r.e2e_ms,
          "outside_ms": outside_ms(r), "itl_ms": itl_summary(r)}
     return _jsonable(d)

@@ -10,8 +10,10 @@ transformers 5.17 and 5.24):
   ``transformers serve`` the HTTP handler's ``handle_request(body, request_id)`` runs first
   (before tokenisation and the model's lookup) with the same id, and the HTTP request reached
   the server's ASGI app earlier still (``build_server``'s app gets an outermost middleware
-  that notes the time in a context variable): the request arrives then, and enters the
-  engine's queue at ``add_request``.
+  that notes the time in a context variable), and uvicorn's protocol had its first bytes
+  earlier again (``data_received``, patched when the app is built): the request arrives then,
+  its "before the app" phase lasts until the app's entry, and it enters the engine's queue at
+  ``add_request``.
 * **its steps**: before each ``_generation_step``, the batch about to run
   (``requests_in_batch``: each request's state and query length). A request with no generated
   token yet is prefilling (its query: prompt tokens of this chunk); the others decode one token.
@@ -57,6 +59,35 @@ def header_traceparent(scope: Any) -> str:
             except (AttributeError, UnicodeDecodeError):
                 return ""
     return ""
+# when the HTTP server first had the request's bytes: uvicorn's protocol sets it in
+# ``data_received``, in the context the request's ASGI task is then created from (uvicorn makes
+# the task while parsing those bytes, and a task copies the context it was created in)
+RECEIVED: contextvars.ContextVar = contextvars.ContextVar("tuiprof_http_received", default=0)
+# uvicorn's HTTP protocols (module, class): whichever the server runs
+UVICORN_PROTOCOLS = (("uvicorn.protocols.http.h11_impl", "H11Protocol"),
+                     ("uvicorn.protocols.http.httptools_impl", "HttpToolsProtocol"))
+
+
+def received_hook(orig: Callable, clock: Callable[[], int]) -> Callable:
+    """``data_received`` of a uvicorn HTTP protocol, noting when a request's first bytes came:
+    bytes that arrive with no request in progress on the connection (no cycle yet, or the last
+    one's response complete) begin a new one. What comes before (the TCP accept, the event
+    loop's delay in reading the socket) stays outside."""
+    def data_received(self: Any, data: bytes) -> Any:
+        try:
+            cycle = getattr(self, "cycle", None)
+            if cycle is None or getattr(cycle, "response_complete", False):
+                # a request's bytes may come in several reads before its headers are whole:
+                # the first read's time holds until a new cycle starts
+                mark = getattr(self, "_tuiprof_first", None)
+                if mark is None or mark[1] is not cycle:
+                    mark = self._tuiprof_first = (clock(), cycle)
+                RECEIVED.set(mark[0])
+        except Exception:  # never in the server's way
+            pass
+        return orig(self, data)
+    data_received.__wrapped__ = orig  # type: ignore[attr-defined]
+    return data_received
 
 
 class ArrivalMiddleware:
@@ -98,7 +129,10 @@ class TransformersRequests:
     def http_arrived(self, request_id: Any) -> None:
         """An HTTP request reached ``transformers serve``'s handler."""
         try:
-            self._http[request_id] = ARRIVAL.get() or self.clock()
+            app = ARRIVAL.get() or self.clock()
+            got = RECEIVED.get()
+            # the first bytes' time belongs to this request only if it came before the app's
+            self._http[request_id] = (got if 0 < got <= app else app, app)
             tp = TRACEPARENT.get()
             if tp:
                 self._trace[request_id] = tp
@@ -118,8 +152,11 @@ class TransformersRequests:
             n = 0
         t_http = self._http.pop(rid, None) if isinstance(rid, str) else None
         tp = self._trace.pop(rid, None) if t_http is not None else None
-        self.book.arrived(rid, n, HTTP if t_http is not None else BATCHING,
-                          t=t_http if t_http is not None else t, queued_t=t, traceparent=tp)
+        if t_http is None:
+            self.book.arrived(rid, n, BATCHING, t=t, queued_t=t)
+        else:
+            self.book.arrived(rid, n, HTTP, t=t_http[0], queued_t=t, app_t=t_http[1],
+                              traceparent=tp)
 
     def step_info(self, proc: Any, manager: Any) -> dict | None:
         """The requests of the batch about to run, for the step's record."""

@@ -48,7 +48,8 @@ from typing import Any, Callable
 
 from .import_hooks import Patches
 from .steps import DECODE, PREFILL, StepRecorder
-from .transformers_requests import ArrivalMiddleware, TransformersRequests
+from .transformers_requests import (UVICORN_PROTOCOLS, ArrivalMiddleware, TransformersRequests,
+                                   received_hook)
 
 GENERATION = "transformers.generation.utils"
 LOGITS = "transformers.generation.logits_process"
@@ -251,6 +252,8 @@ class TransformersSteps:
         orig = mod.__dict__["build_server"]
         clock = self.recorder.clock
 
+        steps = self
+
         @functools.wraps(orig)
         def build_server(*args, **kwargs):
             app = orig(*args, **kwargs)
@@ -258,9 +261,24 @@ class TransformersSteps:
                 app.add_middleware(ArrivalMiddleware, clock=clock)
             except Exception:  # an app that takes no middleware: handler times only
                 pass
+            steps._patch_uvicorn(clock)
             return app
 
         self._replace(mod, "build_server", build_server)
+
+    def _patch_uvicorn(self, clock: Any) -> None:
+        """uvicorn's HTTP protocols note when a request's first bytes came (before the app)."""
+        import importlib  # noqa: PLC0415
+
+        for name, cls_name in UVICORN_PROTOCOLS:
+            try:
+                cls = getattr(importlib.import_module(name), cls_name)
+            except Exception:  # not installed (httptools), or another server: app entry only
+                continue
+            orig = cls.__dict__.get("data_received")
+            if orig is None or hasattr(orig, "__wrapped__"):
+                continue
+            self._replace(cls, "data_received", received_hook(orig, clock))
 
     def _patch_handler(self, mod: Any) -> None:
         """transformers serve: an HTTP request reaches its handler (before tokenisation)."""

@@ -61,6 +61,9 @@ class RequestRow:
     source: str
     arrival_ns: int
     queued_ns: int = 0          # entered the engine's queue (after tokenisation); 0: unknown
+    # the server's app saw it (an HTTP server: its ASGI app's entry), where ``arrival_ns`` is
+    # when the HTTP server first had its bytes; 0: unknown or the same
+    app_ns: int = 0
     first_step_ns: int = 0      # start of the first model step that advanced it
     first_step_seq: int = -1
     first_token_ns: int = 0
@@ -84,6 +87,12 @@ class RequestRow:
     @property
     def done(self) -> bool:
         return self.status in DONE_STATES
+
+    @property
+    def before_app_ms(self) -> float | None:
+        """From the HTTP server's first bytes of it to its app's entry (accept, reading,
+        parsing, the event loop's queue), or None where not known."""
+        return (self.app_ns - self.arrival_ns) / 1e6 if self.app_ns else None
 
     @property
     def queue_ms(self) -> float | None:
@@ -187,11 +196,12 @@ class RequestBook:
     # --------------------------------------------------------------- producers
     def arrived(self, rid: Any, prompt_tokens: int = 0, source: str = "api",
                 t: int | None = None, queued_t: int | None = None,
-                traceparent: str | None = None) -> None:
+                traceparent: str | None = None, app_t: int | None = None) -> None:
         """Request ``rid`` arrived at ``t`` (default now) with ``prompt_tokens``; ``queued_t``:
         when it entered the engine's queue (after the server's own work: parsing,
         tokenisation), if the producer knows; ``traceparent``: the W3C trace context it came
-        with (kept only when well formed)."""
+        with (kept only when well formed); ``app_t``: when the server's app saw it, where
+        ``t`` is earlier (an HTTP server's first bytes of it)."""
         if t is None:
             t = self.clock()
         prompt_tokens = int(prompt_tokens or 0)
@@ -215,6 +225,8 @@ class RequestBook:
                 row.queued_ns = queued_t
             if traceparent:
                 row.traceparent = valid_traceparent(traceparent)
+            if app_t is not None and app_t > t:
+                row.app_ns = app_t
             self._live[rid] = row
             self.counts["arrived"] += 1
             self.totals["arrived"] += 1

@@ -32,8 +32,11 @@ def render_story(s: Any) -> Table:
               + (f" · ITL p50 {fmt.ms(s.itl['p50'], 1)}, p99 {fmt.ms(s.itl['p99'], 1)}, "
                  f"max {fmt.ms(s.itl['max'], 1)}" if s.itl else ""))
     t.add_row("", "")
+    if s.before_app_ms is not None:
+        t.add_row("before the app", f"{fmt.ms(s.before_app_ms, 2)} from the HTTP server's first "
+                  "bytes of it to its app (reading, parsing, the event loop's queue)")
     if s.server_ms is not None:
-        t.add_row("server", f"{fmt.ms(s.server_ms, 2)} from arrival to the engine's queue "
+        t.add_row("server", f"{fmt.ms(s.server_ms, 2)} from the app to the engine's queue "
                   "(the server's own parsing and tokenisation)")
     if s.waited_ms is None:
         t.add_row("waiting", Text("not scheduled yet: no model step has taken it", "yellow"))
