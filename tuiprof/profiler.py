@@ -152,6 +152,9 @@ class Profiler(SessionControl):
         self._cpu0 = time.process_time()
         self.serve_s = 0.0            # CPU time answering a UI in another process (remote)
         self.switch_s = 0.0           # wall time attaching and detaching CUPTI (engine thread)
+        # wall time in this session's step hooks on the thread that runs the steps (the queued
+        # store work included, the CUPTI switches not: those are switch_s)
+        self.hooks_s = 0.0
         self.done = threading.Event()
         self._stopping = False
         self._old_switch: float | None = None
@@ -403,6 +406,14 @@ class Profiler(SessionControl):
     # Until an engine has called token_launched, queued work is done at once.
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
                       batch: int | None = None, positions: int = 1, host: bool = True) -> None:
+        t0, sw0 = time.perf_counter(), self.switch_s
+        try:
+            self._token_started(phase, mode, step, cycle, start_ns, batch, positions, host)
+        finally:
+            self.hooks_s += time.perf_counter() - t0 - (self.switch_s - sw0)
+
+    def _token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
+                       batch: int | None, positions: int, host: bool) -> None:
         if self._windows_first is not None:
             self._first_steps(phase)
         c = self.collectors.get("cupti")  # the property, once a step
@@ -556,6 +567,13 @@ class Profiler(SessionControl):
             self.status.want_batch = eng.want_batch
 
     def token_launched(self, model_ns: tuple[int, int] | None = None) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._token_launched(model_ns)
+        finally:
+            self.hooks_s += time.perf_counter() - t0
+
+    def _token_launched(self, model_ns: tuple[int, int] | None) -> None:
         self._overlap = self.options.overlap
         if model_ns is not None:  # the model window belongs to the step begun last
             todo = self._todo
@@ -580,6 +598,13 @@ class Profiler(SessionControl):
             self.store.set_step_requests(self._begun_seq, **info)
 
     def token_finished(self, ev) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._token_finished(ev)
+        finally:
+            self.hooks_s += time.perf_counter() - t0
+
+    def _token_finished(self, ev) -> None:
         self._tokens_seen += 1
         every = self.options.alloc_every
         if every == "auto":  # torch.cuda.memory_stats() costs a few % of a 3 ms compiled token
@@ -685,10 +710,11 @@ class Profiler(SessionControl):
         costs = {f"{name}_s": round(col.cost_s, 3) for name, col in self.collectors.items()}
         costs.setdefault("cupti_s", 0.0)
         costs.setdefault("nvml_s", 0.0)
-        serve, switch = self.serve_s, self.switch_s
+        serve, switch, hooks = self.serve_s, self.switch_s, self.hooks_s
         own = sum(col.cost_s for col in self.collectors.values())
-        self.store.set_overhead(pct=round(100.0 * (own + serve + switch) / wall, 2), **costs,
-                                serve_s=round(serve, 3), switch_s=round(switch, 3),
+        self.store.set_overhead(pct=round(100.0 * (own + serve + switch + hooks) / wall, 2),
+                                **costs, serve_s=round(serve, 3), switch_s=round(switch, 3),
+                                hooks_s=round(hooks, 6),
                                 detaches=c.detaches if c is not None else 0,
                                 wall_s=round(wall, 1),
                                 method=overhead_method(c is not None, self.status.mode,
@@ -706,15 +732,19 @@ def tracing_policy(asked: int | str, every: int) -> str:
 
 def overhead_method(cupti_attached: bool, mode: str, bursts_only: bool = False) -> str:
     """What the live overhead figure counts, and what it cannot: an attached CUPTI works inside
-    the CUDA calls of the decoding thread, which no thread's CPU time shows. In compiled mode
+    the CUDA calls of the decoding thread, which no thread's CPU time shows; the time the
+    program's threads wait for the GIL while tuiprof's threads hold it is not measured (a
+    server's event loop and its step loop both wait so: an external client's figures are the
+    measure, bench/overhead/serve_external.py). In compiled mode
     that is most of what a session costs (docs/performance.md, measured on the H100). With
     CUPTI attached for bursts only, the switches' time is counted; the CUDA graphs recorded
     again after them are not (those steps are timed apart)."""
     if not cupti_attached:
-        return "tuiprof threads' CPU time / wall time"
+        return "tuiprof threads' CPU + step hooks / wall; not counted: GIL waits"
     if bursts_only:
-        return "threads' CPU + CUPTI switches / wall; CUPTI attached for bursts only"
-    text = "threads' CPU / wall; not counted: CUPTI in CUDA calls"  # fits a 200-column header
+        return ("threads' CPU + step hooks + CUPTI switches / wall; not counted: GIL waits, "
+                "graph re-recording")
+    text = "threads' CPU + hooks / wall; not counted: CUPTI in CUDA calls"  # a 200-column header
     if mode == "compiled":
         text += f", {COMPILED_CUPTI_COST} compiled on an H100 (--no-cupti)"
     return text

@@ -36,6 +36,11 @@ def test_headless_samples_as_the_live_app_by_default(tmp_path):
     assert "tracing: " in stdout
     # every step's time is kept: 4 tokens, one prefill and three decode steps
     assert sum(1 for t in doc["tokens"] if t["phase"] == "decode") == 3
+    # the self-report counts the session's step hooks on the decoding thread, and says what
+    # it does not count
+    ov = doc["overhead"]
+    assert ov["hooks_s"] > 0 and ov["pct"] * ov["wall_s"] / 100 >= ov["hooks_s"] * 0.9, ov
+    assert "step hooks" in ov["method"] and "not counted: GIL waits" in ov["method"]
 
 
 def test_sample_every_1_asks_for_every_step_traced(tmp_path):

@@ -7,7 +7,14 @@ from tuiprof.profiler import COMPILED_CUPTI_COST, overhead_method
 
 
 def test_without_cupti_the_figure_is_the_threads_alone():
-    assert overhead_method(False, "compiled") == "tuiprof threads' CPU time / wall time"
+    assert overhead_method(False, "compiled") == \
+        "tuiprof threads' CPU + step hooks / wall; not counted: GIL waits"
+
+
+def test_bursts_only_names_what_it_does_not_count():
+    text = overhead_method(True, "compiled", bursts_only=True)
+    assert "step hooks + CUPTI switches" in text
+    assert "not counted: GIL waits, graph re-recording" in text
 
 
 def test_an_attached_cupti_is_named_as_not_counted():
