@@ -94,6 +94,10 @@ AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
 # H100, docs/results.md#overhead): the engine 1.08-1.15 in three runs (1.117 over 8
 # rounds), an HF generate() program 1.10-1.23 (its parts without CUPTI: 1.01).
 COMPILED_CUPTI_COST = "+8-23 %"
+# What tracing every step costs a step against an untraced one (H100, qwen3-0.6b,
+# docs/results.md, "Every step traced"); a server's throughput paid 9-15 % on an H200
+# (bench/overhead/serve_external.py)
+EVERY_STEP_COST = "a traced step ran x1.62 eager, x1.29 compiled against an untraced one on an H100"
 # Where each per-step device figure comes from (a snapshot's meta says so; docs/snapshot.md).
 STEP_TIME_SOURCES = {
     "gpu_ms": "CUDA events recorded before and after every step (every step, any mode; a "
@@ -725,7 +729,7 @@ def tracing_policy(asked: int | str, every: int) -> str:
     """Which steps' kernels are traced, in words (a snapshot's ``meta.tracing``, the headless
     summary): a traced step runs slower than an untraced one (its time is marked so)."""
     if every <= 1:
-        return "every step traced"
+        return f"every step traced ({EVERY_STEP_COST})"
     why = "the default, as the live app" if asked in ("auto", "live") else f"--sample-every {asked}"
     return f"bursts of {BURST} steps in every {BURST * every} traced ({why})"
 
