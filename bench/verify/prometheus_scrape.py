@@ -136,7 +136,9 @@ def run(requests: int = 24, ports: tuple = (18500, 18600), work: Path | None = N
                                          if rate_q["result"] else None),
                "bucket_snapshot": bucket(snap_p50), "bucket_promql": bucket(prom_p50_ms),
                "scrapes": int(float(scrapes["result"][0]["value"][1])) if scrapes["result"]
-               else 0, "session": sid, "work": str(work)}
+               else 0, "session": sid, "work": str(work),
+               "snapshot_feeds": (snap.get("meta") or {}).get("feeds")
+               or (snap.get("world") or {}).get("feeds")}
         out["ok"] = (finished == n and abs(out["bucket_snapshot"] - out["bucket_promql"]) <= 1)
         return out
     finally:

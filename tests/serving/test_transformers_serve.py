@@ -25,6 +25,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 N, MAX_TOKENS = 4, 8
 
 
+def _traceparent(rid: str) -> str:
+    """A W3C trace context per request (the client's trace the request's span joins)."""
+    return f"00-{rid.encode().hex():0>32}-{'ab' * 8}-01"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,7 +68,8 @@ def test_transformers_serve_under_tuiprof_with_a_real_client(tmp_path):
             first, chunks = None, 0
             stream = client.completions.create(
                 model=str(model), prompt=prompt_words(12, seed=len(seen), size=1024),
-                max_tokens=MAX_TOKENS, stream=True, extra_headers={"X-Request-ID": rid})
+                max_tokens=MAX_TOKENS, stream=True,
+                extra_headers={"X-Request-ID": rid, "traceparent": _traceparent(rid)})
             for _ in stream:
                 first = first or time.perf_counter()
                 chunks += 1
@@ -89,6 +95,7 @@ def test_transformers_serve_under_tuiprof_with_a_real_client(tmp_path):
     for rid, (c_ttft, c_e2e, chunks) in seen.items():
         r = reqs[rid]
         assert r["source"] == "transformers serve" and r["status"] == "finished"
+        assert r["traceparent"] == _traceparent(rid)    # the HTTP header, kept (--otlp)
         assert r["output_tokens"] == MAX_TOKENS and r["prompt_tokens"] == 12
         assert chunks >= MAX_TOKENS                        # one chunk per token (+ the last)
         assert r["queued_ns"] >= r["arrival_ns"]           # HTTP, then the engine's queue

@@ -544,10 +544,13 @@ class HeldSession(ProcessSet):
         stays whole if this write fails)."""
         from ..export.snapshot import write_snapshot  # noqa: PLC0415
 
-        view = self.export_view()
-        if self.feeds:
-            view = self.feeds.annotate(view)
-        return str(write_snapshot(view, path))
+        return str(write_snapshot(self.export_view(), path))
+
+    def export_view(self, raw_tokens: int | None = None) -> Any:
+        """As a process set's, with what the session's feeds sent (``meta["feeds"]``): the
+        keeper's snapshots and the app's ``e`` and final one say it."""
+        view = super().export_view(raw_tokens)
+        return self.feeds.annotate(view) if self.feeds else view
 
 
 def _quiet(fn: Callable) -> Callable:
