@@ -139,7 +139,7 @@ def test_a_slow_collector_drops_counted_spans_and_blocks_nothing(tmp_path):
         rx.release.set()
         feed.close()
         s = feed.stats()
-        assert s["exported"] + s["dropped"] + s["failed"] == s["spans"]
+        assert s["exported"] + s["dropped"] + s["failed"] + s["queued"] == s["spans"]
     finally:
         rx.close()
 
@@ -176,3 +176,17 @@ def test_transformers_serve_keeps_the_traceparent_header():
     assert rows["a"].traceparent == f"00-{TRACE}-{PARENT}-01"
     assert rows["b"].traceparent == rows["c"].traceparent == ""
     assert rows["a"].arrival_ns == 100 and rows["a"].queued_ns == 150
+
+
+def test_a_collector_that_is_not_there_costs_counted_failures():
+    store = SessionStore()
+    serve(store, 3)
+    url = otlp.check(f"http://127.0.0.1:{free_port()}")    # nobody listens there
+    feed = otlp.OtlpFeed(url, Source.of(store), poll_s=3600)
+    feed.poll()
+    feed.close()
+    s = feed.stats()
+    assert s["spans"] == 3 * 4 + s["steps"] and s["exported"] == 0
+    # failed, dropped, or not sent when the session's end stopped waiting for them
+    assert s["failed"] + s["dropped"] + s["queued"] == s["spans"] and s["spans"] > 0
+    assert feed.notice().startswith(f"otlp: {s['dropped']} spans dropped")

@@ -35,6 +35,7 @@ POLL_S = 1.0
 MAX_QUEUE = 2048            # spans waiting for the exporter; more are dropped and counted
 MAX_BATCH = 512
 EXPORT_TIMEOUT_S = 5.0
+CLOSE_WAIT_S = EXPORT_TIMEOUT_S + 1.0   # the most the session's end waits for the last spans
 STEP_SPANS_PER_POLL = 4     # traced steps sent a poll, per process
 RAW_STEPS = 4               # raw records asked for, to name a step span's kernel categories
 MAX_PROVIDERS = 64          # processes with a tracer (the oldest is shut down past this)
@@ -196,11 +197,17 @@ class OtlpFeed:
         self._stop.set()
         self._thread.join(5)
         self.poll()      # what finished since the last poll
-        for t in list(self._tracers.values()):
-            try:
-                t.provider.shutdown()     # flushes what is queued, bounded by the exporter's timeout
-            except Exception:
-                pass
+        # flush what is queued, every process's at once, and wait no longer than one export's
+        # timeout: a collector that is gone must not hold up the session's end (what was not
+        # sent stays counted as queued)
+        threads = [threading.Thread(target=_shutdown, args=(t,), daemon=True,
+                                    name="tuiprof-otlp-flush")
+                   for t in list(self._tracers.values())]
+        for th in threads:
+            th.start()
+        end = time.monotonic() + CLOSE_WAIT_S
+        for th in threads:
+            th.join(max(0.0, end - time.monotonic()))
 
     # ------------------------------------------------------------------ figures
     def _counts(self) -> dict:
@@ -213,7 +220,8 @@ class OtlpFeed:
     def stats(self) -> dict:
         c = self._counts()
         with self.lock:
-            queued = max(0, c["spans"] - c["dropped"] - c["taken"])
+            # not sent yet: waiting in the queue, or in an export that has not answered
+            queued = max(0, c["spans"] - c["dropped"] - c["exported"] - c["failed"])
             return {"url": self.url, "requests": self.requests, "steps": self.steps,
                     "spans": c["spans"], "exported": c["exported"], "failed": c["failed"],
                     "dropped": c["dropped"], "queued": queued, "missed_requests": self.missed,
@@ -376,6 +384,13 @@ class OtlpFeed:
         self._end(t, span, max(row.start_ns, row.end_ns))
         with self.lock:
             self.steps += 1
+
+
+def _shutdown(t: _Tracer) -> None:
+    try:
+        t.provider.shutdown()
+    except Exception:
+        pass
 
 
 def _categories(records: list | None, top: int = 4) -> list:
