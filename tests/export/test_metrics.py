@@ -174,3 +174,22 @@ def test_a_port_in_use_stops_every_session_kind_before_it_starts(tmp_path, capsy
             err = capsys.readouterr().err.strip().splitlines()
             assert len(err) == 1 and "cannot listen there" in err[0], err
     assert not list(tmp_path.iterdir())    # nothing started, nothing written
+
+
+def test_kernel_time_stays_counted_through_a_reset():
+    """Kernel time comes from aggregates that r resets; the collector keeps it a counter."""
+    store = SessionStore()
+    t = serve(store, 4)
+    col = metrics.SessionCollector(Source.of(store))
+
+    def kernel_s() -> float:
+        for fam in col.collect():
+            if fam.name == "tuiprof_kernel_seconds":
+                return sum(s.value for s in fam.samples)
+        return 0.0
+
+    before = kernel_s()
+    store.reset()
+    assert kernel_s() == before            # nothing new, nothing lost
+    serve(store, 4, t0=t, first=4)
+    assert kernel_s() == pytest.approx(2 * before)

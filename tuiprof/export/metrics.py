@@ -182,6 +182,9 @@ class SessionCollector:
         for part in parts.values():
             for cat, sh in shares(part, "category", None, None).items():
                 cats[cat] = cats.get(cat, 0) + sh.ns
+        for key in self._mono:   # counted before a reset emptied the aggregates: still counted
+            if key[0] == "kernel" and list(key[1:-1]) == lv:
+                cats.setdefault(key[-1], 0)
         for cat, ns in sorted(cats.items()):
             v = self._monotonic(("kernel", *lv, cat), ns / 1e9, seen)
             fam(Counter, "kernel_seconds", "device time of traced steps' kernels (and "
