@@ -146,6 +146,30 @@ def test_a_fifo_output_is_written_as_a_stream(small_snapshot, tmp_path):
     assert rows and rows[0][0] == "seq" and len(rows) > 10, got[:200]
 
 
+def test_a_process_substitution_gets_the_bytes(small_snapshot, tmp_path):
+    """``--steps-csv >(wc -c)``: the shell hands tuiprof ``/dev/fd/N``, a pipe's end."""
+    r, w = os.pipe()
+    got = bytearray()
+
+    def read() -> None:
+        while chunk := os.read(r, 1 << 16):
+            got.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "tuiprof", "export", str(small_snapshot),
+                               "--steps-csv", f"/dev/fd/{w}"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=180, env=cli_env(), pass_fds=(w,))
+    finally:
+        os.close(w)
+    reader.join(60)
+    os.close(r)
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.reader(got.decode().splitlines()))
+    assert rows and rows[0][0] == "seq" and len(rows) > 10, got[:200]
+
+
 def test_a_full_device_is_one_line(small_snapshot, tmp_path):
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full")
