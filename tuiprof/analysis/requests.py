@@ -575,3 +575,85 @@ def export_requests(view: Any, t0: int, t1: int) -> list:
         return rows
     now = now_ns(view)
     return [r for r in rows if r.arrival_ns <= t1 and (r.finish_ns or now) >= t0]
+
+
+# ---------------------------------------------------------------- processes joined
+# a request's record in the server's API process and in its engine process (vLLM's frontend
+# and EngineCore: tuiprof/program/vllm_requests.py), the same id in both
+FRONTEND_SOURCES = ("vllm",)
+ENGINE_SOURCES = {"vllm engine": "vllm"}
+# what the client saw comes from the API process; the rest from the engine's record
+_CLIENT_FIELDS = ("arrival_ns", "first_token_ns", "last_token_ns", "finish_ns", "status",
+                  "reason", "output_tokens", "client_id")
+
+
+def join_requests(engine: Any, frontend: Any) -> Any:
+    """``engine``'s requests (a :class:`~tuiprof.store.requests.RequestsView` joined to its
+    steps) with, for each request ``frontend`` also has, the client's side from ``frontend``:
+    arrival (HTTP), client id, every token's and the finish's time as the API process handed
+    them on, finish reason. Aggregates of the client's figures (TTFT, ITL, end-to-end) are the
+    frontend's; the queue wait and the time outside model steps stay the engine's. ``engine``
+    unchanged when nothing joins."""
+    import copy  # noqa: PLC0415
+    from array import array  # noqa: PLC0415
+
+    if engine is None or frontend is None or not getattr(engine, "rows", None):
+        return engine
+    if not any(r.source in ENGINE_SOURCES for r in engine.rows):
+        return engine
+    front = {r.id: r for r in frontend.rows if r.source in FRONTEND_SOURCES}
+    if not front:
+        return engine
+    rows = []
+    for r in engine.rows:
+        f = front.get(r.id) if r.source in ENGINE_SOURCES else None
+        if f is None:
+            rows.append(r)
+            continue
+        j = copy.copy(r)
+        j.source = ENGINE_SOURCES[r.source]
+        j.arrival_ns = min(f.arrival_ns, r.arrival_ns) if f.arrival_ns else r.arrival_ns
+        j.client_id = f.client_id or r.client_id
+        if f.token_ns:
+            j.token_ns = array("q", f.token_ns)
+            j.first_token_ns, j.last_token_ns = f.first_token_ns, f.last_token_ns
+            j.output_tokens = f.output_tokens
+        if f.done:
+            j.finish_ns, j.status, j.reason = f.finish_ns, f.status, f.reason or r.reason
+        elif r.done:   # the engine finished it; the API process has not handed it on yet
+            j.status = "decode" if j.token_ns else r.status
+            j.finish_ns = 0
+        rows.append(j)
+    stats = dict(engine.stats)
+    for k in ("ttft_ms", "itl_ms", "e2e_ms", "output_tokens"):
+        if k in frontend.stats:
+            stats[k] = frontend.stats[k]
+    sources = dict(engine.sources)
+    for k, v in list(sources.items()):
+        if k in ENGINE_SOURCES:
+            sources[ENGINE_SOURCES[k]] = sources.pop(k)
+    return type(engine)(tuple(rows), stats, dict(engine.counts), dict(engine.misuse), sources,
+                        engine.keep)
+
+
+def join_processes(views: Iterable) -> list:
+    """Every process's view, an engine process's requests joined with the API process's
+    (:func:`join_requests`); the API process is the one whose requests are a frontend's."""
+    import dataclasses  # noqa: PLC0415
+
+    views = list(views)
+    front = next((v.requests for v in views if getattr(v, "requests", None) is not None
+                  and any(k in FRONTEND_SOURCES for k in v.requests.sources)), None)
+    if front is None:
+        return views
+    out = []
+    for v in views:
+        req = getattr(v, "requests", None)
+        if req is not None and req is not front and any(k in ENGINE_SOURCES
+                                                         for k in req.sources):
+            try:
+                v = dataclasses.replace(v, requests=join_requests(req, front))
+            except (TypeError, ValueError):
+                pass
+        out.append(v)
+    return out

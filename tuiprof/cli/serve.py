@@ -14,12 +14,15 @@ from pathlib import Path
 from ..errors import TuiprofError
 
 LOAD_MODULE = "tuiprof.engine.serve_load"
+VLLM_LOAD_MODULE = "tuiprof.engine.vllm_load"
+ENGINES = ("transformers", "vllm")
+VLLM_PYTHON_ENV = "TUIPROF_VLLM_PYTHON"
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", required=True,
                    help="registry name (a transformers family: qwen3, hf) or a local Hugging "
-                        "Face directory")
+                        "Face directory (--engine vllm: a directory)")
     p.add_argument("--device", help="cuda or cpu (default: cuda when present)")
     p.add_argument("--dtype", help="bfloat16 (GPU default), float32 (CPU default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights, prompts and arrivals")
@@ -42,6 +45,12 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
 
 def add_load_arguments(p: argparse.ArgumentParser) -> None:
     """The load's options (also ``tuiprof sweep --serve``'s)."""
+    p.add_argument("--engine", choices=ENGINES, default="transformers",
+                   help="transformers: continuous batching in the session process; vllm: "
+                        "vLLM's OpenAI server (its Python: $TUIPROF_VLLM_PYTHON, else this "
+                        "one when it has vllm) driven over HTTP (docs/serving.md)")
+    p.add_argument("--port", type=int, default=None,
+                   help="--engine vllm: the server's port on 127.0.0.1 (default: a free one)")
     p.add_argument("--rate", type=float, default=None,
                    help="open loop: Poisson arrivals at this many requests/s")
     p.add_argument("--concurrency", type=int, default=None,
@@ -81,11 +90,14 @@ def load_argv(args: argparse.Namespace, model: str) -> list[str]:
             parse_lengths(getattr(args, flag))
         except ValueError as exc:
             raise TuiprofError(f"--{flag.replace('_', '-')} {exc}") from None
-    argv = ["-m", LOAD_MODULE, "--model", model, "--seed", str(args.seed),
-            "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len),
-            "--warmup", str(args.warmup)]
-    for flag in ("device", "dtype", "rate", "concurrency", "requests", "duration",
-                 "max_batch_tokens", "num_blocks"):
+    vllm = getattr(args, "engine", "transformers") == "vllm"
+    argv = ["-m", VLLM_LOAD_MODULE if vllm else LOAD_MODULE, "--model", model,
+            "--seed", str(args.seed), "--prompt-len", str(args.prompt_len),
+            "--output-len", str(args.output_len), "--warmup", str(args.warmup)]
+    if vllm:
+        argv += ["--port", str(args.port or _free_port()), "--python", vllm_python()]
+    for flag in (("dtype",) if vllm else ("device", "dtype")) + (
+            "rate", "concurrency", "requests", "duration", "max_batch_tokens", "num_blocks"):
         v = getattr(args, flag, None)
         if v is not None:
             argv += [f"--{flag.replace('_', '-')}", str(v)]
@@ -98,7 +110,33 @@ def load_meta(args: argparse.Namespace) -> dict:
     return {"kind": kind, "value": value, "requests": args.requests or (
         None if args.duration else 32), "duration_s": args.duration,
         "prompt_len": str(args.prompt_len), "output_len": str(args.output_len),
-        "generator": LOAD_MODULE}
+        "generator": VLLM_LOAD_MODULE if getattr(args, "engine", "") == "vllm"
+        else LOAD_MODULE}
+
+
+def _free_port() -> int:
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vllm_python() -> str:
+    """The Python that runs vLLM: ``$TUIPROF_VLLM_PYTHON``, else this one when it has vllm."""
+    import importlib.util  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    py = os.environ.get(VLLM_PYTHON_ENV)
+    if py:
+        if not os.path.isfile(py):
+            raise TuiprofError(f"{VLLM_PYTHON_ENV}={py}: no such file (bench/vllm_cpu_setup.sh "
+                               "makes a Python with vLLM in .vllm-venv)")
+        return py
+    if importlib.util.find_spec("vllm") is None:
+        raise TuiprofError(f"--engine vllm: this Python has no vllm; set {VLLM_PYTHON_ENV} to "
+                           "one that has (bench/vllm_cpu_setup.sh makes .vllm-venv)")
+    return sys.executable
 
 
 def check_model(spec: str) -> str:
@@ -114,7 +152,15 @@ def program_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
     """``tuiprof run``'s options for the load program."""
     from .run import run_defaults  # noqa: PLC0415
 
-    model = check_model(args.model)
+    if getattr(args, "engine", "transformers") == "vllm":
+        p = Path(args.model).expanduser()
+        if not (p / "config.json").is_file():
+            raise TuiprofError(f"--engine vllm serves a local model directory; {args.model} is "
+                               "none (python -m tuiprof.engine.model_dir DIR writes one)")
+        model = str(p.resolve())
+        vllm_python()   # a one-line error now when there is none
+    else:
+        model = check_model(args.model)
     ns = argparse.Namespace(**run_defaults())
     for key in ("headless", "json", "export_dir", "no_cupti", "no_nvml", "cupti_attached",
                 "sample_every", "ring_tokens", "feed_metrics", "feed_otlp"):

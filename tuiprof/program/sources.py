@@ -81,6 +81,9 @@ def _positive(v: Any) -> str:
 
 
 STEP_SOURCES: tuple[StepSourceSpec, ...] = (
+    StepSourceSpec("vllm", "vllm_steps:make", True,
+                   "every engine step of vLLM's scheduler (V1 engine; its requests too)",
+                   programs=("python",)),
     StepSourceSpec("transformers", "transformers_steps:make", True,
                    "every forward of transformers' generate() and continuous batching",
                    programs=("python",)),

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ..analysis.requests import ENGINE_SOURCES, join_processes
 from ..control import SessionControl, SourceStatus
 from ..store import SessionStore
 from ..store.rank_set import PROCESSES, RanksView, cycle_active, is_active, process_name
@@ -95,10 +96,12 @@ class _Quiet:
 
 
 class _Labelled:
-    """A process's store whose views say which process they are (the header's label)."""
+    """A process's store whose views say which process they are (the header's label); an
+    engine process's requests joined with the API process's (``front``: its requests)."""
 
-    def __init__(self, inner: Any, entry: ProcessEntry, count: int) -> None:
-        self.inner, self.entry, self.count = inner, entry, count
+    def __init__(self, inner: Any, entry: ProcessEntry, count: int,
+                 front: Callable[[], Any] | None = None) -> None:
+        self.inner, self.entry, self.count, self.front = inner, entry, count, front
 
     @property
     def meta(self) -> dict:
@@ -109,10 +112,21 @@ class _Labelled:
         proc = dict(v.meta.get("process") or {})
         proc.update(self.entry.facts(), count=self.count)
         v.meta["process"] = proc
+        if self.front is not None and v.requests and any(
+                k in ENGINE_SOURCES for k in v.requests.sources):
+            try:
+                v = join_processes([_Front(self.front()), v])[1]
+            except Exception:   # the API process's mirror is gone: the engine's own record
+                pass
         return v
 
     def reset(self) -> None:
         self.inner.reset()
+
+
+@dataclasses.dataclass
+class _Front:
+    requests: Any
 
 
 class ProcessSet(SessionControl):
@@ -166,8 +180,10 @@ class ProcessSet(SessionControl):
 
     def rank_store(self, rank: int) -> Any:
         entries = self._entries
-        return _Labelled(self._store_of(entries[min(rank, len(entries) - 1)]),
-                         entries[min(rank, len(entries) - 1)], len(entries))
+        i = min(rank, len(entries) - 1)
+        main = entries[0]
+        front = (lambda: self._store_of(main).view(raw=False).requests) if i > 0 else None
+        return _Labelled(self._store_of(entries[i]), entries[i], len(entries), front)
 
     def rank_status(self, rank: int) -> SourceStatus:
         e = self._entries[min(rank, len(self._entries) - 1)]
@@ -209,7 +225,7 @@ class ProcessSet(SessionControl):
         else:
             for i in range(len(entries)):
                 one(i)
-        return RanksView(tuple(views), self.world_meta())
+        return RanksView(tuple(join_processes(views)), self.world_meta())
 
     def world_meta(self) -> dict:
         lines = [line for _, line in self.notices]
@@ -437,8 +453,9 @@ class HeldSession(ProcessSet):
         entry.ctl = ctl
         ctl.connect(lambda: protocol.Client.unix(want, role="holder"))
 
-    def exiting(self, entry: ProcessEntry, status: Any) -> None:
-        """The process is about to end (its collectors flushed): fetch it a last time."""
+    def exiting(self, entry: ProcessEntry, status: Any, how: str = "") -> None:
+        """The process is about to end (its collectors flushed): fetch it a last time.
+        ``how``: how it ends, when the program ends it ("with the server (...)")."""
         ctl = entry.ctl
         if ctl is not None:
             done = threading.Event()
@@ -456,7 +473,8 @@ class HeldSession(ProcessSet):
         entry.state = "ended"
         entry.exit_status = _int(status)
         entry.line = (f"{entry.label} ended" + (f" (os._exit({status}))"
-                                                 if status is not None else ""))
+                                                 if status is not None else "")
+                      + (f" {how}" if how else ""))
 
     def child_gone(self, entry: ProcessEntry, clean: bool) -> None:
         """Its registration closed: it ended (said so before) or died (did not)."""
@@ -659,7 +677,8 @@ class SessionHandler(protocol.Handler):
                 entry.name = args[1][:80]   # what it calls itself (multiprocessing's name)
             return None
         if op == "exiting":
-            self.held.exiting(entry, args[0] if args else None)
+            self.held.exiting(entry, args[0] if args else None,
+                              str(args[1])[:200] if len(args) > 1 else "")
             return None
         if op == "note":
             entry.note = str(args[0])[:300] if args else ""

@@ -450,16 +450,15 @@ def _adopt_fds(stdin: int | None, stdout: int, stderr: int) -> None:
 
 
 def program_exit() -> None:
-    """What Python does for a program's processes when its main module has run: daemonic
-    multiprocessing children are terminated and the others joined (the program's process
-    ends only then)."""
-    import sys  # noqa: PLC0415
+    """What Python does for a program's process when its main module has run: its ``atexit``
+    handlers, last registered first. Among them, multiprocessing's terminates daemonic
+    children and joins the others (the program's process ends only then), and those
+    registered after it run before it: a library's shutdown that stops its own child
+    processes (vLLM's engine core) must run before that join, or the join waits forever."""
+    import atexit  # noqa: PLC0415
 
-    util = sys.modules.get("multiprocessing.util")
-    if util is None:
-        return
     try:
-        util._exit_function()  # noqa: SLF001 - multiprocessing's own atexit hook
+        atexit._run_exitfuncs()  # noqa: SLF001 - each handler once, in Python's order
     except Exception:
         pass
 

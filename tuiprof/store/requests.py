@@ -80,6 +80,7 @@ class RequestRow:
     preemptions: int = 0        # times it was sent back to the queue after it had started
     model_ns: int = -1          # its life inside model steps (any request's), once finished
     traceparent: str = ""       # the W3C trace context it arrived with (HTTP header), if any
+    client_id: str = ""         # the id the client gave (an HTTP X-Request-Id), when known
     token_ns: array = field(default_factory=lambda: array("q"))
     steps: array = field(default_factory=lambda: array("q"))
     rev: int = 0
@@ -196,12 +197,14 @@ class RequestBook:
     # --------------------------------------------------------------- producers
     def arrived(self, rid: Any, prompt_tokens: int = 0, source: str = "api",
                 t: int | None = None, queued_t: int | None = None,
-                traceparent: str | None = None, app_t: int | None = None) -> None:
+                traceparent: str | None = None, app_t: int | None = None,
+                client_id: str = "") -> None:
         """Request ``rid`` arrived at ``t`` (default now) with ``prompt_tokens``; ``queued_t``:
         when it entered the engine's queue (after the server's own work: parsing,
         tokenisation), if the producer knows; ``traceparent``: the W3C trace context it came
         with (kept only when well formed); ``app_t``: when the server's app saw it, where
-        ``t`` is earlier (an HTTP server's first bytes of it)."""
+        ``t`` is earlier (an HTTP server's first bytes of it); ``client_id``: the id its
+        client gave (an HTTP ``X-Request-Id``) when the server's own id differs."""
         if t is None:
             t = self.clock()
         prompt_tokens = int(prompt_tokens or 0)
@@ -227,6 +230,8 @@ class RequestBook:
                 row.traceparent = valid_traceparent(traceparent)
             if app_t is not None and app_t > t:
                 row.app_ns = app_t
+            if client_id:
+                row.client_id = str(client_id)
             self._live[rid] = row
             self.counts["arrived"] += 1
             self.totals["arrived"] += 1

@@ -75,11 +75,18 @@ class ServeSweep:
 
 def cell_from_snapshot(path: str | Path, kind: str, value: float, slo_ttft_ms=None,
                        slo_itl_ms=None) -> ServeCell:
-    """A cell from one run's snapshot (its warm-up requests left out)."""
-    from ..export.snapshot import read_snapshot  # noqa: PLC0415
+    """A cell from one run's snapshot (its warm-up requests left out). A server of several
+    processes (vLLM): the process with the most requests joined to its steps (the engine's,
+    joined with the API server's), else the one with the most requests."""
+    from ..export.snapshot import read_any_snapshot  # noqa: PLC0415
+    from ..store.rank_set import RanksView  # noqa: PLC0415
 
-    view = read_snapshot(path)
-    rows = [r for r in view.requests.rows if not str(r.id).startswith("warmup")]
+    got = read_any_snapshot(path)
+    views = list(got.views) if isinstance(got, RanksView) else [got]
+    view = max(views, key=lambda v: (sum(1 for r in v.requests.rows if len(r.steps)),
+                                     len(v.requests.rows)))
+    rows = [r for r in view.requests.rows
+            if not str(r.client_id or r.id).startswith("warmup")]
     return serve_cell(rows, kind, value, slo_ttft_ms, slo_itl_ms)
 
 

