@@ -297,7 +297,11 @@ class VllmSteps:
         def build_app(*args, **kwargs):
             app = orig(*args, **kwargs)
             try:
-                app.add_middleware(ArrivalMiddleware, clock=clock, arrivals=arrivals)
+                stack = getattr(app, "middleware_stack", None)
+                if stack is not None:   # vLLM 0.32 builds its stack in build_app (SageMaker)
+                    app.middleware_stack = ArrivalMiddleware(stack, clock, arrivals)
+                else:
+                    app.add_middleware(ArrivalMiddleware, clock=clock, arrivals=arrivals)
             except Exception:  # an app that takes no middleware: add_request's times only
                 pass
             return app
