@@ -238,6 +238,10 @@ def report(s: dict) -> str:
     for rate, f in sorted(s["bare"].items(), key=lambda kv: float(kv[0])):
         lines.append(f"| {rate} | " + " | ".join(
             "–" if f.get(m) is None else f"{f[m]:,.1f}" for m in METRICS) + " |")
+    for mode, ov in (s.get("self_report") or {}).items():
+        lines.append(f"\n{mode}: the session's own figure: overhead {ov.get('pct')} % "
+                     f"({ov.get('method')}; hooks {ov.get('hooks_s')} s, switches "
+                     f"{ov.get('switch_s')} s over {ov.get('wall_s')} s)")
     return "\n".join(lines)
 
 
@@ -378,10 +382,15 @@ def main(argv: list | None = None) -> int:
                     help="seconds: start no round that would end past it")
     ap.add_argument("--start-timeout", type=float, default=600)
     ap.add_argument("--out", default="out/serve_external")
+    ap.add_argument("--work", default=None,
+                    help="where the servers' logs, snapshots and the model go (default "
+                         "OUT/servers; outside OUT keeps a device call's returned files few)")
     a = ap.parse_args(argv)
     t_start = time.monotonic()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    work = Path(a.work).resolve() if a.work else out / "servers"
+    work.mkdir(parents=True, exist_ok=True)
     modes = [m for m in a.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]
     if bad or "bare" not in modes:
@@ -392,21 +401,21 @@ def main(argv: list | None = None) -> int:
     env = dict(os.environ, HF_HUB_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     # transformers serve's /v1/models scans the hub cache: give it one that exists
-    (out / "hf-server" / "hub").mkdir(parents=True, exist_ok=True)
-    env["HF_HUB_CACHE"] = str(out / "hf-server" / "hub")
+    (work / "hf-server" / "hub").mkdir(parents=True, exist_ok=True)
+    env["HF_HUB_CACHE"] = str(work / "hf-server" / "hub")
     if a.model_dir:
         model_dir = Path(a.model_dir).resolve()
     else:
         sys.path.insert(0, str(REPO))
         from tuiprof.engine.model_dir import make_model_dir  # noqa: PLC0415
-        model_dir = make_model_dir(out / "model", a.model, device=a.device)
+        model_dir = make_model_dir(work / "model", a.model, device=a.device)
     cenv = {k: v for k, v in env.items() if k != "PYTHONPATH"}   # the client: no tuiprof
     say = lambda msg: print(f"[{time.monotonic() - t_start:6.1f} s] {msg}", flush=True)  # noqa: E731
     servers = {}
     cells: list = []
     try:
         for m in modes:      # started together: loads overlap; then each warmed up alone
-            servers[m] = Server(m, model_dir, a.device, out, env,
+            servers[m] = Server(m, model_dir, a.device, work, env,
                                 ["--cb-num-blocks", str(a.cb_num_blocks), *a.serve_args.split()],
                                 not a.no_nvml)
         for m in modes:
@@ -445,10 +454,31 @@ def main(argv: list | None = None) -> int:
         for srv in servers.values():
             srv.stop(max(1.0, end - time.monotonic()))
     s = summarize(cells)
+    s["self_report"] = self_reports(work, modes)
     (out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     (out / "summary.md").write_text(report(s) + "\n")
     print(report(s))
     return 0
+
+
+def self_reports(work: Path, modes: list) -> dict:
+    """What each tuiprof session said it cost (its snapshot's ``overhead``), beside what the
+    client measured: the live app's is its auto snapshot."""
+    found = {}
+    for m in modes:
+        if m == "bare":
+            continue
+        path = work / f"tuiprof-{m}.json"
+        if m == "live":
+            snaps = sorted((work / "live-exports").glob("tuiprof-*.json"))
+            path = snaps[-1] if snaps else path
+        try:
+            ov = json.loads(path.read_text()).get("overhead") or {}
+        except (OSError, ValueError):
+            continue
+        found[m] = {k: ov.get(k) for k in ("pct", "method", "hooks_s", "switch_s", "cupti_s",
+                                           "nvml_s", "serve_s", "wall_s")}
+    return found
 
 
 if __name__ == "__main__":

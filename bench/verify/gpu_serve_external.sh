@@ -21,6 +21,6 @@ timeout $(( ${BUDGET:-400} + 40 - ($(date +%s) - t0) )) python3 bench/overhead/s
   --model-dir /tmp/qwen3-0.6b-dir --device cuda --modes bare,headless,every,live \
   --rates 2,8 --requests 16,32 --rounds 10 --warmup 4 --prompt-words 96 --output-len 64 \
   --cb-num-blocks 128 --serve-args "$EXTRA" --budget $(( ${BUDGET:-400} - ($(date +%s) - t0) )) \
-  --start-timeout 180 --out "$OUT/serve_external" > "$OUT/serve_external.txt" 2>&1
+  --start-timeout 180 --work /tmp/serve_external --out "$OUT/serve_external" > "$OUT/serve_external.txt" 2>&1
 say "status $?"
 tail -30 "$OUT/serve_external.txt"

@@ -41,7 +41,10 @@ def test_one_tiny_round_bare_and_headless(tmp_path):
     assert set(ratios) == {"tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"}
     assert "| 4 | headless | 1 |" in (out / "summary.md").read_text()
     # the server under tuiprof saw the client's requests by the ids the client sent
-    doc = json.loads((out / "tuiprof-headless.json").read_text())
+    doc = json.loads((out / "servers" / "tuiprof-headless.json").read_text())
     ids = {r["id"] for r in doc["requests"]}
     assert {f"headless-0-4-{i}" for i in range(3)} <= ids, sorted(ids)
     assert doc["meta"]["tracing"].startswith("bursts of 4 steps")
+    # the session's own overhead figure stands beside the client's
+    assert summary["self_report"]["headless"]["pct"] == doc["overhead"]["pct"]
+    assert "headless: the session's own figure: overhead" in (out / "summary.md").read_text()
