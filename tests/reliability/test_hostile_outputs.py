@@ -146,6 +146,20 @@ def test_a_fifo_output_is_written_as_a_stream(small_snapshot, tmp_path):
     assert rows and rows[0][0] == "seq" and len(rows) > 10, got[:200]
 
 
+def test_a_fifo_nobody_reads_does_not_hang_the_run_and_the_snapshot_is_rescued(eager_path,
+                                                                              tmp_path):
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    proc = _cli("replay", str(eager_path), "--headless", "--json", str(fifo), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rescued = list(tmp_path.glob("tuiprof-rescued-*-f"))
+    assert len(rescued) == 1 and read_snapshot(rescued[0]).meta["model"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    said = [ln for ln in proc.stderr.splitlines() if "instead" in ln]
+    assert said == [f"tuiprof: cannot write {fifo}: {fifo} has no reader (a FIFO) or no device "
+                    f"behind it; the snapshot was written to {rescued[0]} instead"], proc.stderr
+
+
 def test_a_process_substitution_gets_the_bytes(small_snapshot, tmp_path):
     """``--steps-csv >(wc -c)``: the shell hands tuiprof ``/dev/fd/N``, a pipe's end."""
     r, w = os.pipe()

@@ -19,6 +19,7 @@ import re
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -216,7 +217,7 @@ def write_stream(path: str | Path, data: bytes) -> Path:
                     stream.flush()
             fd = os.dup(own)
         else:
-            fd = os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+            fd = _open_stream(target)
         try:
             view = memoryview(data)
             while view:
@@ -227,6 +228,28 @@ def write_stream(path: str | Path, data: bytes) -> Path:
     except OSError as exc:
         raise _fail(target, exc, stream=True) from None
     return target
+
+
+FIFO_WAIT_S = 10.0   # how long a write waits for a FIFO's reader before it fails (rescued)
+
+
+def _open_stream(target: Path) -> int:
+    """A device or a FIFO opened for writing; a FIFO without a reader is waited for at most
+    ``FIFO_WAIT_S`` (then ENXIO: the caller's rescue path keeps the data), never forever."""
+    flags = os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC
+    if not stat.S_ISFIFO(os.stat(target).st_mode):
+        return os.open(target, flags)
+    end = time.monotonic() + FIFO_WAIT_S
+    while True:
+        try:
+            fd = os.open(target, flags | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+            continue
+        os.set_blocking(fd, True)
+        return fd
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
