@@ -479,10 +479,13 @@ class FleetSession(ProcessSet):
             h.attempts = 0
             s, probe = h.session, h.probe
             h.probe = None
-            if s is not None:   # what the keeper said last: its program had ended
+            if s is not None:   # what the keeper or the program said last: it had ended
                 main = s.entries[0] if s.entries else None
+                prog = ((main.ctl.status.extra or {}).get("program") or {}) \
+                    if main is not None and main.ctl is not None else {}
                 h.ended = h.ended or s.info.get("state") in ("stopping", "ended", "stopped") \
-                    or (main is not None and main.state in ("ended", "died"))
+                    or (main is not None and main.state in ("ended", "died")) \
+                    or prog.get("running") is False
         if s is not None:
             s.close()     # its mirrors stay: what it sent so far is shown
         if probe is not None:
