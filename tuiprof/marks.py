@@ -1,6 +1,7 @@
 """Step marks for a program's own decode loop: ``with tuiprof.step("decode", tokens=B): ...``,
 and request marks for a server of one's own: ``tuiprof.request_arrived(id, prompt_tokens=N)``,
-``tuiprof.request_token(id, n=1)``, ``tuiprof.request_finished(id, reason="stop")``.
+``tuiprof.request_token(id, n=1)``, ``tuiprof.request_finished(id, reason="stop")``, and
+``tuiprof.request_warmup(id)`` for a request that only warms the server up.
 
 When the program does not run under ``tuiprof run``, :func:`step` and :func:`mark_prefill`
 return one shared object whose ``__enter__``/``__exit__`` do nothing, and the request marks
@@ -13,7 +14,8 @@ reported once. This module imports nothing: ``import tuiprof`` stays as cheap as
 """
 from __future__ import annotations
 
-__all__ = ["step", "mark_prefill", "request_arrived", "request_token", "request_finished"]
+__all__ = ["step", "mark_prefill", "request_arrived", "request_token", "request_finished",
+           "request_warmup"]
 
 
 class _NoStep:
@@ -91,5 +93,19 @@ def request_finished(id, reason: str = "") -> None:
         return
     try:
         book.finished(id, reason)
+    except Exception:
+        pass
+
+
+def request_warmup(id) -> None:
+    """Request ``id`` only warms the server up (compiles, allocates) before the load it serves:
+    call it before the request arrives, or while it is in flight. It is kept whole but apart:
+    in no request count, statistic or window (the summary, the requests pane, a sweep's
+    cells), and marked ``warmup: true`` in the snapshot."""
+    book = _requests
+    if book is None:
+        return
+    try:
+        book.warmup(id)
     except Exception:
         pass

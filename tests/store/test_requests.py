@@ -150,3 +150,67 @@ def test_a_mirror_gets_the_same_requests_through_deltas():
         assert got.counts == want.counts
     delta, cursor = st.changes(cursor)
     assert delta["requests"] is None             # nothing changed: nothing sent
+
+
+def test_a_warm_up_request_is_kept_apart_from_every_count():
+    """A load generator's warm-up request was counted as one of the load's (97 requests for
+    ``--requests 96``): marked before it arrives, or while in flight, it is kept whole but
+    apart from the counts, the statistics, the sources and the rows the analysis reads."""
+    import tuiprof
+    from tuiprof import marks
+    from tuiprof.analysis.requests import window
+
+    st = SessionStore()
+    book = st.requests
+    marks._requests = book
+    try:
+        tuiprof.request_warmup("warmup0")            # before it arrives
+    finally:
+        marks._requests = None
+    book.arrived("warmup0", 8, "transformers", t=1 * MS)
+    book.tokens("warmup0", 4, t=5 * MS)
+    book.finished("warmup0", "length", t=6 * MS)
+    book.arrived("late", 8, "transformers", t=7 * MS)   # marked while in flight
+    book.tokens("late", 2, t=8 * MS)
+    book.warmup("late")
+    book.finished("late", "length", t=9 * MS)
+    for i in range(3):
+        book.arrived(f"r{i}", 8, "transformers", t=(10 + i) * MS)
+        book.tokens(f"r{i}", 5, t=(20 + i) * MS)
+        book.finished(f"r{i}", "length", t=(30 + i) * MS)
+    req = st.view().requests
+    assert [r.id for r in req.rows] == ["r0", "r1", "r2"]
+    assert [r.id for r in req.warmup] == ["warmup0", "late"]
+    assert all(r.warmup for r in req.warmup) and not any(r.warmup for r in req.rows)
+    assert req.warmup[0].output_tokens == 4 and req.warmup[0].status == "finished"
+    assert (req.counts["arrived"], req.counts["finished"], req.counts["tokens"],
+            req.counts["warmup"]) == (3, 3, 15, 2)
+    assert req.stats["e2e_ms"].count == 3 and req.sources == {"transformers": 3}
+    assert window(st.view(), seconds=1e9).finished == 3
+    # a mirror in another process sees the same split
+    m = Mirror()
+    delta, _ = st.changes(None)
+    m.apply(delta)
+    got = m.view().requests
+    assert [r.id for r in got.rows] == ["r0", "r1", "r2"]
+    assert [r.id for r in got.warmup] == ["warmup0", "late"] and got.counts == req.counts
+
+
+def test_a_warm_up_is_marked_in_the_snapshot_and_read_back_apart(tmp_path):
+    import json
+
+    from tuiprof.export.snapshot import read_snapshot, write_snapshot
+
+    st = serving_store()
+    st.requests.warmup("w")
+    st.requests.arrived("w", 4, "api", t=200 * MS)
+    st.requests.finished("w", "stop", t=201 * MS)
+    path = write_snapshot(st.view(), tmp_path / "s.json")
+    doc = json.loads(path.read_text())
+    marked = [r["id"] for r in doc["requests"] if r.get("warmup") is True]
+    assert marked == ["w"] and doc["request_stats"]["counts"]["warmup"] == 1
+    assert not any("warmup" in r for r in doc["requests"] if r["id"] != "w")
+    v = read_snapshot(path)
+    assert [r.id for r in v.requests.warmup] == ["w"]
+    assert "w" not in {r.id for r in v.requests.rows}
+    assert write_snapshot(v, tmp_path / "again.json").read_bytes() == path.read_bytes()

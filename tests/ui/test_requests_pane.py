@@ -95,3 +95,15 @@ def test_tuiprof_view_reopens_the_requests_from_a_snapshot(tmp_path):
             out["text"] = screen_text(app)
     asyncio.run(main())
     assert "2 in flight" in out["text"] and "queued" in out["text"], out["text"]
+
+
+def test_a_warm_up_request_is_not_among_the_panes_requests():
+    """A warm-up request in flight is neither listed nor counted; the caption says it is
+    apart (it was one of the load's requests everywhere)."""
+    st = serving_store()
+    st.requests.warmup("warm")
+    st.requests.arrived("warm", 8, "transformers")
+    out = _run(st, (120, 30), keys=("7",))
+    text = out["text"]
+    assert "2 in flight" in text and "1 warm-up apart" in text, text
+    assert "warm " not in text.replace("warm-up", "")

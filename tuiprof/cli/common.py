@@ -201,6 +201,10 @@ def print_summary(view, prof=None) -> None:
         print(f"tuiprof: {printable(prof.status.message)}", file=sys.stderr)
     if view.counters.get("dropped"):
         print(f"warning: {view.counters['dropped']} CUPTI records dropped", file=sys.stderr)
+    if type(view.counters.get("ends_before_start")) is int and view.counters["ends_before_start"]:
+        print(f"warning: {view.counters['ends_before_start']} records that end before they "
+              "start were left out (no negative durations; counters.ends_before_start)",
+              file=sys.stderr)
 
 
 def step_times(rows) -> str:
@@ -263,6 +267,8 @@ def print_requests(view) -> None:
             f"{len(req.in_flight)} in flight (of {c.get('arrived', 0)}; from "
             f"{', '.join(f'{k} {v}' for k, v in req.sources.items()) or 'nowhere'}); "
             f"{w.requests_per_s:.2f} req/s, {w.tokens_per_s:,.1f} output tokens/s")
+    if c.get("warmup"):
+        line += f"; {c['warmup']} warm-up request{'s' if c['warmup'] != 1 else ''} apart"
     print(line)
     for metric, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("queue_ms", "queue wait"),
                           ("e2e_ms", "end to end")):

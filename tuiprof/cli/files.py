@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import TuiprofError, safe_text
 from ..export._atomic import check_output, check_output_dir
 from ..text import printable
-from .common import print_summary, write_outputs
+from .common import print_summary, say, write_outputs
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -105,6 +105,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     for e, path in asked:   # before reading a large snapshot: a bad path says so at once
         (check_output_dir if e.target == "dir" else check_output)(path, e.flag)
     view = read_any_snapshot(args.snapshot)  # all ranks of a multi-rank snapshot
+    reversed_ = sum(n for v in getattr(view, "views", None) or (view,)
+                    if type(n := v.counters.get("ends_before_start")) is int and n > 0)
+    if reversed_:
+        say(f"tuiprof: {reversed_} records that end before they start are left out (no "
+            "negative durations; counters.ends_before_start)")
     for e, path in asked:
         written = write(e.name, view, Path(path))
         for p in (written if isinstance(written, (list, tuple)) else [written]):

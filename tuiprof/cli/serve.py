@@ -8,6 +8,7 @@ source (docs/serving.md)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -71,25 +72,82 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
                    help="requests served before the load starts (default 1)")
 
 
-def load_argv(args: argparse.Namespace, model: str) -> list[str]:
-    """The load program's command line (after ``python``), from checked options."""
+def positive_number(flag: str, value: float | None, what: str) -> None:
+    """A rate or a time: a finite number above 0 (nan, inf and negatives are one line)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise TuiprofError(f"{flag} {value:g}: must be a positive number ({what})")
+
+
+def at_least(flag: str, value: int | None, least: int, what: str = "") -> None:
+    if value is not None and value < least:
+        raise TuiprofError(f"{flag} {value}: must be at least {least}" + (f" ({what})" if what
+                                                                            else ""))
+
+
+MAX_SEED = 2**32 - 1    # numpy's and most generators' seeds
+
+
+def check_load(args: argparse.Namespace) -> None:
+    """Every number of the load, checked before anything starts (the model is not loaded yet):
+    one line each."""
     from ..engine.lengths import parse_lengths  # noqa: PLC0415 - no torch there
 
     if args.rate is not None and args.concurrency is not None:
         raise TuiprofError("--rate (open loop) and --concurrency (closed loop): give one")
-    if args.rate is not None and args.rate <= 0:
-        raise TuiprofError("--rate must be positive (requests per second)")
-    if args.concurrency is not None and args.concurrency < 1:
-        raise TuiprofError("--concurrency must be at least 1")
-    if args.requests is not None and args.requests < 1:
-        raise TuiprofError("--requests must be at least 1")
-    if args.duration is not None and args.duration <= 0:
-        raise TuiprofError("--duration must be positive (seconds)")
+    positive_number("--rate", args.rate, "requests per second")
+    positive_number("--duration", args.duration, "seconds")
+    at_least("--concurrency", args.concurrency, 1)
+    at_least("--requests", args.requests, 1)
+    at_least("--max-batch-tokens", args.max_batch_tokens, 1, "tokens a step")
+    at_least("--num-blocks", args.num_blocks, 1, "KV-cache blocks")
+    at_least("--warmup", args.warmup, 0, "requests; 0: none")
+    seed = getattr(args, "seed", None)
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise TuiprofError(f"--seed {seed}: must be 0 to {MAX_SEED}")
     for flag in ("prompt_len", "output_len"):
         try:
             parse_lengths(getattr(args, flag))
         except ValueError as exc:
             raise TuiprofError(f"--{flag.replace('_', '-')} {exc}") from None
+
+
+def model_config(model: str) -> dict:
+    """The model's config.json (a registry model's, or a directory's), read, not built."""
+    import json  # noqa: PLC0415
+
+    from ..engine.source import resolve_model  # noqa: PLC0415
+
+    p = Path(model).expanduser() / "config.json"
+    if p.is_file():
+        try:
+            config = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            return {}
+        return config if isinstance(config, dict) else {}
+    return resolve_model(model).model_def.config or {}
+
+
+def check_context(model: str, prompt: str, output: str) -> None:
+    """A request of the load must fit the model's positions (``max_position_embeddings``): a
+    prompt of 10,000,000 tokens ran for minutes before anything said so."""
+    from ..engine.lengths import parse_lengths  # noqa: PLC0415
+
+    config = model_config(model)
+    limit = config.get("max_position_embeddings") or config.get("n_positions")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 2:
+        return          # a config without it: the engine's own check stands
+    p, o = parse_lengths(prompt), parse_lengths(output)
+    if p.most() + o.most() > limit:
+        raise TuiprofError(
+            f"--prompt-len {prompt} with --output-len {output}: a request of up to "
+            f"{p.most():,} + {o.most():,} tokens does not fit the model's {limit:,} positions "
+            "(max_position_embeddings); use shorter requests")
+
+
+def load_argv(args: argparse.Namespace, model: str) -> list[str]:
+    """The load program's command line (after ``python``), from checked options."""
+    check_load(args)
+    check_context(model, args.prompt_len, args.output_len)
     vllm = getattr(args, "engine", "transformers") == "vllm"
     argv = ["-m", VLLM_LOAD_MODULE if vllm else LOAD_MODULE, "--model", model,
             "--seed", str(args.seed), "--prompt-len", str(args.prompt_len),
@@ -152,6 +210,11 @@ def program_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
     """``tuiprof run``'s options for the load program."""
     from .run import run_defaults  # noqa: PLC0415
 
+    at_least("--ring-tokens", args.ring_tokens, 1)
+    value = args.sample_every
+    if value not in ("auto", "live") and not (str(value).isdigit() and int(value) >= 1):
+        raise TuiprofError(f"--sample-every {value}: give auto or live, or a whole number of "
+                           "at least 1")
     if getattr(args, "engine", "transformers") == "vllm":
         p = Path(args.model).expanduser()
         if not (p / "config.json").is_file():

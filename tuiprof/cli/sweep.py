@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import TYPE_CHECKING, Sequence, TextIO
 
@@ -170,7 +171,7 @@ def run_batches(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     """``--serve``: one ``tuiprof serve --headless`` per rate or concurrency; 0 when no cell
     failed."""
-    from tuiprof.cli.serve import check_model  # noqa: PLC0415
+    from tuiprof.cli.serve import at_least, check_context, check_model, positive_number  # noqa: PLC0415
     from tuiprof.engine.lengths import parse_lengths  # noqa: PLC0415
     from tuiprof.errors import TuiprofError  # noqa: PLC0415
     from tuiprof.sweep.serve_sweep import run_serve_sweep  # noqa: PLC0415
@@ -180,9 +181,14 @@ def run_serve(args: argparse.Namespace) -> int:
     if bool(args.rates) == bool(args.concurrency):
         raise TuiprofError("--serve needs --rates R,R,... or --concurrency C,C,... (one of them)")
     kind, values = ("rate", args.rates) if args.rates else ("concurrency", args.concurrency)
-    if any(v <= 0 for v in values):
+    if any(not (math.isfinite(v) and v > 0) for v in values):
         raise TuiprofError(f"--{'rates' if kind == 'rate' else 'concurrency'}: every value "
-                           "must be positive")
+                           "must be a positive number")
+    positive_number("--duration", args.duration, "seconds")
+    at_least("--requests", args.requests, 1)
+    at_least("--max-batch-tokens", args.max_batch_tokens, 1, "tokens a step")
+    at_least("--num-blocks", args.num_blocks, 1, "KV-cache blocks")
+    at_least("--warmup", args.warmup, 0, "requests; 0: none")
     prompt = args.serve_prompt_len or str(args.prompt_len)
     for flag, text in (("--serve-prompt-len", prompt), ("--output-len", args.output_len)):
         try:
@@ -202,6 +208,7 @@ def run_serve(args: argparse.Namespace) -> int:
         vllm_python()
     else:
         model = check_model(args.models[0])
+    check_context(model, prompt, args.output_len)
     load = ["--prompt-len", prompt, "--output-len", args.output_len, "--seed", str(args.seed),
             "--no-nvml", "--engine", engine]
     if args.requests is None and args.duration is None:

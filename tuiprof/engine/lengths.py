@@ -3,6 +3,7 @@
 the CLI checks the options before it starts anything."""
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -20,7 +21,16 @@ class Lengths:
             return int(self.a)
         if self.kind == "uniform":
             return rng.randint(int(self.a), int(self.b))
-        return max(1, int(round(rng.gauss(self.a, self.b))))
+        return min(self.most(), max(1, int(round(rng.gauss(self.a, self.b)))))
+
+    def most(self) -> int:
+        """The longest length drawn, all but surely: a normal's mean + 4 standard deviations
+        (a draw beyond is cut there by the load)."""
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return int(self.b)
+        return int(math.ceil(self.a + 4 * self.b))
 
     def mean(self) -> float:
         return {"fixed": self.a, "uniform": (self.a + self.b) / 2}.get(self.kind, self.a)
@@ -41,7 +51,7 @@ def parse_lengths(text: str) -> Lengths:
             return Lengths("uniform", lo, hi)
         if "~" in t:
             mean, sd = (float(x) for x in t.split("~", 1))
-            if mean < 1 or sd < 0:
+            if not (math.isfinite(mean) and math.isfinite(sd)) or mean < 1 or sd < 0:
                 raise ValueError
             return Lengths("normal", mean, sd)
         n = int(t)

@@ -21,9 +21,11 @@ import threading
 import time
 
 from ..errors import TuiprofError
+from ..marks import request_warmup
 from .lengths import Lengths, parse_lengths  # noqa: F401  (the options' type)
 
 READY = "tuiprof-serve: serving"   # printed once the engine takes requests
+WARMUP = "warmup"                  # the warm-up requests' id prefix
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +74,8 @@ class Load:
             self.sent[prefix] = k + 1
             self.n += 1
             rid = f"{prefix}{k}"
+        if prefix == WARMUP:   # kept apart from the load's requests in every count
+            request_warmup(rid)
         self.manager.add_request(ids, request_id=rid, max_new_tokens=olen)
         return rid
 
@@ -124,7 +128,7 @@ def run(args: argparse.Namespace) -> dict:
     load = Load(manager, vocab, args)
     try:
         for _ in range(max(0, args.warmup)):
-            load.submit("warmup")
+            load.submit(WARMUP)
         load.collect(max(0, args.warmup))
         print(READY, flush=True)
         t0 = time.monotonic()
@@ -184,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     except TuiprofError as exc:
         print(f"tuiprof serve: {exc}", file=sys.stderr, flush=True)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C is how a user ends the load early: one line, as python's 130, no traceback
+        # (what was measured is in the session already; the engine was stopped above)
+        print("tuiprof serve: interrupted (Ctrl-C): the load stopped", file=sys.stderr,
+              flush=True)
+        return 130
     print("tuiprof-serve: done " + json.dumps(summary), flush=True)
     return 1 if summary["failed"] else 0
 

@@ -31,7 +31,7 @@ from ._atomic import atomic_write_bytes
 from .names import demangle
 from .summary import summary
 
-SCHEMA_VERSION = 6       # 2: batch configurations ("batch", "configurations", token "config");
+SCHEMA_VERSION = 7       # 2: batch configurations ("batch", "configurations", token "config");
                          # 3: token "rerecord"; 4: token "model_*"/"loop_*" (a step's kernels
                          # launched inside and outside its model forward), kernel "loop_*";
                          # 5: token "attached" (CUPTI attached while the step ran: traced and
@@ -40,6 +40,7 @@ SCHEMA_VERSION = 6       # 2: batch configurations ("batch", "configurations", t
                          # 6: a server's "requests" and "request_stats", token "requests",
                          # "prefills", "prefill_tokens", "decode_tokens", "pending", "running",
                          # "kv_used", "kv_total"
+                         # 7: request "warmup" (a warm-up request, apart from every count)
 FORMAT = "tuiprof-snapshot"
 RANKS_FORMAT = "tuiprof-ranks-snapshot"   # a tensor-parallel session: one snapshot per rank
 MAX_RANKS = 1024
@@ -243,11 +244,13 @@ def request_dict(r: RequestRow) -> dict:
          "before_app_ms": r.before_app_ms,
          "queue_ms": r.queue_ms, "ttft_ms": r.ttft_ms, "e2e_ms": r.e2e_ms,
          "outside_ms": outside_ms(r), "itl_ms": itl_summary(r)}
+    if r.warmup:    # served before the load: apart from every count (docs/serving.md)
+        d["warmup"] = True
     return _jsonable(d)
 
 
 def _request_sections(req: RequestsView) -> dict:
-    return {"requests": [request_dict(r) for r in req.rows],
+    return {"requests": [request_dict(r) for r in (*req.warmup, *req.rows)],
             "request_stats": {"counts": dict(req.counts), "misuse": dict(req.misuse),
                               "sources": {str(k): v for k, v in req.sources.items()},
                               "keep": req.keep,
@@ -665,6 +668,15 @@ def _record(r: list, where: str) -> tuple:
     return tuple(r)
 
 
+# (start, end) positions of the raw record kinds that have a duration (store/records.py)
+_SPAN_AT = {"K": (2, 3), "C": (3, 4), "S": (2, 3), "R": (2, 3)}
+
+
+def _ends_before_start(r: tuple) -> bool:
+    at = _SPAN_AT.get(r[0])
+    return at is not None and r[at[1]] < r[at[0]]
+
+
 _TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow) if f.name != "busy_cursor")
 
 
@@ -712,13 +724,21 @@ def view_from_snapshot(doc: dict, where: str = "document") -> StoreView:
             if c["batch"] in parts:
                 raise _bad(where, f"configuration {str(c['batch'])[:20]!r} appears twice")
             parts[c["batch"]] = _read_part(c, where)
-        raw = [(r["seq"], [_record(x, where) for x in r["records"]]) for r in doc["raw"]]
+        raw, reversed_ = [], 0
+        for r in doc["raw"]:
+            recs = [_record(x, where) for x in r["records"]]
+            kept = [x for x in recs if not _ends_before_start(x)]
+            reversed_ += len(recs) - len(kept)
+            raw.append((r["seq"], kept))
+        counters = dict(doc["counters"])
+        if reversed_:   # dropped as the store drops them, and counted with them
+            counters["ends_before_start"] = counters.get("ends_before_start", 0) + reversed_
         for t in tokens:
             if isinstance(t.requests, list):
                 t.requests = tuple(t.requests)
         return compose_view(
             safe_tree(dict(doc["meta"])), tokens, parts, key, raw=raw, nvml=list(doc["nvml"]),
-            counters=dict(doc["counters"]), collectors=safe_tree(dict(doc["collectors"])),
+            counters=counters, collectors=safe_tree(dict(doc["collectors"])),
             events=[tuple(safe_tree(list(e))) for e in doc["events"]],
             overhead=safe_tree(dict(doc["overhead"])),
             output=[safe_text(str(line), 4096) for line in doc.get("output", ())],
@@ -741,13 +761,16 @@ def _read_requests(doc: dict, where: str) -> RequestsView | None:
         r = RequestRow(d["id"], d["source"], d["arrival_ns"],
                        **{k: d[k] for k in _REQUEST_FIELDS[4:] if k in d})
         r.status, r.reason = d["status"], d.get("reason", "")
+        r.warmup = d.get("warmup") is True
         r.token_ns = array("q", d["token_ns"])
         r.steps = array("q", d.get("steps", ()))
         rows.append(r)
     st = doc.get("request_stats") or {"counts": {}, "stats": {}}
-    return RequestsView(tuple(rows), {k: _stats(v, where) for k, v in st["stats"].items()},
+    return RequestsView(tuple(r for r in rows if not r.warmup),
+                        {k: _stats(v, where) for k, v in st["stats"].items()},
                         dict(st["counts"]), dict(st.get("misuse", {})),
-                        dict(st.get("sources", {})), int(st.get("keep", len(rows))))
+                        dict(st.get("sources", {})), int(st.get("keep", len(rows))),
+                        tuple(r for r in rows if r.warmup))
 
 
 @dataclass

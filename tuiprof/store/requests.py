@@ -79,6 +79,7 @@ class RequestRow:
     shared: int = 0             # over its decode steps, the other requests in the step
     preemptions: int = 0        # times it was sent back to the queue after it had started
     model_ns: int = -1          # its life inside model steps (any request's), once finished
+    warmup: bool = False        # a warm-up request: kept apart from the counts and statistics
     traceparent: str = ""       # the W3C trace context it arrived with (HTTP header), if any
     client_id: str = ""         # the id the client gave (an HTTP X-Request-Id), when known
     token_ns: array = field(default_factory=lambda: array("q"))
@@ -133,6 +134,7 @@ class RequestsView:
     # finished requests, and totals (arrived, finished, failed, cancelled, preempted, tokens)
     buckets: dict = field(default_factory=dict)
     totals: dict = field(default_factory=dict)
+    warmup: tuple = ()             # warm-up requests (RequestRow): apart from rows and counts
 
     def __bool__(self) -> bool:
         return bool(self.rows) or bool(self.counts.get("arrived"))
@@ -157,7 +159,13 @@ EMPTY = RequestsView()
 
 class RequestBook:
     """The store's requests (see the module doc). Producers call :meth:`arrived`,
-    :meth:`tokens`, :meth:`finished`; the store calls :meth:`step` and :meth:`step_interval`."""
+    :meth:`tokens`, :meth:`finished`; the store calls :meth:`step` and :meth:`step_interval`.
+
+    A request marked as a warm-up (:meth:`warmup`, before or after it arrives: a load
+    generator's first request, served before the load starts) is kept whole but apart: it is
+    in no count (``counts["warmup"]`` counts them), no total or bucket, no statistic, no
+    source's tally and no window of the analysis, and the snapshot marks it (``warmup:
+    true``)."""
 
     def __init__(self, keep: int = 1024, max_in_flight: int = 65536,
                  on_misuse: Callable[[str, str], None] | None = None) -> None:
@@ -175,6 +183,7 @@ class RequestBook:
         self.misuse: dict[str, int] = {}
         self.sources: dict[str, int] = {}
         self.lost: dict[str, int] = {}   # where tuiprof's own record of a request failed
+        self._warm_ids: OrderedDict[Any, None] = OrderedDict()   # warm-ups yet to arrive
         self.buckets = {k: Buckets(REQUEST_EDGES_MS) for k in BUCKET_NAMES}
         self.totals = {"arrived": 0, "finished": 0, "failed": 0, "cancelled": 0,
                        "preempted": 0, "tokens": 0}
@@ -184,17 +193,40 @@ class RequestBook:
         self._done: OrderedDict[Any, RequestRow] = OrderedDict()
         self.stats = {k: RunningStats() for k in STAT_NAMES}
         self.counts = {"arrived": 0, "finished": 0, "failed": 0, "cancelled": 0, "tokens": 0,
-                       "preempted": 0}
+                       "preempted": 0, "warmup": 0}
 
     def reset(self) -> None:
         """Forget finished requests and the aggregates; requests in flight stay."""
         with self._lock:
             self._reset_finished()
-            self.counts["arrived"] = len(self._live)
+            self.counts["arrived"] = sum(1 for r in self._live.values() if not r.warmup)
             self._evicted += 1
             self._rev += 1
 
     # --------------------------------------------------------------- producers
+    def warmup(self, rid: Any) -> None:
+        """Request ``rid`` is a warm-up: said before it arrives (then it is counted apart from
+        its arrival on) or while it is in flight (taken out of the counts it was in)."""
+        with self._lock:
+            try:
+                row = self._live.get(rid)
+            except TypeError:
+                self._misuse("bad_id", rid)
+                return
+            if row is None:
+                self._warm_ids[rid] = None
+                while len(self._warm_ids) > GONE_IDS:
+                    self._warm_ids.popitem(last=False)
+                return
+            if not row.warmup:
+                row.warmup = True
+                for c in (self.counts, self.totals):
+                    c["arrived"] -= 1
+                    c["tokens"] -= row.output_tokens
+                self.counts["warmup"] += 1
+                self.sources[row.source] = self.sources.get(row.source, 1) - 1
+                self._touch(row)
+
     def arrived(self, rid: Any, prompt_tokens: int = 0, source: str = "api",
                 t: int | None = None, queued_t: int | None = None,
                 traceparent: str | None = None, app_t: int | None = None,
@@ -233,9 +265,13 @@ class RequestBook:
             if client_id:
                 row.client_id = str(client_id)
             self._live[rid] = row
-            self.counts["arrived"] += 1
-            self.totals["arrived"] += 1
-            self.sources[source] = self.sources.get(source, 0) + 1
+            if self._warm_ids and self._warm_ids.pop(rid, False) is None:
+                row.warmup = True
+                self.counts["warmup"] += 1
+            else:
+                self.counts["arrived"] += 1
+                self.totals["arrived"] += 1
+                self.sources[source] = self.sources.get(source, 0) + 1
             self._touch(row)
 
     def tokens(self, rid: Any, n: int = 1, t: int | None = None) -> None:
@@ -292,8 +328,9 @@ class RequestBook:
                 times.append(t)
             else:
                 times.extend((t,) * min(n, MAX_TOKEN_TIMES - len(times)))
-        self.counts["tokens"] += n
-        self.totals["tokens"] += n
+        if not row.warmup:
+            self.counts["tokens"] += n
+            self.totals["tokens"] += n
         self._rev = rev = self._rev + 1
         row.rev = rev
 
@@ -321,14 +358,16 @@ class RequestBook:
                 row.first_token_ns = token_ns[0] if token_ns else 0
                 row.last_token_ns = token_ns[-1] if token_ns else 0
             if output_tokens is not None:
-                self.counts["tokens"] += int(output_tokens) - row.output_tokens
-                self.totals["tokens"] += int(output_tokens) - row.output_tokens
+                if not row.warmup:
+                    self.counts["tokens"] += int(output_tokens) - row.output_tokens
+                    self.totals["tokens"] += int(output_tokens) - row.output_tokens
                 row.output_tokens = int(output_tokens)
             row.finish_ns = max(t, row.last_token_ns, row.arrival_ns)
             row.status = status if status in DONE_STATES else FINISHED
             row.reason = str(reason or "")
             row.model_ns = self._inside(row.arrival_ns, row.finish_ns)
-            self._fold(row)
+            if not row.warmup:
+                self._fold(row)
             self._done[rid] = row
             self._gone[rid] = None
             if len(self._gone) > GONE_IDS:
@@ -389,8 +428,9 @@ class RequestBook:
                         row.prefill_steps += 1
                         if row.status == DECODE:  # it had tokens: sent back to its prompt
                             row.preemptions += 1
-                            self.counts["preempted"] += 1
-                            self.totals["preempted"] += 1
+                            if not row.warmup:
+                                self.counts["preempted"] += 1
+                                self.totals["preempted"] += 1
                         row.status = PREFILL
                     else:
                         row.decode_steps += 1
@@ -458,9 +498,11 @@ class RequestBook:
         with self._lock:
             rows = [_copy(r) for r in self._done.values()]
             rows += [_copy(r) for r in self._live.values()]
-            return RequestsView(tuple(rows), {k: s.copy() for k, s in self.stats.items()},
+            return RequestsView(tuple(r for r in rows if not r.warmup),
+                                {k: s.copy() for k, s in self.stats.items()},
                                 dict(self.counts), dict(self.misuse), dict(self.sources),
-                                self.keep, self._buckets_copy(), dict(self.totals))
+                                self.keep, self._buckets_copy(), dict(self.totals),
+                                tuple(r for r in rows if r.warmup))
 
     def _buckets_copy(self) -> dict:
         return {k: b.copy() for k, b in self.buckets.items()}
@@ -522,11 +564,12 @@ class RequestsMirror:
     def view(self) -> RequestsView:
         if not self.rest:
             return EMPTY
-        done = [r for r in self.rows.values() if r.done]
-        live = [r for r in self.rows.values() if not r.done]
+        done = [r for r in self.rows.values() if r.done and not r.warmup]
+        live = [r for r in self.rows.values() if not r.done and not r.warmup]
         return RequestsView(tuple(done + live), self.rest["stats"], self.rest["counts"],
                             self.rest["misuse"], self.rest["sources"], self.rest["keep"] or 0,
-                            self.rest["buckets"], self.rest["totals"])
+                            self.rest["buckets"], self.rest["totals"],
+                            tuple(r for r in self.rows.values() if r.warmup))
 
 
 _HEX = frozenset("0123456789abcdef")

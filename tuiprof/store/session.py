@@ -40,6 +40,10 @@ PROGRAM_CONFIG = "program"  # the configuration of a profiled program's steps (a
 _API_CORR_LEN = 4096
 _LAUNCH_LEN = 65536  # launches remembered, and kernels waiting for their launch (a step: ~2,000)
 _TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2, GRAPH: 1}
+# Where a record with a duration has its end (its start is at _TS_INDEX). One that ends before it
+# starts (a corrupt buffer, a hand-edited recording) has no duration to fold: it is dropped
+# and counted (counters["ends_before_start"]), never a negative time in any aggregate or export.
+_END_INDEX = {KERNEL: 3, MEMCPY: 4, MEMSET: 3, API: 3, GRAPH: 2}
 # Traced tokens kept after they left the raw ring, for readers of "the last N traced tokens"
 # (findings, the cross-rank split): a sampling burst comes every 256 eager or 4,096 compiled
 # tokens, and a ring of 64 tokens lets it go after 4.6 s of eager or 0.2 s of compiled decode.
@@ -342,7 +346,7 @@ class SessionStore:
         self._pending_n = 0
         self._counters = {"records": 0, "kernels": 0, "dropped": 0, "late": 0,
                           "unattributed": 0, "unsampled": 0, "tokens": 0, "graphs": 0,
-                          "window_steps": 0, "launch_unmatched": 0}
+                          "window_steps": 0, "launch_unmatched": 0, "ends_before_start": 0}
         self._seq = 0
         # For :meth:`changes`: lowest token seq whose row changed since the last call, and a
         # generation that a reset moves on (a mirror then starts again from scratch).
@@ -655,6 +659,9 @@ class SessionStore:
                 if skip:  # a token left out by sampling
                     counters["unsampled"] += 1
                     continue
+                if rec[3] < rec[2]:   # ends before it starts: no duration to fold (counted)
+                    counters["ends_before_start"] += 1
+                    continue
                 if raw is not None:
                     raw.append(rec)
                 elif row is None:
@@ -705,6 +712,10 @@ class SessionStore:
                         self._pend_launch(rec[13], agg, end - start)
                     else:
                         self._split_kernel(launched, agg, end - start)
+                continue
+            end_at = _END_INDEX.get(kind)
+            if end_at is not None and rec[end_at] < ts:   # ends before it starts (counted)
+                counters["ends_before_start"] += 1
                 continue
             if kind == GRAPH:  # never sampled out, never in the raw ring (not a raw record kind)
                 counters["graphs"] += 1

@@ -103,6 +103,8 @@ class RequestsPane(Pane):
             return
         w = window(view, WINDOW_S)
         cap.append(f"{w.in_flight} in flight", "bold")
+        if counts.get("warmup"):   # served before the load: in none of the figures here
+            cap.append(f" ({counts['warmup']} warm-up apart)", "dim")
         cap.append(f" · {w.requests_per_s:.2f} req/s · {w.tokens_per_s:,.1f} output tok/s")
         span = "every request kept" if w.whole else f"last {w.span_s:.0f} s"
         cap.append(f" · {w.finished} finished in the window ({span})", "dim")
