@@ -73,6 +73,8 @@ def test_serve_headless_records_every_request_of_its_load(tmp_path):
     (["--model", "qwen3-tiny", "--requests", "0"], "--requests 0: must be at least 1"),
     (["--model", "qwen3-tiny", "--seed", "-1"], "--seed -1: must be 0 to"),
     (["--model", "qwen3-tiny", "--ring-tokens", "0"], "--ring-tokens 0: must be at least 1"),
+    (["--model", "qwen3-tiny", "--sample-every", "0"], "--sample-every 0: give auto or live"),
+    (["--model", "qwen3-tiny", "--sample-every", "nan"], "--sample-every nan: give auto"),
     (["--model", "qwen3-tiny", "--prompt-len", "64~nan"], "--prompt-len '64~nan'"),
     # the model's context (qwen3-tiny: 512 positions): 10,000,000 ran for minutes
     (["--model", "qwen3-tiny", "--prompt-len", "10000000"],
