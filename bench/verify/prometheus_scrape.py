@@ -124,8 +124,9 @@ def run(requests: int = 24, ports: tuple = (18500, 18600), work: Path | None = N
         prom_p50_ms = float(q["result"][0]["value"][1]) * 1000
         rate_q = query(purl, "query", time=t_last, query="histogram_quantile(0.5, sum by (le) "
                        "(rate(tuiprof_request_ttft_seconds_bucket[30s])))")
-        ttfts = sorted(r["ttft_ms"] for r in snap["requests"]
-                       if r["status"] == "finished" and r.get("ttft_ms") is not None)
+        # the load's requests: the warm-up is in no count or bucket (it is marked warmup)
+        ttfts = sorted(r["ttft_ms"] for r in snap["requests"] if not r.get("warmup")
+                       and r["status"] == "finished" and r.get("ttft_ms") is not None)
         n = len(ttfts)
         snap_p50 = (ttfts[(n - 1) // 2] + ttfts[n // 2]) / 2 if n else float("nan")
         scrapes = query(purl, "query", time=t_last, query="count_over_time(up[10m])")

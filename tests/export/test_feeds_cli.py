@@ -53,7 +53,9 @@ def test_serve_feeds_prometheus_and_otlp(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert "tuiprof_steps_total{" in scraped and 'role="program"' in scraped
     doc = json.loads(snap.read_text())
-    reqs = {r["id"]: r for r in doc["requests"]}
+    # the load's requests: the warm-up is kept apart from every feed as from every count
+    reqs = {r["id"]: r for r in doc["requests"] if not r.get("warmup")}
+    assert [r["id"] for r in doc["requests"] if r.get("warmup")] == ["warmup0"]
     roots = {attrs(s)["tuiprof.request.id"]: s for _, s in rx.spans if s.name == "request"}
     assert sorted(roots) == sorted(reqs)
     for rid, sp in roots.items():

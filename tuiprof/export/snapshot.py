@@ -770,7 +770,7 @@ def _read_requests(doc: dict, where: str) -> RequestsView | None:
                         {k: _stats(v, where) for k, v in st["stats"].items()},
                         dict(st["counts"]), dict(st.get("misuse", {})),
                         dict(st.get("sources", {})), int(st.get("keep", len(rows))),
-                        tuple(r for r in rows if r.warmup))
+                        warmup=tuple(r for r in rows if r.warmup))
 
 
 @dataclass
