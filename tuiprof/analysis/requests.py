@@ -152,7 +152,10 @@ def in_flight(view: Any, now: int | None = None) -> list[InFlight]:
         if r.done:
             continue
         itl = r.itls_ms()
-        out.append(InFlight(r.id, max(0, now - r.arrival_ns) / 1e6, r.status, r.output_tokens,
+        state = r.status
+        if state == "queued" and getattr(r, "outside", False):
+            state = "no token"   # seen from outside: whether it is queued nobody says
+        out.append(InFlight(r.id, max(0, now - r.arrival_ns) / 1e6, state, r.output_tokens,
                             r.ttft_ms, pct(itl, 0.5) if itl else None))
     out.sort(key=lambda x: -x.age_ms)
     return out
@@ -178,6 +181,7 @@ class RequestStory:
     inside_ms: float | None
     itl: dict | None
     kernels: dict                    # steps of it still in view: traced, kernels, kernel ms, top
+    outside: bool = False            # seen from outside the engine (a proxy): no queue, no split
 
 
 def story(view: Any, rid: Any) -> RequestStory | None:
@@ -186,6 +190,8 @@ def story(view: Any, rid: Any) -> RequestStory | None:
     if r is None:
         return None
     tl = [t for t in (view.timeline or view.tokens) if t.done and t.phase != "window"]
+    if getattr(r, "outside", False):
+        return _outside_story(view, r, tl)
     end_wait = r.first_step_ns or r.finish_ns or now_ns(view)
     # the steps that ran while it waited: the one running when it arrived, and those after
     before = [t for t in tl if t.start_ns < end_wait and t.end_ns > r.arrival_ns
@@ -208,6 +214,19 @@ def story(view: Any, rid: Any) -> RequestStory | None:
     outside = max(0.0, e2e - inside) if inside is not None else None
     mine = set(r.steps)
     its = [t for t in tl if t.seq in mine]
+    kern = _kernels(view, r, its, len(r.steps))
+    app = r.app_ns or r.arrival_ns
+    return RequestStory(
+        r, r.before_app_ms, (r.queued_ns - app) / 1e6 if r.queued_ns else None, r.queue_ms,
+        behind,
+        len(before), busy_wait, r.prefill_steps,
+        (r.first_token_ns - r.first_step_ns) / 1e6 if r.first_token_ns and r.first_step_ns
+        else None, r.decode_steps, r.shared / r.decode_steps if r.decode_steps else None,
+        outside, inside, itl_summary(r), kern)
+
+
+def _kernels(view: Any, r: Any, its: list, steps: int) -> dict:
+    """The kernels of a request's steps still in view (the traced ones)."""
     traced = [t for t in its if t.sampled and t.kernels]
     top: dict[str, list] = {}
     want = {t.seq for t in traced}
@@ -219,19 +238,32 @@ def story(view: Any, rid: Any) -> RequestStory | None:
                 e = top.setdefault(rec[1], [0, 0])
                 e[0] += 1
                 e[1] += rec[3] - rec[2]
-    kern = {"steps": len(r.steps), "in_view": len(its), "traced": len(traced),
+    return {"steps": steps, "in_view": len(its), "traced": len(traced),
             "kernels": sum(t.kernels for t in traced),
             "kernel_ms": sum(t.kernel_ns for t in traced) / 1e6,
             "gpu_ms": sum(t.gpu_ms for t in its if t.gpu_ms is not None) or None,
             "top": sorted(((n, c, ns / 1e6) for n, (c, ns) in top.items()),
                           key=lambda x: -x[2])[:8]}
-    app = r.app_ns or r.arrival_ns
-    return RequestStory(
-        r, r.before_app_ms, (r.queued_ns - app) / 1e6 if r.queued_ns else None, r.queue_ms, behind,
-        len(before), busy_wait, r.prefill_steps,
-        (r.first_token_ns - r.first_step_ns) / 1e6 if r.first_token_ns and r.first_step_ns
-        else None, r.decode_steps, r.shared / r.decode_steps if r.decode_steps else None,
-        outside, inside, itl_summary(r), kern)
+
+
+def _outside_story(view: Any, r: Any, tl: list) -> RequestStory:
+    """A request seen from outside the engine (a proxy): its steps are those that ran while it
+    was in flight (joined by time); no queue wait, no prefill split, no step said it advanced
+    it."""
+    end = r.finish_ns or now_ns(view)
+    its = [t for t in tl if t.start_ns < end and t.end_ns > r.arrival_ns]
+    starts, ends = step_intervals(view)
+    inside = None
+    if r.finish_ns and r.model_ns is not None and r.model_ns >= 0:
+        inside = r.model_ns / 1e6
+    elif starts and starts[0] <= r.arrival_ns:
+        inside = inside_ns(starts, ends, r.arrival_ns, end) / 1e6
+    outside = max(0.0, (end - r.arrival_ns) / 1e6 - inside) if inside is not None else None
+    # the book joins a finished request to the steps that had ended by then; the view also
+    # has the one that was running when it finished
+    kern = _kernels(view, r, its, max(len(r.steps), len(its)))
+    return RequestStory(r, None, None, None, [], 0, 0.0, 0, None, 0, None, outside, inside,
+                        itl_summary(r), kern, outside=True)
 
 
 # ------------------------------------------------------------------ findings
@@ -445,8 +477,59 @@ def _underfilled(view: Any, summaries: Any = None) -> list:
                      "budget spent on one long prefill).")]
 
 
+def _from_outside(view: Any, summaries: Any = None) -> list:
+    """Requests seen through the proxy: what their figures are, and what they cannot be."""
+    rows = [r for r in view.requests.rows if getattr(r, "outside", False)]
+    if not rows:
+        return []
+    fin = [r for r in rows if r.status == "finished"]
+    ttft = [r.ttft_ms for r in fin if r.ttft_ms is not None]
+    e2e = [r.e2e_ms for r in fin if r.e2e_ms is not None]
+    chunks = sum(1 for r in rows if r.tokens_from == "chunks")
+    steps = [len(r.steps) for r in fin]
+    bad = sum(1 for r in rows if r.http_status >= 400)
+    nums = {"requests": len(rows), "finished": len(fin), "ttft_p50_ms": pct(ttft, 0.5),
+            "e2e_p50_ms": pct(e2e, 0.5), "tokens_counted_from_chunks": chunks,
+            "steps_in_flight_p50": pct(steps, 0.5), "http_errors": bad}
+    # the same requests seen by the engine's own hooks too: how far apart the two views are
+    own = {r.id: r for r in view.requests.rows if not getattr(r, "outside", False)}
+    own.update({r.client_id: r for r in view.requests.rows if getattr(r, "client_id", "")
+                and not getattr(r, "outside", False)})   # a server whose ids are its own
+    pairs = [(r, own[r.id[6:]]) for r in fin if isinstance(r.id, str)
+             and r.id.startswith("proxy:") and r.id[6:] in own]
+    pairs = [(a, b) for a, b in pairs if b.status == "finished" and a.ttft_ms is not None
+             and b.ttft_ms is not None]
+    title = (f"{len(rows)} requests seen through the proxy, from outside the engine: TTFT p50 "
+             f"{_ms(pct(ttft, 0.5))}, end to end p50 {_ms(pct(e2e, 0.5))}; no queue time")
+    ev = ("arrival is the request's first byte at the proxy and its first token the first "
+          "streamed chunk that carried text (a response that is not a stream: its end); the "
+          "server does not say when a request entered its queue or which steps advanced it, so "
+          "TTFT is not split into queue wait and prefill, and its steps are those that ran "
+          "while it was in flight (joined by time")
+    ev += f", p50 {pct(steps, 0.5):.0f} a request)" if steps else ")"
+    if chunks:
+        ev += (f"; {chunks} sent no usage: their output tokens are the chunks counted and their "
+               "prompt is unknown")
+    if bad:
+        ev += f"; {bad} answered with an HTTP error"
+    if pairs:
+        dt = pct([a.ttft_ms - b.ttft_ms for a, b in pairs], 0.5)
+        de = pct([a.e2e_ms - b.e2e_ms for a, b in pairs], 0.5)
+        nums.update(matched=len(pairs), ttft_minus_hooks_p50_ms=dt, e2e_minus_hooks_p50_ms=de)
+        ev += (f"; {len(pairs)} were also seen by the engine's hooks: the proxy's TTFT minus "
+               f"theirs p50 {dt:+.2f} ms, end to end {de:+.2f} ms (HTTP and the event stream)")
+    adv = ("For a queue wait and a prefill per request, serve with hooks tuiprof reads "
+           "(transformers continuous batching, tuiprof.request_*), or send stream_options "
+           "{\"include_usage\": true} so that token counts are the server's own.")
+    return [_finding("requests-from-outside", title, "info", None, None, nums, ev, adv)]
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1f} ms"
+
+
 REQUEST_RULES = (_waiting, _ttft_split, _itl_neighbour_prefill, _outside, _kv_full,
-                 _underfilled)
+                 _underfilled, _from_outside)
 
 
 # ------------------------------------------------------------------ sweep cells
@@ -552,9 +635,17 @@ def phases(r: Any, end_ns: int) -> list[tuple[str, int, int]]:
     """A request's life as ranges: ``request`` (arrival to finish, or ``end_ns`` while in
     flight) holding ``before the app`` (an HTTP server's first bytes of it to its app, where
     known), ``queued`` (to its first step), ``prefill`` (to its first token) and ``decode``
-    (to its finish); a phase not reached is left out."""
+    (to its finish); a phase not reached is left out. A request seen from outside the engine
+    (the proxy) holds ``ttft`` (to its first token) and ``decode`` instead."""
     end = r.finish_ns or max(end_ns, r.last_token_ns, r.arrival_ns)
     out = [("request", r.arrival_ns, end)]
+    if getattr(r, "outside", False):
+        # seen from outside the engine: no queue and no prefill were measured, only the time
+        # to its first token ("ttft") and the stream after it
+        out.append(("ttft", r.arrival_ns, min(r.first_token_ns or end, end)))
+        if r.first_token_ns:
+            out.append(("decode", r.first_token_ns, end))
+        return [(n, s, max(s, e)) for n, s, e in out]
     app = getattr(r, "app_ns", 0) or r.arrival_ns
     if app > r.arrival_ns:
         out.append(("before the app", r.arrival_ns, min(app, end)))

@@ -280,6 +280,12 @@ def print_requests(view) -> None:
         o = pct([(r.finish_ns - r.arrival_ns - r.model_ns) / 1e6 for r in out], 0.5)
         e = pct([r.e2e_ms for r in out], 0.5)
         print(f"  outside model steps: {o:.2f} of {e:.2f} ms a request (p50)")
+    proxied = [r for r in req.rows if r.outside]
+    if proxied:
+        counted = sum(1 for r in proxied if r.tokens_from == "chunks")
+        print(f"  {req.sources.get('proxy', len(proxied))} seen through the proxy, from outside "
+              f"the engine: no queue wait, TTFT to the first streamed chunk"
+              + (f"; {counted} sent no usage (output = chunks counted)" if counted else ""))
     if req.misuse:
         print("  misuse (counted, never raised): "
               + ", ".join(f"{k} {v}" for k, v in req.misuse.items()), file=sys.stderr)

@@ -47,6 +47,8 @@ def check_options(args: argparse.Namespace, defaults: dict) -> None:
 
     if args.program is None:
         given = [o.flag for o in OPTIONS if getattr(args, o.dest) != defaults[o.dest]]
+        if getattr(args, "proxy", None):
+            given.append("--proxy")
         if given:
             raise TuiprofError(f"{given[0]} applies to a program of your own: "
                                f"tuiprof run {given[0]} ... -- python SCRIPT.py")
@@ -64,6 +66,23 @@ def check_options(args: argparse.Namespace, defaults: dict) -> None:
         why = o.problem(getattr(args, o.dest))
         if why:
             raise TuiprofError(f"{o.flag} {why}")
+    check_proxy(getattr(args, "proxy", None))
+
+
+def check_proxy(spec: str | None) -> None:
+    """``--proxy LISTEN=UPSTREAM``: its syntax, loopback addresses, and LISTEN free now (one
+    line each, before anything starts)."""
+    if not spec:
+        return
+    from ..collect.http_proxy import check_listen, parse_spec  # noqa: PLC0415
+
+    try:
+        listen, _ = parse_spec(spec)
+    except ValueError as exc:
+        raise TuiprofError(f"--proxy {printable(exc, 200)}") from None
+    why = check_listen(listen)
+    if why:
+        raise TuiprofError(f"--proxy: {why}; give a free LISTEN port")
 
 
 def source_options(args: argparse.Namespace) -> dict:
@@ -153,7 +172,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     log = out.with_suffix(".log") if kind == FILE else output_path(f"tuiprof-{stem(spec)}.log")
     check_output(log, "the program's log")
     program = {"spec": spec, "log_path": str(log), "options": source_options(args),
-               "own_group": True, "stop_on_term": True, "tee": True,
+               "proxy": getattr(args, "proxy", None), "own_group": True, "stop_on_term": True,
+               "tee": True,
                "stdin": None if os.isatty(0) else 0,   # a terminal stays here (Ctrl-C)
                "meta": getattr(args, "meta", None)}
     ctl = RemoteControl(program_options(args, True), {"ring_tokens": args.ring_tokens},
@@ -459,7 +479,7 @@ def live_control(args: argparse.Namespace):
         raise TuiprofError(f"cannot write the program's log in {export}: "
                            f"{exc.strerror or exc}") from None
     program = {"spec": spec, "log_path": str(log), "options": source_options(args),
-               "meta": getattr(args, "meta", None)}
+               "proxy": getattr(args, "proxy", None), "meta": getattr(args, "meta", None)}
     ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
                         orphan_snapshot_dir=args.export_dir, program=program)
     return ctl, spec.name, stem(spec)

@@ -93,6 +93,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     from ..program.sources import OPTIONS  # noqa: PLC0415 - the step sources' options
     for opt in OPTIONS:
         opt.add_to(g)
+    g.add_argument("--proxy", metavar="LISTEN=UPSTREAM",
+                   help="a transparent streaming HTTP proxy: clients talk to LISTEN, every byte "
+                        "goes on unchanged to the program's server at UPSTREAM (each PORT or "
+                        "HOST:PORT, loopback), and the requests that pass become the session's "
+                        "requests, seen from outside the engine (docs/serving.md, \"Proxy\")")
 
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:

@@ -346,7 +346,11 @@ class OtlpFeed:
         first_step = r.first_step_ns or 0
         first_tok = r.first_token_ns or 0
         phases = []
-        if first_step:
+        if getattr(r, "outside", False):   # the proxy's: no queue or prefill was measured
+            phases.append(("ttft", r.arrival_ns, first_tok or r.finish_ns))
+            if first_tok:
+                phases.append(("decode", first_tok, r.finish_ns))
+        elif first_step:
             phases.append(("queued", r.arrival_ns, first_step))
             if first_tok:
                 phases.append(("prefill", first_step, max(first_step, first_tok)))

@@ -31,7 +31,7 @@ from ._atomic import atomic_write_bytes
 from .names import demangle
 from .summary import summary
 
-SCHEMA_VERSION = 7       # 2: batch configurations ("batch", "configurations", token "config");
+SCHEMA_VERSION = 8       # 2: batch configurations ("batch", "configurations", token "config");
                          # 3: token "rerecord"; 4: token "model_*"/"loop_*" (a step's kernels
                          # launched inside and outside its model forward), kernel "loop_*";
                          # 5: token "attached" (CUPTI attached while the step ran: traced and
@@ -41,6 +41,8 @@ SCHEMA_VERSION = 7       # 2: batch configurations ("batch", "configurations", t
                          # "prefills", "prefill_tokens", "decode_tokens", "pending", "running",
                          # "kv_used", "kv_total"
                          # 7: request "warmup" (a warm-up request, apart from every count)
+                         # 8: request "http_status" and "tokens_from" (requests seen through
+                         # the proxy, from outside the engine)
 FORMAT = "tuiprof-snapshot"
 RANKS_FORMAT = "tuiprof-ranks-snapshot"   # a tensor-parallel session: one snapshot per rank
 MAX_RANKS = 1024
@@ -64,7 +66,7 @@ META_KEYS = frozenset({
     "max_batch", "step_time_sources",
     "process", "job", "cuda",
     "native", "auto_steps",
-    "request_sources", "load",
+    "request_sources", "load", "proxy",
     "feeds",
 })
 # What a multi-rank snapshot says about the whole job (its "world" section).
@@ -227,7 +229,7 @@ _REQUEST_FIELDS = ("source", "status", "reason", "arrival_ns", "queued_ns", "fir
                    "first_step_seq", "first_token_ns", "last_token_ns", "finish_ns",
                    "prompt_tokens", "output_tokens", "kv_blocks", "prefill_steps",
                    "decode_steps", "shared", "preemptions", "model_ns", "traceparent",
-                   "app_ns", "client_id")
+                   "app_ns", "client_id", "http_status", "tokens_from")
 
 
 def _request_id(rid: Any) -> Any:

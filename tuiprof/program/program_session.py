@@ -17,6 +17,7 @@ from typing import Any
 from .. import marks
 from ..engine.graphs import GraphCaptures
 from ..collect.device import device_facts
+from ..errors import TuiprofError
 from ..profiler import Profiler
 from .launch import ProgramResult, ProgramSpec, run_program
 from .native_session import NativeSide
@@ -40,10 +41,13 @@ class ProgramSession:
     def __init__(self, prof: Profiler, spec: ProgramSpec, log_path: str | Path, *,
                  options: dict | None = None, window_ms: float | None = None,
                  step_ranges: tuple[str, ...] | None = None, tee: bool = False,
-                 relayed: bool = False, meta: dict | None = None) -> None:
+                 relayed: bool = False, meta: dict | None = None,
+                 proxy: str | None = None) -> None:
         """``options``: the step sources' options by ``dest`` (``program.sources.OPTIONS``;
         ``window_ms`` and ``step_ranges`` are shorthands for two of them); ``meta``: facts
-        about the run for the snapshot (``tuiprof serve``'s load)."""
+        about the run for the snapshot (``tuiprof serve``'s load); ``proxy``: ``--proxy
+        LISTEN=UPSTREAM``, a streaming proxy in front of the program's server whose requests
+        become the store's (:mod:`tuiprof.collect.http_proxy`)."""
         self.prof = prof
         self.spec = spec
         self.log_path = str(log_path)
@@ -63,6 +67,8 @@ class ProgramSession:
         # a server's requests, on the clock of the steps (tuiprof/store/requests.py)
         self.requests = prof.store.requests
         self.requests.clock = self.recorder.clock
+        self.proxy_spec = proxy
+        self.proxy: Any = None
         # the step sources of this run, in precedence order (tuiprof.program.sources)
         self.sources: dict[str, Any] = {}
         kind = "native" if self.native is not None else "python"
@@ -97,6 +103,7 @@ class ProgramSession:
                         if m is not None), None)
         if self.native is not None:  # the child's CUPTI feeds the step source's marker sink
             self.native.start(markers)
+            self._start_proxy()
             self.capture.start()
             for name, source in self.sources.items():
                 if name != "nvtx":  # NVTX reaches the child through its environment
@@ -104,6 +111,7 @@ class ProgramSession:
             self._running(spec)
             return
         prof.start_collectors(markers=markers)
+        self._start_proxy()
         if markers is None and prof.allow_bursts_only(
                 self.captures.undroppable, lambda: self.captures.captures):
             # CUPTI attached around its bursts only, on a rank too: the ranks' bursts fall on the
@@ -122,6 +130,28 @@ class ProgramSession:
             self.recorder.enabled = frozenset({"windows"})
             self.sources["windows"].install()
         self._running(spec)
+
+    def _start_proxy(self) -> None:
+        """``--proxy``: listen before the program starts (its clients may come at once); a
+        LISTEN taken since the command checked it is one line and nothing starts."""
+        if not self.proxy_spec:
+            return
+        from ..collect.http_proxy import address_text, make_proxy  # noqa: PLC0415
+
+        try:
+            proxy = make_proxy(self.requests, self.proxy_spec)
+            proxy.start()
+        except (OSError, ValueError) as exc:
+            self.prof.stop()
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise TuiprofError(f"--proxy {self.proxy_spec}: cannot listen: {why}") from None
+        self.proxy = proxy
+        self.prof.collectors["proxy"] = proxy   # stopped with the others, its cost counted
+        store = self.prof.store
+        store.meta["proxy"] = proxy.stats()
+        store.set_collector("proxy", True, f"proxy: {address_text(proxy.listen)} → "
+                            f"{address_text(proxy.upstream)}: requests seen from outside the "
+                            "engine (no queue time, TTFT and tokens as they passed)")
 
     def _running(self, spec: ProgramSpec) -> None:
         prof = self.prof
@@ -152,6 +182,9 @@ class ProgramSession:
         ``keep_capture``: leave fds 1 and 2 on the log (the live session process goes on)."""
         self.running = False
         self.result = result
+        if self.proxy is not None:   # requests still in flight end here (cancelled)
+            self.proxy.stop()
+            self.prof.store.meta["proxy"] = self.proxy.stats()
         if self.native is not None:  # everything the program sent, cut into its last steps
             self.native.finish()
         for source in reversed(list(self.sources.values())):
@@ -276,6 +309,8 @@ class ProgramSession:
     def status_extra(self) -> dict:
         """Program facts the UI process shows (``SourceStatus.extra``); ``steps``: the step
         facts so far, which a process that outlives this one writes into the snapshot."""
+        if self.proxy is not None:   # what passed the proxy so far (its process reports it)
+            self.prof.store.meta["proxy"] = self.proxy.stats()
         meta = self.prof.store.meta.get("program") or {}
         return {"program": {k: meta.get(k) for k in ("name", "log", "running", "exit_status",
                                                       "ended", "error", "traceback")},

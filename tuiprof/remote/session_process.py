@@ -342,7 +342,8 @@ def _serve_program(spec: SessionSpec) -> None:
         signal.signal(signal.SIGTERM, _stop_program)
     prof = Profiler(SessionStore(**spec.store), spec.options)
     session = ProgramSession(prof, prog["spec"], prog["log_path"], options=prog.get("options"),
-                             tee=False, relayed=bool(relayed), meta=prog.get("meta"))
+                             tee=False, relayed=bool(relayed), meta=prog.get("meta"),
+                             proxy=prog.get("proxy"))
     server = SessionServer(prof, _load_hook(spec.hook, prof), program=session)
     life = Life()
     srv = start_server(spec, server, life)

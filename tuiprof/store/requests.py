@@ -27,6 +27,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Callable
 
 from ..errors import one_line
@@ -37,6 +38,7 @@ DONE_STATES = frozenset({FINISHED, FAILED, "cancelled"})
 MAX_TOKEN_TIMES = 8192     # token times kept per request (the rest are counted)
 MAX_STEPS = 8192           # step numbers kept per request
 STEP_INTERVALS = 65536     # recent model steps (start, end) kept to split a request's time
+OUTSIDE_SOURCES = frozenset({"proxy"})   # producers that see requests from outside the engine
 GONE_IDS = 1024            # ids of finished requests remembered (to tell a second finish)
 STAT_NAMES = ("ttft_ms", "itl_ms", "queue_ms", "e2e_ms", "outside_ms", "prompt_tokens",
               "output_tokens")
@@ -82,6 +84,8 @@ class RequestRow:
     warmup: bool = False        # a warm-up request: kept apart from the counts and statistics
     traceparent: str = ""       # the W3C trace context it arrived with (HTTP header), if any
     client_id: str = ""         # the id the client gave (an HTTP X-Request-Id), when known
+    http_status: int = 0        # the HTTP status of its response (a proxy sees it; 0: unknown)
+    tokens_from: str = ""       # "usage": the server's counts; "chunks": streamed chunks counted
     token_ns: array = field(default_factory=lambda: array("q"))
     steps: array = field(default_factory=lambda: array("q"))
     rev: int = 0
@@ -95,6 +99,11 @@ class RequestRow:
         """From the HTTP server's first bytes of it to its app's entry (accept, reading,
         parsing, the event loop's queue), or None where not known."""
         return (self.app_ns - self.arrival_ns) / 1e6 if self.app_ns else None
+
+    @property
+    def outside(self) -> bool:
+        """Seen from outside the engine (a proxy): no queue, no step said it advanced it."""
+        return self.source in OUTSIDE_SOURCES
 
     @property
     def queue_ms(self) -> float | None:
@@ -177,6 +186,7 @@ class RequestBook:
         self._live: dict[Any, RequestRow] = {}
         self._steps_start: deque[int] = deque(maxlen=STEP_INTERVALS)
         self._steps_end: deque[int] = deque(maxlen=STEP_INTERVALS)
+        self._steps_seq: deque[int] = deque(maxlen=STEP_INTERVALS)
         self._gone: OrderedDict[Any, None] = OrderedDict()
         self._rev = 0
         self._evicted = 0        # rows that left the kept set (a mirror then gets the id list)
@@ -336,11 +346,16 @@ class RequestBook:
 
     def finished(self, rid: Any, reason: str = "", t: int | None = None,
                  status: str = FINISHED, output_tokens: int | None = None,
-                 token_ns: list | None = None, quiet: bool = False) -> None:
+                 token_ns: list | None = None, quiet: bool = False,
+                 prompt_tokens: int | None = None, http_status: int = 0,
+                 tokens_from: str = "") -> None:
         """``rid`` is done at ``t`` (default now; ``status``: finished, failed or cancelled).
-        ``output_tokens``/``token_ns``: what the producer knows only at the end (a plain
-        ``generate()``: each row's length once the batch is done). ``quiet``: a request that is
-        not in flight is no misuse (a failure path may report one that had finished)."""
+        ``output_tokens``/``token_ns``/``prompt_tokens``: what the producer knows only at the
+        end (a plain ``generate()``: each row's length once the batch is done; a proxy: the
+        server's usage). ``http_status``, ``tokens_from``: what a proxy saw (the row's fields).
+        ``quiet``: a request that is not in flight is no misuse (a failure path may report one
+        that had finished). A request seen from outside the engine learns here the model
+        steps that ran while it was in flight (joined by time)."""
         if t is None:
             t = self.clock()
         with self._lock:
@@ -362,7 +377,15 @@ class RequestBook:
                     self.counts["tokens"] += int(output_tokens) - row.output_tokens
                     self.totals["tokens"] += int(output_tokens) - row.output_tokens
                 row.output_tokens = int(output_tokens)
+            if prompt_tokens is not None:
+                row.prompt_tokens = int(prompt_tokens)
+            if http_status:
+                row.http_status = int(http_status)
+            if tokens_from:
+                row.tokens_from = str(tokens_from)
             row.finish_ns = max(t, row.last_token_ns, row.arrival_ns)
+            if row.outside and not row.steps:
+                row.steps = self._steps_between(row.arrival_ns, row.finish_ns)
             row.status = status if status in DONE_STATES else FINISHED
             row.reason = str(reason or "")
             row.model_ns = self._inside(row.arrival_ns, row.finish_ns)
@@ -443,11 +466,21 @@ class RequestBook:
                             row.kv_blocks = b
                     self._touch(row)
 
-    def step_interval(self, start_ns: int, end_ns: int) -> None:
-        """A model step ran from ``start_ns`` to ``end_ns`` (steps do not overlap)."""
+    def step_interval(self, start_ns: int, end_ns: int, seq: int = -1) -> None:
+        """Model step ``seq`` ran from ``start_ns`` to ``end_ns`` (steps do not overlap)."""
         with self._lock:
             self._steps_start.append(start_ns)
             self._steps_end.append(max(start_ns, end_ns))
+            self._steps_seq.append(seq)
+
+    def _steps_between(self, t0: int, t1: int) -> array:
+        """The numbers of the recent model steps that ran during [t0, t1] (at most
+        ``MAX_STEPS``, the latest): a request seen from outside the engine is joined to the
+        steps by time, not by what the engine says it advanced."""
+        starts, ends, seqs = self._steps_start, self._steps_end, self._steps_seq
+        i = bisect_right(ends, t0)
+        j = bisect_left(starts, t1)
+        return array("q", (s for s in islice(seqs, max(i, j - MAX_STEPS), max(i, j)) if s >= 0))
 
     def _inside(self, t0: int, t1: int) -> int:
         """Time in [t0, t1] covered by the recent model steps (-1: steps this old are gone)."""

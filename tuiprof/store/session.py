@@ -485,7 +485,7 @@ class SessionStore:
             if row.phase == "window":  # a program's fixed window (no step marked then)
                 self._counters["window_steps"] += 1
             else:  # a model step: requests in flight now are inside one
-                self.requests.step_interval(row.start_ns, end_ns)
+                self.requests.step_interval(row.start_ns, end_ns, seq)
             part = self._part(row.config)
             ts = _token_stats(part, row)
             if row.compiling or row.rerecord:  # slowed by a compile beside it or by tuiprof's

@@ -25,20 +25,33 @@ def render_story(s: Any) -> Table:
     t.add_row("request", Text(safe_text(r.id, 80), "bold cyan"))
     t.add_row("from", safe_text(r.source, 40) + f" · {r.status}"
               + (f" ({safe_text(r.reason, 60)})" if r.reason else ""))
-    t.add_row("tokens", f"{r.prompt_tokens:,} prompt → {r.output_tokens:,} output"
+    counted = getattr(r, "tokens_from", "") == "chunks"
+    unknown = counted or (getattr(r, "outside", False) and not r.prompt_tokens)
+    t.add_row("tokens", (f"{'?' if unknown else f'{r.prompt_tokens:,}'} prompt → "
+                         f"{r.output_tokens:,} output")
+              + (" (streamed chunks counted: the server sent no usage)" if counted else "")
               + (f" · {r.kv_blocks} KV-cache blocks" if r.kv_blocks else "")
-              + (f" · preempted {r.preemptions}×" if r.preemptions else ""))
+              + (f" · preempted {r.preemptions}×" if r.preemptions else "")
+              + (f" · HTTP {r.http_status}" if getattr(r, "http_status", 0) else ""))
     t.add_row("latency", f"TTFT {fmt.ms(r.ttft_ms, 1)} · end to end {fmt.ms(r.e2e_ms, 1)}"
               + (f" · ITL p50 {fmt.ms(s.itl['p50'], 1)}, p99 {fmt.ms(s.itl['p99'], 1)}, "
                  f"max {fmt.ms(s.itl['max'], 1)}" if s.itl else ""))
     t.add_row("", "")
-    if s.before_app_ms is not None:
+    if getattr(s, "outside", False):
+        t.add_row("seen", Text("from outside the engine, through the proxy: arrival is its "
+                               "first byte at the proxy, its first token the first streamed "
+                               "chunk with text; the server does not say when it was queued "
+                               "or which steps advanced it, so there is no queue wait and no "
+                               "prefill split", "yellow"))
+    elif s.before_app_ms is not None:
         t.add_row("before the app", f"{fmt.ms(s.before_app_ms, 2)} from the HTTP server's first "
                   "bytes of it to its app (reading, parsing, the event loop's queue)")
-    if s.server_ms is not None:
+    if s.server_ms is not None and not getattr(s, "outside", False):
         t.add_row("server", f"{fmt.ms(s.server_ms, 2)} from the app to the engine's queue "
                   "(the server's own parsing and tokenisation)")
-    if s.waited_ms is None:
+    if getattr(s, "outside", False):
+        pass
+    elif s.waited_ms is None:
         t.add_row("waiting", Text("not scheduled yet: no model step has taken it", "yellow"))
     else:
         behind = ""
@@ -69,6 +82,9 @@ def render_story(s: Any) -> Table:
     k = s.kernels
     t.add_row("", "")
     line = f"{k['steps']:,} steps; {k['in_view']:,} still in view, {k['traced']} traced"
+    if getattr(s, "outside", False):
+        line = (f"{k['steps']:,} steps ran while it was in flight (joined by time); "
+                f"{k['in_view']:,} still in view, {k['traced']} traced")
     if k["traced"]:
         line += f": {k['kernels']:,} kernels, {fmt.ms(k['kernel_ms'], 2)} of kernel time"
     if k.get("gpu_ms"):

@@ -27,7 +27,8 @@ COLUMNS = (("id", "request", 18), ("age", "age", 9), ("state", "state", 8),
 MAX_ROWS = 200   # requests in flight listed (the oldest first)
 NONE_YET = ("no requests in this session: they come from transformers continuous batching "
             "(generate_batch, transformers serve --continuous-batching), generate(), "
-            "tuiprof serve, or tuiprof.request_arrived()/request_token()/request_finished()")
+            "tuiprof serve, tuiprof.request_arrived()/request_token()/request_finished(), or "
+            "tuiprof run --proxy LISTEN=UPSTREAM in front of any HTTP server")
 
 
 def rid_text(rid: Any, width: int = 18) -> str:
@@ -105,6 +106,10 @@ class RequestsPane(Pane):
         cap.append(f"{w.in_flight} in flight", "bold")
         if counts.get("warmup"):   # served before the load: in none of the figures here
             cap.append(f" ({counts['warmup']} warm-up apart)", "dim")
+        proxied = req.sources.get("proxy", 0)
+        if proxied:   # first: at 80 columns the rest of the line is cut
+            cap.append(f" · {proxied:,} through the proxy (outside the engine: no queue time)",
+                       "yellow")
         cap.append(f" · {w.requests_per_s:.2f} req/s · {w.tokens_per_s:,.1f} output tok/s")
         span = "every request kept" if w.whole else f"last {w.span_s:.0f} s"
         cap.append(f" · {w.finished} finished in the window ({span})", "dim")

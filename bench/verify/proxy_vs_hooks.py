@@ -1,0 +1,147 @@
+"""The proxy's per-request figures against the engine's hooks, for the same requests (target:
+TTFT and end to end within 5 ms at p50 of the per-request differences).
+
+``transformers serve DIR --continuous-batching`` (a tiny model directory made here, random
+weights, nothing downloaded) under ``tuiprof run --headless --proxy LISTEN=UPSTREAM``; the
+OpenAI client sends ``--requests`` streaming completions through LISTEN, one at a time (and
+``--pairs`` pairs at once), each with its X-Request-ID. Both tuiprof's hooks and the proxy
+record every request; per request: the proxy's TTFT and end to end minus the hooks', and where
+the difference lies: before the server's app saw the request (the proxy's arrival to the
+hooks'), from the hooks' first token to the proxy's first chunk (the server's detokenising,
+event stream and HTTP), from the hooks' finish to the proxy's last byte. The client's own
+TTFT (its clock) is shown beside the proxy's.
+
+    python bench/verify/proxy_vs_hooks.py [--requests 40] [--pairs 5] [--tokens 8]
+        [--port 18360] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+
+def pct(values: list, q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(q * (len(s) - 1) + 0.5)))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=40)
+    p.add_argument("--pairs", type=int, default=5)
+    p.add_argument("--tokens", type=int, default=8)
+    p.add_argument("--port", type=int, default=18360, help="the server's (the proxy: +1)")
+    p.add_argument("--json")
+    a = p.parse_args()
+    import openai  # noqa: PLC0415
+
+    from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words  # noqa: PLC0415
+
+    tmp = Path(tempfile.mkdtemp(prefix="tuiprof-proxy-vs-hooks-"))
+    model = make_tiny_model_dir(tmp / "tiny")
+    snap = tmp / "serve.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
+           str(snap), "--proxy", f"{a.port + 1}={a.port}", "--", "python", "-m",
+           "transformers.cli.transformers", "serve", str(model), "--continuous-batching",
+           "--device", "cpu", "--host", "127.0.0.1", "--port", str(a.port), "--cb-num-blocks",
+           "64", "--cb-max-batch-tokens", "128"]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, cwd=tmp)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{a.port + 1}/v1", api_key="none",
+                           timeout=120, max_retries=0)
+    mine: dict[str, float] = {}
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                client.models.list()
+                break
+            except Exception:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    print(server.stdout.read()[-3000:])
+                    return 1
+                time.sleep(0.3)
+
+        def one(rid: str) -> None:
+            t0 = time.time_ns()
+            stream = client.completions.create(
+                model=str(model), prompt=prompt_words(12, seed=len(mine), size=1024),
+                max_tokens=a.tokens, stream=True, extra_headers={"X-Request-ID": rid},
+                stream_options={"include_usage": True})
+            first = None
+            for c in stream:
+                if first is None and c.choices and c.choices[0].text:
+                    first = time.time_ns()
+            mine[rid] = ((first or t0) - t0) / 1e6
+
+        one("warmup")
+        for k in range(a.requests):
+            one(f"req{k}")
+        for k in range(a.pairs):
+            ts = [threading.Thread(target=one, args=(f"pair{k}.{i}",)) for i in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(120)
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    doc = json.loads(snap.read_text())
+    reqs = {r["id"]: r for r in doc["requests"]}
+    rows = []
+    for rid in mine:
+        if rid == "warmup":
+            continue
+        pr, h = reqs.get("proxy:" + rid), reqs.get(rid)
+        if pr is None or h is None or not pr["token_ns"] or not h["token_ns"]:
+            continue
+        rows.append({"id": rid, "ttft": pr["ttft_ms"] - h["ttft_ms"],
+                     "e2e": pr["e2e_ms"] - h["e2e_ms"],
+                     "before_app": (h["arrival_ns"] - pr["arrival_ns"]) / 1e6,
+                     "first": (pr["token_ns"][0] - h["token_ns"][0]) / 1e6,
+                     "end": (pr["finish_ns"] - h["finish_ns"]) / 1e6,
+                     "client_minus_proxy_ttft": mine[rid] - pr["ttft_ms"]})
+    res = {"date": datetime.date.today().isoformat(), "cores": os.cpu_count(),
+           "load": os.getloadavg(), "python": platform.python_version(),
+           "command": "python bench/verify/proxy_vs_hooks.py " + " ".join(sys.argv[1:]),
+           "requests": len(rows), "unmatched": len(mine) - 1 - len(rows)}
+    print(f"{len(rows)} requests seen by both the hooks and the proxy ({res['unmatched']} not); "
+          f"load {res['load'][0]:.1f} on {res['cores']} cores; ms, p50 / p90 / p99:")
+    for key, label in (("ttft", "TTFT, proxy minus hooks"), ("e2e", "end to end, proxy minus hooks"),
+                       ("before_app", "  proxy's arrival to the app's"),
+                       ("first", "  hooks' first token to the proxy's first chunk"),
+                       ("end", "  hooks' finish to the proxy's last byte"),
+                       ("client_minus_proxy_ttft", "TTFT, client minus proxy")):
+        v = [r[key] for r in rows]
+        res[key] = {"p50": pct(v, 0.5), "p90": pct(v, 0.9), "p99": pct(v, 0.99)}
+        print(f"  {label:<48} {pct(v, 0.5):8.2f} / {pct(v, 0.9):8.2f} / {pct(v, 0.99):8.2f}")
+    met = all(abs(res[k]["p50"]) <= 5.0 for k in ("ttft", "e2e"))
+    res["target_met"] = met
+    print(f"target (TTFT and end to end within 5 ms at p50): {'met' if met else 'NOT met'}")
+    if a.json:
+        Path(a.json).write_text(json.dumps({**res, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The proxy in front of a real server whose requests tuiprof also hooks: ``transformers serve
+DIR --continuous-batching`` on 127.0.0.1 under ``tuiprof run --headless --proxy
+LISTEN=UPSTREAM``, driven through LISTEN by the OpenAI client (streaming completions, each
+with its X-Request-ID). Both the engine's hooks and the proxy see the same requests: every
+request is in both, with the same output tokens, every chunk the client got timed, the proxy's
+arrival before the server's app saw it, the steps that served it among those joined by time,
+and its rows and finding say they were seen from outside the engine. How far the two views'
+TTFT and end to end lie apart is a timing figure, measured by
+``bench/verify/proxy_vs_hooks.py`` (targets live in bench/)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+N, MAX_TOKENS = 10, 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_proxy_and_hooks_agree_on_the_same_requests(tmp_path):
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    port, listen = _free_port(), _free_port()
+    snap = tmp_path / "serve.json"
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
+           str(snap), "--proxy", f"127.0.0.1:{listen}=127.0.0.1:{port}", "--", "python", "-m",
+           "transformers.cli.transformers", "serve", str(model), "--continuous-batching",
+           "--device", "cpu", "--host", "127.0.0.1", "--port", str(port), "--cb-num-blocks",
+           "32", "--cb-max-batch-tokens", "128"]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, cwd=tmp_path)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{listen}/v1", api_key="none",
+                           timeout=60, max_retries=0)
+    seen: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while True:   # until the server answers through the proxy (502s until it is up)
+            try:
+                client.models.list()
+                break
+            except Exception:
+                assert server.poll() is None, server.stdout.read()[-3000:]
+                assert time.monotonic() < deadline, "the server did not come up in 120 s"
+                time.sleep(0.3)
+
+        def one(rid: str, usage: bool) -> None:
+            stream = client.completions.create(
+                model=str(model), prompt=prompt_words(12, seed=len(seen), size=1024),
+                max_tokens=MAX_TOKENS, stream=True, extra_headers={"X-Request-ID": rid},
+                stream_options={"include_usage": True} if usage else None)
+            seen[rid] = sum(1 for c in stream if c.choices and c.choices[0].text)
+
+        one("warmup", True)   # the first request starts continuous batching
+        for k in range(N):    # one at a time, then two at once
+            one(f"req{k}", k % 2 == 0)
+        threads = [threading.Thread(target=one, args=(f"pair{i}", True)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        server.send_signal(signal.SIGINT)   # Ctrl-C: the server stops, tuiprof writes
+        try:
+            out, _ = server.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            out, _ = server.communicate()
+    assert len(seen) == N + 3, out[-3000:]
+    doc = json.loads(snap.read_text())
+    reqs = {r["id"]: r for r in doc["requests"]}
+    hooks = {k: r for k, r in reqs.items() if r["source"] == "transformers serve"}
+    proxied = {k[len("proxy:"):]: r for k, r in reqs.items() if r["source"] == "proxy"}
+    assert sorted(hooks) == sorted(seen) and sorted(proxied) == sorted(seen), (
+        sorted(reqs), out[-2000:])
+    for rid, chunks in seen.items():
+        p, h = proxied[rid], hooks[rid]
+        assert p["status"] == "finished" and p["http_status"] == 200
+        assert p["output_tokens"] == h["output_tokens"] == MAX_TOKENS
+        if p["tokens_from"] == "usage":
+            assert p["prompt_tokens"] == h["prompt_tokens"] == 12
+        else:   # no usage: the chunks with text are counted, the prompt unknown
+            assert p["tokens_from"] == "chunks" and p["prompt_tokens"] == 0
+        assert chunks == len(p["token_ns"])       # every chunk the client got, timed
+        assert p["queue_ms"] is None and p["first_step_ns"] == 0   # no queue from outside
+        assert p["arrival_ns"] <= h["arrival_ns"]   # the proxy forwards it to the server's app
+        assert set(p["steps"]) & set(h["steps"])   # joined by time: the steps that served it
+        assert 0 < p["ttft_ms"] <= p["e2e_ms"]
+    assert doc["meta"]["request_sources"] == {"transformers serve": N + 3, "proxy": N + 3}
+    assert doc["meta"]["proxy"]["requests"] == N + 3
+    assert not doc["request_stats"]["misuse"]
+    assert "seen through the proxy, from outside the engine" in out
+    ids = [f["id"] for f in doc["findings"]]
+    assert "requests-from-outside" in ids
+    f = next(f for f in doc["findings"] if f["id"] == "requests-from-outside")
+    assert "no queue time" in f["title"] and f["numbers"]["matched"] == N + 3
