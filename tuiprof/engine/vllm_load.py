@@ -77,12 +77,15 @@ class Client:
         self.lock = threading.Lock()
         self.seen: dict[str, tuple] = {}
         self.failed = 0
-        self.n = 0
+        self.n = 0          # requests sent
+        self.k = 0          # ids given (r0, r1, ...; warm-up requests are named apart)
         self.done = threading.Semaphore(0)
 
     def submit(self, rid: str | None = None) -> None:
         with self.lock:
-            rid = rid or f"r{self.n}"
+            if rid is None:
+                rid = f"r{self.k}"
+                self.k += 1
             self.n += 1
             n_in, n_out = self.prompt.draw(self.rng), self.output.draw(self.rng)
             ids = [self.rng.randrange(10, self.vocab) for _ in range(n_in)]
