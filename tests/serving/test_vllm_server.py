@@ -23,7 +23,7 @@ from .vllm_env import env, free_port, vllm_python
 
 PY, WHY = vllm_python()
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(PY is None, reason=WHY or "no vLLM")]
-N, MAX_TOKENS, BUDGET, LONG = 6, 16, 64, 100
+N, MAX_TOKENS, BUDGET, LONG = 6, 32, 64, 100
 
 
 def _stream(port: int, model: str, rid: str, prompt: str, out: dict) -> None:
@@ -87,12 +87,16 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
             assert time.monotonic() < deadline, "vLLM did not come up in 400 s"
             time.sleep(0.5)
         _stream(port, model, "warmup", prompt_words(8, seed=99, size=1024), seen)
-        threads = [threading.Thread(target=_stream, args=(
-            port, model, f"req{i}", prompt_words(LONG if i == 0 else 12, seed=i, size=1024),
-            seen)) for i in range(N)]
+        go = threading.Barrier(N)   # the N requests leave together: they overlap in vLLM
+
+        def client(i: int) -> None:
+            go.wait(60)
+            _stream(port, model, f"req{i}", prompt_words(LONG if i == 0 else 12, seed=i,
+                                                         size=1024), seen)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(N)]
         for t in threads:
             t.start()
-            time.sleep(0.02)
         for t in threads:
             t.join(180)
     finally:
@@ -122,6 +126,10 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
         assert r["output_tokens"] == MAX_TOKENS == f["output_tokens"] == tokens
         assert r["prompt_tokens"] == (LONG if rid == "req0" else 8 if rid == "warmup" else 12)
         assert r["steps"] and r["prefill_steps"] >= 1 and r["decode_steps"] >= 1
+        # each of its steps once, as prefill until its prompt was in, then a token each;
+        # a KV cache of 1 GiB preempts nothing (a step's requests are stored before its tokens)
+        assert r["prefill_steps"] + r["decode_steps"] == len(r["steps"])
+        assert r["decode_steps"] == MAX_TOKENS - 1 and r["preemptions"] == 0
         assert r["arrival_ns"] <= r["queued_ns"] <= r["first_step_ns"]
         # the client's interval holds tuiprof's (it also counts its HTTP work before the app
         # saw the request and after the last chunk left); how close they are is a figure of
@@ -143,3 +151,4 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
     assert proc["state"] == "ended" and "vLLM stops its engine core" in proc["line"], proc
     assert "SIGKILL (the OOM" not in out and "died" not in proc["line"]
     assert not engine["request_stats"]["misuse"] and not api["request_stats"]["misuse"]
+    assert engine["request_stats"]["counts"]["preempted"] == 0

@@ -17,6 +17,9 @@ scheduler a process makes is seen, whichever of the two step loops (and executor
   (:func:`tuiprof.program.vllm_requests.step_info`), so a step has prefill and decode tokens
   (chunked prefill: a prompt longer than the step's token budget is fed over several steps,
   beside other requests' decodes); phase ``prefill`` when any request prefills;
+* the step's row and its requests are stored as soon as it is scheduled (the batch then goes
+  to the executor), so that they always precede its tokens (``update_from_output``): a token
+  stored first would make its request's prefill look like a second one (a preemption);
 * the requests running and waiting and the KV-cache blocks used of all come from the
   scheduler when it has scheduled (``Scheduler.running``, ``waiting``,
   ``kv_cache_manager.block_pool``), as ``SchedulerStats`` reports them.
@@ -123,6 +126,9 @@ class VllmSteps:
                             opened[id(out)] = step
                             if info is not None:
                                 rec.step_requests(step, info)
+                            # the batch goes to the executor next: the step's store work
+                            # (its row, its requests) is done now, before its tokens come
+                            rec.launched(SOURCE)
                 except Exception as exc:   # bookkeeping must never break the engine
                     steps._failed("Scheduler.schedule", exc)
                 return out
@@ -135,14 +141,14 @@ class VllmSteps:
             def update_from_output(sched, scheduler_output, *args, **kwargs):
                 outputs = update(sched, scheduler_output, *args, **kwargs)
                 t = clock()
+                step = opened.pop(id(scheduler_output), None)
+                if step is not None:   # first the step (its requests), then their tokens
+                    rec.end(SOURCE, end_ns=t, step=step)
                 try:
                     if reqs is not None:
                         reqs.engine_outputs(outputs, t)
                 except Exception as exc:
                     steps._failed("Scheduler.update_from_output", exc)
-                step = opened.pop(id(scheduler_output), None)
-                if step is not None:
-                    rec.end(SOURCE, end_ns=t, step=step)
                 return outputs
 
             self._replace(cls, "update_from_output", update_from_output)
