@@ -720,7 +720,7 @@ class Profiler(SessionControl):
                                 **costs, serve_s=round(serve, 3), switch_s=round(switch, 3),
                                 hooks_s=round(hooks, 6),
                                 detaches=c.detaches if c is not None else 0,
-                                wall_s=round(wall, 1),
+                                wall_s=round(wall, 3),
                                 method=overhead_method(c is not None, self.status.mode,
                                                        c is not None and c.bursts_only))
 
