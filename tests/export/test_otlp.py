@@ -178,6 +178,53 @@ def test_transformers_serve_keeps_the_traceparent_header():
     assert rows["a"].arrival_ns == 100 and rows["a"].queued_ns == 150
 
 
+def test_vllm_requests_keep_the_traceparent_header_and_vllms_own_trace_context():
+    """vLLM's API server: the middleware's header in the request's task, by X-Request-Id from
+    another task, or vLLM's own ``trace_headers`` (its OTLP tracing on); the engine's joined
+    row keeps it, so the request span joins the client's (and vLLM's) trace."""
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    from tuiprof.analysis.requests import join_requests
+    from tuiprof.program import vllm_requests as vr
+
+    store, engine = SessionStore(), SessionStore()
+    reqs = vr.VllmRequests(store.requests, clock=lambda: 200, wall=lambda: 200)
+    tp, tp2 = f"00-{TRACE}-{PARENT}-01", f"00-{TRACE}-{'2' * 16}-01"
+
+    def request(rid, ext="", trace=None):
+        return SimpleNamespace(request_id=rid, prompt_token_ids=[1, 2], external_req_id=ext,
+                               arrival_time=None, trace_headers=trace)
+
+    async def app(scope, receive, send):    # OutputProcessor.add_request in the same task
+        reqs.frontend_added(request(f"cmpl-{scope['rid']}-0-ab12", scope["rid"]), 150)
+
+    mw = vr.ArrivalMiddleware(app, clock=lambda: 100, arrivals=reqs.http)
+
+    async def both():
+        for rid, headers in (("a", [(b"x-request-id", b"a"), (b"traceparent", tp.encode())]),
+                             ("b", [(b"x-request-id", b"b"), (b"traceparent", b"garbage")])):
+            await asyncio.create_task(mw({"type": "http", "headers": headers, "rid": rid},
+                                         None, None))
+        # "c" reaches add_request from another task: found by its X-Request-Id
+        await asyncio.create_task(vr.ArrivalMiddleware(
+            lambda *a: asyncio.sleep(0), clock=lambda: 90, arrivals=reqs.http)(
+            {"type": "http", "headers": [(b"x-request-id", b"c"),
+                                         (b"traceparent", tp.encode())]}, None, None))
+    asyncio.run(both())
+    reqs.frontend_added(request("cmpl-c-0-ab12", "c"), 160)
+    reqs.frontend_added(request("cmpl-d-0-ab12", "d", {"traceparent": tp2}), 170)
+    rows = {r.id: r for r in store.requests.view().rows}
+    assert rows["cmpl-a-0-ab12"].traceparent == tp and rows["cmpl-a-0-ab12"].arrival_ns == 100
+    assert rows["cmpl-b-0-ab12"].traceparent == ""
+    assert rows["cmpl-c-0-ab12"].traceparent == tp and rows["cmpl-c-0-ab12"].arrival_ns == 90
+    assert rows["cmpl-d-0-ab12"].traceparent == tp2
+    # the engine's record of "a" joined with the API server's keeps the trace context
+    engine.requests.arrived("cmpl-a-0-ab12", 2, vr.ENGINE, t=140)
+    joined = join_requests(engine.requests.view(), store.requests.view())
+    assert {r.id: r.traceparent for r in joined.rows}["cmpl-a-0-ab12"] == tp
+
+
 def test_a_collector_that_is_not_there_costs_counted_failures():
     store = SessionStore()
     serve(store, 3)

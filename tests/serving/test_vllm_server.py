@@ -26,6 +26,13 @@ pytestmark = [pytest.mark.vllm, pytest.mark.skipif(PY is None, reason=WHY or "no
 N, MAX_TOKENS, BUDGET, LONG = 6, 32, 64, 100
 
 
+def _traceparent(rid: str) -> str:
+    """A W3C trace context of the client's own for request ``rid``."""
+    import hashlib  # noqa: PLC0415
+
+    return f"00-{hashlib.md5(rid.encode()).hexdigest()}-{'1' * 16}-01"
+
+
 def _stream(port: int, model: str, rid: str, prompt: str, out: dict) -> None:
     """One streaming /v1/completions request with the standard library's HTTP client:
     (ttft ms, e2e ms, output tokens) as the client saw them (vLLM merges tokens into one
@@ -38,7 +45,8 @@ def _stream(port: int, model: str, rid: str, prompt: str, out: dict) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json",
-                                                   "X-Request-Id": rid})
+                                                   "X-Request-Id": rid,
+                                                   "traceparent": _traceparent(rid)})
     resp = conn.getresponse()
     assert resp.status == 200, resp.read()[:500]
     first, tokens = None, 0
@@ -122,6 +130,8 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
         assert f["id"].startswith(f"cmpl-{rid}-0-")   # vLLM's id: the client's, then its own
         r = joined[f["id"]]                            # the same request in the engine
         assert r["client_id"] == rid and r["source"] == "vllm"
+        # the client's trace context, so the request span joins the client's trace
+        assert r["traceparent"] == f["traceparent"] == _traceparent(rid)
         assert r["status"] == "finished" and r["reason"] == "length"
         assert r["output_tokens"] == MAX_TOKENS == f["output_tokens"] == tokens
         assert r["prompt_tokens"] == (LONG if rid == "req0" else 8 if rid == "warmup" else 12)

@@ -705,6 +705,7 @@ def join_requests(engine: Any, frontend: Any) -> Any:
         j.source = ENGINE_SOURCES[r.source]
         j.arrival_ns = min(f.arrival_ns, r.arrival_ns) if f.arrival_ns else r.arrival_ns
         j.client_id = f.client_id or r.client_id
+        j.traceparent = f.traceparent or r.traceparent
         if f.token_ns:
             j.token_ns = array("q", f.token_ns)
             j.first_token_ns, j.last_token_ns = f.first_token_ns, f.last_token_ns

@@ -44,6 +44,9 @@ import re
 from collections import OrderedDict
 from typing import Any, Callable
 
+from ..store.requests import valid_traceparent
+from .transformers_requests import header_traceparent
+
 FRONTEND = "vllm"            # the API server's (or LLM.generate's) record of a request
 ENGINE = "vllm engine"       # the EngineCore's record of it, joined to its steps
 # when the HTTP request reached the app, and its X-Request-Id (set by the middleware, read in
@@ -51,6 +54,9 @@ ENGINE = "vllm engine"       # the EngineCore's record of it, joined to its step
 ARRIVAL: contextvars.ContextVar = contextvars.ContextVar("tuiprof_vllm_arrival", default=0)
 CLIENT_ID: contextvars.ContextVar = contextvars.ContextVar("tuiprof_vllm_client_id",
                                                            default="")
+# the request's W3C trace context (its traceparent header), so its span joins the client's
+# trace; vLLM itself keeps the header only when its own OTLP tracing is on
+TRACE: contextvars.ContextVar = contextvars.ContextVar("tuiprof_vllm_traceparent", default="")
 HTTP_KEEP = 4096    # HTTP arrivals (by X-Request-Id) waiting for their request
 # vLLM's ids of an HTTP request from its X-Request-Id (OpenAIServing._base_request_id):
 # "cmpl-<id>-<prompt index>" (completions), "chatcmpl-<id>" (chat), "<kind>-<id>" (others)
@@ -67,7 +73,8 @@ class ArrivalMiddleware:
                  arrivals: "OrderedDict | None" = None) -> None:
         self.app = app
         self.clock = clock
-        self.arrivals = arrivals    # X-Request-Id -> arrival (the request's task may differ)
+        self.arrivals = arrivals    # X-Request-Id -> (arrival, traceparent) (the request's
+        #                             task may differ)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope.get("type") == "http" and self.clock is not None:
@@ -79,13 +86,24 @@ class ArrivalMiddleware:
                     rid = v.decode("latin-1")[:200]
                     break
             CLIENT_ID.set(rid)
+            tp = header_traceparent(scope)
+            TRACE.set(tp)
             arr = self.arrivals
             if rid and arr is not None:
-                arr[rid] = t
+                arr[rid] = (t, tp)
                 arr.move_to_end(rid)
                 if len(arr) > HTTP_KEEP:
                     arr.popitem(last=False)
         await self.app(scope, receive, send)
+
+
+def _trace_header(headers: Any) -> str:
+    """The well-formed ``traceparent`` of vLLM's ``trace_headers`` mapping ("" if none)."""
+    try:
+        value = headers.get("traceparent") if headers else None
+    except AttributeError:
+        return ""
+    return valid_traceparent(str(value).strip().lower()) if value else ""
 
 
 def wall_ns(seconds: Any, clock: Callable[[], int], wall: Callable[[], int]) -> int | None:
@@ -107,7 +125,8 @@ class VllmRequests:
         self.book = book
         self.clock = clock
         self.wall = wall
-        self.http: OrderedDict = OrderedDict()   # the middleware's X-Request-Id -> arrival
+        self.http: OrderedDict = OrderedDict()   # the middleware's X-Request-Id ->
+        #                                          (arrival, traceparent)
 
     def failed_here(self, where: str, exc: BaseException) -> None:
         try:
@@ -123,15 +142,17 @@ class VllmRequests:
             return
         n = len(getattr(request, "prompt_token_ids", None) or ())
         ext = str(getattr(request, "external_req_id", None) or "")
-        t_http, client = ARRIVAL.get(), CLIENT_ID.get()
+        t_http, client, tp = ARRIVAL.get(), CLIENT_ID.get(), TRACE.get()
         if not t_http:   # not in the HTTP request's own task: by its X-Request-Id
             client = self._client_of(ext)
-            t_http = self.http.get(client, 0) if client else 0
+            t_http, tp = self.http.get(client, (0, "")) if client else (0, "")
+        if not tp:       # vLLM's own trace context (kept when its OTLP tracing is on)
+            tp = _trace_header(getattr(request, "trace_headers", None))
         arrival = t_http or wall_ns(getattr(request, "arrival_time", None), self.clock,
                                     self.wall) or t
         client = client or ext
         self.book.arrived(rid, n, FRONTEND, t=min(arrival, t), queued_t=t,
-                          client_id=str(client))
+                          client_id=str(client), traceparent=tp or None)
 
     def _client_of(self, ext: str) -> str:
         """The X-Request-Id that vLLM made ``ext`` from, if the middleware saw it."""
