@@ -193,3 +193,27 @@ def test_kernel_time_stays_counted_through_a_reset():
     assert kernel_s() == before            # nothing new, nothing lost
     serve(store, 4, t0=t, first=4)
     assert kernel_s() == pytest.approx(2 * before)
+
+
+def test_nvml_and_gpm_gauges_from_a_real_h100_recording():
+    """The NVML columns a real GPU gave (a recording of an H100 session, replayed through the
+    store) reach the exposition under their names and units: the sampler's keys and the
+    feed's must stay the same."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from tuiprof.collect.replay import load_recording, replay_into  # noqa: PLC0415
+
+    rec = load_recording(Path(__file__).resolve().parents[1] / "data"
+                         / "qwen3-0.6b_eager_decode64.json.gz")
+    store = SessionStore()
+    replay_into(rec, store)
+    last = store.view(raw=False).nvml[-1]
+    s = _samples(metrics.render(Source.of(store)))
+    assert _one(s, "tuiprof_gpu_sm_clock_hertz") == last["sm_clock_mhz"] * 1e6 > 0
+    assert _one(s, "tuiprof_gpu_memory_used_bytes") == last["mem_used_bytes"] > 0
+    assert _one(s, "tuiprof_gpu_power_watts") == pytest.approx(last["power_mw"] / 1000)
+    assert _one(s, "tuiprof_gpu_utilization_ratio") == pytest.approx(last["util_gpu"] / 100)
+    gpm = [k for k in last if k.startswith("gpm_")]
+    for key, name, scale, _ in metrics.NVML_GAUGES:
+        if key in gpm:
+            assert _one(s, f"tuiprof_{name}") == pytest.approx(last[key] * scale)
