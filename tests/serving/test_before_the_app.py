@@ -103,7 +103,9 @@ def test_a_requests_time_before_the_app_is_a_phase_of_its_own(tmp_path):
     # request only once the rest came, HOLD_S later
     assert seen["held"]["sent"] <= held["arrival_ns"] < held["app_ns"] < held["queued_ns"]
     assert held["before_app_ms"] == (held["app_ns"] - held["arrival_ns"]) / 1e6
-    assert held["before_app_ms"] >= HOLD_S * 1e3, held
+    # the rest left the client HOLD_S after the first line, which uvicorn may have read late
+    late_ms = (held["arrival_ns"] - seen["held"]["sent"]) / 1e6
+    assert held["before_app_ms"] >= HOLD_S * 1e3 - late_ms, (held, late_ms)
     # the client's TTFT minus tuiprof's is what lies outside the server; measured from the
     # app's entry instead, it would hold the whole wait
     client_ttft = (seen["held"]["first"] - seen["held"]["sent"]) / 1e6
