@@ -83,15 +83,16 @@ def test_an_export_over_an_older_export_without_a_manifest(small_doc, tmp_path, 
 PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
 
 
-def _run(args: list[str], cwd: Path, timeout: float = 120):
+def _run(args: list[str], cwd: Path, timeout: float = 120, **env: str):
     import subprocess
     import sys
 
     from .conftest import cli_env
 
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tuiprof", *args], cwd=cwd, env=cli_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-m", "tuiprof", *args], cwd=cwd,
+                          env=dict(cli_env(), **env), capture_output=True, text=True,
+                          timeout=timeout)
     return proc, time.monotonic() - t0
 
 
@@ -217,18 +218,17 @@ def test_max_new_tokens_past_the_cache_says_it_is_capped(tmp_path, asked):
 
 
 def test_tp_beyond_the_kv_heads_is_refused_at_once_leaving_nothing(tmp_path):
-    import tempfile
-
-    before = set(Path(tempfile.gettempdir()).iterdir())
+    # a temporary directory of its own: tests in another worker write theirs to the shared one
+    work, tmp = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    tmp.mkdir()
     proc, _seconds = _run(["run", "--model", "qwen3-tiny", "--device", "cpu", "--tp", "3",
-                          "--headless"], tmp_path)
+                          "--headless"], work, TMPDIR=str(tmp))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == ("tuiprof: --tp 3 needs at least 3 KV heads; qwen3-tiny has 2: "
                                    "use --tp 2 or fewer")
-    assert list(tmp_path.iterdir()) == []
-    new = [p.name for p in set(Path(tempfile.gettempdir()).iterdir()) - before
-           if p.name.startswith("tuiprof")]
-    assert new == []         # no rank process, no rank log (its time: docs/reliability.md)
+    assert list(work.iterdir()) == []
+    assert list(tmp.iterdir()) == []   # no rank process, no rank log (docs/reliability.md)
 
 
 # ------------------------------------------------------------------ signals
