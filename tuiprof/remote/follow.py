@@ -276,8 +276,9 @@ def _at_exit() -> None:
     _end(None)
 
 
-def _end(status: int | None) -> None:
-    """The process ends: its session flushes, then the session is told (and fetches it)."""
+def _end(status: int | None, how: str | None = None) -> None:
+    """The process ends: its session flushes, then the session is told (and fetches it),
+    with how it ends where the program said so (:func:`end_now`)."""
     link = _LINK
     if link is None or link.ended or link.pid != os.getpid():
         return
@@ -287,7 +288,10 @@ def _end(status: int | None) -> None:
             link.session.finish(status)
         except Exception:
             pass
-    link.tell("exiting", status, timeout=EXIT_WAIT_S)
+    if how is None:
+        link.tell("exiting", status, timeout=EXIT_WAIT_S)
+    else:
+        link.tell("exiting", status, how, timeout=EXIT_WAIT_S)
 
 
 def end_now(how: str) -> None:
@@ -295,16 +299,7 @@ def end_now(how: str) -> None:
     (vLLM stops its engine core with SIGKILL when it is slow to go): close the last step,
     flush and be fetched now, saying how it ends (``how``), so that the process reads as
     ended, whatever ends it, with nothing measured lost."""
-    link = _LINK
-    if link is None or link.ended or link.pid != os.getpid():
-        return
-    link.ended = True
-    if link.session is not None:
-        try:
-            link.session.finish(None)
-        except Exception:
-            pass
-    link.tell("exiting", None, str(how)[:200], timeout=EXIT_WAIT_S)
+    _end(None, str(how)[:200])
 
 
 def _wrap_exit() -> None:
