@@ -92,6 +92,25 @@ class VllmSteps:
     def _replace(self, owner: Any, name: str, new: Any) -> None:
         self._patches.replace(owner, name, new)
 
+    def _note_added(self, cls: Any, owner: str, note: Callable[[Any, int], None]) -> None:
+        """``cls.add_request`` (a scheduler's or an output processor's) calls ``note(request,
+        t)`` after it, ``t`` when it was called; bookkeeping never breaks the engine."""
+        if "add_request" not in cls.__dict__:
+            return
+        add, clock, steps = cls.__dict__["add_request"], self.recorder.clock, self
+
+        @functools.wraps(add)
+        def add_request(obj, request, *args, **kwargs):
+            t = clock()
+            out = add(obj, request, *args, **kwargs)
+            try:
+                note(request, t)
+            except Exception as exc:
+                steps._failed(f"{owner}.add_request", exc)
+            return out
+
+        self._replace(cls, "add_request", add_request)
+
     def _failed(self, where: str, exc: BaseException) -> None:
         if self.requests is not None:
             self.requests.failed_here(where, exc)
@@ -154,20 +173,7 @@ class VllmSteps:
             self._replace(cls, "update_from_output", update_from_output)
         if reqs is None:
             return
-        if "add_request" in cls.__dict__:
-            add = cls.__dict__["add_request"]
-
-            @functools.wraps(add)
-            def add_request(sched, request, *args, **kwargs):
-                t = clock()
-                out = add(sched, request, *args, **kwargs)
-                try:
-                    reqs.engine_added(request, t)
-                except Exception as exc:
-                    steps._failed("Scheduler.add_request", exc)
-                return out
-
-            self._replace(cls, "add_request", add_request)
+        self._note_added(cls, "Scheduler", reqs.engine_added)
         if "finish_requests" in cls.__dict__:
             finish = cls.__dict__["finish_requests"]
 
@@ -250,20 +256,7 @@ class VllmSteps:
         if cls is None:
             return
         reqs, clock, steps = self.requests, self.recorder.clock, self
-        if "add_request" in cls.__dict__:
-            add = cls.__dict__["add_request"]
-
-            @functools.wraps(add)
-            def add_request(proc, request, *args, **kwargs):
-                t = clock()
-                out = add(proc, request, *args, **kwargs)
-                try:
-                    reqs.frontend_added(request, t)
-                except Exception as exc:
-                    steps._failed("OutputProcessor.add_request", exc)
-                return out
-
-            self._replace(cls, "add_request", add_request)
+        self._note_added(cls, "OutputProcessor", reqs.frontend_added)
         if "process_outputs" in cls.__dict__:
             process = cls.__dict__["process_outputs"]
 
