@@ -21,8 +21,26 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# What a wheel must carry besides the modules (pyproject.toml's package-data).
-PACKAGE_DATA = ("tuiprof/ui/tuiprof.tcss", "tuiprof/export/snapshot.schema.json")
+# What a wheel must carry besides the modules (pyproject.toml's package-data): the stylesheet,
+# the snapshot schema, and the native injection library's source and stub header (built on first
+# use of `tuiprof run -- ./binary`, so an installed wheel needs them too).
+PACKAGE_DATA = ("tuiprof/ui/tuiprof.tcss", "tuiprof/export/snapshot.schema.json",
+                "tuiprof/native/inject.c", "tuiprof/native/stub/cuda.h")
+
+
+def test_pyproject_lists_every_package_of_the_tree():
+    """The packages are listed by hand (models/ is mapped into the package as
+    tuiprof/models_data, which packages.find cannot do): a package added or renamed under
+    tuiprof/ must be listed, or the wheel would lack it."""
+    tomllib = pytest.importorskip("tomllib")
+    setuptools = pytest.importorskip("setuptools")
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    tree = set(setuptools.find_packages(where=str(REPO), include=["tuiprof", "tuiprof.*"]))
+    listed = set(config["packages"])
+    assert listed - {"tuiprof.models_data"} == tree, (
+        f"pyproject.toml [tool.setuptools] packages: add {sorted(tree - listed)}, "
+        f"remove {sorted(listed - tree - {'tuiprof.models_data'})}")
+    assert config["package-dir"] == {"tuiprof.models_data": "models"}
 
 
 def _run(cmd: list, cwd: Path, env: dict, timeout: float = 240) -> str:
@@ -39,8 +57,9 @@ def wheel(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "tuiprof", src / "tuiprof",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("tuiprof", "models"):
+        shutil.copytree(REPO / name, src / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
@@ -54,7 +73,9 @@ def test_the_wheel_carries_the_registry_and_the_package_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in PACKAGE_DATA:
         assert path in names, f"{path} missing from {wheel.name}"
-    models = sorted(p.name for p in (REPO / "tuiprof" / "models_data").glob("*.json"))
+    # the checkout's top-level models/, mapped into the package at build time
+    assert not (REPO / "tuiprof" / "models_data").exists()
+    models = sorted(p.name for p in (REPO / "models").glob("*.json"))
     assert "qwen3-tiny.json" in models and "qwen3-0.6b.json" in models
     shipped = sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("tuiprof/models_data/"))
     assert shipped == models

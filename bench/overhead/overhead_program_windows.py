@@ -67,7 +67,7 @@ def build(tiny: bool, device: str, prompt_len: int, tp: bool = False):
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     name = "qwen3-tiny" if tiny else "qwen3-0.6b"
-    spec = json.loads((REPO / "tuiprof" / "models_data" / f"{name}.json").read_text())
+    spec = json.loads((REPO / "models" / f"{name}.json").read_text())
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     torch.manual_seed(0)
     with torch.device(device):

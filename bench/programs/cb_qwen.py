@@ -21,7 +21,7 @@ if not hasattr(transformers, "ContinuousBatchingConfig"):
     print(f"NO_CONTINUOUS_BATCHING transformers {transformers.__version__}")
     raise SystemExit(0)
 name = "qwen3-tiny" if args.tiny else "qwen3-0.6b"
-spec = json.loads((pathlib.Path(__file__).parents[2] / "tuiprof" / "models_data" / f"{name}.json").read_text())
+spec = json.loads((pathlib.Path(__file__).parents[2] / "models" / f"{name}.json").read_text())
 dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
 torch.manual_seed(0)
 with torch.device(args.device):

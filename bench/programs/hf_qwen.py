@@ -28,7 +28,7 @@ p.add_argument("--tiny", action="store_true")
 args = p.parse_args()
 
 name = "qwen3-tiny" if args.tiny else "qwen3-0.6b"
-spec = json.loads((pathlib.Path(__file__).parents[2] / "tuiprof" / "models_data" / f"{name}.json").read_text())
+spec = json.loads((pathlib.Path(__file__).parents[2] / "models" / f"{name}.json").read_text())
 dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
 torch.manual_seed(0)
 with torch.device(args.device):  # weights made on the device: no host copy

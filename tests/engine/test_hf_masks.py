@@ -16,7 +16,7 @@ from tuiprof.engine.hf_masks import make_masks
 
 from .conftest import MAX_LEN, PROMPT_LEN
 
-MODELS = pathlib.Path(__file__).parents[2] / "tuiprof" / "models_data"
+MODELS = pathlib.Path(__file__).parents[2] / "models"
 # Ops that make no kernel: a graph that differs only in these computes the same
 VIEWS = {"view", "_unsafe_view", "expand", "select", "unsqueeze", "slice", "t", "transpose",
          "getitem"}

@@ -14,9 +14,9 @@ from tuiprof.errors import TuiprofError
 def test_registry_lists_the_qwen3_models():
     names = registry.list_models()
     assert "qwen3-0.6b" in names and "qwen3-tiny" in names
-    # inside the package (package data), so a wheel install has the registry too
+    # a checkout's top-level models/ (a wheel maps it into the package: tests/test_wheel.py)
     import tuiprof
-    assert registry.models_dir() == pathlib.Path(tuiprof.__file__).resolve().parent / "models_data"
+    assert registry.models_dir() == pathlib.Path(tuiprof.__file__).resolve().parents[1] / "models"
 
 
 def test_qwen3_0_6b_is_the_real_config():

@@ -119,7 +119,7 @@ def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
 GREEDY = """
 import json, pathlib, sys, torch
 from transformers import AutoModelForCausalLM, Qwen3Config
-spec = json.loads((pathlib.Path(sys.argv[1]) / "tuiprof" / "models_data" / "qwen3-0.6b.json").read_text())
+spec = json.loads((pathlib.Path(sys.argv[1]) / "models" / "qwen3-0.6b.json").read_text())
 torch.manual_seed(0)
 with torch.device("cuda"):
     model = AutoModelForCausalLM.from_config(Qwen3Config(**spec["config"]),

@@ -153,7 +153,7 @@ class Stamp(transformers.StoppingCriteria):
 def test_a_generate_step_ends_its_gpu_time_at_its_stopping_criteria(prof):
     from tuiprof.program.transformers_steps import TransformersSteps
 
-    config = json.loads((REPO / "tuiprof" / "models_data" / "qwen3-tiny.json").read_text())["config"]
+    config = json.loads((REPO / "models" / "qwen3-tiny.json").read_text())["config"]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(
         transformers.Qwen3Config(**config)).eval()

@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def model():
-    config = json.loads((REPO / "tuiprof" / "models_data" / "qwen3-tiny.json").read_text())["config"]
+    config = json.loads((REPO / "models" / "qwen3-tiny.json").read_text())["config"]
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(
         transformers.Qwen3Config(**config)).eval()

@@ -17,7 +17,7 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).parent
-CONFIG = HERE.parents[1] / "tuiprof" / "models_data" / "qwen3-tiny.json"
+CONFIG = HERE.parents[1] / "models" / "qwen3-tiny.json"
 
 
 def engine(new_tokens, requests, done):

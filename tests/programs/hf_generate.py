@@ -18,7 +18,7 @@ p.add_argument("--new-tokens", type=int, default=6)
 p.add_argument("--static", action="store_true", help="static KV cache")
 args = p.parse_args()
 
-config = json.loads((pathlib.Path(__file__).parents[2] / "tuiprof" / "models_data" / "qwen3-tiny.json").read_text())
+config = json.loads((pathlib.Path(__file__).parents[2] / "models" / "qwen3-tiny.json").read_text())
 torch.manual_seed(0)
 model = AutoModelForCausalLM.from_config(Qwen3Config(**config["config"])).eval()
 kw = {"cache_implementation": "static"} if args.static else {}

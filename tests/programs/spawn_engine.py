@@ -12,7 +12,7 @@ import multiprocessing as mp
 import pathlib
 import time
 
-MODELS = pathlib.Path(__file__).resolve().parents[2] / "tuiprof" / "models_data"
+MODELS = pathlib.Path(__file__).resolve().parents[2] / "models"
 
 
 def engine(requests, answers, new_tokens, model_name="qwen3-tiny", device="cpu"):

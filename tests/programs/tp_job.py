@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM, CompileConfig, Qwen3Config
 
-MODELS = pathlib.Path(__file__).resolve().parents[2] / "tuiprof" / "models_data"
+MODELS = pathlib.Path(__file__).resolve().parents[2] / "models"
 
 
 def shard_mlp(mlp, rank, world):

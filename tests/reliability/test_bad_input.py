@@ -18,7 +18,7 @@ import pytest
 from tuiprof.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-TINY_CONFIG = json.loads((REPO / "tuiprof" / "models_data" / "qwen3-tiny.json").read_text())["config"]
+TINY_CONFIG = json.loads((REPO / "models" / "qwen3-tiny.json").read_text())["config"]
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = sorted((REPO / "tuiprof").rglob("*.py"))
-TINY_CONFIG = json.loads((REPO / "tuiprof" / "models_data" / "qwen3-tiny.json").read_text())["config"]
+TINY_CONFIG = json.loads((REPO / "models" / "qwen3-tiny.json").read_text())["config"]
 SECRET = "sk-live-7Hq2vXc9ZpL0RmT4"                  # looks like an API key
 
 

@@ -1,8 +1,9 @@
-"""The model registry: ``tuiprof/models_data/<name>.json``, one model per file, data only.
+"""The model registry: ``models/<name>.json``, one model per file, data only.
 
 A file is ``{"name", "family", "description", "dtype", "config": {...HF config fields...},
-"study": "...optional"}``. The directory is ``$TUIPROF_MODELS_DIR`` or the package's
-``models_data`` (package data, so a wheel install has the registry too).
+"study": "...optional"}``. The directory is ``$TUIPROF_MODELS_DIR``, else the package's
+``models_data`` where a wheel put it (the build maps the checkout's ``models/`` there), else the
+checkout's ``models/`` beside the package (a source checkout or an editable install).
 """
 from __future__ import annotations
 
@@ -32,11 +33,14 @@ class ModelDef:
 
 
 def models_dir() -> Path:
-    """Where the registry lives: ``$TUIPROF_MODELS_DIR`` or the package's ``models_data``."""
+    """Where the registry lives: ``$TUIPROF_MODELS_DIR``, an installed wheel's ``models_data``,
+    else the checkout's ``models/``."""
     env = os.environ.get("TUIPROF_MODELS_DIR")
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[1] / "models_data"
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "models_data"
+    return installed if installed.is_dir() else package.parent / "models"
 
 
 def list_models() -> list[str]:
