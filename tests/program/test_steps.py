@@ -7,7 +7,7 @@ import time
 import tuiprof
 from tuiprof import marks
 from tuiprof.program.steps import StepRecorder
-from tuiprof.program.windows import WindowSteps
+from tuiprof.program.windows_steps import WindowSteps
 
 from .conftest import rows
 

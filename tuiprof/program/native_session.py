@@ -4,7 +4,7 @@ library built, the channel open, the binary run as a child, its records cut into
 In order: the library is built (or found in the cache) before anything starts, so a missing
 compiler or missing headers is one line and nothing to undo; NVML starts in this process (it
 samples the GPU, whoever uses it); this process runs no CUPTI of its own. The steps come from
-``--step-range`` NVTX ranges when given (:class:`~.nvtx.NvtxSteps`), else from the kernel
+``--step-range`` NVTX ranges when given (:class:`~.nvtx_steps.NvtxSteps`), else from the kernel
 stream (:class:`~.stream_steps.StreamSteps`: the decode loop, else windows).
 """
 from __future__ import annotations

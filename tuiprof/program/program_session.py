@@ -21,11 +21,11 @@ from ..errors import TuiprofError
 from ..profiler import Profiler
 from .launch import ProgramResult, ProgramSpec, run_program
 from .native_session import NativeSide
-from .nvtx import NoNvtx
+from .nvtx_steps import NoNvtx
 from .output import OutputCapture, RelayedOutput, clean_line
 from .sources import STEP_SOURCES, factory, option_values
 from .steps import HOST_SOURCES, SOURCES, StepRecorder
-from .windows import WindowSteps
+from .windows_steps import WindowSteps
 
 NO_PAUSE = "pause needs step boundaries on the program's thread (transformers or tuiprof.step)"
 ENGINE_ONLY = {

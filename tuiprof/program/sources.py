@@ -98,7 +98,7 @@ STEP_SOURCES: tuple[StepSourceSpec, ...] = (
                                  "name with 'prefill' in it marks prefill steps)",
                                  default=[], action="append", metavar="MODULE:FUNCTION",
                                  check="function_steps:check"),), programs=("python",)),
-    StepSourceSpec("nvtx", "nvtx:make", False,
+    StepSourceSpec("nvtx", "nvtx_steps:make", False,
                    "NVTX ranges the program pushes, named with --step-range",
                    (SourceOption("--step-range", "step_range",
                                  "cut steps at the program's NVTX ranges named NAME (again for "
@@ -107,7 +107,7 @@ STEP_SOURCES: tuple[StepSourceSpec, ...] = (
     StepSourceSpec("auto", "stream_steps:make", False,
                    "a native program's decode loop, found in its kernel stream (else windows "
                    "of --window-ms on the records' clock)", programs=("native",)),
-    StepSourceSpec("windows", "windows:make", False,
+    StepSourceSpec("windows", "windows_steps:make", False,
                    "fixed time windows (--window-ms) while nothing else marks steps",
                    (SourceOption("--window-ms", "window_ms",
                                  "when the program marks no steps: windows of this many ms "

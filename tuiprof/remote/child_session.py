@@ -28,7 +28,7 @@ from ..collect.device import rank_facts
 from ..profiler import Profiler, ProfilerOptions
 from ..program.launch import ProgramResult, ProgramSpec
 from ..program.program_session import ProgramSession
-from ..program.windows import WindowSteps
+from ..program.windows_steps import WindowSteps
 from ..store import SessionStore
 from .session_process import Life, SessionServer, StoreConnection
 from . import protocol

@@ -10,7 +10,7 @@ import pytest
 
 from tuiprof.collect.cupti_raw import (KIND_MARKER, MARKER_FLAG_END, MARKER_FLAG_START, Layout,
                                        NameCache, parse_buffer)
-from tuiprof.program.nvtx import NvtxSteps
+from tuiprof.program.nvtx_steps import NvtxSteps
 from tuiprof.program.steps import StepRecorder
 
 from .conftest import rows
