@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "tuiprof.marks", "tuiprof.startup")),
     # the generation engine (models, families, the decode loop) and the native injection
     # library's build: they know nothing of a session
-    ("engine", ("tuiprof.engine", "tuiprof.native")),
+    ("engine", ("tuiprof.engine", "tuiprof.injection")),
     # the session store (the single source of truth) and control, the interface over it that
     # the UI drives; producers and consumers alike import it
     ("store", ("tuiprof.store", "tuiprof.control")),
@@ -55,7 +55,7 @@ KNOWN_CIRCLES: frozenset[str] = frozenset({
     "tuiprof.cli",          # program <-> run <-> sessions
     "tuiprof.engine",       # compile_helper <-> load
     "tuiprof.export",       # nsys_reports <-> window
-    "tuiprof.program",      # launch <-> native
+    "tuiprof.program",      # launch <-> binary_child
     "tuiprof.remote",       # child_session <-> follow <-> session_process
     "tuiprof.ui",           # adapters <-> derive
 })

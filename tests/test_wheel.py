@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 # the snapshot schema, and the native injection library's source and stub header (built on first
 # use of `tuiprof run -- ./binary`, so an installed wheel needs them too).
 PACKAGE_DATA = ("tuiprof/ui/tuiprof.tcss", "tuiprof/export/snapshot.schema.json",
-                "tuiprof/native/inject.c", "tuiprof/native/stub/cuda.h")
+                "tuiprof/injection/inject.c", "tuiprof/injection/stub/cuda.h")
 
 
 def test_pyproject_lists_every_package_of_the_tree():

@@ -381,7 +381,7 @@ def in_kernel_table(results, doc, under_nsys: dict, kern: dict) -> None:
               f"{f(cupti['tuiprof']) + ' / ' + f(cupti['nsys']):>26} "
               f"{f(beyond['tuiprof']) + ' / ' + f(beyond['nsys']):>36}")
     results["in_kernel"] = table
-    # each tool's reservation before the program's first buffer (tuiprof/native/inject.c):
+    # each tool's reservation before the program's first buffer (tuiprof/injection/inject.c):
     # the same figure under both tools means the program's buffers land alike
     used = {w: runs[w].get("used_mib_at_start") for w in runs}
     results["used_mib_at_start"] = used
@@ -655,7 +655,7 @@ def main() -> int:
           f"{time.time() - t0:.1f} s {b.stderr[-200:]}")
     if b.returncode:
         return 1
-    lib = sh([sys.executable, "-c", "from tuiprof.native.build import build; b = build(); "
+    lib = sh([sys.executable, "-c", "from tuiprof.injection.build import build; b = build(); "
               "print(b.path, b.cuda_h, b.cupti.source, b.cupti.version, b.cupti.lib)"])
     results["library"] = lib.stdout.strip() or lib.stderr.strip()[-300:]
     print("injection library:", results["library"])

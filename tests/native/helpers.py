@@ -18,7 +18,7 @@ LAUNCH, MEMCPY_ASYNC = 211, 41   # cudaLaunchKernel_v7000, cudaMemcpyAsync_v3020
 
 @dataclass
 class Native:
-    build: object      # tuiprof.native.build.NativeBuild
+    build: object      # tuiprof.injection.build.NativeBuild
     fake: Path         # the stand-in libcupti
     driver: Path       # the program
 
@@ -29,7 +29,7 @@ def compile_native(tmp: Path) -> Native:
     import pytest
 
     from tuiprof.errors import TuiprofError
-    from tuiprof.native.build import STUB, build, find_compiler
+    from tuiprof.injection.build import STUB, build, find_compiler
 
     try:
         b = build()

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tuiprof.collect import native as ch
-from tuiprof.collect.native import NativeCollector
+from tuiprof.collect import cupti_channel as ch
+from tuiprof.collect.cupti_channel import NativeCollector
 from tuiprof.store import SessionStore
 
 from .helpers import KERNEL, LAUNCH, MEMCPY_ASYNC, Script, compile_native, decode_like, dtypes
@@ -96,7 +96,7 @@ def test_buffers_arrive_whole_and_parse_exactly(native, tmp_path):
 
 def test_the_library_asks_for_the_python_paths_kinds_and_api_subset(native, tmp_path):
     from tuiprof.collect.cupti_collector import DRIVER_APIS, RUNTIME_APIS
-    from tuiprof.native.build import callback_ids
+    from tuiprof.injection.build import callback_ids
 
     s = Script()
     s.kernel("k", 10, 20, 1)
@@ -318,7 +318,7 @@ def test_the_exit_wait_is_bounded_when_the_session_never_reads(native, tmp_path)
 
 def test_protocol_numbers_match_the_c_source():
     from tuiprof.collect.cupti_raw import KIND_MARKER
-    from tuiprof.native.build import SOURCE
+    from tuiprof.injection.build import SOURCE
 
     text = SOURCE.read_text()
     for name in ("MAGIC", "PROTO", "MSG_HELLO", "MSG_STRINGS", "MSG_SIZES", "MSG_BUFFER",

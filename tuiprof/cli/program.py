@@ -144,7 +144,7 @@ def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
                                    "steps come from --step-range or its kernel stream "
                                    "(docs/native.md)")
     if not args.no_cupti:
-        from ..native.build import build  # noqa: PLC0415
+        from ..injection.build import build  # noqa: PLC0415
 
         build()
 

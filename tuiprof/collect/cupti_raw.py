@@ -115,7 +115,7 @@ class NameCache:
     """Kernel-name pointers to strings. CUPTI shares one name string among all records of a
     kernel and keeps it alive, so a pointer is read once. ``read`` turns a non-null pointer
     into its string: this process's memory by default; the strings a profiled process sent
-    for a native program (:mod:`tuiprof.collect.native`)."""
+    for a native program (:mod:`tuiprof.collect.cupti_channel`)."""
 
     def __init__(self, read: Callable[[int], str | None] | None = None) -> None:
         self._names: dict[int, str] = {}

@@ -137,8 +137,9 @@ def _torchrun(launcher: str, rest: list[str]) -> ProgramSpec:
 
 
 def _native(launcher: str, args: list[str]) -> ProgramSpec:
-    """Any other executable: a native program, run as a child (``tuiprof.program.native``)."""
-    from .native import resolve  # noqa: PLC0415
+    """Any other executable: a native program, run as a child
+    (``tuiprof.program.binary_child``)."""
+    from .binary_child import resolve  # noqa: PLC0415
 
     try:
         path = resolve(launcher)

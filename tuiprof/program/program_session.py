@@ -20,7 +20,7 @@ from ..collect.device import device_facts
 from ..errors import TuiprofError
 from ..profiler import Profiler
 from .launch import ProgramResult, ProgramSpec, run_program
-from .native_session import NativeSide
+from .binary_session import NativeSide
 from .nvtx_steps import NoNvtx
 from .output import OutputCapture, RelayedOutput, clean_line
 from .sources import STEP_SOURCES, factory, option_values
@@ -61,7 +61,7 @@ class ProgramSession:
         self.step_ranges = tuple(self.options["step_range"] or ())
         self.tee = tee
         self.meta = dict(meta or {})
-        # a native binary runs as a child, its CUPTI injected (tuiprof.program.native_session)
+        # a native binary runs as a child, its CUPTI injected (tuiprof.program.binary_session)
         self.native = NativeSide(self) if spec.kind == "native" else None
         self.recorder = StepRecorder(prof, self.native.clock if self.native else prof.clock)
         # a server's requests, on the clock of the steps (tuiprof/store/requests.py)

@@ -72,7 +72,7 @@ class StepSourceSpec:
     help: str
     options: tuple[SourceOption, ...] = field(default=())
     # the programs it applies to: "python" (run in tuiprof's interpreter), "native" (a binary
-    # run as a child, its CUPTI injected: tuiprof.program.native_session)
+    # run as a child, its CUPTI injected: tuiprof.program.binary_session)
     programs: tuple[str, ...] = ("python", "native")
 
 

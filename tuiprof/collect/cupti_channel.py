@@ -2,7 +2,7 @@
 
 The session listens on a Unix socket in a private directory (0700) and passes its path to the
 program in ``TUIPROF_NATIVE_CHANNEL``; ``CUDA_INJECTION64_PATH`` names tuiprof's injection
-library (``tuiprof/native/inject.c``), which the CUDA driver loads at the program's first
+library (``tuiprof/injection/inject.c``), which the CUDA driver loads at the program's first
 ``cuInit``. One thread here accepts the connection, answers its greeting with what to collect,
 and reads frames; each completed CUPTI buffer goes through the same raw-buffer parser as the
 in-process path (:func:`tuiprof.collect.cupti_raw.parse_buffer`), its strings resolved from
@@ -91,7 +91,7 @@ class NativeCollector:
         self.program = program      # the binary's name, in messages
         ids: dict = {}
         if include is not None:
-            from ..native.build import callback_ids  # noqa: PLC0415
+            from ..injection.build import callback_ids  # noqa: PLC0415
 
             ids = callback_ids(Path(include))
         self._runtime = [ids[(2, n)] for n in RUNTIME_APIS if (2, n) in ids]

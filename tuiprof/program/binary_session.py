@@ -13,10 +13,10 @@ import tempfile
 import time
 from typing import TYPE_CHECKING
 
-from ..collect.native import EXIT_WAIT_MS, NativeCollector
+from ..collect.cupti_channel import EXIT_WAIT_MS, NativeCollector
 from ..errors import TuiprofError
 from .launch import ProgramResult
-from .native import NativeRun, no_gpu_line
+from .binary_child import NativeRun, no_gpu_line
 
 if TYPE_CHECKING:
     from .session import ProgramSession
@@ -45,7 +45,7 @@ class NativeSide:
         inject = prof.options.cupti
         build = None
         if inject:
-            from ..native.build import build as build_library  # noqa: PLC0415
+            from ..injection.build import build as build_library  # noqa: PLC0415
 
             build = build_library()
         prof.options.cupti = False        # this process traces nothing itself

@@ -2,7 +2,7 @@
 
 The binary runs in its own process group with the session's environment plus what the
 injection collector asks for (``CUDA_INJECTION64_PATH`` and the channel's address; see
-:mod:`tuiprof.collect.native`); its stdout and stderr are the session's file descriptors 1
+:mod:`tuiprof.collect.cupti_channel`); its stdout and stderr are the session's file descriptors 1
 and 2, which the output capture has turned into pipes, so its output is kept as a Python
 program's is. Its stdin is the session's, except a terminal (a background process group
 reading it would be stopped) and the live app's (``/dev/null``).
