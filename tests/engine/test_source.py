@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from tuiprof.engine import registry
+from tuiprof.engine import model_defs
 from tuiprof.engine.load import load_engine, load_model
 from tuiprof.engine.source import resolve_model
 from tuiprof.errors import TuiprofError
@@ -16,7 +16,7 @@ from ._helpers import run_engine
 
 
 def _tiny_config() -> dict:
-    return dict(registry.get_model_def("qwen3-tiny").config)
+    return dict(model_defs.get_model_def("qwen3-tiny").config)
 
 
 def test_registry_name(tmp_path):
@@ -67,7 +67,7 @@ def test_directory_without_weights_is_random(tmp_path):
 def test_directory_with_safetensors_loads_them(tmp_path, prompt):
     from tuiprof.engine.families import get_family
 
-    donor = get_family("qwen3").build(registry.get_model_def("qwen3-tiny"), device="cpu",
+    donor = get_family("qwen3").build(model_defs.get_model_def("qwen3-tiny"), device="cpu",
                                       dtype="float32", seed=7, max_len=32)
     state = {k: v.contiguous() for k, v in donor.model.state_dict().items()
              if k != "lm_head.weight"}  # tied to the embedding, as in HF checkpoints

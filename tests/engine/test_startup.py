@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from tuiprof.engine import registry
+from tuiprof.engine import model_defs
 from tuiprof.engine.families import cs336, deepseek, llama_layer, nanochat
 from tuiprof.engine.families.llama_layer import _mark_static, with_max_len
 from tuiprof.engine.hf_adapter import _rebuild_rotary
@@ -74,7 +74,7 @@ STUDY = {"nanochat-tiny": (nanochat.NanochatGPT, "sequence_len"),
 
 @pytest.mark.parametrize("name", ["qwen3-tiny", *STUDY])
 def test_fast_path_builds_the_same_weights_for_the_same_seed(name):
-    defn = registry.get_model_def(name)
+    defn = model_defs.get_model_def(name)
     new = load_model(name, device="cpu", dtype="float32", seed=SEED, max_len=MAX_LEN).adapter
     if name in STUDY:
         cls, key = STUDY[name]
@@ -120,7 +120,7 @@ def test_local_safetensors_weights_report_bytes_read(tmp_path):
     weights" counts the bytes read up to the files' tensor data, and nothing is drawn at random
     first."""
     donor = load_model("qwen3-tiny", device="cpu", seed=1, max_len=32).adapter.model
-    (tmp_path / "config.json").write_text(json.dumps(registry.get_model_def("qwen3-tiny").config))
+    (tmp_path / "config.json").write_text(json.dumps(model_defs.get_model_def("qwen3-tiny").config))
     state = {k: v.contiguous() for k, v in donor.state_dict().items() if k != "lm_head.weight"}
     save_file(state, str(tmp_path / "model.safetensors"))
     nbytes = sum(t.numel() * t.element_size() for t in state.values())

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tuiprof.ui import adapters
-from tuiprof.ui.panes import PANES, keys as pane_keys
+from tuiprof.ui.registry import PANES, keys as pane_keys
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.compare import CompareScreen
 from tuiprof.ui.screens.detail import KernelDetailScreen

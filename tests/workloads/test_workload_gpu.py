@@ -34,7 +34,7 @@ def test_real_oom_under_a_memory_limit_is_recorded_and_the_sweep_continues():
 @pytest.mark.parametrize("name", ["nanochat-tiny", "deepseek-tiny", "gpt2-tiny", "llama-layer-tiny"])
 def test_cuda_graph_decode_matches_eager(name):
     from tuiprof.engine.families import get_family
-    from tuiprof.engine.registry import get_model_def
+    from tuiprof.engine.model_defs import get_model_def
 
     defn = get_model_def(name)
     adapter = get_family(defn.family).build(defn, device="cuda", dtype="float32", seed=0)

@@ -42,7 +42,7 @@ def _formula(name: str, c: dict) -> int:
 @pytest.mark.parametrize("name", sorted(FULL))
 def test_full_size_param_count(name):
     from tuiprof.engine.families import get_family
-    from tuiprof.engine.registry import get_model_def
+    from tuiprof.engine.model_defs import get_model_def
 
     defn = get_model_def(name)
     fam = get_family(defn.family)
@@ -54,7 +54,7 @@ def test_full_size_param_count(name):
 
 
 def test_full_size_architecture_values():
-    from tuiprof.engine.registry import get_model_def
+    from tuiprof.engine.model_defs import get_model_def
 
     d20, d34 = get_model_def("nanochat-d20").config, get_model_def("nanochat-d34").config
     assert (d20["n_embd"], d20["n_embd"] // d20["n_head"], d20["n_kv_head"]) == (1280, 128, 10)
@@ -73,7 +73,7 @@ def test_full_size_architecture_values():
 
 def test_gpt2_small_linear_layers_in_forward_order():
     from tuiprof.engine.families import get_family
-    from tuiprof.engine.registry import get_model_def
+    from tuiprof.engine.model_defs import get_model_def
 
     defn = get_model_def("gpt2-small")
     layers = get_family("cs336").build(defn, device="meta", dtype="bfloat16", seed=0).linear_layers()

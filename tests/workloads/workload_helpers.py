@@ -18,7 +18,7 @@ TINY = ["llama-layer-tiny", "nanochat-tiny", "gpt2-tiny", "deepseek-tiny"]
 def build_tiny(name: str, *, seed: int = 0, weights: str | None = None, **overrides):
     """Build a tiny registry model on CPU in float32 through the engine's family loader."""
     from tuiprof.engine.families import get_family
-    from tuiprof.engine.registry import get_model_def
+    from tuiprof.engine.model_defs import get_model_def
 
     defn = get_model_def(name)
     if overrides:

@@ -44,7 +44,7 @@ def run(name: str, args: argparse.Namespace) -> int:
 
 
 def _cmd_models() -> int:
-    from ..engine.registry import get_model_def, list_models, param_count, weight_bytes  # noqa: PLC0415
+    from ..engine.model_defs import get_model_def, list_models, param_count, weight_bytes  # noqa: PLC0415
 
     print(f"{'model':<24} {'family':<12} {'params':>15} {'bf16 weights':>13}  description")
     for name in list_models():

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
 def check_options(args: argparse.Namespace, defaults: dict) -> None:
     """Refuse engine options with a program, and program options without one."""
-    from ..program.sources import OPTIONS  # noqa: PLC0415
+    from ..program.registry import OPTIONS  # noqa: PLC0415
 
     if args.program is None:
         given = [o.flag for o in OPTIONS if getattr(args, o.dest) != defaults[o.dest]]
@@ -87,7 +87,7 @@ def check_proxy(spec: str | None) -> None:
 
 def source_options(args: argparse.Namespace) -> dict:
     """The step sources' options as given (``ProgramSession(options=...)``)."""
-    from ..program.sources import OPTIONS  # noqa: PLC0415
+    from ..program.registry import OPTIONS  # noqa: PLC0415
 
     return {o.dest: getattr(args, o.dest) for o in OPTIONS}
 
@@ -133,7 +133,7 @@ def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
     missing headers is one line before anything starts."""
     if spec.kind != "native":
         return
-    from ..program.sources import STEP_SOURCES  # noqa: PLC0415
+    from ..program.registry import STEP_SOURCES  # noqa: PLC0415
 
     for src in STEP_SOURCES:
         for o in src.options:

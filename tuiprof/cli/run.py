@@ -90,7 +90,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_session_arguments(p)
     g = p.add_argument_group("a program of your own (tuiprof run [options] -- python SCRIPT.py "
                              "[ARGS...]; see docs/programs.md)")
-    from ..program.sources import OPTIONS  # noqa: PLC0415 - the step sources' options
+    from ..program.registry import OPTIONS  # noqa: PLC0415 - the step sources' options
     for opt in OPTIONS:
         opt.add_to(g)
     g.add_argument("--proxy", metavar="LISTEN=UPSTREAM",

@@ -1,4 +1,4 @@
-"""Model engine: registry, model resolution, decoder adapters and the generation thread.
+"""Model engine: model definitions, model resolution, decoder adapters and the generation thread.
 
 Importing this package is cheap (no torch); the heavy modules load on first use of a name.
 """
@@ -16,9 +16,9 @@ _EXPORTS = {
     "DecoderAdapter": "adapter",
     "resolve_model": "source",
     "ModelSource": "source",
-    "list_models": "registry",
-    "get_model_def": "registry",
-    "ModelDef": "registry",
+    "list_models": "model_defs",
+    "get_model_def": "model_defs",
+    "ModelDef": "model_defs",
     "get_family": "families",
 }
 

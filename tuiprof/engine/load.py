@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ..errors import TuiprofError
 from ..startup import in_thread, note, phase
 from .events import EngineListener
-from .registry import DTYPE_BYTES
+from .model_defs import DTYPE_BYTES
 from .source import ModelSource, resolve_model
 
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Profiling language models on a GPU"
@@ -370,7 +370,7 @@ def load_engine(model_spec: str, device: str | None = None, dtype: str | None = 
             info["test_tp_delay"] = {"spec": os.environ[TEST_DELAY_ENV], "rank": group.rank,
                                      "us": test_delay_ns(group.rank) / 1000}
         try:  # "params" is this rank's shard; the whole model's count, for findings
-            from .registry import param_count
+            from .model_defs import param_count
             info["model_params"] = param_count(loaded.source.model_def)
         except Exception:
             pass
@@ -558,7 +558,7 @@ def engine_info(loaded: LoadedModel) -> dict:
     """Facts about the model and the machine for headers and exports."""
     import torch
 
-    from .registry import embedding_params
+    from .model_defs import embedding_params
 
     defn = loaded.source.model_def
     cuda = loaded.device.startswith("cuda")

@@ -3,7 +3,7 @@
 ``transformers serve DIR``, load clients (aiperf, guidellm) and ``tuiprof serve --model DIR``
 need what a downloaded model has: ``config.json``, safetensors weights, a generation config
 and a tokenizer. Nothing is downloaded: the weights are a registry model's seeded random ones
-(``tuiprof/engine/registry.py``), and the tokenizer is a word-level one trained offline with
+(``tuiprof/engine/model_defs.py``), and the tokenizer is a word-level one trained offline with
 the ``tokenizers`` library on a made-up corpus of exactly as many distinct words as the model
 has token ids. So every id the random model samples decodes to one word (one streamed chunk
 per token, as with a real tokenizer), and a prompt of N known words is exactly N tokens.
@@ -61,7 +61,7 @@ def make_model_dir(path: str | Path, model: str = "qwen3-tiny", *, seed: int = 0
     from transformers import GenerationConfig, PreTrainedTokenizerFast
 
     from .families import get_family
-    from .registry import get_model_def
+    from .model_defs import get_model_def
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TuiprofError, one_line
-from .registry import ModelDef, get_model_def, list_models, unknown_model_error
+from .model_defs import ModelDef, get_model_def, list_models, unknown_model_error
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

@@ -23,7 +23,7 @@ from .launch import ProgramResult, ProgramSpec, run_program
 from .binary_session import NativeSide
 from .nvtx_steps import NoNvtx
 from .output import OutputCapture, RelayedOutput, clean_line
-from .sources import STEP_SOURCES, factory, option_values
+from .registry import STEP_SOURCES, factory, option_values
 from .steps import HOST_SOURCES, SOURCES, StepRecorder
 from .windows_steps import WindowSteps
 
@@ -43,7 +43,7 @@ class ProgramSession:
                  step_ranges: tuple[str, ...] | None = None, tee: bool = False,
                  relayed: bool = False, meta: dict | None = None,
                  proxy: str | None = None) -> None:
-        """``options``: the step sources' options by ``dest`` (``program.sources.OPTIONS``;
+        """``options``: the step sources' options by ``dest`` (``program.registry.OPTIONS``;
         ``window_ms`` and ``step_ranges`` are shorthands for two of them); ``meta``: facts
         about the run for the snapshot (``tuiprof serve``'s load); ``proxy``: ``--proxy
         LISTEN=UPSTREAM``, a streaming proxy in front of the program's server whose requests
@@ -69,7 +69,7 @@ class ProgramSession:
         self.requests.clock = self.recorder.clock
         self.proxy_spec = proxy
         self.proxy: Any = None
-        # the step sources of this run, in precedence order (tuiprof.program.sources)
+        # the step sources of this run, in precedence order (tuiprof.program.registry)
         self.sources: dict[str, Any] = {}
         kind = "native" if self.native is not None else "python"
         for spec in STEP_SOURCES:

@@ -1,6 +1,6 @@
 """One place where a program's steps are opened and closed, whichever source marks them.
 
-Sources, by precedence (the order of :data:`tuiprof.program.sources.STEP_SOURCES`):
+Sources, by precedence (the order of :data:`tuiprof.program.registry.STEP_SOURCES`):
 
 1. ``transformers``: the forward calls of ``generate()`` and of continuous batching;
 2. ``api``: :func:`tuiprof.step` / :func:`tuiprof.mark_prefill` in the program's own loop;
@@ -43,7 +43,7 @@ from typing import Callable
 from ..engine.events import EngineListener, TokenEvent
 from .step_gpu_time import StepTimer
 
-from .sources import HOST as HOST_SOURCES, NAMES as SOURCES  # precedence order
+from .registry import HOST as HOST_SOURCES, NAMES as SOURCES  # precedence order
 from ..phases import DECODE, PREFILL, WINDOW  # noqa: F401
 
 _RANK = {s: i for i, s in enumerate(SOURCES)}  # a source's precedence, 0 the highest

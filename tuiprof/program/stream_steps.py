@@ -38,7 +38,7 @@ IDLE_STEPS = 10           # a gap after a step longer than this many median step
 
 class StreamSteps:
     """Decode steps found in the kernel stream, else windows; see the module docstring.
-    A step source (``tuiprof.program.sources``) whose marker sink the native collector feeds:
+    A step source (``tuiprof.program.registry``) whose marker sink the native collector feeds:
     ``install`` has nothing to start, ``uninstall`` nothing to end (the collector drains it)."""
 
     name = SOURCE

@@ -11,8 +11,8 @@ import torch
 
 
 def model_def(name: str) -> Any:
-    """The registry entry ``name`` (``tuiprof.engine.registry.ModelDef``)."""
-    from tuiprof.engine.registry import get_model_def
+    """The registry entry ``name`` (``tuiprof.engine.model_defs.ModelDef``)."""
+    from tuiprof.engine.model_defs import get_model_def
 
     return get_model_def(name)
 

@@ -1,14 +1,14 @@
 """The single registry of user actions: it feeds the bindings, the footer, the command
 palette and the help screen, so a key is defined once and every list of keys agrees
 (docs/ui.md#keys). The panes' number keys come from the pane table
-(:mod:`tuiprof.ui.panes`) and the export keys from the export table
+(:mod:`tuiprof.ui.registry`) and the export keys from the export table
 (:mod:`tuiprof.export.registry`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..export.registry import with_keys
-from .panes import by_key
+from .registry import by_key
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from .screens.log import LogScreen
 from .screens.all_ranks import RanksScreen
 from .screens.all_processes import ProcessesScreen
 from ..export.registry import get as get_export
-from . import panes as pane_table
+from . import registry as pane_table
 from .widgets.base import Pane, RefreshContext
 from .widgets.findings_pane import FindingsPane
 from .widgets.header import HeaderPane

@@ -5,7 +5,7 @@ A family module provides:
 * ``param_count(config: Mapping) -> int``: closed form from the config, nothing built, tied
   weights counted once (optionally ``embedding_params(config) -> int`` too);
 * ``build(model_def, *, device, dtype, seed, weights=None, **options) -> DecoderAdapter``:
-  ``model_def`` is a :class:`~tuiprof.engine.registry.ModelDef` (or a dict of its fields);
+  ``model_def`` is a :class:`~tuiprof.engine.model_defs.ModelDef` (or a dict of its fields);
   without ``weights`` the weights are random from ``seed`` and created on ``device`` in
   ``dtype``; ``weights`` is a ``*.safetensors`` file or a directory of them, loaded strictly
   with safetensors (never pickle). Options a family may accept (the loader passes only those

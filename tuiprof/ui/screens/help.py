@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from .. import adapters
 from ..actions import ACTIONS, key_label
-from ..panes import PANES, by_key
+from ..registry import PANES, by_key
 
 
 class HelpScreen(ModalScreen):

@@ -29,7 +29,7 @@ class RefreshContext:
 class Pane(Vertical):
     """A bordered pane of the main screen, selectable by its number key.
 
-    Its key and tab name come from its row in :data:`tuiprof.ui.panes.PANES`; ``PANE_TITLE`` is
+    Its key and tab name come from its row in :data:`tuiprof.ui.registry.PANES`; ``PANE_TITLE`` is
     the border's title. ``show(view, ctx)`` is called on every refresh while the pane is
     visible: it only reads the view (never the store, never a thread's state)."""
 

@@ -7,20 +7,20 @@ import pathlib
 import pytest
 import torch
 
-from tuiprof.engine import registry
+from tuiprof.engine import model_defs
 from tuiprof.errors import TuiprofError
 
 
 def test_registry_lists_the_qwen3_models():
-    names = registry.list_models()
+    names = model_defs.list_models()
     assert "qwen3-0.6b" in names and "qwen3-tiny" in names
     # a checkout's top-level models/ (a wheel maps it into the package: tests/test_wheel.py)
     import tuiprof
-    assert registry.models_dir() == pathlib.Path(tuiprof.__file__).resolve().parents[1] / "models"
+    assert model_defs.models_dir() == pathlib.Path(tuiprof.__file__).resolve().parents[1] / "models"
 
 
 def test_qwen3_0_6b_is_the_real_config():
-    d = registry.get_model_def("qwen3-0.6b")
+    d = model_defs.get_model_def("qwen3-0.6b")
     c = d.config
     assert (d.family, d.dtype) == ("qwen3", "bfloat16")
     assert (c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"],
@@ -31,26 +31,26 @@ def test_qwen3_0_6b_is_the_real_config():
 
 
 def test_qwen3_0_6b_param_count_closed_form():
-    d = registry.get_model_def("qwen3-0.6b")
-    total = registry.param_count(d)
+    d = model_defs.get_model_def("qwen3-0.6b")
+    total = model_defs.param_count(d)
     assert total == 596_049_920
-    assert total - registry.embedding_params(d) == 440_467_456
-    assert registry.weight_bytes(d) == 2 * total  # bf16
-    assert registry.weight_bytes(d, "float32") == 4 * total
+    assert total - model_defs.embedding_params(d) == 440_467_456
+    assert model_defs.weight_bytes(d) == 2 * total  # bf16
+    assert model_defs.weight_bytes(d, "float32") == 4 * total
 
 
 def test_tiny_param_count_matches_the_built_model(tiny):
-    d = registry.get_model_def("qwen3-tiny")
+    d = model_defs.get_model_def("qwen3-tiny")
     built = sum(p.numel() for p in tiny.adapter.model.parameters())
-    assert registry.param_count(d) == built == 139_648 == tiny.params
+    assert model_defs.param_count(d) == built == 139_648 == tiny.params
     assert tiny.adapter.model.lm_head.weight is tiny.adapter.model.model.embed_tokens.weight
 
 
 def test_unknown_model_is_one_line_with_the_known_names():
     with pytest.raises(TuiprofError) as err:
-        registry.get_model_def("nope")
+        model_defs.get_model_def("nope")
     msg = str(err.value)
-    known = ", ".join(registry.list_models())
+    known = ", ".join(model_defs.list_models())
     assert msg == (f"unknown model 'nope'; known: {known} (or pass a directory with "
                    f"config.json, or a cached Hugging Face repo id)")
     assert "\n" not in msg
@@ -58,14 +58,14 @@ def test_unknown_model_is_one_line_with_the_known_names():
 
 def test_models_dir_from_environment(tmp_path, monkeypatch):
     entry = {"name": "mine", "family": "qwen3", "description": "d", "dtype": "bfloat16",
-             "config": json.loads((registry.models_dir() / "qwen3-tiny.json").read_text())["config"]}
+             "config": json.loads((model_defs.models_dir() / "qwen3-tiny.json").read_text())["config"]}
     (tmp_path / "mine.json").write_text(json.dumps(entry))
     (tmp_path / "broken.json").write_text("{not json")
     monkeypatch.setenv("TUIPROF_MODELS_DIR", str(tmp_path))
-    assert registry.list_models() == ["broken", "mine"]
-    assert registry.param_count(registry.get_model_def("mine")) == 139_648
+    assert model_defs.list_models() == ["broken", "mine"]
+    assert model_defs.param_count(model_defs.get_model_def("mine")) == 139_648
     with pytest.raises(TuiprofError, match="broken.json is not valid JSON"):
-        registry.get_model_def("broken")
+        model_defs.get_model_def("broken")
 
 
 def test_linear_layers_in_forward_order(tiny):
@@ -81,7 +81,7 @@ def test_linear_layers_in_forward_order(tiny):
 def test_random_weights_are_seeded():
     from tuiprof.engine.families import get_family
 
-    d = registry.get_model_def("qwen3-tiny")
+    d = model_defs.get_model_def("qwen3-tiny")
     build = get_family("qwen3").build
     a = build(d, device="cpu", dtype="float32", seed=3, max_len=16)
     b = build(d, device="cpu", dtype="float32", seed=3, max_len=16)

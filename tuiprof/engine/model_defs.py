@@ -1,4 +1,4 @@
-"""The model registry: ``models/<name>.json``, one model per file, data only.
+"""The model definitions: ``models/<name>.json``, one model per file, data only.
 
 A file is ``{"name", "family", "description", "dtype", "config": {...HF config fields...},
 "study": "...optional"}``. The directory is ``$TUIPROF_MODELS_DIR``, else the package's
