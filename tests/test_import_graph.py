@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("export", ("tuiprof.export",)),
     # sessions: the profiler that wires one together, a user's program with its step sources
     # and its session, the session processes and their protocol
-    ("session", ("tuiprof.profiler", "tuiprof.program", "tuiprof.remote")),
+    ("session", ("tuiprof.profiler", "tuiprof.program", "tuiprof.sessions")),
     # studies that run many sessions
     ("sweep", ("tuiprof.sweep",)),
     # the Textual app and its screens (one of them runs a sweep)
@@ -56,12 +56,12 @@ KNOWN_CIRCLES: frozenset[str] = frozenset({
     "tuiprof.engine",       # compile_helper <-> load
     "tuiprof.export",       # nsys_reports <-> window
     "tuiprof.program",      # launch <-> binary_child
-    "tuiprof.remote",       # child_session <-> follow <-> session_process
+    "tuiprof.sessions",     # child_session <-> follow <-> session_process
     "tuiprof.ui",           # adapters <-> derive
 })
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset({
     ("tuiprof.collect", "tuiprof.export"),   # recording writes through the snapshot writer
-    ("tuiprof.remote", "tuiprof.cli"),       # keeper starts sessions through cli's launchers
+    ("tuiprof.sessions", "tuiprof.cli"),     # keeper starts sessions through cli's launchers
     ("tuiprof.sweep", "tuiprof.cli"),        # python -m tuiprof.sweep runs cli's sweep command
 })
 

@@ -47,7 +47,7 @@ def scrape_cost(processes: int, requests: int, rounds: int = 30, where: str = "m
     """``where``: "mirror", each process's mirror as the live app, a keeper or a headless
     program run holds it (the session in other processes); "store", a store in this process
     (``--in-process``, a headless engine run), whose view copies every kept request."""
-    from tuiprof.remote.mirror import Mirror  # noqa: PLC0415
+    from tuiprof.sessions.mirror import Mirror  # noqa: PLC0415
 
     stores = [realistic_store(requests) for _ in range(processes)]
     if where == "mirror":

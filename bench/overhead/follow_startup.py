@@ -34,7 +34,7 @@ def main() -> int:
                             str(REPO / "tests" / "programs" / "steps_forever.py")],
                            capture_output=True, text=True, env=env, timeout=120)
     sid = start.stdout.strip().splitlines()[-1]
-    from tuiprof.remote.follow import follow_env
+    from tuiprof.sessions.follow import follow_env
     from tuiprof.cli.sessions import child_options
     from tuiprof.cli import parse_args
     followed = dict(env)

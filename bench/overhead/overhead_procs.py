@@ -135,7 +135,7 @@ def preimport(model: str, app: bool = False) -> None:
     import torch  # noqa: F401
 
     if app:
-        from tuiprof.remote import RemoteControl  # noqa: F401
+        from tuiprof.sessions import RemoteControl  # noqa: F401
         from tuiprof.ui.app import make_app  # noqa: F401
 
     from tuiprof.engine.families import get_family
@@ -356,7 +356,7 @@ def _app_run(a: argparse.Namespace, kw: dict, ui: str = "app") -> dict:
     import tempfile
 
     from tuiprof.profiler import ProfilerOptions
-    from tuiprof.remote import RemoteControl
+    from tuiprof.sessions import RemoteControl
     from tuiprof.ui.app import make_app
 
     ctl = RemoteControl(ProfilerOptions(engine_kwargs=kw), {"ring_tokens": 64})

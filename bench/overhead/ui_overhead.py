@@ -1,7 +1,7 @@
 """Decode speed with the live UI open: interleaved windows, session process vs UI process.
 
 ``tuiprof --model X`` runs the model, the collectors and the store in a session process and
-the Textual app in its own (``tuiprof.remote``). This benchmark runs exactly that pair: the
+the Textual app in its own (``tuiprof.sessions``). This benchmark runs exactly that pair: the
 app, headless under ``run_test`` at 200×50 (every pane visible and redrawn at 4 Hz, findings
 every 2 s), over a RemoteControl, open and pulling for the whole run. In the session process
 the windows of ``bench/overhead/overhead.py`` (:class:`bench.overhead.overhead.Windows`, loaded as the session's
@@ -29,7 +29,7 @@ from bench.overhead.overhead import block_plan, finish, period, table  # noqa: E
 
 def run(a: argparse.Namespace) -> dict:
     from tuiprof.profiler import ProfilerOptions
-    from tuiprof.remote import RemoteControl
+    from tuiprof.sessions import RemoteControl
     from tuiprof.ui.app import make_app
 
     opts = ProfilerOptions(engine_kwargs=dict(model_spec=a.model, device=a.device, loop=True,

@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.remote._helpers import PtyProcess  # noqa: E402
-from tuiprof.remote import runtime  # noqa: E402
+from tests.sessions._helpers import PtyProcess  # noqa: E402
+from tuiprof.sessions import runtime  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tuiprof.remote import runtime  # noqa: E402
+from tuiprof.sessions import runtime  # noqa: E402
 
 TP_JOB = REPO / "tests" / "programs" / "tp_job.py"
 # the main screen's footer, then the all-processes screen's (each key, what to wait for after)
@@ -81,7 +81,7 @@ def ours(pid: int) -> bool:
 
 def pids_of(sid: str) -> list:
     """The session's processes (the keeper's ``procs``): the agent, its worker."""
-    from tuiprof.remote import protocol
+    from tuiprof.sessions import protocol
 
     try:
         c = protocol.Client.unix(str(runtime.runtime_root() / sid / "s.sock"), role="control")

@@ -84,7 +84,7 @@ timeout 120 python3 -m tuiprof stop "$sid" >> "$R" 2>&1
 python3 -m tuiprof ls >> "$R" 2>&1
 python3 - "$sid" >> "$R" 2>&1 <<'PY'
 import json, sys
-from tuiprof.remote import runtime
+from tuiprof.sessions import runtime
 info = runtime.read_info(runtime.runtime_root() / sys.argv[1]) or {}
 print(json.dumps({k: info.get(k) for k in ("state", "end", "exit_status", "steps", "requests",
                                            "processes", "snapshot", "snapshot_error")}, indent=1))

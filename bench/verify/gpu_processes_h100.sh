@@ -46,7 +46,7 @@ case "${1:-}" in
   python -m tuiprof ls >> "$OUT/detached.txt"
   python - "$sid" >> "$OUT/detached.txt" <<'PY'
 import sys, json
-from tuiprof.remote import runtime
+from tuiprof.sessions import runtime
 info = runtime.read_info(runtime.runtime_root() / sys.argv[1]) or {}
 print(json.dumps(info, indent=1))
 from tuiprof.export.snapshot import read_any_snapshot

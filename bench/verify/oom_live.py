@@ -37,7 +37,7 @@ time.sleep(3600)
 
 async def _session(label: str, engine_kwargs: dict, out: Path, wait_tokens: int) -> dict:
     from tuiprof.profiler import ProfilerOptions
-    from tuiprof.remote import RemoteControl
+    from tuiprof.sessions import RemoteControl
     from tuiprof.ui.app import make_app
 
     d = out / label

@@ -104,7 +104,7 @@ def run(a: argparse.Namespace) -> dict:
         prof = Profiler(SessionStore(ring_tokens=32), opts)
         pid = "self"
     else:
-        from tuiprof.remote import RemoteControl
+        from tuiprof.sessions import RemoteControl
         prof = RemoteControl(opts, {"ring_tokens": 32})
     prof.start()
     if not a.in_process:

@@ -181,7 +181,7 @@ def run_alone(a, mode: str) -> float | None:
 
 def run_detached(a, mode: str, work: Path) -> float | None:
     """The same script under ``tuiprof run --detach``; waits for its end (nobody attached)."""
-    from tuiprof.remote import runtime
+    from tuiprof.sessions import runtime
 
     r = tuiprof("run", "--detach", "--export-dir", str(work), "--snapshot-every", "0",
                 *(["--no-cupti"] if a.no_cupti else []), "--",

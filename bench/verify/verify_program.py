@@ -267,7 +267,7 @@ class Verify:
 
         from tuiprof.program.launch import parse_program
         from tuiprof.profiler import ProfilerOptions
-        from tuiprof.remote import RemoteControl
+        from tuiprof.sessions import RemoteControl
         from tuiprof.ui.app import make_app
 
         t = time.monotonic()

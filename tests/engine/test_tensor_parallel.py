@@ -3,7 +3,7 @@
 
 Here tuiprof's own decoder with 3 heads, so that 2 ranks split them unevenly (2 and 1, as
 nanochat-d34's 17 heads split 9/8); transformers' Qwen3 at TP=2 is compared in
-tests/remote/test_rank_launcher.py, through the whole `--tp` path."""
+tests/sessions/test_rank_launcher.py, through the whole `--tp` path."""
 from __future__ import annotations
 
 import json

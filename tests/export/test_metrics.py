@@ -16,7 +16,7 @@ from tuiprof.cli import main  # noqa: E402
 from tuiprof.errors import TuiprofError  # noqa: E402
 from tuiprof.export import metrics  # noqa: E402
 from tuiprof.export.feeds import Source  # noqa: E402
-from tuiprof.remote.mirror import Mirror  # noqa: E402
+from tuiprof.sessions.mirror import Mirror  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 from tuiprof.store.stats import Buckets  # noqa: E402
 

@@ -11,7 +11,7 @@ from textual.widgets import Log
 
 from tuiprof.program.launch import parse_program
 from tuiprof.profiler import ProfilerOptions
-from tuiprof.remote import RemoteControl
+from tuiprof.sessions import RemoteControl
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.log import LogScreen
 from tuiprof.ui.widgets.statusline import StatusLine

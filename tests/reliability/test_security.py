@@ -33,7 +33,7 @@ def _calls(tree):
 # The one module that may import pickle: the wire protocol between tuiprof's own processes
 # pickles its replies and reads them back only through its SafeUnpickler (docs/remote.md);
 # requests are JSON. Nothing read from a file is unpickled.
-PICKLE_ALLOWED = {"tuiprof/remote/protocol.py"}
+PICKLE_ALLOWED = {"tuiprof/sessions/protocol.py"}
 
 
 def test_no_pickle_eval_or_unsafe_loaders_in_the_code():
@@ -71,9 +71,9 @@ def test_no_pickle_eval_or_unsafe_loaders_in_the_code():
 
 
 def test_the_protocol_reads_replies_only_with_its_safe_unpickler():
-    from tuiprof.remote import protocol
+    from tuiprof.sessions import protocol
 
-    tree = ast.parse((REPO / "tuiprof" / "remote" / "protocol.py").read_text())
+    tree = ast.parse((REPO / "tuiprof" / "sessions" / "protocol.py").read_text())
     bases = [b for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
              for b in n.bases if isinstance(b, ast.Attribute) and b.attr == "Unpickler"]
     assert len(bases) == 1                                  # SafeUnpickler, and nothing else

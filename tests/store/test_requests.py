@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tuiprof.remote.mirror import Mirror
+from tuiprof.sessions.mirror import Mirror
 from tuiprof.store import SessionStore
 from tuiprof.store.requests import RequestBook
 

@@ -1,5 +1,5 @@
 """`tuiprof sweep --tp`: the scaling table and the snapshots it writes (from two-rank stores
-as a 2-GPU session leaves them; the sessions themselves are exercised in tests/remote)."""
+as a 2-GPU session leaves them; the sessions themselves are exercised in tests/sessions)."""
 from __future__ import annotations
 
 import csv

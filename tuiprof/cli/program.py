@@ -161,7 +161,7 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     the log has every byte the program wrote. Returns the program's exit status, or 128 + N
     after signal N."""
     from ..export._atomic import FILE, check_output, output_kind  # noqa: PLC0415
-    from ..remote import RemoteControl  # noqa: PLC0415
+    from ..sessions import RemoteControl  # noqa: PLC0415
 
     spec = parse_program(args.program)
     _prepare_native(spec, args)
@@ -466,7 +466,7 @@ def _new_log(export: Path, base: str) -> Path:
 
 def live_control(args: argparse.Namespace):
     """(the session process that runs the program, not started; its name; a stem)."""
-    from ..remote import RemoteControl  # noqa: PLC0415
+    from ..sessions import RemoteControl  # noqa: PLC0415
 
     spec = parse_program(args.program)
     _prepare_native(spec, args)

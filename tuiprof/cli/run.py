@@ -308,7 +308,7 @@ def _cmd_run_ui(args: argparse.Namespace) -> int:
 
 def model_control(args: argparse.Namespace):
     """(the session process of ``--model``, not started; its name; a file-name stem)."""
-    from ..remote import RemoteControl  # noqa: PLC0415
+    from ..sessions import RemoteControl  # noqa: PLC0415
 
     opts, store_kwargs = _make_options(args)
     ctl = RemoteControl(opts, store_kwargs, orphan_snapshot_dir=args.export_dir)
@@ -351,7 +351,7 @@ def _check_tp(args: argparse.Namespace) -> None:
 def _cmd_run_tp(args: argparse.Namespace) -> int:
     """N tensor-parallel ranks, each a session process; the live app or a headless run."""
     _check_tp(args)   # before importing what starts ranks: a refusal takes a fraction of a second
-    from ..remote.rank_launcher import RankSetControl  # noqa: PLC0415
+    from ..sessions.rank_launcher import RankSetControl  # noqa: PLC0415
 
     if args.headless:
         args.no_loop = True

@@ -1,9 +1,9 @@
 """Sessions that outlive a terminal: ``tuiprof run --detach``, ``tuiprof ls``, ``tuiprof attach
 [ID]``, ``tuiprof stop ID``; and the session every live run holds (docs/remote.md).
 
-A live ``tuiprof run`` holds its session itself (:class:`~tuiprof.remote.holder.HeldSession`:
+A live ``tuiprof run`` holds its session itself (:class:`~tuiprof.sessions.holder.HeldSession`:
 the session's directory, its socket, a mirror of every process). ``--detach`` hands the same
-thing to a *keeper*: a process of its own (``python -m tuiprof.remote.keeper DIR``), in a new
+thing to a *keeper*: a process of its own (``python -m tuiprof.sessions.keeper DIR``), in a new
 session (no terminal: a closed SSH connection does not reach it), that writes a snapshot every
 ``--snapshot-every`` minutes and at the end, and that UIs attach to.
 """
@@ -84,7 +84,7 @@ def run(name: str, args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- holding
 def _runtime():
-    from ..remote import runtime  # noqa: PLC0415
+    from ..sessions import runtime  # noqa: PLC0415
 
     return runtime
 
@@ -209,8 +209,8 @@ def hold(args: argparse.Namespace, main: Any, *, name: str, kind: str, stem: str
          detached: bool = False, directory: Path | None = None, sid: str | None = None) -> Any:
     """The session ``main`` (a RemoteControl not started yet) as held by this process: its
     directory, socket, and for a program the environment that follows its processes."""
-    from ..remote.follow import follow_env  # noqa: PLC0415
-    from ..remote.holder import HeldSession  # noqa: PLC0415
+    from ..sessions.follow import follow_env  # noqa: PLC0415
+    from ..sessions.holder import HeldSession  # noqa: PLC0415
 
     rt = _runtime()
     try:
@@ -279,7 +279,7 @@ def start_detached(args: argparse.Namespace, name: str) -> int:
     log = os.fdopen(os.open(directory / "keeper.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                             0o600), "ab")
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "tuiprof.remote.keeper", str(directory)],
+        proc = subprocess.Popen([sys.executable, "-m", "tuiprof.sessions.keeper", str(directory)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True, close_fds=True)
     finally:
@@ -321,7 +321,7 @@ def _tail(path: Path) -> str:
 
 # ---------------------------------------------------------------------------- ls
 def _ask(directory: Path, op: str, timeout: float = 3.0) -> Any:
-    from ..remote import protocol  # noqa: PLC0415
+    from ..sessions import protocol  # noqa: PLC0415
 
     c = protocol.Client.unix(str(directory / _runtime().SESSION_SOCKET), role="control",
                              timeout=timeout)
@@ -333,7 +333,7 @@ def _ask(directory: Path, op: str, timeout: float = 3.0) -> Any:
 
 def session_state(directory: Path) -> dict:
     """A session's facts for ``ls``: its info, and live figures when it answers."""
-    from ..remote import protocol  # noqa: PLC0415
+    from ..sessions import protocol  # noqa: PLC0415
 
     rt = _runtime()
     info = rt.read_info(directory) or {"id": directory.name, "state": "unknown"}
@@ -410,10 +410,10 @@ def _session(sid: str | None) -> tuple[Path, dict]:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from ..remote import protocol  # noqa: PLC0415
-    from ..remote.holder import AttachedSession  # noqa: PLC0415
+    from ..sessions import protocol  # noqa: PLC0415
+    from ..sessions.holder import AttachedSession  # noqa: PLC0415
 
-    from ..remote.fleet import is_address  # noqa: PLC0415
+    from ..sessions.fleet import is_address  # noqa: PLC0415
 
     rt = _runtime()
     ids = list(args.id or [])
@@ -471,7 +471,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def cmd_attach_fleet(args: argparse.Namespace, texts: list) -> int:
     """``tuiprof attach HOST1:PORT HOST2:PORT …``: one UI over every host's session."""
-    from ..remote.fleet import FleetSession, parse_addresses  # noqa: PLC0415
+    from ..sessions.fleet import FleetSession, parse_addresses  # noqa: PLC0415
 
     tokens = []
     for f in args.token_file:
@@ -518,7 +518,7 @@ def _view_ended(info: dict, sid: str) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from ..remote import protocol  # noqa: PLC0415
+    from ..sessions import protocol  # noqa: PLC0415
 
     rt = _runtime()
     directory, info = _session(args.id)

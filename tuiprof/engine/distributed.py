@@ -1,7 +1,7 @@
 """A tensor-parallel rank's place in torch.distributed: process group, device, clock pairs.
 
 A rank finds its identity in the environment that ``torchrun`` and tuiprof's own launcher
-(:mod:`tuiprof.remote.rank_launcher`) both set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+(:mod:`tuiprof.sessions.rank_launcher`) both set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``, ``MASTER_PORT``) and joins the default process group with ``env://``: NCCL on
 CUDA (one GPU per rank, ``cuda:LOCAL_RANK``), gloo on the CPU. A second, gloo group carries the
 engine's lockstep commands (:mod:`tuiprof.engine.lockstep`) on the host, never on a GPU stream.

@@ -89,7 +89,7 @@ def test_delay_ns(rank: int, spec: str | None = None) -> int:
     asks for (``"1:500"``: 500 µs on rank 1; ``"0:200,3:900"``), in ns; 0 when unset.
 
     For tests only: a rank made late by a known amount, which the cross-rank analysis must find
-    as that rank's lateness and the others' wait (tests/remote, bench/verify/verify_tp_wait.py)."""
+    as that rank's lateness and the others' wait (tests/sessions, bench/verify/verify_tp_wait.py)."""
     spec = os.environ.get(TEST_DELAY_ENV, "") if spec is None else spec
     out = 0
     for part in filter(None, (p.strip() for p in spec.split(","))):

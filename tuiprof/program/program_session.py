@@ -2,7 +2,7 @@
 program itself on the calling thread; :meth:`ProgramSession.finish` records how it ended.
 
 Used by the headless ``tuiprof run --headless -- python …`` (in tuiprof's own process) and by
-the live app's session process (``tuiprof.remote.session_process``), where the program runs on
+the live app's session process (``tuiprof.sessions.session_process``), where the program runs on
 the main thread and the UI is served from another.
 """
 from __future__ import annotations

@@ -31,7 +31,7 @@ middleware on the OpenAI server's app in the API server.
 The end: at a normal shutdown vLLM's process manager sends its EngineCore SIGTERM and, after a
 few seconds, SIGKILL (``vllm/v1/utils.py:shutdown``); the EngineCore's ``shutdown()`` (and a
 worker's, ``WorkerProc.shutdown``) is where its own shutdown begins, so there tuiprof closes
-the last step, flushes and is fetched (:func:`tuiprof.remote.follow.end_now`): the process
+the last step, flushes and is fetched (:func:`tuiprof.sessions.follow.end_now`): the process
 then reads as ended with the server, whatever signal ends it, and nothing measured is lost.
 
 The patches go in when vLLM's modules are imported (a post-import hook) and come out with
@@ -321,7 +321,7 @@ def make(session: Any) -> VllmSteps | None:
         return None
 
     def ending(how: str) -> None:
-        from ..remote.follow import end_now  # noqa: PLC0415
+        from ..sessions.follow import end_now  # noqa: PLC0415
 
         end_now(how)
 

@@ -914,7 +914,7 @@ class SessionStore:
                 light: bool = True, mirror: Any = None) -> tuple[dict, ViewCursor]:
         """What changed since ``since``, for one mirror of this store in another process.
 
-        Returns ``(delta, cursor)``; :class:`tuiprof.remote.mirror.Mirror` applies deltas. Only
+        Returns ``(delta, cursor)``; :class:`tuiprof.sessions.mirror.Mirror` applies deltas. Only
         new or changed token rows, new NVML samples and, when records arrived, the record
         aggregates are copied, so the cost to the producers' process stays small however long
         the session is. ``raw_tokens``: raw records of the last N traced tokens (None: every

@@ -21,7 +21,7 @@ from ..analysis.tokens import mode_summaries
 from ..errors import TuiprofError
 from ..export._atomic import atomic_write_text
 from ..profiler import ProfilerOptions
-from ..remote.rank_launcher import RankSetControl
+from ..sessions.rank_launcher import RankSetControl
 from ..store.rank_set import RanksView
 from ..text import csv_text
 

@@ -2,7 +2,7 @@
 subprocess running Python, torchrun's agent and workers, at any depth).
 
 How a process is reached: the session process puts a directory on ``PYTHONPATH`` whose only
-file is a ``sitecustomize.py`` (``tuiprof/remote/boot``), and names the session's socket in
+file is a ``sitecustomize.py`` (``tuiprof/sessions/boot``), and names the session's socket in
 ``TUIPROF_FOLLOW``. Python runs ``sitecustomize`` at interpreter start, before the program's
 main module; ours first runs the program's own ``sitecustomize`` if there is one (so nothing is
 shadowed), takes its directory off ``sys.path`` again, and, when ``TUIPROF_FOLLOW`` is set,
@@ -16,7 +16,7 @@ What a followed process does, in order of cost:
   session learns of its end when it closes), points Python's ``faulthandler`` at a file of
   the session (a segfault is reported by name), and waits for ``torch``;
 * when it imports ``torch``: starts its own process session (store, step sources, server:
-  :mod:`tuiprof.remote.child_session`) and tells the session where it serves;
+  :mod:`tuiprof.sessions.child_session`) and tells the session where it serves;
 * when it initializes CUDA (``torch.cuda._lazy_init``, before the first CUDA call): starts
   CUPTI and NVML;
 * at exit (``atexit``, ``os._exit``): closes its last step, flushes CUPTI, and waits (at most

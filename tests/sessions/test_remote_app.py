@@ -11,7 +11,7 @@ import os
 import signal
 
 from tuiprof.profiler import ProfilerOptions
-from tuiprof.remote import RemoteControl
+from tuiprof.sessions import RemoteControl
 from tuiprof.ui.app import make_app
 
 from ._helpers import until as _until

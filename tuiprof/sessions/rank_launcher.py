@@ -1,6 +1,6 @@
 """A tensor-parallel session: N rank processes, launched and watched from the UI process.
 
-Each rank is a session process like the single-GPU one (:func:`~tuiprof.remote.session_process.
+Each rank is a session process like the single-GPU one (:func:`~tuiprof.sessions.session_process.
 serve`: engine, collectors and its own store) and joins torch.distributed from the environment
 that ``torchrun`` would give it (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``), so the rank side is the same whoever launched it.
@@ -9,7 +9,7 @@ Launcher: ``torch.multiprocessing.start_processes`` (what ``torch.multiprocessin
 not the elastic agent behind ``torchrun``. The agent owns its workers: it restarts or tears
 down the whole group when one fails and reports only exit codes, which would lose the other
 ranks' data and leave no channel to send keys. Here the UI process holds each rank's process
-handle and a connection to its socket (a :class:`~tuiprof.remote.client.RemoteControl` per rank), sees a
+handle and a connection to its socket (a :class:`~tuiprof.sessions.client.RemoteControl` per rank), sees a
 death at once, stops the other ranks cleanly (their collectors flush, their data is fetched)
 and keeps everything measured. A rank that fails outside its session loop leaves its
 traceback in its log file, which the one-line message names.

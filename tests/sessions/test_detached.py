@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tuiprof.remote import protocol, runtime
-from tuiprof.remote.holder import AttachedSession
+from tuiprof.sessions import protocol, runtime
+from tuiprof.sessions.holder import AttachedSession
 
 from ._helpers import PtyProcess, runtime_dir
 
@@ -381,7 +381,7 @@ def test_a_dead_keeper_is_said_plainly(rt, tmp_path):
 
 def test_a_failed_snapshot_write_keeps_the_previous_one(rt, tmp_path, monkeypatch):
     from tuiprof.export import _atomic
-    from tuiprof.remote.keeper import snapshot_path, write_snapshot
+    from tuiprof.sessions.keeper import snapshot_path, write_snapshot
 
     from ._helpers import held_program
 

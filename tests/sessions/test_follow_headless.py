@@ -81,7 +81,7 @@ def test_a_headless_runs_followed_processes_sample_as_its_main_process_does():
     H200), every step with --step-range or --sample-every 1."""
     from tuiprof.cli import parse_args
     from tuiprof.cli.sessions import child_options
-    from tuiprof.remote.child_session import profiler_options
+    from tuiprof.sessions.child_session import profiler_options
 
     def every(*opts):
         args = parse_args(["run", *opts, "--", "python", "x.py"])

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tuiprof.remote import protocol
+from tuiprof.sessions import protocol
 
 
 class Echo(protocol.Handler):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tuiprof.remote import runtime
+from tuiprof.sessions import runtime
 
 from ._helpers import runtime_dir
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ranks_data import simulate_tp
 
 from tuiprof.analysis.cross_rank import ranks_summary
-from tuiprof.remote.mirror import Mirror
+from tuiprof.sessions.mirror import Mirror
 from tuiprof.store import SessionStore
 from tuiprof.store.rank_set import RanksView
 from tuiprof.ui.app import newer_rank_analysis

@@ -1,4 +1,5 @@
-"""A live session in its own process, mirrored into the UI process (no shared GIL).
+"""Sessions as processes: a live session in its own process, mirrored into the UI process (no
+shared GIL); its protocol, attach and detach, followed child processes, keepers and fleets.
 
 The names below load on first use: a followed child process imports this package's
 standard-library modules (``protocol``, ``runtime``, ``follow``) at interpreter start, and

@@ -10,7 +10,7 @@ import sys
 import time
 
 from tuiprof.profiler import ProfilerOptions
-from tuiprof.remote import RemoteControl
+from tuiprof.sessions import RemoteControl
 from tuiprof.startup import command_start
 from tuiprof.ui.app import make_app
 from tuiprof.ui.widgets.header import HeaderPane
@@ -67,7 +67,7 @@ def test_first_frame_shows_model_device_and_progress_until_the_first_token(tmp_p
 UI_PROCESS = """
 import sys, time
 from tuiprof.profiler import ProfilerOptions
-from tuiprof.remote import RemoteControl
+from tuiprof.sessions import RemoteControl
 
 if __name__ == "__main__":
     ctl = RemoteControl(ProfilerOptions(cupti=False, nvml=False, engine_kwargs=%r), {})

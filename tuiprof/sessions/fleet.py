@@ -2,9 +2,9 @@
 
 Each address is a detached session's keeper: TCP with its token (``--listen``), or a Unix
 socket (the session's ``s.sock``, forwarded from another machine with ``ssh -L``). For each
-one a :class:`Host` holds an :class:`~tuiprof.remote.holder.AttachedSession` (a viewer per
+one a :class:`Host` holds an :class:`~tuiprof.sessions.holder.AttachedSession` (a viewer per
 process, as a single ``tuiprof attach`` does) and a connection of its own that measures the
-host's clock. :class:`FleetSession` is one :class:`~tuiprof.remote.holder.ProcessSet` over all
+host's clock. :class:`FleetSession` is one :class:`~tuiprof.sessions.holder.ProcessSet` over all
 of them: host is a dimension above the process, so ``g`` and ``a`` (the all-processes view,
 with each torch.distributed job's all-ranks comparison) span hosts.
 

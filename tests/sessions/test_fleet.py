@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tuiprof.remote import protocol, runtime
-from tuiprof.remote.fleet import (Address, ClockEstimate, FleetSession, is_address,
+from tuiprof.sessions import protocol, runtime
+from tuiprof.sessions.fleet import (Address, ClockEstimate, FleetSession, is_address,
                                   parse_addresses)
 from tuiprof.store.rank_set import jobs, process_facts
 
@@ -381,7 +381,7 @@ def test_addresses_from_the_command_line():
 
 
 def test_unreachable_hosts_are_retried_with_a_capped_backoff(tmp_path):
-    from tuiprof.remote import fleet as fleet_mod
+    from tuiprof.sessions import fleet as fleet_mod
 
     f = FleetSession([Address("Z", path=str(tmp_path / "nobody.sock"))])
     f.start()

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from tuiprof.collect.replay import load_recording, record_start, replay_into
-from tuiprof.remote import Mirror
+from tuiprof.sessions import Mirror
 from tuiprof.store import NVML, SessionStore
 
 LAG = 3  # tokens by which records arrive late
@@ -193,7 +193,7 @@ def test_every_decode_token_reaches_the_mirror_done_on_a_cpu():
 def test_a_row_sent_while_open_is_sent_again_when_it_finishes():
     """Without CUPTI records (CPU, or a token outside a traced burst) nothing else marks the
     row changed: the mirror kept it open (host time 0) for ever."""
-    from tuiprof.remote.mirror import Mirror
+    from tuiprof.sessions.mirror import Mirror
     from tuiprof.store import SessionStore
 
     store, mirror = SessionStore(), Mirror()

@@ -1,4 +1,4 @@
-"""tuiprof's start-up hook for the processes of a profiled program (tuiprof/remote/follow.py).
+"""tuiprof's start-up hook for the processes of a profiled program (tuiprof/sessions/follow.py).
 
 This directory is put first on PYTHONPATH of a program run under ``tuiprof run``, so Python
 imports this module at interpreter start, before the program's main module. It
@@ -38,13 +38,13 @@ def _tuiprof_boot():
         added = False
         try:
             try:
-                import tuiprof.remote.follow as follow
+                import tuiprof.sessions.follow as follow
             except ImportError:
                 if not root:
                     raise
                 sys.path.append(root)
                 added = True
-                import tuiprof.remote.follow as follow
+                import tuiprof.sessions.follow as follow
             follow.start()
         except Exception:
             pass

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tuiprof import cli
-from tuiprof.remote import runtime
+from tuiprof.sessions import runtime
 
 from ._helpers import held_program, runtime_dir
 

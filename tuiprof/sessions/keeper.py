@@ -1,7 +1,7 @@
-"""A detached session's keeper: ``python -m tuiprof.remote.keeper DIR`` (``tuiprof run
+"""A detached session's keeper: ``python -m tuiprof.sessions.keeper DIR`` (``tuiprof run
 --detach`` starts it in a new session, so no terminal's SIGHUP reaches it).
 
-It holds the session like the live app does (:class:`~tuiprof.remote.holder.HeldSession`),
+It holds the session like the live app does (:class:`~tuiprof.sessions.holder.HeldSession`),
 without a screen: it starts the session process, mirrors every process (one light pull every
 two seconds: the cost to the session while nobody is attached), serves ``s.sock`` (processes
 register, UIs attach, ``tuiprof stop`` asks it to end), writes the session's snapshot every

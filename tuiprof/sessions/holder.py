@@ -4,9 +4,9 @@ run``), a detached session's keeper (``tuiprof run --detach``), or a UI attached
 
 The session's first process is the session process (the program's main process, or the
 built-in engine). Every Python process the program starts registers with the holder's server
-(``s.sock`` in the session's directory: :mod:`tuiprof.remote.follow`) and, once it imports
+(``s.sock`` in the session's directory: :mod:`tuiprof.sessions.follow`) and, once it imports
 torch, serves its own store at ``p<pid>.sock``; the holder mirrors each with a
-:class:`~tuiprof.remote.client.RemoteControl`. Processes are kept in the order they appeared
+:class:`~tuiprof.sessions.client.RemoteControl`. Processes are kept in the order they appeared
 (index 0: the session process), at most :data:`MAX_PROCESSES`.
 
 A UI attached to a keeper connects only to the keeper's socket (one address, so ``ssh -L`` can

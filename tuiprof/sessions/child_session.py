@@ -1,5 +1,5 @@
 """The session of one process of a profiled program that tuiprof did not start itself: its own
-Profiler, store, step sources and server (:mod:`tuiprof.remote.follow` says when it starts).
+Profiler, store, step sources and server (:mod:`tuiprof.sessions.follow` says when it starts).
 
 A :class:`ChildSession` is a :class:`~tuiprof.program.program_session.ProgramSession` whose
 program is already running (Python runs it, not tuiprof):

@@ -145,7 +145,7 @@ def test_the_start_up_hook_changes_nothing_the_program_sees(tmp_path, monkeypatc
     """A child started under tuiprof sees the sys.path, the sitecustomize module and the
     environment (but for tuiprof's variables) it sees without: the program's own
     sitecustomize runs, and is the one it finds."""
-    from tuiprof.remote.follow import follow_env
+    from tuiprof.sessions.follow import follow_env
 
     theirs = tmp_path / "site"
     theirs.mkdir()

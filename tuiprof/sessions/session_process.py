@@ -5,7 +5,7 @@ interpreter share one GIL. On the H100 a refresh of the live panes held it long 
 compiled decode by a third (docs/performance.md). Here the UI's only cost to generation is one
 small :meth:`SessionStore.changes` per refresh, built and pickled on a serving thread.
 
-Requests arrive over :mod:`tuiprof.remote.protocol` (a Unix socket in the session's private
+Requests arrive over :mod:`tuiprof.sessions.protocol` (a Unix socket in the session's private
 directory; JSON requests, pickled replies that the reader rebuilds with a safe unpickler), on
 any number of connections: the process that started this one (its *owner*: the live app, or
 a detached session's keeper), and others (a second UI through the keeper, the keeper's own

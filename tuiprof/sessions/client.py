@@ -211,7 +211,7 @@ class RemoteControl(SessionControl):
 
     def connect(self, connector: Any, proc: Any = None) -> None:
         """Mirror a process that serves already: ``connector()`` returns a connected
-        :class:`~tuiprof.remote.protocol.Client` (a process's socket, or a keeper's relay)."""
+        :class:`~tuiprof.sessions.protocol.Client` (a process's socket, or a keeper's relay)."""
         self._proc = proc
         self._connector = connector
         self._start_puller()

@@ -1,7 +1,7 @@
 """The live all-ranks view of a real 2-rank gloo session (transformers' Qwen3, torch.distributed
 processes) fills within seconds of the first traced burst and names the rank made late.
 
-No CPU has kernel records, so each rank runs ``remote.tp_bursts_hook``: its real gloo
+No CPU has kernel records, so each rank runs ``sessions.tp_bursts_hook``: its real gloo
 all-reduces become NCCL-named records of the steps of sampling bursts, handed to its store with
 a per-rank lag (rank 1's late and last step first). Rank 1 is made late by the engine's own
 test delay (``TUIPROF_TEST_TP_DELAY_US``): a known host delay before each of its collectives,
@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tuiprof.profiler import ProfilerOptions
-from tuiprof.remote.rank_launcher import RankSetControl
+from tuiprof.sessions.rank_launcher import RankSetControl
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.all_ranks import RanksScreen
 
@@ -29,7 +29,7 @@ def test_all_ranks_fills_after_the_first_burst_and_finds_the_injected_delay(tmp_
     monkeypatch.setenv("TUIPROF_TEST_TP_DELAY_US", f"1:{DELAY_US}")
     opts = ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
         model_spec="qwen3-tiny", device="cpu", max_new_tokens=200, loop=True, prompt_len=8))
-    ctl = RankSetControl(opts, {"ring_tokens": 8}, 2, hook="remote.tp_bursts_hook:make")
+    ctl = RankSetControl(opts, {"ring_tokens": 8}, 2, hook="sessions.tp_bursts_hook:make")
     ctl.start()
     app = make_app(ctl, export_dir=tmp_path, refresh_hz=4.0, findings_interval=0.5)
 

@@ -1,4 +1,4 @@
-"""A rank-process hook (``RankSetControl(hook="remote.tp_bursts_hook:make")``) that stands in
+"""A rank-process hook (``RankSetControl(hook="sessions.tp_bursts_hook:make")``) that stands in
 for CUPTI on a CPU, where no kernel records exist: each real gloo all-reduce of the engine's
 tensor-parallel layers becomes an NCCL-named kernel record spanning the call (the time this
 rank spent in the collective, its wait included, as an NCCL kernel's), the host time between

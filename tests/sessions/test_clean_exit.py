@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 UI_SIDE = '''
 import time
 from tuiprof.profiler import ProfilerOptions
-from tuiprof.remote import RemoteControl
+from tuiprof.sessions import RemoteControl
 
 def main():
     # no model to load (the session ends in "error" at once): only the exit is tested
@@ -60,7 +60,7 @@ def test_no_leaked_semaphore_warning_at_exit(tmp_path):
 UNCLOSED = '''
 import os, sys, time
 from tuiprof.profiler import ProfilerOptions
-from tuiprof.remote import RemoteControl
+from tuiprof.sessions import RemoteControl
 
 def main():
     opts = ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
