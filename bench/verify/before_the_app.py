@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,35 +30,22 @@ def main() -> int:
     ap.add_argument("--gap-ms", type=float, default=50.0)
     ap.add_argument("--out", default=None, help="directory kept (default: a temporary one)")
     a = ap.parse_args()
-    from tests.serving.test_before_the_app import _free_port, _request  # noqa: PLC0415
+    from tests.serving.test_before_the_app import _request  # noqa: PLC0415
+    from tests.serving.transformers_server import transformers_serve  # noqa: PLC0415
     from tuiprof.engine.model_dir import make_tiny_model_dir  # noqa: PLC0415
 
     out = Path(a.out or tempfile.mkdtemp(prefix="before-the-app-"))
     out.mkdir(parents=True, exist_ok=True)
     model = make_tiny_model_dir(out / "tiny")
-    port = _free_port()
     (out / "hub").mkdir(exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1",
-               HF_HUB_CACHE=str(out / "hub"), OMP_NUM_THREADS="1")
     snap = out / "serve.json"
-    with open(out / "server.log", "w") as log:
-        srv = subprocess.Popen(
-            [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json", str(snap),
-             "--", "python", "-m", "transformers.cli.transformers", "serve", str(model),
-             "--continuous-batching", "--device", "cpu", "--host", "127.0.0.1", "--port",
-             str(port), "--cb-num-blocks", "64", "--cb-max-batch-tokens", "256"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out, start_new_session=True)
-        seen: dict = {}
-        try:
-            end = time.monotonic() + 300
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-                    break
-                except Exception:
-                    if srv.poll() is not None or time.monotonic() > end:
-                        raise SystemExit("the server did not come up; see server.log")
-                    time.sleep(0.5)
+    seen: dict = {}
+    try:
+        with transformers_serve(model, snap, out, num_blocks=64, max_batch_tokens=256,
+                                ready_path="/health", up_s=300, stop_s=120,
+                                log=out / "server.log", HF_HUB_CACHE=str(out / "hub"),
+                                OMP_NUM_THREADS="1") as served:
+            port = served.port
             _request(port, str(model), "warm", 0.0)
 
             def one(i: int) -> None:
@@ -73,9 +56,8 @@ def main() -> int:
                 t.start()
             for t in threads:
                 t.join()
-        finally:
-            srv.send_signal(signal.SIGINT)
-            srv.wait(120)
+    except RuntimeError:
+        raise SystemExit(f"the server did not come up; see {out / 'server.log'}")
     rows = {r["id"]: r for r in json.loads(snap.read_text())["requests"]}
 
     def pct(xs: list, q: float) -> float:

@@ -11,8 +11,7 @@ hooks'), from the hooks' first token to the proxy's first chunk (the server's de
 event stream and HTTP), from the hooks' finish to the proxy's last byte. The client's own
 TTFT (its clock) is shown beside the proxy's.
 
-    python bench/verify/proxy_vs_hooks.py [--requests 40] [--pairs 5] [--tokens 8]
-        [--port 18360] [--json OUT]
+    python bench/verify/proxy_vs_hooks.py [--requests 40] [--pairs 5] [--tokens 8] [--json OUT]
 """
 from __future__ import annotations
 
@@ -21,8 +20,6 @@ import datetime
 import json
 import os
 import platform
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,72 +37,58 @@ def pct(values: list, q: float) -> float | None:
     return s[min(len(s) - 1, max(0, int(q * (len(s) - 1) + 0.5)))]
 
 
+def drive(openai, prompt_words, port: int, model: str, a) -> dict[str, float]:
+    """The client's requests through the proxy: one at a time, then pairs; each one's TTFT."""
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                           timeout=120, max_retries=0)
+    mine: dict[str, float] = {}
+
+    def one(rid: str) -> None:
+        t0 = time.time_ns()
+        stream = client.completions.create(
+            model=model, prompt=prompt_words(12, seed=len(mine), size=1024),
+            max_tokens=a.tokens, stream=True, extra_headers={"X-Request-ID": rid},
+            stream_options={"include_usage": True})
+        first = None
+        for c in stream:
+            if first is None and c.choices and c.choices[0].text:
+                first = time.time_ns()
+        mine[rid] = ((first or t0) - t0) / 1e6
+
+    one("warmup")
+    for k in range(a.requests):
+        one(f"req{k}")
+    for k in range(a.pairs):
+        ts = [threading.Thread(target=one, args=(f"pair{k}.{i}",)) for i in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+    return mine
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=40)
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--tokens", type=int, default=8)
-    p.add_argument("--port", type=int, default=18360, help="the server's (the proxy: +1)")
     p.add_argument("--json")
     a = p.parse_args()
     import openai  # noqa: PLC0415
 
+    from tests.serving.transformers_server import transformers_serve  # noqa: PLC0415
     from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words  # noqa: PLC0415
 
     tmp = Path(tempfile.mkdtemp(prefix="tuiprof-proxy-vs-hooks-"))
     model = make_tiny_model_dir(tmp / "tiny")
     snap = tmp / "serve.json"
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
-           str(snap), "--proxy", f"{a.port + 1}={a.port}", "--", "python", "-m",
-           "transformers.cli.transformers", "serve", str(model), "--continuous-batching",
-           "--device", "cpu", "--host", "127.0.0.1", "--port", str(a.port), "--cb-num-blocks",
-           "64", "--cb-max-batch-tokens", "128"]
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env, cwd=tmp)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{a.port + 1}/v1", api_key="none",
-                           timeout=120, max_retries=0)
-    mine: dict[str, float] = {}
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                client.models.list()
-                break
-            except Exception:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    print(server.stdout.read()[-3000:])
-                    return 1
-                time.sleep(0.3)
-
-        def one(rid: str) -> None:
-            t0 = time.time_ns()
-            stream = client.completions.create(
-                model=str(model), prompt=prompt_words(12, seed=len(mine), size=1024),
-                max_tokens=a.tokens, stream=True, extra_headers={"X-Request-ID": rid},
-                stream_options={"include_usage": True})
-            first = None
-            for c in stream:
-                if first is None and c.choices and c.choices[0].text:
-                    first = time.time_ns()
-            mine[rid] = ((first or t0) - t0) / 1e6
-
-        one("warmup")
-        for k in range(a.requests):
-            one(f"req{k}")
-        for k in range(a.pairs):
-            ts = [threading.Thread(target=one, args=(f"pair{k}.{i}",)) for i in range(2)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join(120)
-    finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        with transformers_serve(model, snap, tmp, proxy=True, num_blocks=64, up_s=180,
+                                stop_s=120) as served:
+            mine = drive(openai, prompt_words, served.port, str(model), a)
+    except RuntimeError as e:   # the server did not come up: the end of its output
+        print(e)
+        return 1
     doc = json.loads(snap.read_text())
     reqs = {r["id"]: r for r in doc["requests"]}
     rows = []

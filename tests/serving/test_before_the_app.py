@@ -8,29 +8,19 @@ stream), where it held the whole wait before."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
 
 from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words
 
+from .transformers_server import transformers_serve
+
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOLD_S = 0.4      # the client's pause between the request line and the rest of the request
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _request(port: int, model: str, rid: str, hold: float) -> dict:
@@ -63,38 +53,16 @@ def _request(port: int, model: str, rid: str, hold: float) -> dict:
 @pytest.mark.slow
 def test_a_requests_time_before_the_app_is_a_phase_of_its_own(tmp_path):
     model = make_tiny_model_dir(tmp_path / "tiny")
-    port = _free_port()
     snap = tmp_path / "serve.json"
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"), OMP_NUM_THREADS="1")
     (tmp_path / "hub").mkdir()
-    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
-           str(snap), "--", "python", "-m", "transformers.cli.transformers", "serve",
-           str(model), "--continuous-batching", "--device", "cpu", "--host", "127.0.0.1",
-           "--port", str(port), "--cb-num-blocks", "32", "--cb-max-batch-tokens", "128"]
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env, cwd=tmp_path)
     seen = {}
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-                break
-            except Exception:
-                assert server.poll() is None, server.stdout.read()[-3000:]
-                assert time.monotonic() < deadline, "the server did not come up in 180 s"
-                time.sleep(0.3)
+    with transformers_serve(model, snap, tmp_path, ready_path="/health", up_s=180, stop_s=120,
+                            HF_HUB_CACHE=str(tmp_path / "hub"), OMP_NUM_THREADS="1") as served:
+        port = served.port
         seen["warm"] = _request(port, str(model), "warm", 0.0)
         seen["held"] = _request(port, str(model), "held", HOLD_S)
         seen["whole"] = _request(port, str(model), "whole", 0.0)
-    finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            out, _ = server.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            out, _ = server.communicate()
+    out = served.printed()
     doc = json.loads(snap.read_text())
     reqs = {r["id"]: r for r in doc["requests"]}
     assert {"warm", "held", "whole"} <= set(reqs), (sorted(reqs), out[-2000:])

@@ -10,59 +10,30 @@ TTFT and end to end lie apart is a timing figure, measured by
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
 
 import pytest
 
 from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words
 
+from .transformers_server import transformers_serve
+
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N, MAX_TOKENS = 10, 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
 def test_proxy_and_hooks_agree_on_the_same_requests(tmp_path):
     model = make_tiny_model_dir(tmp_path / "tiny")
-    port, listen = _free_port(), _free_port()
     snap = tmp_path / "serve.json"
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
-           str(snap), "--proxy", f"127.0.0.1:{listen}=127.0.0.1:{port}", "--", "python", "-m",
-           "transformers.cli.transformers", "serve", str(model), "--continuous-batching",
-           "--device", "cpu", "--host", "127.0.0.1", "--port", str(port), "--cb-num-blocks",
-           "32", "--cb-max-batch-tokens", "128"]
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env, cwd=tmp_path)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{listen}/v1", api_key="none",
-                           timeout=60, max_retries=0)
     seen: dict[str, int] = {}
-    try:
-        deadline = time.monotonic() + 120
-        while True:   # until the server answers through the proxy (502s until it is up)
-            try:
-                client.models.list()
-                break
-            except Exception:
-                assert server.poll() is None, server.stdout.read()[-3000:]
-                assert time.monotonic() < deadline, "the server did not come up in 120 s"
-                time.sleep(0.3)
+    # clients go through the proxy (502s until the server behind it is up)
+    with transformers_serve(model, snap, tmp_path, proxy=True) as served:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/v1", api_key="none",
+                               timeout=60, max_retries=0)
 
         def one(rid: str, usage: bool) -> None:
             stream = client.completions.create(
@@ -79,13 +50,7 @@ def test_proxy_and_hooks_agree_on_the_same_requests(tmp_path):
             t.start()
         for t in threads:
             t.join(60)
-    finally:
-        server.send_signal(signal.SIGINT)   # Ctrl-C: the server stops, tuiprof writes
-        try:
-            out, _ = server.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            out, _ = server.communicate()
+    out = served.printed()
     assert len(seen) == N + 3, out[-3000:]
     doc = json.loads(snap.read_text())
     reqs = {r["id"]: r for r in doc["requests"]}

@@ -5,11 +5,6 @@ weights and a tokenizer trained here (nothing downloaded)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,11 +12,12 @@ import pytest
 
 from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words
 
+from .transformers_server import transformers_serve
+
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N, MAX_TOKENS = 4, 8
 
 
@@ -30,38 +26,14 @@ def _traceparent(rid: str) -> str:
     return f"00-{rid.encode().hex():0>32}-{'ab' * 8}-01"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_transformers_serve_under_tuiprof_with_a_real_client(tmp_path):
     model = make_tiny_model_dir(tmp_path / "tiny")
-    port = _free_port()
     snap = tmp_path / "serve.json"
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
-           str(snap), "--", "python", "-m", "transformers.cli.transformers", "serve",
-           str(model), "--continuous-batching", "--device", "cpu", "--host", "127.0.0.1",
-           "--port", str(port), "--cb-num-blocks", "32", "--cb-max-batch-tokens", "128"]
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env, cwd=tmp_path)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
-                           timeout=60, max_retries=0)
     seen: dict[str, tuple[float, float, int]] = {}
-    try:
-        deadline = time.monotonic() + 120
-        while True:   # until the server answers (bounded)
-            try:
-                client.models.list()
-                break
-            except Exception:
-                assert server.poll() is None, server.stdout.read()[-3000:]
-                assert time.monotonic() < deadline, "the server did not come up in 120 s"
-                time.sleep(0.3)
+    with transformers_serve(model, snap, tmp_path) as served:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/v1", api_key="none",
+                               timeout=60, max_retries=0)
 
         def one(rid: str) -> None:
             t0 = time.perf_counter()
@@ -81,13 +53,7 @@ def test_transformers_serve_under_tuiprof_with_a_real_client(tmp_path):
             t.start()
         for t in threads:
             t.join(60)
-    finally:
-        server.send_signal(signal.SIGINT)   # Ctrl-C: the server stops, tuiprof writes
-        try:
-            out, _ = server.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            out, _ = server.communicate()
+    out = served.printed()
     assert len(seen) == N + 1, out[-3000:]
     doc = json.loads(snap.read_text())
     reqs = {r["id"]: r for r in doc["requests"]}
