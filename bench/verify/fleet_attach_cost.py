@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.sessions._helpers import PtyProcess  # noqa: E402
+from tests.sessions.fleet_nodes import env, free_port, ours, steps_forever  # noqa: E402
 from tuiprof.sessions import runtime  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
@@ -81,37 +82,6 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK     # utime + stime
 
 
-def ours(pid: int) -> bool:
-    """True when ``pid`` still runs a tuiprof process (pids wrap on a busy machine)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmd = fh.read()
-    except OSError:
-        return False
-    return b"tuiprof" in cmd or b"steps_forever" in cmd
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def env() -> dict:
-    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
-def detach(tmp: Path, port: int, token: Path) -> str:
-    out = subprocess.run([sys.executable, "-m", "tuiprof", "run", "--detach", "--no-cupti",
-                          "--no-nvml", "--export-dir", str(tmp), "--listen",
-                          f"127.0.0.1:{port}", "--token-file", str(token), "--", "python",
-                          str(REPO / "tests" / "programs" / "steps_forever.py")],
-                         capture_output=True, text=True, timeout=120, env=env(), cwd=tmp)
-    if out.returncode != 0:
-        raise SystemExit(out.stderr)
-    return out.stdout.strip().splitlines()[-1]
-
-
 def measure(app: PtyProcess, relays: list, window: float) -> dict:
     c0, b0, t0 = cpu_s(app.proc.pid), [r.counts() for r in relays], time.monotonic()
     time.sleep(window)
@@ -143,7 +113,7 @@ def main() -> int:
     try:
         for _ in range(max(counts)):
             port = free_port()
-            sids.append(detach(tmp, port, token))
+            sids.append(steps_forever(tmp, port, token))
             relays.append(Relay(port))
         time.sleep(3)
         for k in counts:

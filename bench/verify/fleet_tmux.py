@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,9 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tests.sessions.fleet_nodes import env, free_port, kill_node, nodes  # noqa: E402
 from tuiprof.sessions import runtime  # noqa: E402
 
-TP_JOB = REPO / "tests" / "programs" / "tp_job.py"
 # the main screen's footer, then the all-processes screen's (each key, what to wait for after)
 MAIN_KEYS = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "g", "c", "b", "B", "l", "Escape",
              "v", "Escape", "Space", "Space", "r", "e", "n", "?", "Escape"]
@@ -35,48 +33,6 @@ MAIN_KEYS = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "g", "c", "b", "B", "l
 WAIT_AFTER = {("main", 17): "paused", ("main", 18): "resum"}
 ALL_KEYS = ["a", "g", "g", "c", "b", "B", "l", "Escape", "v", "Escape", "r", "e", "?",
             "Escape", "Escape"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def env() -> dict:
-    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
-def node(tmp: Path, n: int, listen: int, rdzv: int, token: Path) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "tuiprof", "run", "--detach", "--no-cupti", "--no-nvml",
-         "--export-dir", str(tmp), "--listen", f"127.0.0.1:{listen}", "--token-file",
-         str(token), "--", "torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
-         str(n), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}",
-         "--rdzv-id", f"fleet{rdzv}", str(TP_JOB), "--new-tokens", "4", "--seconds", "900"],
-        capture_output=True, text=True, timeout=180, env=env(), cwd=tmp)
-    if out.returncode != 0:
-        raise SystemExit(out.stderr)
-    return out.stdout.strip().splitlines()[-1]
-
-
-def job(tmp: Path, ports: tuple, token: Path) -> list:
-    from concurrent.futures import ThreadPoolExecutor
-
-    rdzv = free_port()
-    with ThreadPoolExecutor(2) as ex:
-        return list(ex.map(lambda n: node(tmp, n, ports[n], rdzv, token), (0, 1)))
-
-
-def ours(pid: int) -> bool:
-    """True when ``pid`` is still one of the job's processes (pids wrap on a busy machine: a
-    process that ended may have left its number to someone else's)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmd = fh.read()
-    except OSError:
-        return False
-    return any(m in cmd for m in (b"tp_job.py", b"tuiprof", b"torchrun", b"steps_forever"))
 
 
 def pids_of(sid: str) -> list:
@@ -90,16 +46,6 @@ def pids_of(sid: str) -> list:
     except protocol.ProtocolError:
         return []
     return [p["pid"] for p in procs if isinstance(p.get("pid"), int)]
-
-
-def kill_node(sid: str) -> None:
-    info = runtime.read_info(runtime.runtime_root() / sid) or {}
-    for pid in pids_of(sid):
-        if runtime.pid_alive(pid) and ours(pid):
-            os.kill(pid, signal.SIGKILL)
-    holder = info.get("holder_pid")
-    if holder and runtime.pid_alive(holder) and ours(holder):
-        os.killpg(holder, signal.SIGKILL)
 
 
 class Tmux:
@@ -151,9 +97,9 @@ def main() -> int:
         for size in args.sizes.split(","):
             cols, rows = (int(x) for x in size.split("x"))
             for sid in sessions:         # each size starts from a fresh job
-                kill_node(sid)
+                kill_node(sid, pids_of(sid))
             time.sleep(2)
-            sessions = job(tmp, ports, token)
+            sessions = nodes(tmp, ports, token, seconds=900)
             tmux = Tmux(str(tmp / f"tmux-{size}.sock"), "fleet")
             shots: list = []
 
@@ -179,13 +125,13 @@ def main() -> int:
                     shot(f"all-processes screen, key {key}")
                 tmux.keys("a")
                 shot("all processes (a), before B goes")
-                kill_node(sessions[1])
+                kill_node(sessions[1], pids_of(sessions[1]))
                 shot("node B killed (keeper's process group and its processes, SIGKILL)", 4)
                 shot("15 s later", 15)
                 for sid in sessions:
-                    kill_node(sid)   # A's rank failed with B's; the job restarts on both
+                    kill_node(sid, pids_of(sid))   # A's rank failed with B's; the job restarts on both
                 time.sleep(2)
-                sessions = job(tmp, ports, token)
+                sessions = nodes(tmp, ports, token, seconds=900)
                 tmux.wait_for("attached again", 90)
                 shot("the job restarted on both nodes: attached again", 30)
                 tmux.keys("Escape")
@@ -201,7 +147,7 @@ def main() -> int:
             print(f"wrote {args.out}/fleet_attach_{size}.txt ({len(shots)} screens)", flush=True)
     finally:
         for sid in sessions:
-            kill_node(sid)
+            kill_node(sid, pids_of(sid))
     return 0
 
 

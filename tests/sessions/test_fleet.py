@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -28,63 +27,8 @@ from tuiprof.sessions.fleet import (Address, ClockEstimate, FleetSession, is_add
 from tuiprof.store.rank_set import jobs, process_facts
 
 from ._helpers import runtime_dir, screen_text
-
-REPO = Path(__file__).resolve().parents[2]
-TP_JOB = REPO / "tests" / "programs" / "tp_job.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env() -> dict:
-    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
-def _node(tmp: Path, node: int, listen: int, rdzv: int, token: Path) -> str:
-    """One node of the job under a detached session listening on ``listen``; its id."""
-    out = subprocess.run(
-        [sys.executable, "-m", "tuiprof", "run", "--detach", "--no-cupti", "--no-nvml",
-         "--export-dir", str(tmp), "--listen", f"127.0.0.1:{listen}", "--token-file",
-         str(token), "--", "torchrun", "--nnodes", "2", "--nproc-per-node", "1",
-         "--node-rank", str(node), "--rdzv-backend", "c10d", "--rdzv-endpoint",
-         f"127.0.0.1:{rdzv}", "--rdzv-id", f"fleet{rdzv}", str(TP_JOB), "--new-tokens", "4",
-         "--seconds", "600"],
-        capture_output=True, text=True, timeout=180, env=_env(), cwd=tmp)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
-
-
-def _nodes(tmp: Path, ports: tuple, token: Path) -> list:
-    rdzv = _free_port()
-    with __import__("concurrent.futures").futures.ThreadPoolExecutor(2) as ex:
-        return list(ex.map(lambda n: _node(tmp, n, ports[n], rdzv, token), (0, 1)))
-
-
-def _ours(pid: int) -> bool:
-    """True when ``pid`` is still one of the job's processes (pids wrap on a busy machine: a
-    process that ended may have left its number to someone else's)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmd = fh.read()
-    except OSError:
-        return False
-    return any(m in cmd for m in (b"tp_job.py", b"tuiprof", b"torchrun", b"steps_forever"))
-
-
-def _kill_node(sid: str, pids: list) -> None:
-    """The whole node goes at once: its keeper's process group (the keeper starts a session
-    of its own; the session process and the agent are in it) and the node's processes (the
-    agent starts its worker in a session of its own)."""
-    info = runtime.read_info(runtime.runtime_root() / sid) or {}
-    holder = info.get("holder_pid")
-    for pid in pids:
-        if pid and runtime.pid_alive(pid) and _ours(pid):
-            os.kill(pid, signal.SIGKILL)
-    if holder and runtime.pid_alive(holder) and _ours(holder):
-        os.killpg(holder, signal.SIGKILL)
+from .fleet_nodes import (STEPS_FOREVER, detach, env, free_port, kill_node, listening, nodes,
+                          ours)
 
 
 def _end_all(pids: set) -> None:
@@ -97,13 +41,13 @@ def _end_all(pids: set) -> None:
             if pid:
                 pids.add(pid)
         holder = info.get("holder_pid")
-        if holder and runtime.pid_alive(holder) and _ours(holder):
+        if holder and runtime.pid_alive(holder) and ours(holder):
             try:
                 os.killpg(holder, signal.SIGKILL)
             except OSError:
                 pass
     for pid in pids:
-        if pid and runtime.pid_alive(pid) and _ours(pid):
+        if pid and runtime.pid_alive(pid) and ours(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -149,12 +93,12 @@ def two_nodes(tmp_path_factory):
     token = tmp / "token"
     token.write_text("fleet-test-token-" + os.urandom(12).hex() + "\n")
     token.chmod(0o600)
-    ports = (_free_port(), _free_port())
+    ports = (free_port(), free_port())
     pids: set = set()
     seen: dict = {}
     fleet = None
     try:
-        first = _nodes(tmp, ports, token)
+        first = nodes(tmp, ports, token)
         seen["first"] = first
         fleet = FleetSession(parse_addresses([f"A=127.0.0.1:{ports[0]}",
                                               f"B=127.0.0.1:{ports[1]}"],
@@ -196,7 +140,7 @@ def two_nodes(tmp_path_factory):
                 # node B crashes: everything of it at once
                 before = {process_facts(v)["pid"]: len(v.tokens) for v in fleet.views().views
                           if process_facts(v)["host"] == "B"}
-                _kill_node(first[1], list(before))
+                kill_node(first[1], list(before))
                 await until(lambda: fleet.hosts[1].state == "lost"
                             and "host B: connection lost" in screen_text(app), 60, "B lost")
                 seen["lost"] = screen_text(app)
@@ -210,7 +154,7 @@ def two_nodes(tmp_path_factory):
                     for s in first), 120, "the first job's sessions ended")
                 await until(lambda: fleet.hosts[0].state == "lost", 30, "A's session ended")
                 seen["a_ended"] = fleet.hosts[0].line()
-                second = _nodes(tmp, ports, token)
+                second = nodes(tmp, ports, token)
                 seen["second"] = second
                 await until(lambda: [h.sid for h in fleet.hosts] == second
                             and all(h.state == "attached" for h in fleet.hosts), 90,
@@ -337,7 +281,7 @@ class _Ahead(protocol.Handler):
 
 
 def test_the_offset_of_a_clock_5_s_ahead_is_found_within_half_a_round_trip(tmp_path):
-    port = _free_port()
+    port = free_port()
     srv = protocol.Server(_Ahead, str(tmp_path / "s.sock"), tcp=("127.0.0.1", port),
                           token="t" * 24).start()
     try:
@@ -418,7 +362,7 @@ class _Link:
     def __init__(self, target: int) -> None:
         import threading
 
-        self.target, self.port = target, _free_port()
+        self.target, self.port = target, free_port()
         self.conns: list = []
         self.lock = threading.Lock()
         self.srv = None
@@ -480,19 +424,13 @@ def test_a_dropped_link_picks_up_the_same_session(tmp_path):
     mp = pytest.MonkeyPatch()
     runtime_dir(mp)
     token = tmp_path / "token"
-    port = _free_port()
+    port = free_port()
     sids: list = []
     f = None
     link = None
     try:
-        for options in ((), ("--listen", f"127.0.0.1:{port}", "--token-file", str(token))):
-            out = subprocess.run(
-                [sys.executable, "-m", "tuiprof", "run", "--detach", "--no-cupti", "--no-nvml",
-                 "--export-dir", str(tmp_path), *options, "--", "python",
-                 str(REPO / "tests" / "programs" / "steps_forever.py")],
-                capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path)
-            assert out.returncode == 0, out.stderr
-            sids.append(out.stdout.strip().splitlines()[-1])
+        for options in ((), listening(port, token)):
+            sids.append(detach(tmp_path, ["python", STEPS_FOREVER], *options))
         link = _Link(port).up()
         sock = str(runtime.runtime_root() / sids[0] / "s.sock")
         f = FleetSession(parse_addresses([f"A={sock}", f"B=127.0.0.1:{link.port}"],
@@ -539,9 +477,9 @@ def test_no_host_answering_is_one_line(tmp_path):
     token = tmp_path / "token"
     token.write_text("x" * 32)
     out = subprocess.run([sys.executable, "-m", "tuiprof", "attach",
-                          f"A={tmp_path / 'nobody.sock'}", f"B=127.0.0.1:{_free_port()}",
+                          f"A={tmp_path / 'nobody.sock'}", f"B=127.0.0.1:{free_port()}",
                           "--token-file", str(token)], capture_output=True, text=True,
-                         timeout=120, env=_env())
+                         timeout=120, env=env())
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot attach to any host: A: cannot connect" in lines[0]
