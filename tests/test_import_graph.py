@@ -20,9 +20,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tuiprof"
 # a module or package of tuiprof/ in no row fails the test: give it its layer here.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # what every layer may use: errors, the sanitiser, phase names, the public step marks and
-    # the start-up progress they report, and the package face that re-exports the marks
+    # the start-up progress they report, the package face that re-exports the marks, and the
+    # lazy package face (_lazy) the engine, export and sweep packages are built with
     ("foundation", ("tuiprof", "tuiprof.errors", "tuiprof.text", "tuiprof.phases",
-                    "tuiprof.marks", "tuiprof.startup")),
+                    "tuiprof.marks", "tuiprof.startup", "tuiprof._lazy")),
     # the generation engine (models, families, the decode loop) and the native injection
     # library's build: they know nothing of a session
     ("engine", ("tuiprof.engine", "tuiprof.injection")),

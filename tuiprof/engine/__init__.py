@@ -4,8 +4,7 @@ Importing this package is cheap (no torch); the heavy modules load on first use 
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._lazy import lazy_face
 
 _EXPORTS = {
     "Engine": "generate",
@@ -22,11 +21,4 @@ _EXPORTS = {
     "get_family": "families",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__all__, __getattr__ = lazy_face(__name__, _EXPORTS)

@@ -5,8 +5,7 @@ Importing this package is light: each name below loads its module on first use.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._lazy import lazy_face
 
 _WHERE = {
     "snapshot_dict": "snapshot", "write_snapshot": "snapshot", "read_snapshot": "snapshot",
@@ -18,11 +17,4 @@ _WHERE = {
     "diff": "diff", "diff_modes": "diff", "DiffResult": "diff", "render_text": "diff",
     "render_rich": "diff",
 }
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    mod = _WHERE.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'tuiprof.export' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+__all__, __getattr__ = lazy_face(__name__, _WHERE)

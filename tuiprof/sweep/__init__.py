@@ -8,8 +8,7 @@ imports here; names load lazily, so importing the package does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._lazy import lazy_face
 
 _EXPORTS = {
     "ProfileSummary": "op_summary", "classify": "op_summary", "is_gemm": "op_summary",
@@ -20,11 +19,4 @@ _EXPORTS = {
     "BatchCell": "batch_sweep", "run_serve_sweep": "serve_sweep", "ServeSweep": "serve_sweep",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__all__, __getattr__ = lazy_face(__name__, _EXPORTS)
