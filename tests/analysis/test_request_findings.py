@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from tuiprof.analysis.findings import find
-from tuiprof.analysis.requests import (best_load, serve_cell, sweep_finding, story, window)
+from tuiprof.analysis.request_rules import best_load, serve_cell, sweep_finding
+from tuiprof.analysis.requests import story, window
 from tuiprof.store import SessionStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

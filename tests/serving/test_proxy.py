@@ -519,7 +519,8 @@ def _outside_view(book):
 def test_a_request_from_outside_has_no_queue_in_its_story_and_a_finding_says_so(book):
     from rich.console import Console
 
-    from tuiprof.analysis.requests import REQUEST_RULES, in_flight, story
+    from tuiprof.analysis.request_rules import REQUEST_RULES
+    from tuiprof.analysis.requests import in_flight, story
     from tuiprof.ui.screens.request import render_story
 
     view = _outside_view(book)

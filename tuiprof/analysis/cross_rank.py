@@ -19,7 +19,7 @@ from statistics import median
 import numpy as np
 
 from .collectives import CAUSES, Collectives, collectives
-from .findings import Finding, _severity
+from .finding import Finding, severity as _severity
 from .tokens import mode_summaries
 
 __all__ = ["RankSummary", "StepSkew", "RanksSummary", "ranks_summary", "find_ranks",

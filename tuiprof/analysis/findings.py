@@ -6,16 +6,17 @@ in ``docs/analysis.md``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from .batch import KNEE_GAIN, config_summaries, measured_knee, on_gpu, predicted_knee
 from .breakdown import FUSABLE, category_shares, launch_bound
+from .finding import SEVERITIES, Finding, severity as _severity
 from .gpus import gpu_spec
 from .intervals import union_length
 from .kernels import GEMM, kernel_info
 from .occupancy import launch_info, small_grid_launches
+from .period import detect
+from .request_rules import REQUEST_RULES
 from .model import model_config
 from .model_split import COVERAGE_OK, model_split
 from .roofline import match_gemms, model_roofline
@@ -23,7 +24,6 @@ from .tokens import mode_summaries, steady_tokens, token_timing, traced_tokens
 
 __all__ = ["Finding", "find", "SEVERITIES"]
 
-SEVERITIES = ("high", "medium", "low", "info")
 IDLE_FRACTION = 0.3          # GPU idle share of a step that makes a compiled run worth a finding
 FUSABLE_SHARE = 0.25         # elementwise + copy/cast share of decode GPU time
 COMPILED_SLOWER = 1.05       # compiled median ms/token over eager median
@@ -31,31 +31,6 @@ BELOW_ROOF = 0.5             # memory-regime GEMM at < 50% of peak bandwidth
 MALLOC_COST_MS = 0.01        # assumed cost of one cudaMalloc when no API timing is recorded
 DEFAULT_SKIP = 2             # warm-up decode tokens left out of steady-state numbers
 LOOP_SHARE = 0.05            # kernel time launched outside the model forward, share of a step
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    id: str
-    title: str
-    severity: str                          # high | medium | low | info
-    impact_ms_per_token: float | None      # estimated ms per decode token to win
-    share: float | None                    # share of the token (or of GPU time) concerned
-    numbers: dict = field(default_factory=dict)
-    evidence: str = ""
-    advice: str = ""
-
-    def to_dict(self) -> dict:
-        """JSON-ready form (snapshots, exports)."""
-        return {"id": self.id, "title": self.title, "severity": self.severity,
-                "impact_ms_per_token": self.impact_ms_per_token, "share": self.share,
-                "numbers": dict(self.numbers), "evidence": self.evidence, "advice": self.advice}
-
-
-def _severity(impact_ms: float | None, token_ms: float) -> str:
-    if impact_ms is None or token_ms <= 0:
-        return "info"
-    r = impact_ms / token_ms
-    return "high" if r >= 0.25 else ("medium" if r >= 0.05 else "low")
 
 
 def _is_graph_run(lb) -> bool:
@@ -229,7 +204,6 @@ def _small_grids(view, mode: str) -> list:
 
 
 def _is_gemm(name: str) -> bool:
-    from .kernels import kernel_info
     return kernel_info(name).category == GEMM
 
 
@@ -519,8 +493,6 @@ def _no_steps(view, summaries=None) -> list:
 def _loop_in_windows(view):
     """The decode loop in the kernels of the windows still in the raw ring, if one shows with
     enough confidence (:mod:`tuiprof.analysis.period`), else None."""
-    from .period import detect  # noqa: PLC0415
-
     ks = sorted((r for _, recs in view.raw for r in recs if r[0] == "K"), key=lambda r: r[2])
     if len(ks) < 16:
         return None
@@ -565,8 +537,7 @@ def _caveats(view, summaries=None) -> list:
 # (docs/extending.md). A mode rule runs once for each mode that decoded: ``rule(view, mode)``;
 # a session rule once: ``rule(view, summaries)`` (``summaries``: mode -> ModeSummary of decode).
 # Request rules (a server's requests: waiting, TTFT split, ITL spikes, time outside steps,
-# KV cache, underfilled batches) live in analysis/requests.py and run as session rules.
-from .requests import REQUEST_RULES  # noqa: E402  (after Finding: that module builds them)
+# KV cache, underfilled batches) live in analysis/request_rules.py and run as session rules.
 
 GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..store import StoreView
-from ..store.rank_set import RanksView
+from ..store.rank_set import RanksView, combined_view
 from ..store.records import COPY_KINDS
 from ._atomic import atomic_write_text, ensure_dir
 from .names import demangle
@@ -22,7 +22,8 @@ from .nsys_format import (
     F1, INT, MB, STR, Report, Stat, merged, percent, round1, stat_of_running,
     stat_of_values, to_column, to_csv,
 )
-from .window import MEMSET_NAME, Window, gc_paused, memcpy_name, strip_api_version, window_of
+from .window import (MEMSET_NAME, Window, device_label, gc_paused, memcpy_name,
+                     ranks_window, strip_api_version, window_of)
 
 SUMMARY_REPORTS = ("nvtx_sum", "cuda_api_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum",
                    "cuda_gpu_mem_size_sum")
@@ -169,22 +170,6 @@ TRACE_COLUMNS = ["Start (ns)", "Duration (ns)", "CorrId", "GrdX", "GrdY", "GrdZ"
                  "Strm", "Name"]
 TRACE_KINDS = [INT, INT, INT, INT, INT, INT, INT, INT, INT, INT, MB, MB, MB, MB, STR, STR, STR,
                INT, INT, INT, STR]
-
-
-def device_name(view: StoreView) -> str:
-    """The GPU's name as nsys gives it (``NVIDIA H100 80GB HBM3``): a session's ``device`` is
-    only ``cuda``, its ``device_name`` the GPU's (older recordings kept the name in ``device``)."""
-    return str(view.meta.get("device_name") or view.meta.get("device") or "GPU")
-
-
-def device_label(view: StoreView) -> str:
-    """``NVIDIA H100 80GB HBM3 (0)``: TARGET_INFO_GPU.name and the device id."""
-    return f"{device_name(view)} ({device_id(view)})"
-
-
-def device_id(view: StoreView) -> int:
-    d = view.meta.get("device_index", 0)
-    return d if isinstance(d, int) and not isinstance(d, bool) and d >= 0 else 0
 
 
 CONTEXT_ID = 1
@@ -342,9 +327,6 @@ def write_rank_reports(rv: RanksView, directory: str | Path, text: bool = True) 
     ``all_*`` / ``all_window_*`` over every rank: the summaries merge the ranks' aggregates
     (as ``nsys stats`` sums the devices of one report) and ``all_window_cuda_gpu_trace`` lists
     every rank's instances on the aligned timeline with nsys's ``Device`` column."""
-    from ..store.rank_set import combined_view  # noqa: PLC0415
-    from .window import ranks_window  # noqa: PLC0415
-
     d = ensure_dir(directory)
     paths: list[Path] = []
     for r, view in enumerate(rv.views):

@@ -22,8 +22,8 @@ from ..store.rank_set import RanksView
 from ..store.records import COPY_KINDS
 from ._atomic import atomic_path
 from .names import base_name
-from .nsys_reports import CONTEXT_ID, NVTX_DOMAIN, device_id, device_name
-from .window import Window, window_of
+from .nsys_reports import CONTEXT_ID, NVTX_DOMAIN
+from .window import Window, device_id, device_name, window_of
 
 _COMMON = ("start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
            "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, "

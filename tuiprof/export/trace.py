@@ -21,8 +21,7 @@ from .. import __version__
 from ..store import StoreView
 from ..store.rank_set import RanksView
 from ._atomic import atomic_write_bytes
-from .nsys_reports import device_id, device_name
-from .window import GpuOp, window_of
+from .window import GpuOp, device_id, device_name, window_of
 
 HOST_PID = 1_000_000       # the tuiprof "process": tokens and counters
 TOKENS_TID = 1

@@ -134,11 +134,25 @@ def _window_of(view: StoreView) -> Window:
     return Window(t0, t1, tokens, ops, api, ranges)
 
 
+def device_name(view: StoreView) -> str:
+    """The GPU's name as nsys gives it (``NVIDIA H100 80GB HBM3``): a session's ``device`` is
+    only ``cuda``, its ``device_name`` the GPU's (older recordings kept the name in ``device``)."""
+    return str(view.meta.get("device_name") or view.meta.get("device") or "GPU")
+
+
+def device_label(view: StoreView) -> str:
+    """``NVIDIA H100 80GB HBM3 (0)``: TARGET_INFO_GPU.name and the device id."""
+    return f"{device_name(view)} ({device_id(view)})"
+
+
+def device_id(view: StoreView) -> int:
+    d = view.meta.get("device_index", 0)
+    return d if isinstance(d, int) and not isinstance(d, bool) and d >= 0 else 0
+
+
 def ranks_window(rv) -> Window:
     """One window of every rank's records on the ranks' aligned timeline; each op carries its
     device (the rank's ``device_index``), ``devices`` names them (``NAME (id)``, as nsys)."""
-    from .nsys_reports import device_id, device_label  # noqa: PLC0415
-
     parts = []
     offsets = rv.clock.offsets_ns
     with gc_paused():
@@ -162,4 +176,4 @@ def ranks_window(rv) -> Window:
 
 
 __all__ = ["Window", "GpuOp", "ApiCall", "window_of", "ranks_window", "memcpy_name", "strip_api_version",
-           "MEMSET_NAME", "record_start"]
+           "MEMSET_NAME", "record_start", "device_id", "device_name", "device_label"]

@@ -3,7 +3,7 @@ concurrency), each in a process of its own, and per cell the throughput, TTFT an
 goodput under an SLO, and the highest load that still meets the SLO as a finding.
 
 A cell's numbers come from its snapshot's requests (warm-up requests left out), computed by
-:func:`tuiprof.analysis.requests.serve_cell`; docs/serving.md defines them.
+:func:`tuiprof.analysis.request_rules.serve_cell`; docs/serving.md defines them.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..analysis.requests import ServeCell, serve_cell, sweep_finding
+from ..analysis.request_rules import ServeCell, serve_cell, sweep_finding
 
 CELL_TIMEOUT_S = 1800
 

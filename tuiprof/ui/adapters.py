@@ -17,7 +17,9 @@ from ..analysis.kernels import KernelInfo, kernel_info
 from ..export import diff as _diff
 from ..export import registry as _exports
 from ..export import snapshot as _snapshot
+from ..store.rank_set import jobs
 from ..text import printable
+from .format import config_label
 
 KernelName = KernelInfo  # what the panes show of a kernel name
 
@@ -83,8 +85,6 @@ def rank_help() -> str:
 def job_findings(ranks: Any) -> list[tuple[str, Any, list, Any]]:
     """Per torch.distributed job among a session's processes: ``(job, its RanksView, its
     cross-rank findings, their summary)`` (``[]`` when the analysis fails)."""
-    from ..store.rank_set import jobs  # noqa: PLC0415
-
     try:
         out = []
         for key, rv in jobs(ranks):
@@ -98,7 +98,6 @@ def job_findings(ranks: Any) -> list[tuple[str, Any, list, Any]]:
 def diff_configs(view: Any, a: tuple, b: tuple) -> Any | None:
     """The diff of two configurations ``(batch, mode)`` of one session, or ``None``."""
     try:
-        from .derive import config_label  # noqa: PLC0415
         return _diff.diff(view.select(a[0]), view.select(b[0]), a[1], b[1],
                           labels=(config_label(a[0]), config_label(b[0])))
     except Exception:

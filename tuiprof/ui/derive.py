@@ -178,12 +178,6 @@ def done_rows(view: Any, phase: str | None = None, mode: str | None = None,
             and not r.rerecord]
 
 
-def config_label(batch: Any, mode: str | None = None) -> str:
-    """``b4`` / ``b4 eager``: how a configuration is named on screen."""
-    name = f"b{batch}" if isinstance(batch, int) else str(batch)
-    return f"{name} {mode}" if mode else name
-
-
 # ------------------------------------------------------------------ header
 @dataclass
 class HeaderNumbers:

@@ -1,6 +1,8 @@
 """Number formatting shared by the panes (pure; no Textual)."""
 from __future__ import annotations
 
+from typing import Any
+
 SPARK_CHARS = " ▁▂▃▄▅▆▇█"
 
 
@@ -87,3 +89,9 @@ def spark(values: list, width: int, lo: float | None = 0.0, hi: float | None = N
             idx = 1 + int(round(f * (top - 1))) if v > lo_ else 1
         out.append(SPARK_CHARS[idx])
     return "".join(out).rjust(width)
+
+
+def config_label(batch: Any, mode: str | None = None) -> str:
+    """``b4`` / ``b4 eager``: how a configuration is named on screen."""
+    name = f"b{batch}" if isinstance(batch, int) else str(batch)
+    return f"{name} {mode}" if mode else name

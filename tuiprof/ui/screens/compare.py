@@ -20,7 +20,7 @@ from textual.widgets import Footer, Static
 
 from .. import format as fmt
 from ..adapters import config_summaries, diff_configs, render_diff
-from ..derive import (ModeSummary, config_label, config_summary, configurations, default_pair,
+from ..derive import (ModeSummary, config_summary, configurations, default_pair,
                       kernel_ns_text)
 
 
@@ -46,7 +46,7 @@ def _cost(s: ModeSummary) -> float | None:
 
 
 def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
-    la, lb = config_label(ea.batch, ea.mode), config_label(co.batch, co.mode)
+    la, lb = fmt.config_label(ea.batch, ea.mode), fmt.config_label(co.batch, co.mode)
     t = Table(title="decode, per step (a step advances every sequence of the batch)",
               expand=True, show_edge=False)
     t.add_column("", style="bold", no_wrap=True)
@@ -76,7 +76,7 @@ def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
 
 def render_top(s: ModeSummary, traced: bool = True) -> Any:
     """The top decode kernels of one side; ``traced``: whether the session had CUPTI."""
-    name = config_label(s.batch, s.mode)
+    name = fmt.config_label(s.batch, s.mode)
     t = Table(title=f"top {name} decode kernels", expand=True, show_edge=False)
     t.add_column("kernel", no_wrap=True, overflow="ellipsis", ratio=3)
     t.add_column("lib", no_wrap=True, ratio=1)
@@ -119,7 +119,7 @@ def render_configs(rows: list, pair: tuple, compact: bool = False) -> Any:
     for s in rows:
         key = (s.batch, s.mode)
         style = "bold cyan" if key == pair[0] else ("bold magenta" if key == pair[1] else "")
-        cells = (config_label(s.batch, s.mode), fmt.count(s.steps), f"{s.tok_s:,.1f}",
+        cells = (fmt.config_label(s.batch, s.mode), fmt.count(s.steps), f"{s.tok_s:,.1f}",
                  fmt.ms(s.ms_step), "–" if s.kernels_step is None else f"{s.kernels_step:,.0f}",
                  fmt.pct(None if s.busy is None else 100 * s.busy)
                  + (BASIS_MARK.get(s.busy_basis, "") if s.busy is not None else ""),
@@ -174,8 +174,8 @@ class CompareScreen(Screen):
                 self.pair[which] = nxt
                 break
         self.show(self._view)
-        self.app.notify(markup=False, message=f"comparing {config_label(*self.pair[0])} with "
-                        f"{config_label(*self.pair[1])}", timeout=2)
+        self.app.notify(markup=False, message=f"comparing {fmt.config_label(*self.pair[0])} with "
+                        f"{fmt.config_label(*self.pair[1])}", timeout=2)
 
     def show(self, view: Any) -> None:
         try:

@@ -20,7 +20,7 @@ from ...text import printable
 from ...analysis.model_split import model_split
 from .. import format as fmt
 from ...analysis.tracing import duration_note, tracing_cost
-from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, config_label, kernel_ns_text,
+from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, kernel_ns_text,
                       kernel_rows,
                       resolve_kernel_phase,
                       resolve_kernel_mode, select_kernels)
@@ -243,7 +243,7 @@ class KernelsPane(Pane):
         i = cycle.index(self.config_choice) if self.config_choice in cycle else 0
         self.config_choice = cycle[(i + 1) % len(cycle)]
         self._redraw()
-        shown = "the batch in use" if self.config_choice == "auto" else config_label(self.config_choice)
+        shown = "the batch in use" if self.config_choice == "auto" else fmt.config_label(self.config_choice)
         return f"kernels: {shown}"
 
     def cycle_sort(self) -> str:
@@ -321,7 +321,7 @@ class KernelsPane(Pane):
         sel = select_kernels(rows, self.sort, self.descending, self.filter_text, self.top_n)
         self.rows = {r.key: r for r in sel}
         cap = Text(no_wrap=True, overflow="ellipsis")
-        cap.append(printable(f"{config_label(view.batch, mode)} · {phase}", 80), "bold")
+        cap.append(printable(f"{fmt.config_label(view.batch, mode)} · {phase}", 80), "bold")
         if phase != self.phase:
             cap.append(printable(f" (no {self.phase} steps: every phase)"), "dim")
         if mode != want:

@@ -12,7 +12,7 @@ from textual_plotext import PlotextPlot
 
 from .. import format as fmt
 from ...analysis.tracing import busy_basis_label
-from ..derive import (busy_wall, compile_cost, compile_cost_text, config_label,
+from ..derive import (busy_wall, compile_cost, compile_cost_text,
                       latency_series, earlier_traced, latest_traced, place_labels,
                       traced_vs_untraced)
 
@@ -45,7 +45,7 @@ class LatencyPane(Pane):
         done = [r for r in (view.timeline or view.tokens) if r.done]
         if done:
             last = done[-1]
-            summary.append(f"#{last.seq} {last.phase}/{config_label(last.batch, last.mode)}: ",
+            summary.append(f"#{last.seq} {last.phase}/{fmt.config_label(last.batch, last.mode)}: ",
                            "bold")
             if last.requests:  # a server's step: its mix of prompt and decode tokens
                 summary.append(f"{last.prefill_tokens:,} prefill + {last.decode_tokens:,} "
