@@ -340,7 +340,7 @@ def best_load(cells: list, attainment: float = 0.9) -> ServeCell | None:
     return max(ok, key=lambda c: c.value) if ok else None
 
 
-def sweepFinding(cells: list, slo_ttft_ms: float | None, slo_itl_ms: float | None,
+def sweep_finding(cells: list, slo_ttft_ms: float | None, slo_itl_ms: float | None,
                   attainment: float = 0.9):
     """The highest rate (or concurrency) that still meets the SLO, as a finding."""
     if slo_ttft_ms is None and slo_itl_ms is None:
