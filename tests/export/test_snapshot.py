@@ -12,6 +12,7 @@ import pytest
 
 from tuiprof.errors import TuiprofError
 from tuiprof.export import snapshot as snap
+from tuiprof.export import snapshot_read
 from tuiprof.export.snapshot import SCHEMA_VERSION
 
 from ._independent import token_windows
@@ -157,7 +158,7 @@ def test_rejects_deep_big_missing_and_binary(tmp_path, small_doc, monkeypatch):
     gz.write_bytes(gzip.compress(json.dumps(small_doc).encode()))
     _expect(gz, "not UTF-8")
     ok = _write(tmp_path, small_doc, "ok.json")
-    monkeypatch.setattr(snap, "MAX_BYTES", 1000)
+    monkeypatch.setattr(snapshot_read, "MAX_BYTES", 1000)
     _expect(ok, "limit")
 
 
