@@ -52,13 +52,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Circles are allowed only inside the listed packages; upward imports only as the listed pairs
 # (importing package -> imported package).
 KNOWN_CIRCLES: frozenset[str] = frozenset({
-    "tuiprof.analysis",     # findings <-> requests
     "tuiprof.cli",          # program <-> run <-> sessions
     "tuiprof.engine",       # compile_helper <-> load
-    "tuiprof.export",       # nsys_reports <-> window
     "tuiprof.program",      # launch <-> binary_child
     "tuiprof.sessions",     # child_session <-> follow <-> session_process
-    "tuiprof.ui",           # adapters <-> derive
 })
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset({
     ("tuiprof.collect", "tuiprof.export"),   # recording writes through the snapshot writer
