@@ -55,7 +55,6 @@ KNOWN_CIRCLES: frozenset[str] = frozenset({
     "tuiprof.cli",          # program <-> run <-> sessions
     "tuiprof.engine",       # compile_helper <-> load
     "tuiprof.program",      # launch <-> binary_child
-    "tuiprof.sessions",     # child_session <-> follow <-> session_process
 })
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset({
     ("tuiprof.collect", "tuiprof.export"),   # recording writes through the snapshot writer

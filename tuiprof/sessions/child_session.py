@@ -30,8 +30,9 @@ from ..program.launch import ProgramResult, ProgramSpec
 from ..program.program_session import ProgramSession
 from ..program.windows_steps import WindowSteps
 from ..store import SessionStore
-from .session_process import Life, SessionServer, StoreConnection
 from . import protocol
+from .own_process import command_line, forget_in_fork
+from .server import Life, SessionServer, StoreConnection
 
 
 def profiler_options(opts: dict, cupti_allowed: bool) -> ProfilerOptions:
@@ -64,8 +65,6 @@ class ChildSession(ProgramSession):
     """See the module docstring."""
 
     def __init__(self, link: Any, opts: dict, torch: Any) -> None:
-        from .follow import command_line  # noqa: PLC0415
-
         argv = command_line()
         self.link = link
         self.torch = torch
@@ -86,7 +85,6 @@ class ChildSession(ProgramSession):
     def start(self) -> None:
         """Store, step sources (windows wait for CUDA) and the server; no collector yet."""
         from ..program.output import clean_line  # noqa: PLC0415
-        from .follow import command_line  # noqa: PLC0415
 
         prof, store = self.prof, self.prof.store
         argv = [clean_line(a) for a in command_line()[:64]]
@@ -219,7 +217,6 @@ class ChildSession(ProgramSession):
         """In a fork child, on the copy of its parent's session: put back what it patched (so
         nothing calls into the parent's collectors), drop the parent's sockets. Returns True
         when the parent's CUPTI had started."""
-        from .follow import forget_in_fork  # noqa: PLC0415
 
         forget_in_fork(self)
         self._unpatch()

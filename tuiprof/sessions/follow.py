@@ -36,6 +36,8 @@ import threading
 import time
 from typing import Any
 
+from .own_process import command_line, forget_in_fork
+
 FOLLOW_ENV = "TUIPROF_FOLLOW"          # the session's socket: set, the process is followed
 OPTIONS_ENV = "TUIPROF_FOLLOW_OPTIONS"  # JSON: what each followed process collects
 BOOT_ENV = "TUIPROF_BOOT"              # the directory of tuiprof's sitecustomize (on PYTHONPATH)
@@ -64,18 +66,6 @@ def options() -> dict:
     except ValueError:
         opts = {}
     return opts if isinstance(opts, dict) else {}
-
-
-def command_line() -> list[str]:
-    """This process's command line as it was started."""
-    argv = getattr(sys, "orig_argv", None)
-    if argv:
-        return list(argv)
-    try:
-        with open("/proc/self/cmdline", "rb") as fh:
-            return [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
-    except OSError:
-        return list(sys.argv)
 
 
 class Link:
@@ -248,29 +238,6 @@ def _forked() -> None:
         _torch_imported(sys.modules["torch"])
 
 
-def forget_in_fork(session: Any) -> None:
-    """In a fork child, on its copy of the parent's program session: put back what its step
-    sources patched, so that nothing calls into the parent's collectors (whose threads did
-    not survive the fork, and whose CUPTI must not be touched here)."""
-    for source in list(getattr(session, "sources", {}).values()):
-        patches = getattr(source, "_patches", None)
-        if patches is not None:
-            try:
-                patches.restore()
-            except Exception:
-                pass
-    captures = getattr(session, "captures", None)
-    if captures is not None:
-        try:
-            captures.uninstall()
-        except Exception:
-            pass
-    marks = sys.modules.get("tuiprof.marks")
-    if marks is not None:
-        marks._sink = None
-    session.running = False
-
-
 # ---------------------------------------------------------------------------- the end
 def _at_exit() -> None:
     _end(None)
@@ -328,4 +295,4 @@ def _cwd() -> str:
 
 
 __all__ = ["FOLLOW_ENV", "OPTIONS_ENV", "BOOT_ENV", "BOOT_DIR", "follow_env", "start",
-           "follow_from_main", "Link", "command_line", "options"]
+           "follow_from_main", "Link", "options"]
