@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tuiprof"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # what every layer may use: errors, the sanitiser, phase names, the public step marks and
     # the start-up progress they report, the package face that re-exports the marks, and the
-    # lazy package face (_lazy) the engine, export and sweep packages are built with
+    # lazy package face (_lazy) the engine, export, sweep and sessions packages are built with
     ("foundation", ("tuiprof", "tuiprof.errors", "tuiprof.text", "tuiprof.phases",
                     "tuiprof.marks", "tuiprof.startup", "tuiprof._lazy")),
     # the generation engine (models, families, the decode loop) and the native injection

@@ -1,6 +1,6 @@
-"""The one lazy package face (tuiprof._lazy) that engine, export and sweep are built with: a
-name loads its submodule on first use, an unknown name is an AttributeError, and importing the
-package loads none of its submodules."""
+"""The one lazy package face (tuiprof._lazy) that engine, export, sweep and sessions are built
+with: a name loads its submodule on first use, an unknown name is an AttributeError, and
+importing the package loads none of its submodules."""
 from __future__ import annotations
 
 import json
@@ -24,7 +24,8 @@ def test_a_name_loads_its_module_and_an_unknown_one_says_so():
         getattr_("nope")
 
 
-@pytest.mark.parametrize("package", ["tuiprof.engine", "tuiprof.export", "tuiprof.sweep"])
+@pytest.mark.parametrize("package", ["tuiprof.engine", "tuiprof.export", "tuiprof.sweep",
+                                     "tuiprof.sessions"])
 def test_importing_a_lazy_package_loads_none_of_its_submodules(package):
     code = (f"import json, sys, {package} as p; "
             f"print(json.dumps([sorted(m for m in sys.modules if m.startswith('{package}.')), "

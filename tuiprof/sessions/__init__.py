@@ -6,16 +6,7 @@ standard-library modules (``protocol``, ``runtime``, ``follow``) at interpreter 
 must not pay for the client's imports."""
 from __future__ import annotations
 
-from typing import Any
+from .._lazy import lazy_face
 
-__all__ = ["RemoteControl", "SessionGone", "Mirror"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("RemoteControl", "SessionGone"):
-        from . import client
-        return getattr(client, name)
-    if name == "Mirror":
-        from .mirror import Mirror
-        return Mirror
-    raise AttributeError(name)
+__all__, __getattr__ = lazy_face(__name__, {"RemoteControl": "client", "SessionGone": "client",
+                                            "Mirror": "mirror"})
