@@ -59,7 +59,6 @@ KNOWN_CIRCLES: frozenset[str] = frozenset({
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset({
     ("tuiprof.collect", "tuiprof.export"),   # recording writes through the snapshot writer
     ("tuiprof.sessions", "tuiprof.cli"),     # keeper starts sessions through cli's launchers
-    ("tuiprof.sweep", "tuiprof.cli"),        # python -m tuiprof.sweep runs cli's sweep command
 })
 
 # What `import tuiprof.cli` loads, the whole start-up of every command before its own run():

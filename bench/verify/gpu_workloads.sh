@@ -132,7 +132,7 @@ fi
 LEFT=$(( BUDGET - ($(date +%s) - T0) - 10 ))
 [ $LEFT -lt 60 ] && LEFT=60
 log "(a) sweep $MODELS x L=$SEQS, batch $BATCH, $DTYPE, eager, --memory-limit $MEMLIMIT, warmup $WARMUP, iters $ITERS (timeout ${LEFT}s)"
-timeout $LEFT $PY -m tuiprof.sweep --models $MODELS --seq-lens $SEQS \
+timeout $LEFT $PY -m tuiprof sweep --models $MODELS --seq-lens $SEQS \
   --passes inference,train-forward,train-backward --mode eager --batch $BATCH --dtype $DTYPE \
   --memory-limit $MEMLIMIT --warmup $WARMUP --iters $ITERS $NOPROF $DEVICE --out "$OUT/sweep" \
   > "$OUT/sweep_stdout.txt" 2> "$OUT/sweep_progress.log"

@@ -23,13 +23,13 @@ PY
   log "pytest tests/workloads (CPU tests + GPU-marked tests)"
   timeout 240 python3 -m pytest tests/workloads -q -p no:cacheprovider 2>&1 | tail -15
   log "llama-layer decode: eager vs compiled (ms per layer step)"
-  timeout 200 python3 -m tuiprof.sweep --models llama-layer --passes decode --mode eager,compiled --seq-lens 128,2048 --iters 20 --out $S/layer 2>/dev/null
+  timeout 200 python3 -m tuiprof sweep --models llama-layer --passes decode --mode eager,compiled --seq-lens 128,2048 --iters 20 --out $S/layer 2>/dev/null
   log "gpt2 sizes: passes x attention"
-  timeout 240 python3 -m tuiprof.sweep --models gpt2-small,gpt2-medium,gpt2-large --seq-lens 128,512 --passes inference,train-forward,train-backward --attention plain,sdpa --out $S/gpt2 2>/dev/null
+  timeout 240 python3 -m tuiprof sweep --models gpt2-small,gpt2-medium,gpt2-large --seq-lens 128,512 --passes inference,train-forward,train-backward --attention plain,sdpa --out $S/gpt2 2>/dev/null
   log "nanochat + deepseek-ocr-decoder: forward and decode"
-  timeout 240 python3 -m tuiprof.sweep --models nanochat-d20,nanochat-d34,deepseek-ocr-decoder --seq-lens 256,1024 --passes inference,decode --out $S/big 2>/dev/null
+  timeout 240 python3 -m tuiprof sweep --models nanochat-d20,nanochat-d34,deepseek-ocr-decoder --seq-lens 256,1024 --passes inference,decode --out $S/big 2>/dev/null
   log "real OOM under --memory-limit 12 GiB, sweep continues"
-  timeout 200 python3 -m tuiprof.sweep --models gpt2-2.7b,gpt2-small --seq-lens 1024 --passes train-backward --memory-limit 12 --no-profile --out $S/oom 2>/dev/null
+  timeout 200 python3 -m tuiprof sweep --models gpt2-2.7b,gpt2-small --seq-lens 1024 --passes train-backward --memory-limit 12 --no-profile --out $S/oom 2>/dev/null
   for d in layer gpt2 big oom; do log "kernels $d"; cat $S/$d/kernels.csv | cut -c1-220 | head -40; log "attention $d"; cat $S/$d/attention.csv; done
 } > "$OUT/workloads.log" 2>&1
 tar -C /tmp -czf "$OUT/sweeps.tar.gz" sweeps

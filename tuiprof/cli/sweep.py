@@ -288,7 +288,7 @@ def run(name: str, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point: ``python -m tuiprof.sweep --models ... --seq-lens ...``."""
+    """The sweep command alone (its own parser): ``main(["--models", ..., "--seq-lens", ...])``."""
     parser = argparse.ArgumentParser(prog="tuiprof sweep", description="Time and profile model workloads.")
     add_arguments("sweep", parser)
     args = parser.parse_args(argv)

@@ -2,7 +2,7 @@
 or decode over batch sizes, or a server over request rates (``--serve``).
 
 ``run_sweep(...) -> SweepResult``; ``run_batch_sweep(...) -> BatchSweep`` (``--batches``). The
-``tuiprof sweep`` command is :mod:`tuiprof.cli.sweep` (``python -m tuiprof.sweep`` too). No UI
+``tuiprof sweep`` command is :mod:`tuiprof.cli.sweep` (``python -m tuiprof sweep`` too). No UI
 imports here; names load lazily, so importing the package does not import torch.
 """
 
