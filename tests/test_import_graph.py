@@ -38,7 +38,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("export", ("tuiprof.export",)),
     # sessions: the profiler that wires one together, a user's program with its step sources
     # and its session, the session processes and their protocol
-    ("session", ("tuiprof.profiler", "tuiprof.program", "tuiprof.sessions")),
+    ("session", ("tuiprof.profiler", "tuiprof.spec", "tuiprof.sampling", "tuiprof.program",
+                 "tuiprof.sessions")),
     # studies that run many sessions
     ("sweep", ("tuiprof.sweep",)),
     # the Textual app and its screens (one of them runs a sweep)

@@ -10,12 +10,11 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .collect.allocator import read_allocator_stats
 from .collect.base import CollectorUnavailable
-from .collect.cupti_collector import BURST, CuptiCollector, MarkerSink
+from .collect.cupti_collector import CuptiCollector, MarkerSink
 from .collect.nvml_sampler import NvmlSampler
 from .collect.registry import COLLECTORS, CollectorContext, CollectorSpec, factory
 from .collect.device import device_facts, rank_facts
@@ -23,89 +22,11 @@ from .control import SessionControl
 from .engine.graphs import drop_cuda_graphs
 from .errors import one_line, safe_text
 from .engine.load import expected_meta
+from .sampling import (AUTO_ALLOC_EVERY, AUTO_SAMPLE_EVERY, STEP_TIME_SOURCES, overhead_method,
+                       tracing_policy)
+from .spec import ProfilerOptions
 from .startup import LoadProgress, ProgressTracker, in_thread, phase, tracking
 from .store import PROGRAM_CONFIG, SessionStore
-
-
-@dataclass
-class ProfilerOptions:
-    """What to collect and how."""
-
-    cupti: bool = True
-    nvml: bool = True
-    nvml_hz: float = 10.0
-    sample_every: int | str = "auto"  # CUPTI device records for 1 token in N; "auto": see below
-                                      # ("live": the same, also where "auto" would mean 1)
-    alloc_every: int | str = "auto"  # caching-allocator stats every N tokens (0: never); "auto":
-                                     # AUTO_ALLOC_EVERY
-    buffer_bytes: int = 8 * 1024 * 1024
-    api: bool = True
-    # Compiled mode keeps CUPTI's API kinds on between bursts (their ids off): the engine's
-    # compiled step makes a few API calls. A program's own per-step ops around its CUDA graphs
-    # make hundreds (generate(): ~44 ops a step, ~10 API calls each), each intercepted while
-    # the kinds are on, so `tuiprof run` switches them off between bursts (False) and on again
-    # one token before each burst, never together with the device kinds.
-    compiled_api_kinds_stay_on: bool = True
-    memory: bool = True  # CUPTI memory records (every device allocation), on between bursts too
-    # CUPTI graph records between bursts in compiled mode (every step's device span). Off: with
-    # them on, a compiled qwen3-0.6b session segfaulted on the H100 within seconds
-    # (docs/performance.md#cupti-and-cuda-graphs); every step's device time comes from its
-    # CUDA-event pair instead.
-    graphs: bool = False
-    # CUPTI attached only around its sampling bursts (and a prefill due to be traced) and
-    # finalized between them: an attached CUPTI, even with every kind off, cost eager decode
-    # 15-30 % and compiled 2-15 % on the H100 (docs/performance.md). In compiled mode the CUDA
-    # graphs are dropped (recorded again, no recompile) around each switch, since a CUPTI
-    # finalized under graphs it saw kills their next replay; the steps that record them
-    # again are timed apart (TokenRow.rerecord). One GPU only: the built-in engine, and a
-    # program whose steps are marked on the thread that launches them (transformers,
-    # tuiprof.step) and that records no CUDA graph of its own; --cupti-attached turns it off.
-    detach_between_bursts: bool = True
-    # Do the store's per-token work in token_launched, while the device computes the next step
-    # (False: right after each token's sync, on the decode loop's critical path).
-    overlap: bool = True
-    # GIL switch interval while collecting. The record consumer and the generation thread share
-    # the GIL; with Python's default 5 ms, the generation thread can wait up to 5 ms for it
-    # after every CUDA sync (once per compiled token). None keeps the interpreter's setting.
-    switch_interval_s: float | None = None
-    measure_peaks: bool = False  # copy + matmul at start-up, for the roofline
-    device_index: int = 0        # the GPU NVML samples (a tensor-parallel rank's own GPU)
-    engine_kwargs: dict = field(default_factory=dict)
-    started_at: float | None = None  # time.monotonic() at the command's start (start-up phases)
-
-
-# "auto" sampling, measured on the H100 (docs/performance.md): tracing every token costs compiled
-# decode about 60% (539 CUDA-graph kernels every 3 ms; CUPTI's own tracing is most of it) and
-# eager decode about 50% (~1,850 kernel and as many launch records every 36 ms, parsed and
-# folded in Python), so both trace bursts of 4 tokens (API records included): eager in every
-# 256, compiled in every 4,096 (a compiled burst costs ~20-85 ms of decode time, 2.5% at one in
-# 1,024; a CUDA graph's kernels do not change between bursts). Eager's period is 256, not 128:
-# at 128 its bursts cost ~2.5 % of the mean step by themselves (a burst's attached
-# and traced steps, the switch, the parsing; docs/performance.md), too much of a 5 % budget on
-# a host whose run-to-run spread is wider; at 256 a burst comes about every 8 s of qwen3-0.6b
-# eager decode, as compiled's every ~12 s. A prefill is traced unless one was in the last
-# period (a program's short generate() calls), and a mode switch starts a period 8 tokens
-# later, so the new mode's kernels are traced at once.
-AUTO_SAMPLE_EVERY = {"eager": 64, "compiled": 1024}
-# torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
-# reading them every Nth token loses no allocation, only per-token resolution.
-AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
-# What an attached CUPTI cost compiled qwen3-0.6b decode against no tuiprof (whole processes,
-# H100, docs/results.md#overhead): the engine 1.08-1.15 in three runs (1.117 over 8
-# rounds), an HF generate() program 1.10-1.23 (its parts without CUPTI: 1.01).
-COMPILED_CUPTI_COST = "+8-23 %"
-# What tracing every step costs a step against an untraced one (H100, qwen3-0.6b,
-# docs/results.md, "Every step traced"); a server's throughput paid 9-15 % on an H200
-# (bench/overhead/serve_external.py)
-EVERY_STEP_COST = "a traced step ran x1.62 eager, x1.29 compiled against an untraced one on an H100"
-# Where each per-step device figure comes from (a snapshot's meta says so; docs/snapshot.md).
-STEP_TIME_SOURCES = {
-    "gpu_ms": "CUDA events recorded before and after every step (every step, any mode; a "
-              "program's steps: read a step or two later, never waited for)",
-    "span_ns": "CUPTI kernel records: first kernel start to last kernel end (traced steps)",
-    "graph_span_ns": "CUPTI GRAPH_TRACE records, one per CUDA-graph launch (untraced compiled "
-                     "steps; only with graph records on, which is not the default)",
-}
 
 
 # where the model window goes in the arguments of a queued SessionStore.begin_token
@@ -723,35 +644,6 @@ class Profiler(SessionControl):
                                 wall_s=round(wall, 3),
                                 method=overhead_method(c is not None, self.status.mode,
                                                        c is not None and c.bursts_only))
-
-
-def tracing_policy(asked: int | str, every: int) -> str:
-    """Which steps' kernels are traced, in words (a snapshot's ``meta.tracing``, the headless
-    summary): a traced step runs slower than an untraced one (its time is marked so)."""
-    if every <= 1:
-        return f"every step traced ({EVERY_STEP_COST})"
-    why = "the default, as the live app" if asked in ("auto", "live") else f"--sample-every {asked}"
-    return f"bursts of {BURST} steps in every {BURST * every} traced ({why})"
-
-
-def overhead_method(cupti_attached: bool, mode: str, bursts_only: bool = False) -> str:
-    """What the live overhead figure counts, and what it cannot: an attached CUPTI works inside
-    the CUDA calls of the decoding thread, which no thread's CPU time shows; the time the
-    program's threads wait for the GIL while tuiprof's threads hold it is not measured (a
-    server's event loop and its step loop both wait so: an external client's figures are the
-    measure, bench/overhead/serve_external.py). In compiled mode
-    that is most of what a session costs (docs/performance.md, measured on the H100). With
-    CUPTI attached for bursts only, the switches' time is counted; the CUDA graphs recorded
-    again after them are not (those steps are timed apart)."""
-    if not cupti_attached:
-        return "tuiprof threads' CPU + step hooks / wall; not counted: GIL waits"
-    if bursts_only:
-        return ("threads' CPU + step hooks + CUPTI switches / wall; not counted: GIL waits, "
-                "graph re-recording")
-    text = "threads' CPU + hooks / wall; not counted: CUPTI in CUDA calls"  # a 200-column header
-    if mode == "compiled":
-        text += f", {COMPILED_CUPTI_COST} compiled on an H100 (--no-cupti)"
-    return text
 
 
 def _sync_device() -> None:

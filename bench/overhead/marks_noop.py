@@ -50,7 +50,7 @@ def main() -> int:
         worst = max(worst, ns)
         print(f"{label:<48} {ns:7.1f}")
     # under a session: the store's bookkeeping for one step (no CUPTI, no NVML)
-    setup = (SETUP + "\nfrom tuiprof.profiler import Profiler, ProfilerOptions\n"
+    setup = (SETUP + "\nfrom tuiprof.profiler import Profiler\nfrom tuiprof.spec import ProfilerOptions\n"
              "from tuiprof.store import SessionStore\n"
              "from tuiprof.program.steps import StepRecorder\n"
              "p = Profiler(SessionStore(), ProfilerOptions(cupti=False, nvml=False, "

@@ -61,7 +61,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tuiprof.collect.cupti_collector import BURST  # noqa: E402
-from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
+from tuiprof.profiler import Profiler  # noqa: E402
+from tuiprof.spec import ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 
 _BASE = {"cupti": "off", "listener": None, "nvml": False, "alloc": 0, "peer": False}
@@ -322,7 +323,7 @@ def block_plan(configs: list[str], rounds: int, n: int) -> list[tuple[str, int]]
 
 def period(mode: str) -> int:
     """Decode tokens in one sampling period of ``auto`` (one burst)."""
-    from tuiprof.profiler import AUTO_SAMPLE_EVERY  # noqa: PLC0415
+    from tuiprof.sampling import AUTO_SAMPLE_EVERY  # noqa: PLC0415
 
     return BURST * AUTO_SAMPLE_EVERY[mode]
 

@@ -245,7 +245,8 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
                 eng.join()
             out["state"] = "done"
         else:
-            from tuiprof.profiler import Profiler, ProfilerOptions
+            from tuiprof.profiler import Profiler
+            from tuiprof.spec import ProfilerOptions
             from tuiprof.store import SessionStore
 
             store = SessionStore()
@@ -355,7 +356,7 @@ def _app_run(a: argparse.Namespace, kw: dict, ui: str = "app") -> dict:
     import asyncio
     import tempfile
 
-    from tuiprof.profiler import ProfilerOptions
+    from tuiprof.spec import ProfilerOptions
     from tuiprof.sessions import RemoteControl
     from tuiprof.ui.app import make_app
 

@@ -112,7 +112,8 @@ def main() -> int:
     from tuiprof.cli.program import program_options
     from tuiprof.program.launch import ProgramResult, parse_program
     from tuiprof.program.program_session import ProgramSession
-    from tuiprof.profiler import AUTO_SAMPLE_EVERY, Profiler
+    from tuiprof.profiler import Profiler
+    from tuiprof.sampling import AUTO_SAMPLE_EVERY
     from tuiprof.store import SessionStore
 
     args = argparse.Namespace(**_run_defaults())

@@ -28,7 +28,7 @@ from bench.overhead.overhead import block_plan, finish, period, table  # noqa: E
 
 
 def run(a: argparse.Namespace) -> dict:
-    from tuiprof.profiler import ProfilerOptions
+    from tuiprof.spec import ProfilerOptions
     from tuiprof.sessions import RemoteControl
     from tuiprof.ui.app import make_app
 

@@ -36,7 +36,7 @@ time.sleep(3600)
 
 
 async def _session(label: str, engine_kwargs: dict, out: Path, wait_tokens: int) -> dict:
-    from tuiprof.profiler import ProfilerOptions
+    from tuiprof.spec import ProfilerOptions
     from tuiprof.sessions import RemoteControl
     from tuiprof.ui.app import make_app
 

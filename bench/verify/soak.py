@@ -93,7 +93,8 @@ def fmt(v, nd=1) -> str:
 
 
 def run(a: argparse.Namespace) -> dict:
-    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.profiler import Profiler
+    from tuiprof.spec import ProfilerOptions
     from tuiprof.store import SessionStore
     from tuiprof.ui.app import make_app
 

@@ -417,7 +417,8 @@ def suggested_constants(summary: dict) -> dict:
 
 # ------------------------------------------------------------------------------ model
 def model_part(a) -> dict:
-    from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: PLC0415
+    from tuiprof.profiler import Profiler  # noqa: PLC0415
+    from tuiprof.spec import ProfilerOptions  # noqa: PLC0415
     from tuiprof.store import SessionStore  # noqa: PLC0415
 
     mode = a.part

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._common import KeyTimer  # noqa: E402
 
-from tuiprof.profiler import ProfilerOptions  # noqa: E402
+from tuiprof.spec import ProfilerOptions  # noqa: E402
 from tuiprof.sessions import RemoteControl  # noqa: E402
 from tuiprof.ui.app import make_app  # noqa: E402
 

@@ -266,7 +266,7 @@ class Verify:
         import asyncio
 
         from tuiprof.program.launch import parse_program
-        from tuiprof.profiler import ProfilerOptions
+        from tuiprof.spec import ProfilerOptions
         from tuiprof.sessions import RemoteControl
         from tuiprof.ui.app import make_app
 

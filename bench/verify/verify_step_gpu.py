@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
+from tuiprof.profiler import Profiler  # noqa: E402
+from tuiprof.spec import ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 
 

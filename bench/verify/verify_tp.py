@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.overhead.overhead import Windows, table  # noqa: E402
 from tuiprof.collect.cupti_collector import BURST  # noqa: E402
-from tuiprof.profiler import AUTO_SAMPLE_EVERY  # noqa: E402
+from tuiprof.sampling import AUTO_SAMPLE_EVERY  # noqa: E402
 from tuiprof.sweep.tp import ModeResult, TPRun, TPSession, scaling_rows, write_outputs  # noqa: E402
 
 TINY = {"qwen3-0.6b": "qwen3-tiny", "nanochat-d34": "nanochat-tiny"}

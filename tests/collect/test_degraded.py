@@ -26,7 +26,8 @@ def test_no_nvml_one_line():
 
 
 def test_profiler_degrades_and_records_why():
-    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.profiler import Profiler
+    from tuiprof.spec import ProfilerOptions
 
     store = SessionStore()
     prof = Profiler(store, ProfilerOptions())
@@ -40,7 +41,8 @@ def test_profiler_degrades_and_records_why():
 
 
 def test_no_cupti_flag_says_so():
-    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.profiler import Profiler
+    from tuiprof.spec import ProfilerOptions
 
     store = SessionStore()
     Profiler(store, ProfilerOptions(cupti=False, nvml=False)).start_collectors()

@@ -12,7 +12,8 @@ import pytest
 from cupti_standin import StandIn, attached_collector
 
 from tuiprof.collect.cupti_collector import ATTACH_LEAD, BURST, CuptiCollector
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
 
 

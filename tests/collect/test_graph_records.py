@@ -138,7 +138,8 @@ def test_a_refused_graph_kind_is_said_once_and_collection_goes_on():
 
 def test_the_snapshot_says_where_each_step_figure_comes_from(tmp_path):
     from tuiprof.export.snapshot import read_snapshot, write_snapshot
-    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.profiler import Profiler
+    from tuiprof.spec import ProfilerOptions
 
     store = SessionStore()
     Profiler(store, ProfilerOptions(cupti=False, nvml=False))

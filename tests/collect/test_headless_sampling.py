@@ -12,7 +12,7 @@ from tracing_data import traced_store
 
 from tuiprof.cli.common import step_times
 from tuiprof.export.summary import summary
-from tuiprof.profiler import AUTO_SAMPLE_EVERY, tracing_policy
+from tuiprof.sampling import AUTO_SAMPLE_EVERY, tracing_policy
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -41,7 +41,8 @@ def test_a_busy_thread_shows_as_cpu_use_in_the_store():
 
 
 def test_the_profiler_runs_it_from_the_collector_table():
-    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.profiler import Profiler
+    from tuiprof.spec import ProfilerOptions
 
     store = SessionStore()
     prof = Profiler(store, ProfilerOptions(cupti=False, nvml=False))

@@ -3,7 +3,7 @@ attached, that CUPTI's work inside the decoding thread's CUDA calls is not in it
 most of a session's cost, measured on the H100: docs/results.md#overhead)."""
 from __future__ import annotations
 
-from tuiprof.profiler import COMPILED_CUPTI_COST, overhead_method
+from tuiprof.sampling import COMPILED_CUPTI_COST, overhead_method
 
 
 def test_without_cupti_the_figure_is_the_threads_alone():

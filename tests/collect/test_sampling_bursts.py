@@ -106,7 +106,9 @@ def test_switch_to_compiled_turns_api_kinds_on_before_the_next_burst():
 
 
 def test_profiler_sets_the_api_policy_and_restarts_sampling_at_a_mode_switch():
-    from tuiprof.profiler import AUTO_SAMPLE_EVERY, Profiler, ProfilerOptions
+    from tuiprof.profiler import Profiler
+    from tuiprof.spec import ProfilerOptions
+    from tuiprof.sampling import AUTO_SAMPLE_EVERY
 
     c, calls = _collector(sample_every=AUTO_SAMPLE_EVERY["eager"])
     prof = Profiler(c.store, ProfilerOptions(cupti=False, nvml=False, alloc_every=0))
@@ -149,7 +151,8 @@ def test_program_compiled_policy_turns_api_kinds_on_a_token_before_each_burst():
 
 
 def test_a_program_session_switches_api_kinds_off_between_compiled_bursts():
-    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.profiler import Profiler
+    from tuiprof.spec import ProfilerOptions
     from tuiprof.cli.program import program_options
     from tuiprof.cli import build_parser, split_program
 

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from tuiprof.engine.generate import Engine
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
 
 from ._helpers import run_engine, wait_for

@@ -43,7 +43,8 @@ def _load():
 
 def _session(mode: str, decode: int, profiler_cls=None, **options):
     """A live tuiprof session (engine + CUPTI + NVML) of ``decode`` decode tokens."""
-    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.profiler import Profiler
+    from tuiprof.spec import ProfilerOptions
     from tuiprof.store import SessionStore
 
     store = SessionStore(ring_tokens=decode + 2)
@@ -156,7 +157,7 @@ def detached() -> dict:
     # schedule, CUPTI never detached), "no-flush-period" (full, CUPTI's periodic flush off)
     VARIANT = os.environ.get("DETACH_VARIANT", "full")
     Cycles.ids, Cycles.window, Cycles.drops = {}, True, 0
-    from tuiprof.profiler import ProfilerOptions
+    from tuiprof.spec import ProfilerOptions
     from tuiprof.store import SessionStore
 
     store = SessionStore(ring_tokens=4096)

@@ -105,7 +105,7 @@ def test_program_prefills_are_traced_once_a_sampling_period(tmp_path):
     # (if any) use too
     span = max(t["seq"] for t in steps) - min(t["seq"] for t in steps) + 1
     from tuiprof.collect.cupti_collector import BURST  # noqa: PLC0415
-    from tuiprof.profiler import AUTO_SAMPLE_EVERY  # noqa: PLC0415
+    from tuiprof.sampling import AUTO_SAMPLE_EVERY  # noqa: PLC0415
 
     periods = span // (BURST * AUTO_SAMPLE_EVERY["eager"]) + 1
     # one due prefill a period, plus those a decode burst's 4 steps happen to hold (here up to

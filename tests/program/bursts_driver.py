@@ -19,7 +19,8 @@ from cupti_standin import attached_collector  # noqa: E402
 
 from tuiprof.program.launch import parse_program  # noqa: E402
 from tuiprof.program.program_session import ProgramSession  # noqa: E402
-from tuiprof.profiler import Profiler, ProfilerOptions  # noqa: E402
+from tuiprof.profiler import Profiler  # noqa: E402
+from tuiprof.spec import ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import time
 from textual.widgets import Log
 
 from tuiprof.program.launch import parse_program
-from tuiprof.profiler import ProfilerOptions
+from tuiprof.spec import ProfilerOptions
 from tuiprof.sessions import RemoteControl
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.log import LogScreen

@@ -11,7 +11,8 @@ import pytest
 from decode_like_stream import STEP as DL_STEP
 from decode_like_stream import chunks, decode_like
 
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.program.steps import StepRecorder
 from tuiprof.program.stream_steps import StreamSteps
 from tuiprof.store import SessionStore

@@ -15,7 +15,8 @@ import torch
 
 from tuiprof.engine.events import CollectingListener
 from tuiprof.engine.generate import Engine
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
 
 STEPS = 16

@@ -15,7 +15,8 @@ import torch
 
 from tuiprof.engine.generate import Engine
 from tuiprof.export.snapshot import read_snapshot, write_snapshot
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
 
 # What PyTorch's caching allocator says (c10/cuda/CUDACachingAllocator.cpp), on one line.

@@ -173,6 +173,6 @@ def test_a_rate_sweep_gives_a_cell_per_rate_and_the_slo_finding(tmp_path):
     assert (out / "serve-rate-50.json").exists() and (out / "serve-sweep.md").exists()
     # each cell samples as the live app does (a burst of traced steps in every period), not
     # every step as a headless run would: tracing's cost stays out of the latencies
-    from tuiprof.profiler import AUTO_SAMPLE_EVERY
+    from tuiprof.sampling import AUTO_SAMPLE_EVERY
     cell = json.loads((out / "serve-rate-50.json").read_text())
     assert cell["meta"]["sample_every"] == AUTO_SAMPLE_EVERY["eager"]

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tuiprof.profiler import ProfilerOptions
+from tuiprof.spec import ProfilerOptions
 from tuiprof.sessions.rank_launcher import RankSetControl
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.all_ranks import RanksScreen

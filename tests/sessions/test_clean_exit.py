@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 UI_SIDE = '''
 import time
-from tuiprof.profiler import ProfilerOptions
+from tuiprof.spec import ProfilerOptions
 from tuiprof.sessions import RemoteControl
 
 def main():
@@ -59,7 +59,7 @@ def test_no_leaked_semaphore_warning_at_exit(tmp_path):
 
 UNCLOSED = '''
 import os, sys, time
-from tuiprof.profiler import ProfilerOptions
+from tuiprof.spec import ProfilerOptions
 from tuiprof.sessions import RemoteControl
 
 def main():

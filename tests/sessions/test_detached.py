@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tuiprof.sessions import protocol, runtime
-from tuiprof.sessions.holder import AttachedSession
+from tuiprof.sessions.attached import AttachedSession
 
 from ._helpers import PtyProcess, runtime_dir
 

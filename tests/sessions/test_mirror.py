@@ -162,7 +162,8 @@ def test_every_decode_token_reaches_the_mirror_done_on_a_cpu():
     ``begin_token``, the worst timing of the UI's puller). The mirrored series must still hold
     every token, done, with its host time; the latency chart and the comparison's median follow
     (on a CPU the chart showed one point and the median one arbitrary token)."""
-    from tuiprof.profiler import Profiler, ProfilerOptions
+    from tuiprof.profiler import Profiler
+    from tuiprof.spec import ProfilerOptions
     from tuiprof.ui.derive import compare, latency_series
 
     store, mirror = SessionStore(), Mirror()

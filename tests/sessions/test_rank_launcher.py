@@ -19,7 +19,7 @@ from rich.console import Console
 
 from tuiprof.cli import main
 from tuiprof.export.snapshot import read_any_snapshot
-from tuiprof.profiler import ProfilerOptions
+from tuiprof.spec import ProfilerOptions
 from tuiprof.sessions.rank_launcher import FIXED_BATCH, RankSetControl
 from tuiprof.ui.app import make_app, view_control
 from tuiprof.ui.screens.all_ranks import RanksScreen

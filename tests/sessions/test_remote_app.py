@@ -10,7 +10,7 @@ import json
 import os
 import signal
 
-from tuiprof.profiler import ProfilerOptions
+from tuiprof.spec import ProfilerOptions
 from tuiprof.sessions import RemoteControl
 from tuiprof.ui.app import make_app
 

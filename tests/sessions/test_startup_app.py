@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from tuiprof.profiler import ProfilerOptions
+from tuiprof.spec import ProfilerOptions
 from tuiprof.sessions import RemoteControl
 from tuiprof.startup import command_start
 from tuiprof.ui.app import make_app
@@ -66,7 +66,7 @@ def test_first_frame_shows_model_device_and_progress_until_the_first_token(tmp_p
 
 UI_PROCESS = """
 import sys, time
-from tuiprof.profiler import ProfilerOptions
+from tuiprof.spec import ProfilerOptions
 from tuiprof.sessions import RemoteControl
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ compile outlives the prefills of an engine that loops from the prompt (and a pau
 starts the count again; the decode state after it ends the count."""
 from __future__ import annotations
 
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
 
 

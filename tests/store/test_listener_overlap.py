@@ -4,7 +4,8 @@ at once. Measured effect on the H100: docs/performance.md."""
 from __future__ import annotations
 
 from tuiprof.engine.events import TokenEvent
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
 
 

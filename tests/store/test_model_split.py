@@ -15,7 +15,8 @@ from tuiprof.analysis.findings import find
 from tuiprof.analysis.model_split import model_split
 from tuiprof.engine.events import TokenEvent
 from tuiprof.export.snapshot import SCHEMA_VERSION, read_snapshot, write_snapshot
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
 from tuiprof.store import session as store_session
 

@@ -7,7 +7,8 @@ import asyncio
 import time
 
 from tuiprof.engine.load import load_engine
-from tuiprof.profiler import Profiler, ProfilerOptions
+from tuiprof.profiler import Profiler
+from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.compare import CompareScreen

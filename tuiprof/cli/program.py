@@ -115,7 +115,7 @@ def sample_every(args: argparse.Namespace, headless: bool) -> int | str:
 
 
 def program_options(args: argparse.Namespace, headless: bool):
-    from ..profiler import ProfilerOptions  # noqa: PLC0415
+    from ..spec import ProfilerOptions  # noqa: PLC0415
 
     se = sample_every(args, headless)
     # a program's own ops around its CUDA graphs make hundreds of API calls a step: CUPTI's API

@@ -115,7 +115,7 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
 def _make_options(args: argparse.Namespace):
     """(ProfilerOptions, SessionStore keyword arguments) from the command line."""
     from ..engine import resolve_model  # noqa: PLC0415  (fail fast on a bad --model, before threads)
-    from ..profiler import ProfilerOptions  # noqa: PLC0415
+    from ..spec import ProfilerOptions  # noqa: PLC0415
     from ..startup import command_start  # noqa: PLC0415
 
     source = resolve_model(args.model, trust_remote_code=args.trust_remote_code)

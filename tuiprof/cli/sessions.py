@@ -411,7 +411,7 @@ def _session(sid: str | None) -> tuple[Path, dict]:
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from ..sessions import protocol  # noqa: PLC0415
-    from ..sessions.holder import AttachedSession  # noqa: PLC0415
+    from ..sessions.attached import AttachedSession  # noqa: PLC0415
 
     from ..sessions.fleet import is_address  # noqa: PLC0415
 

@@ -25,7 +25,8 @@ import time
 from typing import Any
 
 from ..collect.device import rank_facts
-from ..profiler import Profiler, ProfilerOptions
+from ..profiler import Profiler
+from ..spec import ProfilerOptions
 from ..program.launch import ProgramResult, ProgramSpec
 from ..program.program_session import ProgramSession
 from ..program.windows_steps import WindowSteps

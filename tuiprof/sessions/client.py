@@ -22,7 +22,7 @@ from typing import Any
 
 from ..control import SessionControl, SourceStatus, batch_limit_message, batch_target
 from ..engine.load import expected_meta
-from ..profiler import ProfilerOptions
+from ..spec import ProfilerOptions
 from ..startup import ProgressTracker
 from . import protocol
 from .mirror import Mirror

@@ -2,9 +2,9 @@
 
 Each address is a detached session's keeper: TCP with its token (``--listen``), or a Unix
 socket (the session's ``s.sock``, forwarded from another machine with ``ssh -L``). For each
-one a :class:`Host` holds an :class:`~tuiprof.sessions.holder.AttachedSession` (a viewer per
+one a :class:`Host` holds an :class:`~tuiprof.sessions.attached.AttachedSession` (a viewer per
 process, as a single ``tuiprof attach`` does) and a connection of its own that measures the
-host's clock. :class:`FleetSession` is one :class:`~tuiprof.sessions.holder.ProcessSet` over all
+host's clock. :class:`FleetSession` is one :class:`~tuiprof.sessions.process_set.ProcessSet` over all
 of them: host is a dimension above the process, so ``g`` and ``a`` (the all-processes view,
 with each torch.distributed job's all-ranks comparison) span hosts.
 
@@ -35,7 +35,8 @@ from typing import Any, Callable
 from ..control import SourceStatus
 from ..text import printable
 from . import protocol
-from .holder import MAX_PROCESSES, AttachedSession, ProcessEntry, ProcessSet
+from .attached import AttachedSession
+from .process_set import MAX_PROCESSES, ProcessEntry, ProcessSet
 
 CLOCK_EVERY_S = 10.0      # how often each host's clock offset is measured again
 CLOCK_SAMPLES = 4         # round trips per measurement

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..control import SessionControl, SourceStatus
 from ..engine.distributed import NO_MULTICAST_ENV
-from ..profiler import ProfilerOptions
+from ..spec import ProfilerOptions
 from ..store.rank_set import RanksView
 from .client import RemoteControl, SessionGone, new_log_path
 from .session_process import serve

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import one_line
-from ..profiler import Profiler, ProfilerOptions
+from ..profiler import Profiler
+from ..spec import ProfilerOptions
 from ..store import SessionStore
 from . import follow
 from .server import Life, SessionServer, start_server

@@ -20,7 +20,7 @@ from ..analysis.cross_rank import RanksSummary, find_ranks, ranks_summary, tp_sc
 from ..analysis.tokens import mode_summaries
 from ..errors import TuiprofError
 from ..export._atomic import atomic_write_text
-from ..profiler import ProfilerOptions
+from ..spec import ProfilerOptions
 from ..sessions.rank_launcher import RankSetControl
 from ..store.rank_set import RanksView
 from ..text import csv_text
