@@ -256,11 +256,7 @@ def _until(pred, seconds: float) -> bool:
 
 @pytest.mark.parametrize("how,said", [
     ("once", "continued it (SIGCONT)"),
-    # a known race, open: once in four full-suite runs no line said what was done with a
-    # program that stops itself again (it ended, rc 130, the snapshot in time); not yet found
-    pytest.param("again", "killed it (SIGKILL)", marks=pytest.mark.xfail(
-        strict=False, reason="a program that stops itself again: the SIGKILL line is "
-        "sometimes missing (a race not yet found)"))])
+    ("again", "killed it (SIGKILL)")])
 def test_a_program_that_stops_itself_does_not_hold_the_snapshot(tmp_path, how, said):
     snap, marker = tmp_path / "out.json", tmp_path / "pid"
     argv = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
@@ -289,7 +285,12 @@ def test_a_program_that_stops_itself_does_not_hold_the_snapshot(tmp_path, how, s
             os.kill(pid, 9)
     lines = err.read_text().splitlines()
     assert rc == 130, lines
-    assert "Traceback" not in err.read_text()
+    # Continued, the program holds two signals at once: the Ctrl-C forwarded to it while it was
+    # stopped, and tuiprof's SIGTERM. Which one Python raises first is the program's race, not
+    # tuiprof's: its own KeyboardInterrupt traceback (its frames only) may be printed, as
+    # `python` prints it. No traceback of tuiprof's.
+    frames = [ln for ln in lines if ln.strip().startswith('File "')]
+    assert all("stops_itself.py" in ln for ln in frames), lines
     assert any(said in ln and f"(pid {pid})" in ln for ln in lines), lines
     assert lines[-1] == "tuiprof: the program was stopped by tuiprof (SIGINT, exit status 130)"
     assert _state(pid) in ("", "Z")         # neither stopped nor running any more
