@@ -83,3 +83,28 @@ def _no_process_left_running():
         p.kill()
         p.join(5)
     assert not left, f"test left processes running: {[p.name for p in left]}"
+
+
+# The long end-to-end files (a real server under an external client's load, two nodes of
+# torchrun, a real Prometheus scraping): each takes a minute or more on 2 CPU cores, so the
+# README's test command (CI's first job, kept under 10 minutes) leaves them to CI's second job
+# (`-m system`, before the vLLM tests). Named here, in one place, rather than in each file.
+SYSTEM_FILES = {
+    "tests/serving/test_serve_external.py",
+    "tests/serving/test_proxy_transformers.py",
+    "tests/serving/test_before_the_app.py",
+    "tests/serving/test_transformers_serve.py",
+    "tests/remote/test_fleet.py",
+    "tests/export/test_prometheus.py",
+}
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        try:
+            rel = Path(str(item.fspath)).resolve().relative_to(_ROOT).as_posix()
+        except ValueError:
+            continue
+        if rel in SYSTEM_FILES:
+            item.add_marker(pytest.mark.system)
