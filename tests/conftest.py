@@ -94,7 +94,7 @@ SYSTEM_FILES = {
     "tests/serving/test_proxy_transformers.py",
     "tests/serving/test_before_the_app.py",
     "tests/serving/test_transformers_serve.py",
-    "tests/remote/test_fleet.py",
+    "tests/sessions/test_fleet.py",
     "tests/export/test_prometheus.py",
 }
 _ROOT = Path(__file__).resolve().parents[1]
