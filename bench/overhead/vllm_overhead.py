@@ -10,12 +10,32 @@ request's end-to-end as tuiprof has it (the engine's record joined with the API 
 against the client's, and whether every request is there with the client's output tokens.
 
   python bench/overhead/vllm_overhead.py --model DIR --rounds 3 --out results.json
+
+``--breakdown S``: where tuiprof's cost goes, measured inside the server's processes rather
+than by an A/B (on a loaded machine the bare runs alone spread several-fold). One run under
+``tuiprof run``, ``S`` seconds of load; for that window:
+
+* every thread's CPU seconds of every process of the server (``/proc/PID/task/TID/stat``);
+* with ``py-spy`` on the PATH (``pip install py-spy``; it reads the processes from outside,
+  nothing is added to them): samples of the threads *holding the GIL* (``--gil``) in the API
+  server and the engine core, split into the program's own work, tuiprof's code run on the
+  program's threads (its hooks: the innermost tuiprof frame calls no program code) and
+  tuiprof's own threads (serving pulls, samplers, windows). A GIL-holding sample is what the
+  program's threads wait for, so this counts what a CPU-time figure misses: on two loaded
+  cores a thread preempted while it holds the GIL stops every other thread of its process;
+* tuiprof's own accounting of each process (the snapshot's ``overhead``: step hooks' and
+  pulls' CPU) per engine step and per request, against the median step time.
+
+  python bench/overhead/vllm_overhead.py --model DIR --breakdown 30 --out breakdown.json
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -82,6 +102,189 @@ def one_run(args, under: bool, port: int, tmp: Path) -> dict:
     return out
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (from /proc's children lists)."""
+    out = [pid]
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            kids = open(f"/proc/{pid}/task/{t}/children").read().split()
+        except OSError:
+            kids = []
+        for k in kids:
+            out += _tree(int(k))
+    return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/comm").read().strip()
+    except OSError:
+        return "?"
+
+
+def thread_cpu(pids: list[int]) -> dict:
+    """(pid, tid) -> (thread name, CPU seconds so far)."""
+    tck = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for p in pids:
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                st = open(f"/proc/{p}/task/{t}/stat").read()
+            except OSError:
+                continue
+            f = st[st.rindex(")") + 2:].split()
+            out[(p, int(t))] = (st[st.index("(") + 1:st.rindex(")")],
+                                (int(f[11]) + int(f[12])) / tck)
+    return out
+
+
+STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"<string>"}
+
+
+def _top(frame: str) -> str:
+    m = re.search(r"\(([^:()]+):\d+\)$", frame)
+    return (m.group(1) if m else "").split("/")[0].removesuffix(".py")
+
+
+def gil_split(raw: Path) -> dict:
+    """py-spy's raw (collapsed) GIL-holding samples of one process: per thread name, the
+    samples in all, in tuiprof's own code, and the tuiprof functions most seen."""
+    threads: collections.Counter = collections.Counter()
+    own: collections.Counter = collections.Counter()
+    where: collections.Counter = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = stack.split(";")
+        name = re.sub(r"^thread \(\d+\): ", "", re.sub(r"\s+", " ", frames[0])).strip()
+        name = re.sub(r"\(0x[0-9a-f]+\)|\(\d+\)", "", name).strip(" :")
+        threads[name] += int(n)
+        fr = frames[1:]
+        mine = [i for i, f in enumerate(fr) if _top(f) == "tuiprof"]
+        if not mine:
+            continue
+        after = fr[mine[-1] + 1:]
+        if after and _top(after[0]) not in STDLIB:   # a wrapper running the program's code
+            continue
+        own[name] += int(n)
+        where[fr[mine[-1]].split(" (")[0]] += int(n)
+    total = sum(threads.values())
+    main = threads.get("MainThread", 0)
+    tuiprof_threads = sum(n for k, n in threads.items() if k.startswith("tuiprof"))
+    return {"samples": total, "main_thread": main, "main_thread_in_tuiprof": own["MainThread"],
+            "tuiprof_threads": tuiprof_threads,
+            "tuiprof_share": (own["MainThread"] + tuiprof_threads) / total if total else None,
+            "threads": dict(threads.most_common()),
+            "tuiprof_functions": dict(where.most_common(12))}
+
+
+def breakdown(args, port: int, tmp: Path) -> dict:
+    """One run under tuiprof, ``args.breakdown`` seconds of closed-loop load: where the
+    server's time goes (the module docstring)."""
+    server = [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model,
+              "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
+              "--host", "127.0.0.1", "--port", str(port)]
+    snap = tmp / f"breakdown-{port}.json"
+    cmd = [args.python, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json", str(snap),
+           "--", "python", *server[1:]]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    spy = shutil.which("py-spy")
+    log = open(tmp / f"breakdown-{port}.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    out: dict = {"load_before": os.getloadavg(), "py_spy": spy}
+    try:
+        wait_up(port, proc)
+        vocab = int(json.loads((Path(args.model) / "config.json").read_text())["vocab_size"])
+        client = Client(port, args.model, vocab, args.seed, parse_lengths(args.prompt_len),
+                        parse_lengths(args.output_len))
+        client.submit("warmup0")
+        client.collect(1)
+        pids = _tree(proc.pid)
+        names = {p: _comm(p) for p in pids}
+        engine = next((p for p, c in names.items() if c.startswith("VLLM::EngineCor")), None)
+        api = None
+        if engine is not None:   # the engine core's parent runs vLLM's API server
+            api = int(open(f"/proc/{engine}/stat").read().rsplit(")", 1)[1].split()[1])
+        roles = {proc.pid: "tuiprof run"}
+        roles.update({p: c.removeprefix("VLLM::") for p, c in names.items()
+                      if c.startswith("VLLM::")})
+        if api is not None:
+            roles[api] = "API server"
+        spies = {}
+        if spy:
+            for p, role in roles.items():
+                if p == proc.pid:
+                    continue
+                spies[role] = (tmp / f"gil-{role.replace(' ', '_')}.txt", subprocess.Popen(
+                    [spy, "record", "-p", str(p), "-d", str(int(args.breakdown)), "-r", "100",
+                     "--gil", "--nonblocking", "--threads", "--format", "raw", "-o",
+                     str(tmp / f"gil-{role.replace(' ', '_')}.txt")],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        c0 = thread_cpu(list(roles))
+        t0 = time.monotonic()
+        in_flight = 0
+        while time.monotonic() - t0 < args.breakdown or in_flight:
+            while in_flight < args.concurrency and time.monotonic() - t0 < args.breakdown:
+                client.submit()
+                in_flight += 1
+            in_flight -= client.collect(1)
+        wall = time.monotonic() - t0
+        c1 = thread_cpu(list(roles))
+        for _path, sp in spies.values():
+            sp.wait(120)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(180)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    seen = {k: v for k, v in client.seen.items() if not k.startswith("warmup")}
+    cpu: dict = {}
+    for (p, t), (name, s1) in c1.items():
+        d = s1 - c0.get((p, t), (name, 0.0))[1]
+        role = roles.get(p, "?")
+        per = cpu.setdefault(role, {"cpu_s": 0.0, "threads": collections.Counter()})
+        per["cpu_s"] += d
+        per["threads"][name] += d
+    for per in cpu.values():
+        per["cpu_s"] = round(per["cpu_s"], 2)
+        per["threads"] = {k: round(v, 2) for k, v in per["threads"].most_common() if v >= 0.01}
+    out.update({"wall_s": wall, "requests": len(seen), "requests_per_s": len(seen) / wall,
+                "e2e_p50_ms": statistics.median(v[1] for v in seen.values()),
+                "load_after": os.getloadavg(), "cpu": cpu,
+                "gil": {role: gil_split(path) for role, (path, _sp) in spies.items()
+                        if path.exists()}})
+    doc = json.loads(snap.read_text())
+    own = {}
+    for r in doc.get("ranks") or [doc]:
+        name = (r["meta"].get("process") or {}).get("name") or r["meta"].get("model")
+        ov = r.get("overhead") or {}
+        steps = r["counters"].get("tokens", 0)
+        reqs = len(r.get("requests") or ())
+        modes = (r.get("summary") or {}).get("modes") or {}
+        med = next((m.get("ms_per_token_median") for m in modes.values()
+                    if m.get("ms_per_token_median")), None)
+        own[name] = {"step_source": r["meta"].get("step_source"), "steps": steps,
+                     "requests": reqs, "overhead": ov,
+                     "hooks_us_per_step": (ov.get("hooks_s", 0) / steps * 1e6) if steps else None,
+                     "serve_s": ov.get("serve_s"), "step_ms_median": med,
+                     "hooks_share_of_step": (ov.get("hooks_s", 0) / steps / (med / 1e3))
+                     if steps and med and r["meta"].get("step_source") == "vllm" else None}
+    out["tuiprof_accounting"] = own
+    return out
+
+
 def agreement(snap: Path, seen: dict) -> dict:
     doc = json.loads(snap.read_text())
     ranks = doc.get("ranks") or [doc]
@@ -123,8 +326,17 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--port", type=int, default=18250)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--breakdown", type=float, default=None, metavar="S",
+                    help="one run under tuiprof with S seconds of load: where the time goes")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="vllm-overhead-"))
+    if args.breakdown:
+        res = breakdown(args, args.port, tmp)
+        res["logs"] = str(tmp)
+        print(json.dumps(res, indent=1))
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+        return 0
     runs = []
     for i in range(args.rounds):
         for under in (False, True):
