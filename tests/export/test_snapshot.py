@@ -99,6 +99,21 @@ def test_meta_privacy(compiled_view):
     assert snap.snapshot_dict(v2, findings=[])["meta"]["host"] == "gpu-node-17"
 
 
+def test_vllm_meta_is_kept_exactly(compiled_view, tmp_path):
+    """What a vLLM engine core's scheduler runs with (``meta["vllm"]``) survives the export
+    and a round trip, value for value."""
+    import dataclasses
+    facts = {"vllm": "0.32.0", "hooks_written_for": "0.32.0", "max_num_batched_tokens": 64,
+             "max_num_seqs": 256, "chunked_prefill": True, "async_scheduling": False,
+             "kv_blocks": 7281, "block_size": 16}
+    v = dataclasses.replace(compiled_view, meta=dict(compiled_view.meta, vllm=facts))
+    assert snap.snapshot_dict(v, findings=[])["meta"]["vllm"] == facts
+    p = snap.write_snapshot(v, tmp_path / "v.json")
+    assert json.loads(p.read_text())["meta"]["vllm"] == facts
+    assert snap.read_snapshot(p).meta["vllm"] == facts
+    assert "`meta.vllm`" in DOCS.read_text()
+
+
 def _write(tmp_path: Path, obj, name="bad.json") -> Path:
     p = tmp_path / name
     p.write_text(obj if isinstance(obj, str) else json.dumps(obj))

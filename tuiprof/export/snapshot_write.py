@@ -42,6 +42,7 @@ META_KEYS = frozenset({
     "native", "auto_steps",
     "request_sources", "load", "proxy",
     "feeds",
+    "vllm",
 })
 HOST_KEY = "host"        # kept only when meta["share_host"] is True
 
