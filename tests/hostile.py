@@ -125,6 +125,15 @@ def has_raw_control(text: str) -> list[str]:
     return found
 
 
+def is_number(cell: str) -> bool:
+    """A CSV cell that reads as a number (a leading minus there is a sign, not a formula)."""
+    try:
+        float(cell.replace(",", ""))
+        return True
+    except ValueError:
+        return False
+
+
 if __name__ == "__main__":
     # the eager H100 recording the tests replay (TUIPROF_FIXTURES: a folder holding another)
     fixtures = os.environ.get("TUIPROF_FIXTURES")

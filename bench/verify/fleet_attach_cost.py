@@ -14,11 +14,9 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -27,53 +25,10 @@ sys.path.insert(0, str(REPO))
 
 from tests.sessions._helpers import PtyProcess  # noqa: E402
 from tests.sessions.fleet_nodes import env, free_port, ours, steps_forever  # noqa: E402
+from tests.sessions.relay import Relay  # noqa: E402
 from tuiprof.sessions import runtime  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
-
-
-class Relay:
-    """127.0.0.1:port -> 127.0.0.1:target, counting the bytes each way."""
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self.up = self.down = 0
-        self.lock = threading.Lock()
-        self.srv = socket.create_server(("127.0.0.1", 0))
-        self.port = self.srv.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                a, _ = self.srv.accept()
-            except OSError:
-                return
-            b = socket.create_connection(("127.0.0.1", self.target))
-            threading.Thread(target=self._pipe, args=(a, b, "up"), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(b, a, "down"), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket, way: str) -> None:
-        try:
-            while True:
-                data = src.recv(1 << 16)
-                if not data:
-                    break
-                dst.sendall(data)
-                with self.lock:
-                    setattr(self, way, getattr(self, way) + len(data))
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def counts(self) -> tuple[int, int]:
-        with self.lock:
-            return self.up, self.down
 
 
 def cpu_s(pid: int) -> float:
@@ -114,7 +69,7 @@ def main() -> int:
         for _ in range(max(counts)):
             port = free_port()
             sids.append(steps_forever(tmp, port, token))
-            relays.append(Relay(port))
+            relays.append(Relay(port).up())
         time.sleep(3)
         for k in counts:
             addrs = [f"h{i}=127.0.0.1:{relays[i].port}" for i in range(k)]

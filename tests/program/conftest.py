@@ -23,6 +23,18 @@ def prof() -> Profiler:
     return Profiler(SessionStore(ring_tokens=8), ProfilerOptions(cupti=False, nvml=False))
 
 
+def tiny_qwen3():
+    """qwen3-tiny (the registry's definition) as a transformers model with seeded weights: what
+    a user's program builds."""
+    import torch
+    import transformers
+
+    config = json.loads((REPO / "models" / "qwen3-tiny.json").read_text())["config"]
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(
+        transformers.Qwen3Config(**config)).eval()
+
+
 def rows(prof: Profiler) -> list:
     return [t for t in prof.store.view(raw=False).tokens if t.done]
 

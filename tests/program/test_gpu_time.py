@@ -6,7 +6,6 @@ device clock the test moves. Everything else is real: the step recorder, transfo
 ``generate()``, the Profiler and its store."""
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -15,7 +14,7 @@ from tuiprof import marks
 from tuiprof.program.step_gpu_time import StepTimer
 from tuiprof.program.steps import StepRecorder
 
-from .conftest import REPO, rows
+from .conftest import rows, tiny_qwen3
 
 
 class Device:
@@ -153,10 +152,7 @@ class Stamp(transformers.StoppingCriteria):
 def test_a_generate_step_ends_its_gpu_time_at_its_stopping_criteria(prof):
     from tuiprof.program.transformers_steps import TransformersSteps
 
-    config = json.loads((REPO / "models" / "qwen3-tiny.json").read_text())["config"]
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(
-        transformers.Qwen3Config(**config)).eval()
+    model = tiny_qwen3()
     dev = Device(auto=True)
     rec = StepRecorder(prof, clock=time.perf_counter_ns, timer=StepTimer(make_event=dev.event))
     steps = TransformersSteps(rec)

@@ -3,7 +3,6 @@ manager with staggered arrivals (and a token budget that makes requests queue),
 generate_batch, and a plain generate() whose rows are requests."""
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 from tuiprof.program.steps import StepRecorder
 from tuiprof.program.transformers_steps import TransformersSteps
 
-from .conftest import REPO
+from .conftest import tiny_qwen3
 
 transformers = pytest.importorskip("transformers")
 CB = getattr(transformers, "ContinuousBatchingConfig", None)
@@ -20,10 +19,7 @@ CB = getattr(transformers, "ContinuousBatchingConfig", None)
 
 @pytest.fixture(scope="module")
 def model():
-    config = json.loads((REPO / "models" / "qwen3-tiny.json").read_text())["config"]
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(
-        transformers.Qwen3Config(**config)).eval()
+    return tiny_qwen3()
 
 
 @pytest.fixture

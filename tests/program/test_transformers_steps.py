@@ -2,7 +2,6 @@
 cache, a static cache, a compiled forward, and continuous batching with a varying batch."""
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
@@ -12,17 +11,14 @@ from tuiprof.program.import_hooks import PostImport
 from tuiprof.program.transformers_steps import TransformersSteps
 from tuiprof.program.steps import StepRecorder
 
-from .conftest import REPO, rows
+from .conftest import rows, tiny_qwen3
 
 transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
 def model():
-    config = json.loads((REPO / "models" / "qwen3-tiny.json").read_text())["config"]
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(
-        transformers.Qwen3Config(**config)).eval()
+    return tiny_qwen3()
 
 
 @pytest.fixture

@@ -191,25 +191,26 @@ def _timed(fn, *args):
 
 
 # ------------------------------------------------------------------ outcomes
-def _snapshot_outcome_obj(doc) -> None:
-    def go():
-        validate_snapshot(doc, "fuzz")
-        view = view_from_snapshot(doc, "fuzz")
-        dumps(snapshot_dict(view, findings=[]))       # a loaded snapshot can be exported again
+def _outcome(go) -> None:
+    """``go`` either works or raises a one-line TuiprofError, in bounded time."""
     try:
         _timed(go)
     except TuiprofError as exc:
         _check_error(exc)
 
 
+def _snapshot_outcome_obj(doc) -> None:
+    def go():
+        validate_snapshot(doc, "fuzz")
+        view = view_from_snapshot(doc, "fuzz")
+        dumps(snapshot_dict(view, findings=[]))       # a loaded snapshot can be exported again
+    _outcome(go)
+
+
 def _snapshot_outcome_file(data: bytes, tmp: Path) -> None:
     p = tmp / "fuzz.json"
     p.write_bytes(data)
-    try:
-        snap = _timed(load_snapshot, p)
-        dumps(snapshot_dict(snap.view, findings=[]))
-    except TuiprofError as exc:
-        _check_error(exc)
+    _outcome(lambda: dumps(snapshot_dict(load_snapshot(p).view, findings=[])))
 
 
 def _recording_outcome_obj(doc) -> None:
@@ -218,20 +219,13 @@ def _recording_outcome_obj(doc) -> None:
         store = SessionStore(ring_tokens=3)
         replay_into(rec, store)                         # a loaded recording replays
         store.view()
-    try:
-        _timed(go)
-    except TuiprofError as exc:
-        _check_error(exc)
+    _outcome(go)
 
 
 def _recording_outcome_file(data: bytes, tmp: Path) -> None:
     p = tmp / "fuzz.json.gz"
     p.write_bytes(data)
-    try:
-        rec = _timed(load_recording, p)
-        replay_into(rec, SessionStore(ring_tokens=3))
-    except TuiprofError as exc:
-        _check_error(exc)
+    _outcome(lambda: replay_into(load_recording(p), SessionStore(ring_tokens=3)))
 
 
 # ------------------------------------------------------------------ the properties

@@ -15,15 +15,10 @@ import asyncio
 import csv
 import json
 import os
-import pty
-import select
 import signal
 import sqlite3
-import struct
 import subprocess
 import sys
-import termios
-import fcntl
 import time
 from pathlib import Path
 
@@ -32,22 +27,11 @@ import pytest
 from tuiprof.export.snapshot import read_snapshot
 from tuiprof.text import csv_cell, markup, output_line, printable
 
-from .conftest import REPO, cli_env
+from .conftest import cli_env, hostile_catalogue, pty_cli, read_pty
 
-
-def _load_catalogue():
-    """tests/hostile.py, loaded by path (it is also a script: python3 tests/hostile.py OUT)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tuiprof_hostile", REPO / "tests" / "hostile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_h = _load_catalogue()
-ESCAPES, HOSTILE, has_raw_control, write_hostile_snapshot = (
-    _h.ESCAPES, _h.HOSTILE, _h.has_raw_control, _h.write_hostile_snapshot)
+_h = hostile_catalogue()
+ESCAPES, HOSTILE, has_raw_control, is_number, write_hostile_snapshot = (
+    _h.ESCAPES, _h.HOSTILE, _h.has_raw_control, _h.is_number, _h.write_hostile_snapshot)
 
 
 @pytest.fixture(scope="module")
@@ -150,15 +134,7 @@ def test_every_screen_of_the_app_over_hostile_names(hostile_snapshot, tmp_path, 
 
 def _pty_app(args: list[str], cwd: Path, size=(50, 200), seconds: float = 6.0) -> bytes:
     """Run ``python -m tuiprof ARGS`` on a real pseudo-terminal; every byte it wrote."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        try:
-            os.chdir(cwd)
-            os.execve(sys.executable, [sys.executable, "-m", "tuiprof", *args],
-                      cli_env(TERM="xterm-256color"))
-        finally:
-            os._exit(127)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
+    pid, fd = pty_cli(args, *size, cwd=cwd)
     out = bytearray()
     end = time.monotonic() + seconds
     sent = False
@@ -170,14 +146,10 @@ def _pty_app(args: list[str], cwd: Path, size=(50, 200), seconds: float = 6.0) -
         elif sent and time.monotonic() > end:
             os.kill(pid, signal.SIGKILL)
             break
-        if select.select([fd], [], [], 0.1)[0]:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+        chunk = read_pty(fd, 0.1)
+        if chunk is None:
+            break
+        out += chunk
         if os.waitpid(pid, os.WNOHANG)[0]:
             break
     try:
@@ -252,7 +224,7 @@ def test_nsys_export_is_clean_and_json_sqlite_trace_keep_names_exact(hostile_sna
             for row in rows:
                 for cell in row:
                     assert not cell.startswith(("=", "+", "@")), (p.name, cell)
-                    assert not (cell.startswith("-") and not _number(cell)), (p.name, cell)
+                    assert not (cell.startswith("-") and not is_number(cell)), (p.name, cell)
     kern = (out / "nsys" / "tuiprof_cuda_gpu_kern_sum.csv").read_text()
     assert "'=HYPERLINK" in kern and "\\x1b]0;pwned" in kern
     # data formats keep the names exactly
@@ -268,14 +240,6 @@ def test_nsys_export_is_clean_and_json_sqlite_trace_keep_names_exact(hostile_sna
     traced = {str(e.get("name")) for e in trace["traceEvents"]}
     assert any("\x1b]0;pwned\x07" in v for v in traced)
     assert not any("\\x1b" in v for v in traced)
-
-
-def _number(cell: str) -> bool:
-    try:
-        float(cell.replace(",", ""))
-        return True
-    except ValueError:
-        return False
 
 
 def test_view_export_and_summary_lines_are_clean(hostile_snapshot, tmp_path):

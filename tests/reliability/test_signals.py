@@ -13,15 +13,10 @@ the snapshot was written and reads back as a valid snapshot.
 """
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import re
 import select
 import signal
-import struct
-import sys
-import termios
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,7 +25,7 @@ import pytest
 
 from tuiprof.export.snapshot import read_snapshot
 
-from .conftest import cli_env, start_cli, wait_for_line
+from .conftest import pty_cli, read_pty, start_cli, wait_for_line
 
 pytestmark = pytest.mark.slow
 
@@ -57,24 +52,15 @@ def _app_in_pty(tmp: Path, name: str, how: str) -> dict:
     """The live app on a real pseudo-terminal; ``how``: "close" (SIGHUP) or "SIGTERM"."""
     outdir = tmp / name
     outdir.mkdir()
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: a session leader whose controlling terminal is the pty
-        try:
-            os.execve(sys.executable, [sys.executable, "-m", "tuiprof", "--model", "qwen3-tiny",
-                                       "--export-dir", str(outdir)],
-                      cli_env(TERM="xterm-256color"))
-        finally:
-            os._exit(127)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    pid, fd = pty_cli(["--model", "qwen3-tiny", "--export-dir", str(outdir)], 40, 120)
     screen = bytearray()
     decoding = re.compile(rb"m decode \x1b")   # the status line's state badge
     end = time.monotonic() + 90
     while time.monotonic() < end and not decoding.search(screen[-20000:]):
-        if select.select([fd], [], [], 0.2)[0]:
-            try:
-                screen += os.read(fd, 65536)
-            except OSError:
-                break
+        chunk = read_pty(fd, 0.2)
+        if chunk is None:
+            break
+        screen += chunk
     assert decoding.search(screen), screen[-2000:]
     time.sleep(0.5)
     if how == "close":
@@ -98,13 +84,7 @@ def _app_in_pty(tmp: Path, name: str, how: str) -> dict:
         os.waitpid(pid, 0)
         raise AssertionError(f"the app did not exit after {how}")
     if how != "close":
-        while select.select([fd], [], [], 0.1)[0]:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
+        while chunk := read_pty(fd, 0.1):
             screen += chunk
         os.close(fd)
     return {"rc": os.waitstatus_to_exitcode(status), "screen": bytes(screen),

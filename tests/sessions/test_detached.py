@@ -21,6 +21,7 @@ from tuiprof.sessions import protocol, runtime
 from tuiprof.sessions.attached import AttachedSession
 
 from ._helpers import PtyProcess, runtime_dir
+from .relay import Relay
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = REPO / "tests" / "programs"
@@ -234,53 +235,17 @@ def test_a_thousand_attaches_leave_memory_flat(running):
     assert _info(sid)["state"] == "running"
 
 
-def _forward(src: str, dst: str):
-    """What ``ssh -L SRC:DST`` does for a Unix socket: a listener at ``src`` that carries
-    each connection to ``dst`` (here in one process; ssh runs as the same user on both ends)."""
-    import socket
-    import threading
-
-    lsock = socket.socket(socket.AF_UNIX)
-    lsock.bind(src)
-    lsock.listen(8)
-
-    def pipe(a, b):
-        try:
-            while data := a.recv(65536):
-                b.sendall(data)
-        except OSError:
-            pass
-        for s_ in (a, b):
-            try:
-                s_.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def accept():
-        while True:
-            try:
-                c, _ = lsock.accept()
-            except OSError:
-                return
-            d = socket.socket(socket.AF_UNIX)
-            d.connect(dst)
-            threading.Thread(target=pipe, args=(c, d), daemon=True).start()
-            threading.Thread(target=pipe, args=(d, c), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    return lsock
-
-
 def test_attach_through_a_forwarded_socket(running, tmp_path):
     """ssh -L LOCAL.sock:REMOTE/s.sock, then tuiprof attach --connect LOCAL.sock."""
     sid, tmp = running
     import tempfile
     local = os.path.join(tempfile.mkdtemp(prefix="fw-", dir="/tmp"), "tp.sock")
-    fw = _forward(local, str(runtime.runtime_root() / sid / "s.sock"))
+    # what ssh -L LOCAL.sock:REMOTE.sock does (ssh runs as the same user on both ends)
+    fw = Relay(str(runtime.runtime_root() / sid / "s.sock"), listen=local).up()
     try:
         _attach_then_q(tmp, "--connect", local)
     finally:
-        fw.close()
+        fw.down()
     assert _info(sid)["state"] == "running"
 
 

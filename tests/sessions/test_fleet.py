@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from tuiprof.store.rank_set import jobs, process_facts
 from ._helpers import runtime_dir, screen_text
 from .fleet_nodes import (STEPS_FOREVER, detach, env, free_port, kill_node, listening, nodes,
                           ours)
+from .relay import Relay
 
 
 def _end_all(pids: set) -> None:
@@ -354,68 +354,6 @@ def test_two_nodes_started_in_one_second_into_one_directory_each_get_their_log(t
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in logs)
 
 
-class _Link:
-    """A TCP forwarder 127.0.0.1:port -> 127.0.0.1:target (what an ``ssh -L`` tunnel is to
-    the UI): ``down()`` closes it and every connection through it, ``up()`` opens it again
-    on the same port."""
-
-    def __init__(self, target: int) -> None:
-        import threading
-
-        self.target, self.port = target, free_port()
-        self.conns: list = []
-        self.lock = threading.Lock()
-        self.srv = None
-
-    def up(self) -> "_Link":
-        import threading
-
-        self.srv = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, args=(self.srv,), daemon=True).start()
-        return self
-
-    def down(self) -> None:
-        self.srv.close()
-        with self.lock:
-            conns, self.conns = self.conns, []
-        for c in conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            c.close()
-
-    def _accept(self, srv) -> None:
-        import threading
-
-        while True:
-            try:
-                a, _ = srv.accept()
-                b = socket.create_connection(("127.0.0.1", self.target))
-            except OSError:
-                return
-            with self.lock:
-                self.conns += [a, b]
-            for x, y in ((a, b), (b, a)):
-                threading.Thread(target=self._pipe, args=(x, y), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src, dst) -> None:
-        try:
-            while True:
-                data = src.recv(1 << 16)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
 def test_a_dropped_link_picks_up_the_same_session(tmp_path):
     """Two hosts, mixed: A over a Unix socket (the session's own, as ``ssh -L`` forwards it),
     B over TCP through a link that drops and comes back (the session itself goes on): B reads
@@ -431,7 +369,7 @@ def test_a_dropped_link_picks_up_the_same_session(tmp_path):
     try:
         for options in ((), listening(port, token)):
             sids.append(detach(tmp_path, ["python", STEPS_FOREVER], *options))
-        link = _Link(port).up()
+        link = Relay(port).up()
         sock = str(runtime.runtime_root() / sids[0] / "s.sock")
         f = FleetSession(parse_addresses([f"A={sock}", f"B=127.0.0.1:{link.port}"],
                                          [token.read_text().strip()]))
