@@ -3,6 +3,7 @@ manager with staggered arrivals (and a token budget that makes requests queue),
 generate_batch, and a plain generate() whose rows are requests."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -144,3 +145,70 @@ def test_a_failure_to_record_generate_rows_is_said_once_and_generate_goes_on(mod
     assert said == ["requests: could not record generate() rows (ValueError: an output tuiprof "
                     "cannot read); the program goes on, its requests there may be missing"]
     assert prof.store.requests.lost["generate() rows"] >= 4   # every failure counted
+
+
+def test_the_app_middleware_times_the_first_text_and_the_last_bytes_it_writes():
+    """The server's response, seen by the hooks: the first body message that carries generated
+    text (a chat stream's role chunk carries none) and the last one, timed as the app hands
+    them to the server to write."""
+    import asyncio
+
+    from tuiprof.program.transformers_requests import ArrivalMiddleware, TransformersRequests
+    from tuiprof.store.requests import RequestBook
+
+    ticks = iter(range(100, 10_000, 10))
+    book = RequestBook()
+    book.clock = lambda: next(ticks)
+    reqs = TransformersRequests(book, book.clock)
+    sent = []
+
+    def sse(obj) -> bytes:
+        return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+    async def app(scope, receive, send):     # a streaming chat endpoint, as serve's
+        reqs.http_arrived("r1")
+        reqs.added("r1", [1, 2, 3], book.clock())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for body in (sse({"choices": [{"delta": {"role": "assistant", "content": ""}}]}),
+                     sse({"choices": [{"delta": {"content": "hi"}}]}),
+                     sse({"choices": [{"delta": {"content": " there"}}]}),
+                     sse({"choices": [], "usage": {"prompt_tokens": 3}}), b"data: [DONE]\n\n"):
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        book.finished("r1", "stop")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    mw = ArrivalMiddleware(app, clock=book.clock, requests=reqs)
+    asyncio.run(mw({"type": "http", "headers": []}, receive, send))
+    assert len(sent) == 7                  # every message passed, unchanged
+    row = book.view().get("r1")
+    # the clock's ticks: 100 the app's entry (its arrival), 110 queued; the body messages
+    # timed 120 (the role chunk), 130 (the first text) ... 160; 170 finished; 180 the end
+    assert row.arrival_ns == 100 and row.queued_ns == 110
+    assert row.wire_first_ns == 130 and row.wire_end_ns == 180 and row.finish_ns == 170
+    assert row.after_engine_ms is None      # no token handed over in this stand-in engine
+    book.tokens("r2", 1)                    # nothing else was recorded
+    assert [r.id for r in book.view().rows] == ["r1"]
+
+
+def test_the_middleware_without_requests_only_notes_the_arrival():
+    import asyncio
+
+    from tuiprof.program.transformers_requests import ARRIVAL, ArrivalMiddleware
+
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(ARRIVAL.get())
+        await send({"type": "http.response.body", "body": b"x", "more_body": False})
+
+    async def send(message):
+        seen.append(message["body"])
+
+    asyncio.run(ArrivalMiddleware(app, clock=lambda: 7)({"type": "http"}, None, send))
+    assert seen == [7, b"x"]

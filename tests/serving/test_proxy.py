@@ -543,6 +543,34 @@ def test_a_request_from_outside_has_no_queue_in_its_story_and_a_finding_says_so(
                 and "proxy:" in str(x.numbers)]
 
 
+def test_the_finding_compares_the_two_views_over_the_same_interval(book):
+    """The hooks end where the engine hands over (their token, their finish), the proxy where
+    it read the bytes: with the hooks' write times, the proxy's TTFT and end to end are set
+    against the hooks' to the bytes their server wrote, and the phases between are given."""
+    from rich.console import Console
+
+    from tuiprof.analysis.request_rules import REQUEST_RULES
+    from tuiprof.analysis.requests import story
+    from tuiprof.ui.screens.request import render_story
+
+    view = _outside_view(book)
+    book.wire("a", 23, 46)      # the server wrote the first token at 23, its last bytes at 46
+    view.requests = book.view()
+    f = next(f for rule in REQUEST_RULES for f in rule(view, None)
+             if f.id == "requests-from-outside")
+    n = f.numbers
+    assert n["ttft_minus_hooks_p50_ms"] == pytest.approx((20 - 16) / 1e6)   # as before
+    assert n["ttft_minus_hooks_wire_p50_ms"] == pytest.approx((20 - 17) / 1e6)
+    assert n["e2e_minus_hooks_wire_p50_ms"] == pytest.approx((43 - 40) / 1e6)
+    assert n["to_server_p50_ms"] == pytest.approx(1 / 1e6)       # 5 at the proxy, 6 the server
+    assert n["after_engine_p50_ms"] == pytest.approx(1 / 1e6)    # handed 22, written 23
+    assert n["back_to_proxy_p50_ms"] == pytest.approx(2 / 1e6)   # written 23, read 25
+    assert "over the same interval" in f.evidence
+    console = Console(width=140, record=True)
+    console.print(render_story(story(view, "a")))
+    assert "after the engine" in console.export_text()
+
+
 def test_exports_show_no_queue_or_prefill_for_a_request_from_outside(book):
     from tuiprof.analysis.requests import phases
 

@@ -4,9 +4,16 @@ LISTEN=UPSTREAM``, driven through LISTEN by the OpenAI client (streaming complet
 with its X-Request-ID). Both the engine's hooks and the proxy see the same requests: every
 request is in both, with the same output tokens, every chunk the client got timed, the proxy's
 arrival before the server's app saw it, the steps that served it among those joined by time,
-and its rows and finding say they were seen from outside the engine. How far the two views'
-TTFT and end to end lie apart is a timing figure, measured by
-``bench/verify/proxy_vs_hooks.py`` (targets live in bench/)."""
+and its rows and finding say they were seen from outside the engine.
+
+The two views time different points: the hooks' TTFT ends where the engine hands its first
+token over, the proxy's where it reads the chunk. The hooks also time when their server wrote
+the first token's bytes and the last bytes, so both views measure the same interval, and what
+lies between them is phases, each in causal order on the one clock: the proxy's arrival, the
+server reading the request, the engine's first token, its bytes written, the proxy reading
+them; the engine's finish, the last bytes written, the proxy's end. How long those phases take
+is a timing figure, printed here and measured by ``bench/verify/proxy_vs_hooks.py`` (targets
+live in bench/)."""
 from __future__ import annotations
 
 import json
@@ -71,6 +78,25 @@ def test_proxy_and_hooks_agree_on_the_same_requests(tmp_path):
         assert p["arrival_ns"] <= h["arrival_ns"]   # the proxy forwards it to the server's app
         assert set(p["steps"]) & set(h["steps"])   # joined by time: the steps that served it
         assert 0 < p["ttft_ms"] <= p["e2e_ms"]
+    # the same interval on both sides: the phases between the two views, in causal order
+    same_ttft, same_e2e, into, after, back = [], [], [], [], []
+    for rid in seen:
+        p, h = proxied[rid], hooks[rid]
+        assert h["wire_first_ns"] and h["wire_end_ns"], h
+        assert p["arrival_ns"] <= h["arrival_ns"] <= h["token_ns"][0] <= h["wire_first_ns"]
+        assert h["wire_first_ns"] <= p["token_ns"][0], (rid, h, p)   # written, then read
+        assert h["finish_ns"] <= h["wire_end_ns"] <= p["finish_ns"], (rid, h, p)
+        assert h["after_engine_ms"] == (h["wire_first_ns"] - h["token_ns"][0]) / 1e6
+        into.append((h["arrival_ns"] - p["arrival_ns"]) / 1e6)
+        after.append(h["after_engine_ms"])
+        back.append((p["token_ns"][0] - h["wire_first_ns"]) / 1e6)
+        same_ttft.append(p["ttft_ms"] - (h["wire_first_ns"] - h["arrival_ns"]) / 1e6)
+        same_e2e.append(p["e2e_ms"] - (h["wire_end_ns"] - h["arrival_ns"]) / 1e6)
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    print(f"p50 of {len(seen)} requests, ms: the proxy minus the hooks over the same interval: "
+          f"TTFT {med(same_ttft):.2f}, end to end {med(same_e2e):.2f}; the proxy's arrival to "
+          f"the server reading it {med(into):.2f}; the engine's first token to its bytes "
+          f"written {med(after):.2f}; written to read by the proxy {med(back):.2f}")
     assert doc["meta"]["request_sources"] == {"transformers serve": N + 3, "proxy": N + 3}
     assert doc["meta"]["proxy"]["requests"] == N + 3
     assert not doc["request_stats"]["misuse"]
@@ -79,3 +105,5 @@ def test_proxy_and_hooks_agree_on_the_same_requests(tmp_path):
     assert "requests-from-outside" in ids
     f = next(f for f in doc["findings"] if f["id"] == "requests-from-outside")
     assert "no queue time" in f["title"] and f["numbers"]["matched"] == N + 3
+    assert f["numbers"]["ttft_minus_hooks_wire_p50_ms"] is not None
+    assert "over the same interval" in f["evidence"]

@@ -257,7 +257,31 @@ def _from_outside(view: Any, summaries: Any = None) -> list:
         de = pct([a.e2e_ms - b.e2e_ms for a, b in pairs], 0.5)
         nums.update(matched=len(pairs), ttft_minus_hooks_p50_ms=dt, e2e_minus_hooks_p50_ms=de)
         ev += (f"; {len(pairs)} were also seen by the engine's hooks: the proxy's TTFT minus "
-               f"theirs p50 {dt:+.2f} ms, end to end {de:+.2f} ms (HTTP and the event stream)")
+               f"theirs p50 {dt:+.2f} ms, end to end {de:+.2f} ms")
+        wired = [(a, b) for a, b in pairs if getattr(b, "wire_first_ns", 0)
+                 and getattr(b, "wire_end_ns", 0) and a.token_ns and b.first_token_ns]
+        if wired:
+            # the hooks' own clock points differ from the proxy's: they end at the engine
+            # (its token handed over, its finish), the proxy at the bytes it read. Over the
+            # same interval (the hooks to the bytes their server wrote) the rest is the phases
+            ms = 1e6
+            wt = pct([a.ttft_ms - (b.wire_first_ns - b.arrival_ns) / ms for a, b in wired], 0.5)
+            we = pct([a.e2e_ms - (b.wire_end_ns - b.arrival_ns) / ms for a, b in wired], 0.5)
+            into = pct([(b.arrival_ns - a.arrival_ns) / ms for a, b in wired], 0.5)
+            after = pct([(b.wire_first_ns - b.first_token_ns) / ms for a, b in wired], 0.5)
+            back = pct([(a.token_ns[0] - b.wire_first_ns) / ms for a, b in wired], 0.5)
+            nums.update(ttft_minus_hooks_wire_p50_ms=wt, e2e_minus_hooks_wire_p50_ms=we,
+                        to_server_p50_ms=into, after_engine_p50_ms=after,
+                        back_to_proxy_p50_ms=back)
+            ev += (f": {after:.2f} ms (p50) from the engine handing the first token over to "
+                   f"its server writing it (detokenising, the event stream, the server's event "
+                   f"loop), which the hooks' TTFT leaves out and a client pays; over the same "
+                   f"interval (the hooks to the bytes their server wrote) the proxy's TTFT "
+                   f"minus theirs p50 {wt:+.2f} ms, end to end {we:+.2f} ms: {into:.2f} ms "
+                   f"from the proxy's arrival to the server reading it, {back:.2f} ms from "
+                   "the first token written to the proxy reading it")
+        else:
+            ev += " (HTTP and the event stream)"
     adv = ("For a queue wait and a prefill per request, serve with hooks tuiprof reads "
            "(transformers continuous batching, tuiprof.request_*), or send stream_options "
            "{\"include_usage\": true} so that token counts are the server's own.")

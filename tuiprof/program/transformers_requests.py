@@ -20,8 +20,10 @@ transformers 5.17 and 5.24):
   The scheduler's waiting and active requests and the paged cache's free blocks give the step's
   pending and running counts and KV-cache blocks used of the total.
 * **tokens and finish**: ``ContinuousBatchProcessor.update_batch`` appends each request's new
-  token and finishes it; a request's token time is when ``update_batch`` has handed it to the
-  server (with asynchronous batching, one step after the one that computed it).
+  token and finishes it; a request's token time is when ``update_batch`` hands it to the
+  server (``OutputRouter.deliver_batch``, timed before the server's event loop can have it;
+  where a version has no such call, when ``update_batch`` returns), with asynchronous
+  batching one step after the one that computed it.
   ``OutputRouter.fail_and_deliver`` fails a request; ``cancel_request`` cancels one.
 * **a plain generate()**: each row of the batch is a request that arrives when ``generate()``
   is called; every step gives each row a token (the rows' times are recorded per step and
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import json
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -90,21 +93,84 @@ def received_hook(orig: Callable, clock: Callable[[], int]) -> Callable:
     return data_received
 
 
-class ArrivalMiddleware:
-    """An outermost ASGI middleware: the time an HTTP request reached the app."""
+class Wire:
+    """One HTTP request's response as its app writes it: the request id its handler was given
+    and when the first bytes carrying generated text were written."""
 
-    def __init__(self, app: Any, clock: Callable[[], int] | None = None) -> None:
+    __slots__ = ("rid", "first")
+
+    def __init__(self) -> None:
+        self.rid: Any = None
+        self.first = 0
+
+
+def carries_text(body: Any) -> bool:
+    """Whether a response body's piece holds a server-sent event with generated text."""
+    if not body or b"data:" not in body:
+        return False
+    from ..collect.http_proxy import event_facts  # noqa: PLC0415 - the proxy's own reading
+
+    for line in bytes(body).split(b"\n"):
+        if line.startswith(b"data:"):
+            try:
+                if event_facts(json.loads(line[5:]))[0]:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
+# the response being written for the request of this task (the middleware sets it, the handler
+# names its request in it)
+WIRE: contextvars.ContextVar = contextvars.ContextVar("tuiprof_http_wire", default=None)
+
+
+class ArrivalMiddleware:
+    """An outermost ASGI middleware: the time an HTTP request reached the app, and, with
+    ``requests``, when its response's first token and its last bytes were written: a body
+    message is timed as the app hands it to the server's ``send``, which writes it to the
+    socket at once (or queues it while the client reads slower), so nobody outside can read
+    it earlier. The first token is the first server-sent event that carries generated text,
+    read as the proxy reads it (``event_facts``): a chat stream's opening role chunk is none;
+    a response that is no stream has its first token at its end."""
+
+    def __init__(self, app: Any, clock: Callable[[], int] | None = None,
+                 requests: "TransformersRequests | None" = None) -> None:
         self.app = app
         self.clock = clock
+        self.requests = requests
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope.get("type") == "http" and self.clock is not None:
-            ARRIVAL.set(self.clock())
-            try:
-                TRACEPARENT.set(header_traceparent(scope))
-            except Exception:  # a scope of an unexpected shape: no trace context
-                pass
-        await self.app(scope, receive, send)
+        clock = self.clock
+        if scope.get("type") != "http" or clock is None:
+            await self.app(scope, receive, send)
+            return
+        ARRIVAL.set(clock())
+        try:
+            TRACEPARENT.set(header_traceparent(scope))
+        except Exception:  # a scope of an unexpected shape: no trace context
+            pass
+        owner = self.requests
+        if owner is None:
+            await self.app(scope, receive, send)
+            return
+        w = Wire()
+        WIRE.set(w)
+
+        async def timed_send(message: Any) -> None:
+            if w.rid is not None and message.get("type") == "http.response.body":
+                try:
+                    t = clock()
+                    if not w.first and carries_text(message.get("body")):
+                        w.first = t
+                    if not message.get("more_body", False):
+                        rid, w.rid = w.rid, None
+                        owner.wired(rid, w.first or t, t)
+                except Exception as exc:  # never in the server's way
+                    owner.failed_here("send", exc)
+            await send(message)
+
+        await self.app(scope, receive, timed_send)
 
 
 class TransformersRequests:
@@ -114,8 +180,11 @@ class TransformersRequests:
         self.book = book
         self.clock = clock
         self._http: OrderedDict[Any, int] = OrderedDict()
+        # HTTP requests whose responses are being written (their ids)
+        self._wires: OrderedDict[Any, None] = OrderedDict()
         self._trace: dict[Any, str] = {}   # request id -> traceparent, for those in _http
         self._calls = itertools.count()
+        self._delivered = 0     # when this update handed its outputs to the server (0: not yet)
 
     def failed_here(self, where: str, exc: BaseException) -> None:
         """A hook's bookkeeping raised (the program goes on): one event the first time at
@@ -136,11 +205,24 @@ class TransformersRequests:
             tp = TRACEPARENT.get()
             if tp:
                 self._trace[request_id] = tp
+            w = WIRE.get()
+            if w is not None:
+                w.rid = request_id
+                self._wires[request_id] = None
+                if len(self._wires) > HTTP_KEEP:
+                    self._wires.popitem(last=False)
             if len(self._http) > HTTP_KEEP:
                 old, _ = self._http.popitem(last=False)
                 self._trace.pop(old, None)
         except TypeError:
             pass
+
+    def wired(self, rid: Any, first_t: int, end_t: int) -> None:
+        """``rid``'s response was written: its first token at ``first_t``, its end at
+        ``end_t``."""
+        if rid in self._wires:
+            del self._wires[rid]
+            self.book.wire(rid, first_t, end_t)
 
     def added(self, rid: Any, input_ids: Any, t: int) -> None:
         """``add_request`` queued ``rid`` (called at ``t``)."""
@@ -194,8 +276,13 @@ class TransformersRequests:
                 "decode_tokens": len(decode), "pending": pending, "running": running,
                 "kv_used": used, "kv_total": total, "blocks": blocks}
 
+    def delivering(self) -> None:
+        """``update_batch`` hands its outputs over to the server now."""
+        self._delivered = self.clock()
+
     def before_update(self, proc: Any) -> list | None:
         """The batch ``update_batch`` is about to update: [(state, tokens before), ...]."""
+        self._delivered = 0
         states = batch_states(proc)
         if not states:
             return None
@@ -208,9 +295,9 @@ class TransformersRequests:
 
     def after_update(self, seen: list | None) -> None:
         """Each request's new tokens since :meth:`before_update`, and the finished ones."""
+        t, self._delivered = self._delivered or self.clock(), 0
         if not seen:
             return
-        t = self.clock()
         tokens, done = [], []
         for st, before in seen:
             rid = getattr(st, "request_id", None)

@@ -232,6 +232,15 @@ class TransformersSteps:
 
             self._replace(proc_cls, "update_batch", update_batch)
         router = getattr(mod, "OutputRouter", None)
+        if router is not None and "deliver_batch" in router.__dict__:
+            deliver = router.__dict__["deliver_batch"]
+
+            @functools.wraps(deliver)
+            def deliver_batch(self_, *args, **kwargs):
+                reqs.delivering()   # the tokens' time: before the server's loop can have them
+                return deliver(self_, *args, **kwargs)
+
+            self._replace(router, "deliver_batch", deliver_batch)
         if router is not None and "fail_and_deliver" in router.__dict__:
             fail = router.__dict__["fail_and_deliver"]
 
@@ -258,7 +267,7 @@ class TransformersSteps:
         def build_server(*args, **kwargs):
             app = orig(*args, **kwargs)
             try:
-                app.add_middleware(ArrivalMiddleware, clock=clock)
+                app.add_middleware(ArrivalMiddleware, clock=clock, requests=steps.requests)
             except Exception:  # an app that takes no middleware: handler times only
                 pass
             steps._patch_uvicorn(clock)

@@ -86,6 +86,11 @@ class RequestRow:
     client_id: str = ""         # the id the client gave (an HTTP X-Request-Id), when known
     http_status: int = 0        # the HTTP status of its response (a proxy sees it; 0: unknown)
     tokens_from: str = ""       # "usage": the server's counts; "chunks": streamed chunks counted
+    # an HTTP server seen from inside: when its app wrote the response's first bytes after the
+    # first token was handed over, and its last bytes (what a client reads, less the socket);
+    # 0: unknown
+    wire_first_ns: int = 0
+    wire_end_ns: int = 0
     token_ns: array = field(default_factory=lambda: array("q"))
     steps: array = field(default_factory=lambda: array("q"))
     rev: int = 0
@@ -99,6 +104,14 @@ class RequestRow:
         """From the HTTP server's first bytes of it to its app's entry (accept, reading,
         parsing, the event loop's queue), or None where not known."""
         return (self.app_ns - self.arrival_ns) / 1e6 if self.app_ns else None
+
+    @property
+    def after_engine_ms(self) -> float | None:
+        """From the engine handing over its first token to the server writing it (detokenising,
+        the event stream, the HTTP server's event loop), or None where not known."""
+        if not (self.wire_first_ns and self.first_token_ns):
+            return None
+        return (self.wire_first_ns - self.first_token_ns) / 1e6
 
     @property
     def outside(self) -> bool:
@@ -398,6 +411,21 @@ class RequestBook:
             while len(self._done) > self.keep:
                 self._done.popitem(last=False)
                 self._evicted += 1
+            self._touch(row)
+
+    def wire(self, rid: Any, first_t: int, end_t: int) -> None:
+        """An HTTP server wrote ``rid``'s first token to its client at ``first_t`` and its
+        response's last bytes at ``end_t`` (after the engine finished it, usually)."""
+        with self._lock:
+            try:
+                row = self._live.get(rid) or self._done.get(rid)
+            except TypeError:
+                self._misuse("bad_id", rid)
+                return
+            if row is None:
+                return      # evicted already, or never recorded: nothing to add to
+            row.wire_first_ns = int(first_t or 0)
+            row.wire_end_ns = int(end_t or 0)
             self._touch(row)
 
     def _fold(self, row: RequestRow) -> None:

@@ -74,6 +74,11 @@ def render_story(s: Any) -> Table:
     if s.decode_steps:
         t.add_row("decode", f"{s.decode_steps:,} steps, shared with {s.shared_mean:.1f} other "
                   "request(s) on average")
+    after = getattr(r, "after_engine_ms", None)
+    if after is not None:
+        t.add_row("after the engine", f"{fmt.ms(after, 2)} from its first token handed over to "
+                  "the server writing it to the client (detokenising, the event stream, the "
+                  "HTTP server's event loop)")
     if s.outside_ms is not None:
         e2e = (s.outside_ms or 0) + (s.inside_ms or 0)
         share = f" ({s.outside_ms / e2e:.0%})" if e2e > 0 else ""
