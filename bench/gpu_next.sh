@@ -6,7 +6,7 @@
 #   bash bench/gpu_next.sh NAME
 #
 # Queued (the issues' open points, each named in the case): llamacpp, llamacpp-server (what the
-# llama.cpp work measured, docs/results.md#llamacpp, left unmeasured for want of device time;
+# llama.cpp work has not measured yet, docs/results.md#llamacpp, for want of device time;
 # they carry .llama: `echo /.llama/ >> .git/info/exclude; bash bench/llamacpp/source.sh .llama`,
 # plus .whl, .dw and .tmx). Also here:
 # gpu-tests (the whole GPU suite) and test-data (the suite's recordings). To queue a run, add a case below that runs the scripts of bench/README.md with a
@@ -41,19 +41,22 @@ test-data)
   # the test suite's recordings (tests/data/README.md)
   bash tests/data/record.sh "$OUT" 2>&1 | tail -4 ;;
 llamacpp)
-  # llama.cpp after the CUDA-graph step fix (about 6 minutes: the build takes 205 s): llama-bench
-  # Q8_0 under tuiprof and nsys, graphs on and off (the graphs-off nsys comparison was never
-  # made), the steps found live with graphs on, and tokens/s alone vs under tuiprof in 3
-  # interleaved rounds (the one figure so far is one run of each)
-  LLAMA_ASSETS=.llama LLAMA_TARGETS="llama-bench llama-simple llama-quantize" OUT=$OUT \
-    timeout 560 bash bench/llamacpp/device.sh --only bench,overhead --rounds 3 --deadline 480 \
+  # llama-bench Q8_0's own tg128 / pp128 tokens/s alone, under tuiprof (every kernel traced)
+  # and under tuiprof --no-cupti, in 6 interleaved rounds (graphs on; every third round off):
+  # the overhead of the native path, never measured in rounds (a build takes 205-328 s, so
+  # the rounds have a call of their own; the graphs-off nsys comparison and the steps after
+  # the fix ran on 2026-11-29, docs/history §48)
+  LLAMA_ASSETS=.llama LLAMA_TARGETS="llama-bench llama-quantize" LLAMA_QUANTS=" " OUT=$OUT \
+    timeout 560 bash bench/llamacpp/device.sh --only overhead --rounds 6 --deadline 520 \
     >/dev/null 2>&1
   tail -30 "$OUT/measure.txt" | cut -c1-300 ;;
 llamacpp-server)
-  # llama-server -np 8 -cb under tuiprof, headless and in the live app in tmux at 200x50 and
-  # 80x24, 8 streamed requests at a time (never run yet: measure.py's server and live phases)
-  LLAMA_ASSETS=.llama OUT=$OUT timeout 560 bash bench/llamacpp/device.sh --only server,live \
-    --deadline 420 >/dev/null 2>&1
+  # llama-server -np 8 -cb under tuiprof, its requests through tuiprof's proxy (32 streamed
+  # completions 8 at a time, each with its X-Request-ID): headless, then the live app in tmux
+  # at 200x50 and 80x24 (captures in $OUT/live_screens.txt; never run on the GPU yet, tried on
+  # the CPU against a stand-in server)
+  LLAMA_ASSETS=.llama LLAMA_TARGETS="llama-server llama-quantize" LLAMA_QUANTS=" " OUT=$OUT \
+    timeout 560 bash bench/llamacpp/device.sh --only server,live --deadline 500 >/dev/null 2>&1
   tail -30 "$OUT/measure.txt" | cut -c1-300 ;;
 *)
   echo "usage: bash bench/gpu_next.sh gpu-tests|test-data|llamacpp|llamacpp-server"; exit 2 ;;

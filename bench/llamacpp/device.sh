@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp under tuiprof on the GPU machine, one device call: build llama.cpp with CUDA (or
-# unpack a build brought back by an earlier call), write the GGUF models, then run
+# unpack a build brought back by an earlier call), write the GGUF models (f16, then Q8_0 and
+# $LLAMA_QUANTS, default Q4_K_M, by llama-quantize), then run
 # bench/llamacpp/measure.py (tuiprof against nsys, CUDA graphs on and off, overhead, the
 # llama-simple recordings, the server). Everything lands in $OUT as it comes:
 #   build.log,
@@ -61,8 +62,12 @@ wait $gg
 cat $W/models/gguf.log
 [ -x $B/llama-bench ] || { echo "no llama-bench built: see build.log"; exit 1; }
 export LD_LIBRARY_PATH=$B:${LD_LIBRARY_PATH:-}
-$B/llama-quantize $W/models/qwen3-0.6b-f16.gguf $W/models/qwen3-0.6b-q8_0.gguf Q8_0 > $W/models/quant.log 2>&1
-tail -3 $W/models/quant.log
+for q in Q8_0 ${LLAMA_QUANTS:-Q4_K_M}; do
+  s=$(date +%s)
+  $B/llama-quantize $W/models/qwen3-0.6b-f16.gguf $W/models/qwen3-0.6b-$(echo $q | tr A-Z a-z).gguf \
+    $q > $W/models/quant_$q.log 2>&1
+  echo "$q: rc $? in $(( $(date +%s) - s )) s; $(tail -2 $W/models/quant_$q.log | head -1)"
+done
 ls -la $W/models
 echo "set-up done at $(( $(date +%s) - t0 )) s"
 cd "$repo"

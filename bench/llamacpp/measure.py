@@ -11,7 +11,9 @@ Phases (``--only a,b``; default all but ``live``):
   simple   llama-simple (a prompt, then 48 greedy tokens) under tuiprof, graphs on and off, every
            step's records kept (the CPU tests' recordings)
   types    llama-bench of the f16 and Q4_K_M files under tuiprof (their kernels' names)
-  overhead llama-bench's own pp128 / tg128 tokens/s alone and under tuiprof, interleaved rounds
+  overhead llama-bench's own pp128 / tg128 tokens/s alone, under tuiprof and under tuiprof
+           --no-cupti, interleaved rounds (graphs on; every third round off)
+  plan     what the earlier calls left open, most needed first, against --deadline
   server   llama-server -np 8 under tuiprof (headless), 32 streamed requests 8 at a time
   live     the same in the live app, in tmux at 200x50 and 80x24
 """
@@ -31,7 +33,8 @@ from pathlib import Path
 
 NSYS_CANDIDATES = ("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys",)
 IMPORTER = "/opt/nvidia/nsight-compute/2025.3.1/host/linux-desktop-glibc_2_11_3-x64/QdstrmImporter"
-PORT = 18480
+PORT = 18480             # llama-server's own port
+PROXY = PORT + 1         # tuiprof's proxy in front of it (the clients talk to this one)
 PROMPT = ("tell me a story about the mountain and the river " * 4).strip()
 
 
@@ -146,6 +149,32 @@ class Run:
             job()
             self.pack()
 
+    def plan(self):
+        """The runs still open after the first calls, most needed first, each started only
+        while ``--deadline`` leaves time for it: graphs off against nsys, the steps found with
+        graphs on and off, a Q4_K model, llama-simple, the server through the proxy (headless,
+        then the live app in tmux), and the overhead in interleaved rounds."""
+        g0 = {"GGML_CUDA_DISABLE_GRAPHS": "1"}
+        q4 = str(self.models / "qwen3-0.6b-q4_k_m.gguf")
+        simple = [str(self.bin / "llama-simple"), "-m", self.q8, "-n", "48", PROMPT]
+        jobs = [
+            (8, lambda: self.tuiprof("bench_q8_g0_tuiprof", self.bench_argv(self.q8), env=g0)),
+            (45, lambda: self.nsys("bench_q8_g0_nsys", self.bench_argv(self.q8), env=g0)),
+            (8, lambda: self.tuiprof("bench_q8_g1_tuiprof", self.bench_argv(self.q8))),
+            (8, lambda: self.tuiprof("bench_q4k_g1_tuiprof", self.bench_argv(q4))),
+            (6, lambda: self.tuiprof("simple_q8_g1_tuiprof", simple, ring=400)),
+            (6, lambda: self.tuiprof("simple_q8_g0_tuiprof", simple, env=g0, ring=400)),
+            (40, self.server),
+            (45, self.live),
+        ]
+        for est, job in jobs:
+            if self.elapsed() + est > self.a.deadline:
+                self.note("skipped", reason="deadline", est=est)
+                continue
+            job()
+            self.pack()
+        self.overhead(est=22)
+
     def simple(self):
         for g, env in (("g1", {}), ("g0", {"GGML_CUDA_DISABLE_GRAPHS": "1"})):
             argv = [str(self.bin / "llama-simple"), "-m", self.q8, "-n", "48", PROMPT]
@@ -163,34 +192,53 @@ class Run:
                      self.bench_argv(str(self.models / "tiny-f16.gguf"), reps=1))
         self.pack()
 
-    def overhead(self):
+    def overhead(self, est: float = 22):
+        """llama-bench's own tokens/s alone, under tuiprof (every kernel traced) and under
+        tuiprof without kernel records (``--no-cupti``: NVML and the program only), in rounds
+        whose order turns; graphs on, then (every third round) off."""
         rounds = []
+        arms = ("alone", "tuiprof", "nocupti")
         for r in range(self.a.rounds):
-            order = ("alone", "tuiprof") if r % 2 == 0 else ("tuiprof", "alone")
+            if est and self.elapsed() + est > self.a.deadline:
+                self.note("skipped", reason="deadline", round=r)
+                break
+            g = "g0" if r % 3 == 2 else "g1"
+            env = {"GGML_CUDA_DISABLE_GRAPHS": "1"} if g == "g0" else {}
+            order = arms[r % 3:] + arms[:r % 3]
             for which in order:
                 argv = self.bench_argv(self.q8, reps=5)
-                name = f"overhead_{r}_{which}"
-                p = (self.sh(name, argv) if which == "alone"
-                     else self.tuiprof(name, argv, timeout=300))
+                name = f"overhead_{r}_{g}_{which}"
+                if which == "alone":
+                    p = self.sh(name, argv, env=env)
+                elif which == "tuiprof":
+                    p = self.tuiprof(name, argv, env=env, timeout=120)
+                else:
+                    p = self.sh(name, [sys.executable, "-m", "tuiprof", "run", "--headless",
+                                       "--no-cupti", "--json", str(self.res / f"{name}.json"),
+                                       "--", *argv], env=env, timeout=120)
                 rows = [json.loads(x) for x in (p.stdout if p else "").splitlines()
                         if x.startswith("{") and "avg_ts" in x]
-                rounds.append({"round": r, "which": which,
+                rounds.append({"round": r, "which": which, "graphs": g,
                                "tests": [{"n_prompt": x.get("n_prompt"), "n_gen": x.get("n_gen"),
                                           "avg_ts": x.get("avg_ts"), "stddev_ts": x.get("stddev_ts"),
                                           "samples_ts": x.get("samples_ts")} for x in rows]})
                 (self.res / "overhead.json").write_text(json.dumps(rounds, indent=1))
             self.pack()
 
-    def _client(self, n: int, conc: int, max_tokens: int) -> list:
+    def _client(self, n: int, conc: int, max_tokens: int, port: int | None = None,
+                tag: str = "c") -> list:
+        port = port or PROXY
         out: list = []
         lock = threading.Lock()
         todo = list(range(n))
 
         def one(i: int) -> None:
             body = json.dumps({"prompt": f"{PROMPT} {i}", "max_tokens": max_tokens,
-                               "stream": True, "temperature": 0}).encode()
-            req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
+                               "stream": True, "temperature": 0,
+                               "stream_options": {"include_usage": True}}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json",
+                                                  "X-Request-ID": f"{tag}{i}"})
             t0 = time.time()
             first = None
             chunks = 0
@@ -211,7 +259,8 @@ class Run:
             except Exception as x:  # noqa: BLE001 - recorded, not raised
                 status = repr(x)[:200]
             with lock:
-                out.append({"i": i, "start": t0, "first": first, "end": time.time(),
+                out.append({"i": i, "id": f"{tag}{i}", "start": t0, "first": first,
+                            "end": time.time(),
                             "chunks": chunks, "status": status, "usage": usage})
 
         def worker() -> None:
@@ -246,15 +295,20 @@ class Run:
                 "-ngl", "99", "--host", "127.0.0.1", "--port", str(PORT), "--no-webui"]
 
     def server(self):
+        """llama-server -np 8 -cb under tuiprof, its requests through tuiprof's proxy: 32
+        streamed completions, 8 at a time (each with its X-Request-ID)."""
         snap = self.res / "server_tuiprof.json"
         logf = open(self.res / "server_tuiprof.log", "w")
         p = subprocess.Popen([sys.executable, "-m", "tuiprof", "run", "--headless", "--json",
-                              str(snap), "--", *self.server_argv()], stdout=logf,
+                              str(snap), "--ring-tokens", "300", "--proxy",
+                              f"127.0.0.1:{PROXY}=127.0.0.1:{PORT}", "--",
+                              *self.server_argv()], stdout=logf,
                              stderr=subprocess.STDOUT, start_new_session=True)
         up = self._wait_health()
         self.note("server_up", ok=up)
         if up:
             t = time.time()
+            self._client(1, 1, 8, tag="warm")       # the first request loads the graphs
             reqs = self._client(32, 8, 64)
             (self.res / "server_client.json").write_text(json.dumps(reqs, indent=1))
             self.note("server_client", seconds=round(time.time() - t, 1),
@@ -272,10 +326,11 @@ class Run:
         root = self.a.tmux_root
         env = dict(os.environ, LD_LIBRARY_PATH=f"{root}/usr/lib/x86_64-linux-gnu:"
                    + os.environ.get("LD_LIBRARY_PATH", ""), TERM="xterm-256color")
-        t = [f"{root}/usr/bin/tmux", "-S", "/tmp/tmx.sock"]
+        t = [f"{root}/usr/bin/tmux", "-S", f"/tmp/tmx{PORT}.sock"]
         exp = self.res / "live_export"
         exp.mkdir(exist_ok=True)
-        cmd = (f"cd {os.getcwd()} && {sys.executable} -m tuiprof run --export-dir {exp} -- "
+        cmd = (f"cd {os.getcwd()} && {sys.executable} -m tuiprof run --export-dir {exp} "
+               f"--proxy 127.0.0.1:{PROXY}=127.0.0.1:{PORT} -- "
                + " ".join(self.server_argv()) + "; sleep 30")
         subprocess.run([*t, "new-session", "-d", "-s", "ll", "-x", "200", "-y", "50", cmd],
                        env=env, check=False)
@@ -290,29 +345,53 @@ class Run:
 
         up = self._wait_health()
         self.note("live_up", ok=up)
+        time.sleep(2)
         cap("200x50_idle")
+
+        def keys(*k: str) -> None:
+            subprocess.run([*t, "send-keys", "-t", "ll", *k], env=env)
+            time.sleep(1.0)
+
         if up:
             res: dict = {}
-            th = threading.Thread(target=lambda: res.setdefault("r", self._client(24, 8, 96)))
+            th = threading.Thread(target=lambda: res.setdefault(
+                "r", self._client(48, 8, 128, tag="live")))
             th.start()
-            time.sleep(6)
+            time.sleep(5)
             cap("200x50_serving")
+            keys("7")
+            cap("200x50_requests")
+            keys("2")
+            cap("200x50_kernels")
             subprocess.run([*t, "resize-window", "-t", "ll", "-x", "80", "-y", "24"], env=env)
-            time.sleep(3)
+            time.sleep(2)
             cap("80x24_serving")
-            th.join()
+            keys("7")
+            cap("80x24_requests")
+            keys("2")
+            cap("80x24_kernels")
+            keys("5")
+            cap("80x24_findings")
+            th.join(90)
             (self.res / "live_client.json").write_text(json.dumps(res.get("r"), indent=1))
             subprocess.run([*t, "resize-window", "-t", "ll", "-x", "200", "-y", "50"], env=env)
-            time.sleep(4)
+            time.sleep(3)
             cap("200x50_after")
-        subprocess.run([*t, "send-keys", "-t", "ll", "q"], env=env)
+            keys("5")
+            cap("200x50_findings")
+        keys("q")
         time.sleep(8)
         cap("quit")
         subprocess.run([*t, "kill-server"], env=env, capture_output=True)
+        try:
+            (Path(self.a.out) / "live_screens.txt").write_text(screens.read_text())
+        except OSError:
+            pass
         self.pack()
 
 
 def main() -> int:
+    global PORT, PROXY
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--models", required=True)
@@ -323,10 +402,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--only", default="bench,simple,types,overhead,server")
     ap.add_argument("--deadline", type=float, default=560, help="seconds since t0: no new phase after")
+    ap.add_argument("--port", type=int, default=PORT, help="llama-server's (the proxy's: +1)")
     a = ap.parse_args()
+    PORT, PROXY = a.port, a.port + 1
     r = Run(a)
-    subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-                    "--format=csv"], check=False)
+    try:
+        subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,"
+                        "clocks.max.sm", "--format=csv"], check=False)
+    except OSError:     # a CPU machine (the phases' plumbing tried there)
+        print("no nvidia-smi")
     for phase in a.only.split(","):
         if r.elapsed() > a.deadline:
             r.note("skipped", phase=phase, reason="deadline")
