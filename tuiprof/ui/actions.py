@@ -1,14 +1,14 @@
 """The single registry of user actions: it feeds the bindings, the footer, the command
 palette and the help screen, so a key is defined once and every list of keys agrees
 (docs/ui.md#keys). The panes' number keys come from the pane table
-(:mod:`tuiprof.ui.registry`) and the export keys from the export table
-(:mod:`tuiprof.export.registry`)."""
+(:mod:`tuiprof.ui.registry`), the keys a pane owns from its ``KEYS`` and the export keys from
+the export table (:mod:`tuiprof.export.registry`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..export.registry import with_keys
-from .registry import by_key
+from .registry import by_key, widget_class
 
 
 @dataclass(frozen=True)
@@ -62,19 +62,9 @@ ACTIONS: tuple[Action, ...] = (
            priority=True, shown_key="shift+tab"),
     *(Action(f"pane-{p.key}", p.key, f"show_pane({p.key})", p.tab,
              f"The {p.tab} pane: {p.help}", show=False) for p in by_key()),
-    Action("kernel-phase", "p", "kernel_phase", "phase", "Kernels: cycle phase (decode/prefill/other/all)",
-           show=False),
-    Action("kernel-mode", "m", "kernel_mode", "mode", "Kernels: cycle mode (auto/eager/compiled)",
-           show=False),
-    Action("kernel-config", "k", "kernel_config", "batch shown",
-           "Kernels: cycle the batch configuration shown (the one in use, then each measured)",
-           show=False),
-    Action("kernel-sort", "s", "kernel_sort", "sort", "Kernels: cycle sort column", show=False),
-    Action("kernel-invert", "i", "kernel_invert", "invert", "Kernels: invert sort order", show=False),
-    Action("kernel-filter", "slash", "kernel_filter", "filter", "Kernels: filter by text", show=False,
-           shown_key="/"),
-    Action("kernel-detail", "enter", "kernel_detail", "details",
-           "Kernels: details of the selected kernel", show=False),
+    # the panes' own keys (each pane's KEYS), run by the pane: TuiprofApp.action_pane
+    *(Action(k.id, k.key, f"pane({p.id!r}, {k.name!r})", k.label, k.help, show=k.show,
+             shown_key=k.shown_key) for p in by_key() for k in widget_class(p).KEYS),
 )
 
 

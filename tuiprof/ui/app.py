@@ -12,25 +12,19 @@ with ``post_message``.
 """
 from __future__ import annotations
 
-import asyncio
 import datetime as _dt
-import os
 import re
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.containers import Container
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
 from ..control import SessionControl
@@ -45,10 +39,12 @@ from .screens.detail import KernelDetailScreen
 from .screens.request import RequestDetailScreen
 from .screens.help import HelpScreen
 from .screens.log import LogScreen
+from .screens.main import WIDE_AT, MainScreen
 from .screens.all_ranks import RanksScreen
 from .screens.all_processes import ProcessesScreen
 from ..export.registry import get as get_export
 from . import registry as pane_table
+from .signals import SignalQuit
 from .widgets.base import Pane, RefreshContext
 from .widgets.findings_pane import FindingsPane
 from .widgets.header import HeaderPane
@@ -56,90 +52,11 @@ from .widgets.kernels_pane import KernelsPane
 from .widgets.requests_pane import RequestsPane
 from .widgets.statusline import StatusLine
 
-WIDE_AT = (150, 40)          # columns, rows from which all panes show at once
 FINDINGS_RAW_TOKENS = 16     # findings read the raw records of the last N traced tokens
 DARK, LIGHT = "textual-dark", "textual-light"
 
 
-class MainScreen(Screen):
-    """Header, pane area (grid when wide, tabs when narrow), status line, footer."""
-
-    def __init__(self, wide_at: tuple[int, int] = WIDE_AT) -> None:
-        super().__init__()
-        self.wide_at = wide_at
-        self.active = int(pane_table.FIRST)   # pane number: kernels first
-        self.present: tuple[str, ...] = ()    # ids of the panes in the wide grid now
-
-    def compose(self) -> ComposeResult:
-        yield HeaderPane(id="header")
-        yield Static(id="tabbar")
-        with Container(id="panes"):  # in the table's grid order
-            for spec in pane_table.PANES:
-                yield pane_table.make(spec)
-        yield StatusLine(id="status")
-        yield Footer()
-
-    @property
-    def panes(self) -> list[Pane]:
-        return sorted(self.query_one("#panes").query_children(Pane),
-                      key=lambda p: int(p.PANE_KEY))
-
-    @property
-    def narrow(self) -> bool:
-        return self.has_class("-narrow")
-
-    def on_mount(self) -> None:
-        self.place(None)
-        self.apply_layout()
-        self.app.show_header()  # the first frame says what is loading, and how far it is
-
-    def place(self, view) -> bool:
-        """Lay the wide grid out for the panes that belong in it with ``view`` (an optional
-        pane once it has data); True when that changed."""
-        by_id = {p.id: p for p in self.panes}
-        present = tuple(s.id for s in pane_table.PANES if not s.optional
-                        or (view is not None and by_id[s.id].has_data(view)))
-        if present == self.present:
-            return False
-        self.present = present
-        specs = tuple(s for s in pane_table.PANES if s.id in present)
-        rows, heights, span = pane_table.grid_layout(specs)
-        grid = self.query_one("#panes").styles
-        grid.grid_size_columns, grid.grid_size_rows = 2, rows
-        grid.grid_rows = heights
-        for p in self.panes:
-            p.styles.column_span = 2 if p.id in span else 1
-            p.set_class(p.id not in present, "-absent")
-        return True
-
-    def on_resize(self) -> None:
-        self.apply_layout()
-
-    def apply_layout(self) -> None:
-        w, h = self.app.size
-        narrow = w < self.wide_at[0] or h < self.wide_at[1]
-        self.set_class(narrow, "-narrow")
-        self.set_active(self.active)
-
-    def set_active(self, n: int) -> None:
-        self.active = n
-        for p in self.panes:
-            p.set_class(p.PANE_KEY == str(n), "-active")
-        tb = Text(no_wrap=True, overflow="ellipsis")
-        for p in self.panes:
-            on = p.PANE_KEY == str(n)
-            tb.append(f" {p.PANE_KEY} {p.TAB_TITLE} ", "bold reverse" if on else "dim")
-            tb.append(" ")
-        tb.append(f" tab/1-{len(pane_table.PANES)}", "dim")
-        self.query_one("#tabbar", Static).update(tb)
-
-    def visible_panes(self) -> list[Pane]:
-        if self.narrow:
-            return [p for p in self.panes if p.PANE_KEY == str(self.active)]
-        return [p for p in self.panes if p.id in self.present]
-
-
-class TuiprofApp(App):
+class TuiprofApp(SignalQuit, App):
     """Live profiler UI over one :class:`SessionControl`."""
 
     CSS_PATH = "tuiprof.tcss"
@@ -256,66 +173,6 @@ class TuiprofApp(App):
             self.call_after_refresh(self.refresh_now)
         else:
             self.call_after_refresh(self.refresh_view, True)
-
-    def _install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT quit like ``q``: the session stops, CUPTI is flushed and finalised
-        and the automatic snapshot is written; a second signal exits at once. SIGHUP (the
-        terminal closed: an SSH drop) does the same without the terminal, see ``_on_hangup``."""
-        try:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self._on_signal, sig)
-            if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup: stay running
-                self._old_hup = signal.signal(signal.SIGHUP, self._on_hangup)
-        except (NotImplementedError, RuntimeError, ValueError, AttributeError):
-            pass  # not the main thread, or no POSIX signals: keys still quit
-
-    def on_unmount(self) -> None:
-        self.restore_signal_handlers()
-
-    def restore_signal_handlers(self) -> None:
-        if self._old_hup is not None:  # the loop's own handlers go with the loop
-            try:
-                signal.signal(signal.SIGHUP, self._old_hup)
-            except (ValueError, TypeError):
-                pass
-            self._old_hup = None
-
-    def _on_signal(self, signum: int) -> None:
-        self._signalled.append(signum)
-        if len(self._signalled) > 1 or self._quitting:
-            self.exit(return_code=128 + signum)
-            return
-        self.action_quit()
-
-    def _on_hangup(self, signum: int, frame: Any = None) -> None:
-        """The terminal is gone: nothing can be drawn or read any more, and Textual's output
-        thread dies on its first failed write (after which the event loop blocks on it). So the
-        standard streams are pointed at /dev/null, the session is stopped and the automatic
-        snapshot written on a plain thread, and the process then ends with 128 + SIGHUP."""
-        self._signalled.append(signum)
-        if len(self._signalled) > 1:
-            return
-        try:
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-        except OSError:
-            pass
-        threading.Thread(target=self._hangup_stop, args=(signum,), name="tuiprof-hangup",
-                         daemon=True).start()
-
-    def _hangup_stop(self, signum: int) -> None:
-        try:
-            self.control.stop()
-        except Exception:
-            pass
-        self._final_snapshot()
-        try:
-            self.control.close()
-        except Exception:
-            pass
-        os._exit(128 + signum)
 
     def pause_refresh(self) -> None:
         """Stop the pull timer (tests, ``f``); the session keeps running."""
@@ -622,47 +479,22 @@ class TuiprofApp(App):
         i = keys.index(str(self.main.active)) if str(self.main.active) in keys else 0
         self.action_show_pane(int(keys[(i + by) % len(keys)]))
 
-    def _kernels(self) -> KernelsPane | None:
+    def action_pane(self, pane: str, name: str) -> None:
+        """A key a pane owns (its ``KEYS``): run by that pane's ``action_<name>`` (``pane``: its
+        id), what it returns told to the user. In the narrow layout the pane is shown first,
+        unless the pane shown has an action of that name itself (enter on the requests pane)."""
         if self.screen is not self.main:
-            return None
-        k = self.main.query_one(KernelsPane)
-        if self.main.narrow and str(self.main.active) != k.PANE_KEY:
-            self.action_show_pane(int(k.PANE_KEY))
-        return k
-
-    def action_kernel_phase(self) -> None:
-        if (k := self._kernels()) is not None:
-            self._say(k.cycle_phase())
-
-    def action_kernel_mode(self) -> None:
-        if (k := self._kernels()) is not None:
-            self._say(k.cycle_mode())
-
-    def action_kernel_config(self) -> None:
-        if (k := self._kernels()) is not None:
-            self._say(k.cycle_config())
-
-    def action_kernel_sort(self) -> None:
-        if (k := self._kernels()) is not None:
-            self._say(k.cycle_sort())
-
-    def action_kernel_invert(self) -> None:
-        if (k := self._kernels()) is not None:
-            self._say(k.invert_sort())
-
-    def action_kernel_filter(self) -> None:
-        if (k := self._kernels()) is not None:
-            k.open_filter()
-
-    def action_kernel_detail(self) -> None:
-        if self.screen is self.main and self.main.narrow and str(self.main.active) == \
-                self.main.query_one(RequestsPane).PANE_KEY:  # enter on the requests pane
-            self.open_request(self.main.query_one(RequestsPane).current_request())
             return
-        if (k := self._kernels()) is not None:
-            row = k.current_row()
-            if row is not None:
-                self.push_screen(KernelDetailScreen(row, self.view))
+        target = self.main.query_one(f"#{pane}", Pane)
+        if self.main.narrow and str(self.main.active) != target.PANE_KEY:
+            shown = next((p for p in self.main.panes if p.PANE_KEY == str(self.main.active)), None)
+            if shown is not None and hasattr(shown, f"action_{name}"):
+                target = shown
+            else:
+                self.action_show_pane(int(target.PANE_KEY))
+        said = getattr(target, f"action_{name}")()
+        if said is not None:
+            self._say(said)
 
     def on_kernels_pane_open_detail(self, m: KernelsPane.OpenDetail) -> None:
         self.push_screen(KernelDetailScreen(m.row, self.view))

@@ -26,6 +26,21 @@ class RefreshContext:
     rank: int = 0                 # the rank the panes show
 
 
+@dataclass(frozen=True)
+class PaneKey:
+    """A key a pane owns: bound app-wide (it works whatever has the focus), listed in the
+    footer, the help screen and the palette through :mod:`tuiprof.ui.actions`, and run by the
+    pane's ``action_<name>``, which returns what to tell the user (None: nothing)."""
+
+    id: str            # binding id (keymaps) and palette id
+    key: str           # Textual key name(s), comma-separated
+    name: str          # the pane's action_<name>
+    label: str         # footer text
+    help: str          # help screen / palette text
+    show: bool = False  # in the footer
+    shown_key: str = ""
+
+
 class Pane(Vertical):
     """A bordered pane of the main screen, selectable by its number key.
 
@@ -36,6 +51,7 @@ class Pane(Vertical):
     PANE_TITLE = "pane"
     TAB_TITLE = "pane"
     PANE_KEY = "0"
+    KEYS: tuple[PaneKey, ...] = ()   # the keys this pane owns (see PaneKey)
     can_focus = False
 
     def on_mount(self) -> None:

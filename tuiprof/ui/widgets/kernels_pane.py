@@ -24,7 +24,7 @@ from ..derive import (ALL, PHASE_CYCLE, SORT_CYCLE, KernelRow, kernel_ns_text,
                       kernel_rows,
                       resolve_kernel_phase,
                       resolve_kernel_mode, select_kernels)
-from .base import Pane, RefreshContext, cursor_key
+from .base import Pane, PaneKey, RefreshContext, cursor_key
 
 # key, label, width, right-aligned
 COLUMNS = (
@@ -163,6 +163,17 @@ class KernelsPane(Pane):
     KernelsPane.-empty DataTable { height: 2; }
     """
 
+    KEYS = (
+        PaneKey("kernel-phase", "p", "phase", "phase", "Kernels: cycle phase (decode/prefill/other/all)"),
+        PaneKey("kernel-mode", "m", "mode", "mode", "Kernels: cycle mode (auto/eager/compiled)"),
+        PaneKey("kernel-config", "k", "config", "batch shown",
+                "Kernels: cycle the batch configuration shown (the one in use, then each measured)"),
+        PaneKey("kernel-sort", "s", "sort", "sort", "Kernels: cycle sort column"),
+        PaneKey("kernel-invert", "i", "invert", "invert", "Kernels: invert sort order"),
+        PaneKey("kernel-filter", "slash", "filter", "filter", "Kernels: filter by text", shown_key="/"),
+        PaneKey("kernel-detail", "enter", "detail", "details", "Kernels: details of the selected kernel"),
+    )
+
     class OpenDetail(Message):
         """Ask the app to show one kernel's details."""
 
@@ -256,6 +267,30 @@ class KernelsPane(Pane):
         self.descending = not self.descending
         self._redraw()
         return f"kernels: {'descending' if self.descending else 'ascending'}"
+
+    # the pane's keys (KEYS)
+    def action_phase(self) -> str:
+        return self.cycle_phase()
+
+    def action_mode(self) -> str:
+        return self.cycle_mode()
+
+    def action_config(self) -> str:
+        return self.cycle_config()
+
+    def action_sort(self) -> str:
+        return self.cycle_sort()
+
+    def action_invert(self) -> str:
+        return self.invert_sort()
+
+    def action_filter(self) -> None:
+        self.open_filter()
+
+    def action_detail(self) -> None:
+        row = self.current_row()
+        if row is not None:
+            self.post_message(self.OpenDetail(row))
 
     def set_filter(self, text: str) -> None:
         self.filter_text = text.strip()

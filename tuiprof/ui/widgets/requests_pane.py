@@ -74,6 +74,11 @@ class RequestsPane(Pane):
     def current_request(self) -> Any:
         return self._keys.get(cursor_key(self.query_one(DataTable)))
 
+    def action_detail(self) -> None:
+        """``enter`` while this pane is the one shown (the narrow layout): the request under
+        the cursor's story (the key is the kernels pane's, see ``TuiprofApp.action_pane``)."""
+        self.post_message(self.OpenRequest(self.current_request()))
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         rid = self._keys.get(event.row_key.value)
