@@ -8,6 +8,7 @@ on the event loop), and the app's own refresh cost.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 from tuiprof.collect.replay import ReplayControl
@@ -21,13 +22,15 @@ def test_keys_stay_fast_during_a_realtime_replay(recordings, tmp_path):
     ctl.start()                                   # as tuiprof.cli does before run_app
     app = make_app(ctl, title="replay", export_dir=tmp_path, refresh_hz=4.0)
     acted: list[float] = []
-    for name in ("pane", "next_pane"):   # s, p, i: the kernels pane's keys (action_pane)
-        orig = getattr(app, f"action_{name}")
-
-        def wrapped(*args, orig=orig):
+    def timed(orig):
+        @functools.wraps(orig)   # Textual passes an action as many arguments as it takes
+        def wrapped(*args):
             acted.append(time.perf_counter())
             return orig(*args)
-        setattr(app, f"action_{name}", wrapped)
+        return wrapped
+
+    for name in ("pane", "next_pane"):   # s, p, i: the kernels pane's keys (action_pane)
+        setattr(app, f"action_{name}", timed(getattr(app, f"action_{name}")))
     latencies: list[float] = []
     tokens_seen: list[int] = []
 
