@@ -21,7 +21,6 @@ from .collect.device import device_facts, rank_facts
 from .control import SessionControl
 from .engine.graphs import drop_cuda_graphs
 from .errors import one_line, safe_text
-from .engine.load import expected_meta
 from .sampling import (AUTO_ALLOC_EVERY, AUTO_SAMPLE_EVERY, STEP_TIME_SOURCES, overhead_method,
                        tracing_policy)
 from .spec import ProfilerOptions
@@ -45,7 +44,8 @@ class Profiler(SessionControl):
         self.options = options
         self.status.state = "loading"
         self.status.live = True
-        self.status.mode = options.engine_kwargs.get("mode", "eager")
+        engine = options.engine   # the built-in engine's run, resolved (None: a program's)
+        self.status.mode = engine.mode if engine is not None else "eager"
         # Start-up phases until the first token: from the command's start, which is earlier
         # than now (imports; a session process's spawn, named by ``first_phase``).
         self.tracker = ProgressTracker(options.started_at, on_change=self._on_progress)
@@ -62,8 +62,8 @@ class Profiler(SessionControl):
         self._bursts_engaged = False  # CUPTI put in bursts-only mode (first switchable token)
         self._nvml_start: Any = None
         self.store.meta["step_time_sources"] = dict(STEP_TIME_SOURCES)
-        if "model_spec" in options.engine_kwargs:  # the header's first frame
-            self.store.meta.update(expected_meta(**options.engine_kwargs))
+        if engine is not None:  # the header's first frame
+            self.store.meta.update(engine.expected_meta())
         self.engine = None
         self.collectors: dict[str, Any] = {}   # name -> started Collector (registry order)
         self._factory = engine_factory
@@ -83,7 +83,7 @@ class Profiler(SessionControl):
         self.done = threading.Event()
         self._stopping = False
         self._old_switch: float | None = None
-        self._batch = int(options.engine_kwargs.get("batch", 1) or 1)
+        self._batch = int(engine.batch or 1) if engine is not None else 1
         self._compiling = False       # steps now run beside a background compile
         self._message_at: int | None = None  # the step seq at which the engine's line was said
         self._seq_of_index: dict[int, int] = {}  # recent steps' TokenEvent.index -> store seq
@@ -199,9 +199,9 @@ class Profiler(SessionControl):
         factory = self._factory
         if factory is None:
             from .engine import load_engine as factory  # noqa: PLC0415
-        kwargs = dict(self.options.engine_kwargs)
-        kwargs["clock"] = self.clock
-        self.engine = factory(**kwargs)
+        spec = self.options.engine
+        kwargs = spec.engine_kwargs() if spec is not None else {}
+        self.engine = factory(clock=self.clock, **kwargs)
         self._nvml_started()
         if self._stopping:
             return

@@ -1,9 +1,72 @@
-"""A session's options as data: what to collect and how (:class:`ProfilerOptions`). Built by
-the CLI (or a benchmark, a test), taken as it is by every layer below (the session process,
-the profiler), pickled to a session process once. Nothing heavy is imported here."""
+"""A session's options as data: the built-in engine's run (:class:`EngineSpec`, ``--model``
+resolved once) and what to collect and how (:class:`ProfilerOptions`). Built by the CLI (or a
+benchmark, a test), taken as they are by every layer below (the session process, the
+profiler, the engine): ``--model`` walks one way, cli -> session process -> profiler ->
+engine, and nothing resolves it again. Pickled to a session process once; plain JSON for a
+detached session's keeper. Nothing heavy is imported here."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .engine.load import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, expected_meta
+from .engine.source import ModelSource, resolve_model
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One run of the built-in engine: the model, resolved (:func:`resolve`), and how to run
+    it. Frozen: a layer that needs another value makes a copy (``dataclasses.replace``)."""
+
+    model: str                        # --model as given (names, file stems, a title)
+    source: ModelSource               # --model resolved: registry entry, directory, HF cache
+    device: str | None = None
+    dtype: str | None = None
+    seed: int = 0
+    prompt: str | None = DEFAULT_PROMPT
+    prompt_len: int = 16
+    max_new_tokens: int | None = DEFAULT_MAX_NEW_TOKENS
+    loop: bool = False
+    mode: str = "eager"
+    compile_mode: str | None = None
+    weights: str | None = None
+    max_len: int | None = None
+    temperature: float = 0.0
+    top_k: int = 0
+    batch: int = 1
+    max_batch: int | None = None
+    tp: int = 1                       # ranks of a tensor-parallel job (each rank's copy says)
+
+    @classmethod
+    def resolve(cls, model: str, *, trust_remote_code: bool = False, **options: Any) -> "EngineSpec":
+        """``model`` resolved (one line, :class:`~tuiprof.errors.TuiprofError`, when it does
+        not), with ``options`` (the other fields)."""
+        return cls(model=model, source=resolve_model(model, trust_remote_code=trust_remote_code),
+                   **options)
+
+    @property
+    def trust_remote_code(self) -> bool:
+        return self.source.trust_remote_code
+
+    def engine_kwargs(self) -> dict:
+        """The engine's keyword arguments (:func:`tuiprof.engine.load.load_engine`), the
+        resolved model as its first."""
+        kw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+              if f.name not in ("model", "source")}
+        return {"model_spec": self.source, "trust_remote_code": self.trust_remote_code, **kw}
+
+    def expected_meta(self) -> dict:
+        """What a header shows before torch is imported (model, device, dtype, weights)."""
+        return expected_meta(self.model, device=self.device, dtype=self.dtype, seed=self.seed,
+                             weights=self.weights, source=self.source)
+
+    def to_json(self) -> dict:
+        return dict(dataclasses.asdict(self), source=self.source.to_json())
+
+    @classmethod
+    def from_json(cls, data: dict) -> "EngineSpec":
+        return cls(**dict(data, source=ModelSource.from_json(data["source"])))
 
 
 @dataclass
@@ -49,5 +112,15 @@ class ProfilerOptions:
     switch_interval_s: float | None = None
     measure_peaks: bool = False  # copy + matmul at start-up, for the roofline
     device_index: int = 0        # the GPU NVML samples (a tensor-parallel rank's own GPU)
-    engine_kwargs: dict = field(default_factory=dict)
+    engine: EngineSpec | None = None   # the built-in engine's run (None: a program's session)
     started_at: float | None = None  # time.monotonic() at the command's start (start-up phases)
+
+    def to_json(self) -> dict:
+        """Plain data (a detached session's keeper reads it back with :meth:`from_json`)."""
+        return dict(dataclasses.asdict(self),
+                    engine=self.engine.to_json() if self.engine is not None else None)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ProfilerOptions":
+        engine = data.get("engine")
+        return cls(**dict(data, engine=EngineSpec.from_json(engine) if engine else None))

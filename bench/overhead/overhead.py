@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tuiprof.collect.cupti_collector import BURST  # noqa: E402
 from tuiprof.profiler import Profiler  # noqa: E402
-from tuiprof.spec import ProfilerOptions  # noqa: E402
+from tuiprof.spec import EngineSpec, ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 
 _BASE = {"cupti": "off", "listener": None, "nvml": False, "alloc": 0, "peer": False}
@@ -335,8 +335,8 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict,
     ``factory``: builds the engine (``Profiler``'s ``engine_factory``; e.g. over a model that
     is already loaded and compiled), instead of loading ``--model``."""
     store = SessionStore(ring_tokens=16)
-    opts = ProfilerOptions(cupti=cupti, engine_kwargs=dict(
-        model_spec=a.model, device=a.device, mode="eager", loop=True,
+    opts = ProfilerOptions(cupti=cupti, engine=EngineSpec.resolve(
+        a.model, device=a.device, mode="eager", loop=True,
         max_new_tokens=a.cycle_tokens, prompt_len=16, batch=a.batch, max_batch=a.batch))
     prof = Profiler(store, opts, engine_factory=factory)
     win = Windows(prof)

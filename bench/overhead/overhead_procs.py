@@ -206,6 +206,13 @@ def _engine_kwargs(a: argparse.Namespace) -> dict:
             "max_new_tokens": a.tokens + a.skip + 1, "prompt_len": a.prompt_len, "seed": 0}
 
 
+def _engine_spec(kw: dict):
+    from tuiprof.spec import EngineSpec
+
+    kw = dict(kw)
+    return EngineSpec.resolve(kw.pop("model_spec"), **kw)
+
+
 def child(name: str, a: argparse.Namespace, conn) -> None:
     """One run in a fresh process: decode, send the figures, exit."""
     t0 = time.perf_counter()
@@ -250,7 +257,7 @@ def child(name: str, a: argparse.Namespace, conn) -> None:
             from tuiprof.store import SessionStore
 
             store = SessionStore()
-            prof = Profiler(store, ProfilerOptions(**cfg, engine_kwargs=kw))
+            prof = Profiler(store, ProfilerOptions(**cfg, engine=_engine_spec(kw)))
             finished = prof.token_finished
             seen = [0]
 
@@ -360,7 +367,7 @@ def _app_run(a: argparse.Namespace, kw: dict, ui: str = "app") -> dict:
     from tuiprof.sessions import RemoteControl
     from tuiprof.ui.app import make_app
 
-    ctl = RemoteControl(ProfilerOptions(engine_kwargs=kw), {"ring_tokens": 64})
+    ctl = RemoteControl(ProfilerOptions(engine=_engine_spec(kw)), {"ring_tokens": 64})
     ctl.start()
     got: dict = {}
     cpu0 = time.process_time()

@@ -28,11 +28,11 @@ from bench.overhead.overhead import block_plan, finish, period, table  # noqa: E
 
 
 def run(a: argparse.Namespace) -> dict:
-    from tuiprof.spec import ProfilerOptions
+    from tuiprof.spec import EngineSpec, ProfilerOptions
     from tuiprof.sessions import RemoteControl
     from tuiprof.ui.app import make_app
 
-    opts = ProfilerOptions(engine_kwargs=dict(model_spec=a.model, device=a.device, loop=True,
+    opts = ProfilerOptions(engine=EngineSpec.resolve(a.model, device=a.device, loop=True,
                                               max_new_tokens=a.cycle_tokens, mode="eager",
                                               prompt_len=16))
     ctl = RemoteControl(opts, {"ring_tokens": 32}, hook="bench.overhead.overhead:Windows")

@@ -36,13 +36,15 @@ time.sleep(3600)
 
 
 async def _session(label: str, engine_kwargs: dict, out: Path, wait_tokens: int) -> dict:
-    from tuiprof.spec import ProfilerOptions
+    from tuiprof.spec import EngineSpec, ProfilerOptions
     from tuiprof.sessions import RemoteControl
     from tuiprof.ui.app import make_app
 
     d = out / label
     d.mkdir(parents=True, exist_ok=True)
-    ctl = RemoteControl(ProfilerOptions(engine_kwargs=engine_kwargs), {"ring_tokens": 16})
+    kw = dict(engine_kwargs)
+    ctl = RemoteControl(ProfilerOptions(engine=EngineSpec.resolve(kw.pop("model_spec"), **kw)),
+                        {"ring_tokens": 16})
     ctl.start()
     app = make_app(ctl, title=label, export_dir=d, auto_snapshot=True, refresh_hz=4.0)
     keys = KeyTimer(app)

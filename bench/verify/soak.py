@@ -94,12 +94,12 @@ def fmt(v, nd=1) -> str:
 
 def run(a: argparse.Namespace) -> dict:
     from tuiprof.profiler import Profiler
-    from tuiprof.spec import ProfilerOptions
+    from tuiprof.spec import EngineSpec, ProfilerOptions
     from tuiprof.store import SessionStore
     from tuiprof.ui.app import make_app
 
-    opts = ProfilerOptions(engine_kwargs=dict(
-        model_spec=a.model, device=a.device, loop=True, max_new_tokens=a.cycle_tokens,
+    opts = ProfilerOptions(engine=EngineSpec.resolve(
+        a.model, device=a.device, loop=True, max_new_tokens=a.cycle_tokens,
         mode=a.mode))
     if a.in_process:
         prof = Profiler(SessionStore(ring_tokens=32), opts)

@@ -418,14 +418,14 @@ def suggested_constants(summary: dict) -> dict:
 # ------------------------------------------------------------------------------ model
 def model_part(a) -> dict:
     from tuiprof.profiler import Profiler  # noqa: PLC0415
-    from tuiprof.spec import ProfilerOptions  # noqa: PLC0415
+    from tuiprof.spec import EngineSpec, ProfilerOptions  # noqa: PLC0415
     from tuiprof.store import SessionStore  # noqa: PLC0415
 
     mode = a.part
     tokens = a.eager_tokens if mode == "eager" else a.compiled_tokens
     store = SessionStore(ring_tokens=64, series_len=tokens + 64)
-    prof = Profiler(store, ProfilerOptions(sample_every=a.sample_every, engine_kwargs=dict(
-        model_spec=a.model, mode=mode, max_new_tokens=tokens + 1, loop=False)))
+    prof = Profiler(store, ProfilerOptions(sample_every=a.sample_every, engine=EngineSpec.resolve(
+        a.model, mode=mode, max_new_tokens=tokens + 1, loop=False)))
     t0 = time.perf_counter()
     prof.start()
     while not prof.wait(15):

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._common import KeyTimer  # noqa: E402
 
-from tuiprof.spec import ProfilerOptions  # noqa: E402
+from tuiprof.spec import EngineSpec, ProfilerOptions  # noqa: E402
 from tuiprof.sessions import RemoteControl  # noqa: E402
 from tuiprof.ui.app import make_app  # noqa: E402
 
@@ -24,8 +24,8 @@ OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshots")
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    prof = RemoteControl(ProfilerOptions(engine_kwargs=dict(
-        model_spec=os.environ.get("TUIPROF_MODEL", "qwen3-0.6b"), loop=True, max_new_tokens=512,
+    prof = RemoteControl(ProfilerOptions(engine=EngineSpec.resolve(
+        os.environ.get("TUIPROF_MODEL", "qwen3-0.6b"), loop=True, max_new_tokens=512,
         mode="eager")), {"ring_tokens": 32})
     prof.start()
     store = prof.store

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tuiprof.profiler import Profiler  # noqa: E402
-from tuiprof.spec import ProfilerOptions  # noqa: E402
+from tuiprof.spec import EngineSpec, ProfilerOptions  # noqa: E402
 from tuiprof.store import SessionStore  # noqa: E402
 
 
@@ -58,10 +58,10 @@ def main() -> int:
     t0 = time.perf_counter()
     store = SessionStore(series_len=a.tokens + 256)
     se = a.sample_every if a.sample_every in ("auto", "live") else int(a.sample_every)
-    engine = {"model_spec": a.model, "device": a.device, "mode": "compiled",
-              "max_new_tokens": a.tokens + 1}
+    engine = EngineSpec.resolve(a.model, device=a.device, mode="compiled",
+                                max_new_tokens=a.tokens + 1)
     prof = Profiler(store, ProfilerOptions(sample_every=se, graphs=a.graph_records,
-                                           engine_kwargs=engine))
+                                           engine=engine))
     prof.start()
     while not prof.wait(15):
         st = prof.status

@@ -44,12 +44,12 @@ def _load():
 def _session(mode: str, decode: int, profiler_cls=None, **options):
     """A live tuiprof session (engine + CUPTI + NVML) of ``decode`` decode tokens."""
     from tuiprof.profiler import Profiler
-    from tuiprof.spec import ProfilerOptions
+    from tuiprof.spec import EngineSpec, ProfilerOptions
     from tuiprof.store import SessionStore
 
     store = SessionStore(ring_tokens=decode + 2)
-    prof = (profiler_cls or Profiler)(store, ProfilerOptions(**options, engine_kwargs=dict(
-        model_spec=MODEL, mode=mode, max_new_tokens=decode + 1, loop=False)))
+    prof = (profiler_cls or Profiler)(store, ProfilerOptions(**options, engine=EngineSpec.resolve(
+        MODEL, mode=mode, max_new_tokens=decode + 1, loop=False)))
     prof.start()
     finished = prof.wait(600)
     prof.stop()
@@ -157,12 +157,12 @@ def detached() -> dict:
     # schedule, CUPTI never detached), "no-flush-period" (full, CUPTI's periodic flush off)
     VARIANT = os.environ.get("DETACH_VARIANT", "full")
     Cycles.ids, Cycles.window, Cycles.drops = {}, True, 0
-    from tuiprof.spec import ProfilerOptions
+    from tuiprof.spec import EngineSpec, ProfilerOptions
     from tuiprof.store import SessionStore
 
     store = SessionStore(ring_tokens=4096)
     prof = Cycles(store, ProfilerOptions(detach_between_bursts=True, sample_every=BURST_EVERY,
-                                         engine_kwargs=dict(model_spec=MODEL, mode="compiled",
+                                         engine=EngineSpec.resolve(MODEL, mode="compiled",
                                                             max_new_tokens=DETACH_CYCLE,
                                                             loop=True)))
     prof.ids = {}

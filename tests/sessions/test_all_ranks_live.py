@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tuiprof.spec import ProfilerOptions
+from tuiprof.spec import EngineSpec, ProfilerOptions
 from tuiprof.sessions.rank_launcher import RankSetControl
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.all_ranks import RanksScreen
@@ -27,8 +27,8 @@ DELAY_US = 50_000
 @pytest.mark.slow
 def test_all_ranks_fills_after_the_first_burst_and_finds_the_injected_delay(tmp_path, monkeypatch):
     monkeypatch.setenv("TUIPROF_TEST_TP_DELAY_US", f"1:{DELAY_US}")
-    opts = ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
-        model_spec="qwen3-tiny", device="cpu", max_new_tokens=200, loop=True, prompt_len=8))
+    opts = ProfilerOptions(cupti=False, nvml=False, engine=EngineSpec.resolve(
+        "qwen3-tiny", device="cpu", max_new_tokens=200, loop=True, prompt_len=8))
     ctl = RankSetControl(opts, {"ring_tokens": 8}, 2, hook="sessions.tp_bursts_hook:make")
     ctl.start()
     app = make_app(ctl, export_dir=tmp_path, refresh_hz=4.0, findings_interval=0.5)

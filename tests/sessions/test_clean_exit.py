@@ -17,12 +17,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 UI_SIDE = '''
 import time
-from tuiprof.spec import ProfilerOptions
+from tuiprof.spec import EngineSpec, ProfilerOptions
 from tuiprof.sessions import RemoteControl
 
 def main():
-    # no model to load (the session ends in "error" at once): only the exit is tested
-    opts = ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(model_spec="no-such-model"))
+    # a model that cannot load (the session ends in "error" at once): only the exit is tested
+    opts = ProfilerOptions(cupti=False, nvml=False, engine=EngineSpec.resolve(
+        "qwen3-tiny", device="cpu", dtype="no-such-dtype"))
     ctl = RemoteControl(opts, {}, hook="tqdm_lock_hook:make")
     ctl.start()
     t_end = time.monotonic() + 60
@@ -59,12 +60,12 @@ def test_no_leaked_semaphore_warning_at_exit(tmp_path):
 
 UNCLOSED = '''
 import os, sys, time
-from tuiprof.spec import ProfilerOptions
+from tuiprof.spec import EngineSpec, ProfilerOptions
 from tuiprof.sessions import RemoteControl
 
 def main():
-    opts = ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
-        model_spec="qwen3-tiny", device="cpu", max_new_tokens=8, loop=True, prompt_len=8))
+    opts = ProfilerOptions(cupti=False, nvml=False, engine=EngineSpec.resolve(
+        "qwen3-tiny", device="cpu", max_new_tokens=8, loop=True, prompt_len=8))
     ctl = RemoteControl(opts, {}, orphan_snapshot_dir=sys.argv[1])
     ctl.start()
     t_end = time.monotonic() + 90

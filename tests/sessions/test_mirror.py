@@ -163,7 +163,7 @@ def test_every_decode_token_reaches_the_mirror_done_on_a_cpu():
     every token, done, with its host time; the latency chart and the comparison's median follow
     (on a CPU the chart showed one point and the median one arbitrary token)."""
     from tuiprof.profiler import Profiler
-    from tuiprof.spec import ProfilerOptions
+    from tuiprof.spec import EngineSpec, ProfilerOptions
     from tuiprof.ui.derive import compare, latency_series
 
     store, mirror = SessionStore(), Mirror()
@@ -175,8 +175,8 @@ def test_every_decode_token_reaches_the_mirror_done_on_a_cpu():
             super()._begin(args)
             cursor, _ = _pull(store, mirror, cursor)
 
-    prof = PullingProfiler(store, ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
-        model_spec="qwen3-tiny", device="cpu", max_new_tokens=12, prompt_len=8)))
+    prof = PullingProfiler(store, ProfilerOptions(cupti=False, nvml=False, engine=EngineSpec.resolve(
+        "qwen3-tiny", device="cpu", max_new_tokens=12, prompt_len=8)))
     prof.start()
     assert prof.wait(120) and prof.status.state == "done", prof.status
     prof.stop()

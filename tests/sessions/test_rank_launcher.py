@@ -19,7 +19,7 @@ from rich.console import Console
 
 from tuiprof.cli import main
 from tuiprof.export.snapshot import read_any_snapshot
-from tuiprof.spec import ProfilerOptions
+from tuiprof.spec import EngineSpec, ProfilerOptions
 from tuiprof.sessions.rank_launcher import FIXED_BATCH, RankSetControl
 from tuiprof.ui.app import make_app, view_control
 from tuiprof.ui.screens.all_ranks import RanksScreen
@@ -116,8 +116,8 @@ def test_a_reopened_tp2_snapshot_has_the_rank_selector(tp2_run):
 
 
 def test_live_ranks_pause_together_and_a_killed_rank_is_one_line_with_data_kept(tmp_path):
-    opts = ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
-        model_spec="qwen3-tiny", device="cpu", max_new_tokens=24, loop=True, prompt_len=8))
+    opts = ProfilerOptions(cupti=False, nvml=False, engine=EngineSpec.resolve(
+        "qwen3-tiny", device="cpu", max_new_tokens=24, loop=True, prompt_len=8))
     ctl = RankSetControl(opts, {"ring_tokens": 8}, 2)
     ctl.start()
     app = make_app(ctl, export_dir=tmp_path, refresh_hz=4.0)

@@ -10,7 +10,7 @@ import json
 import os
 import signal
 
-from tuiprof.spec import ProfilerOptions
+from tuiprof.spec import EngineSpec, ProfilerOptions
 from tuiprof.sessions import RemoteControl
 from tuiprof.ui.app import make_app
 
@@ -18,8 +18,8 @@ from ._helpers import until as _until
 
 
 def _control(tmp_path, **kw) -> RemoteControl:
-    opts = ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
-        model_spec="qwen3-tiny", device="cpu", max_new_tokens=24, loop=True, prompt_len=8))
+    opts = ProfilerOptions(cupti=False, nvml=False, engine=EngineSpec.resolve(
+        "qwen3-tiny", device="cpu", max_new_tokens=24, loop=True, prompt_len=8))
     return RemoteControl(opts, {"ring_tokens": 8}, **kw)
 
 

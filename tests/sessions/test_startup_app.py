@@ -9,17 +9,18 @@ import subprocess
 import sys
 import time
 
-from tuiprof.spec import ProfilerOptions
+from tuiprof.spec import EngineSpec, ProfilerOptions
 from tuiprof.sessions import RemoteControl
 from tuiprof.startup import command_start
 from tuiprof.ui.app import make_app
 from tuiprof.ui.widgets.header import HeaderPane
 
-ENGINE = dict(model_spec="nanochat-tiny", device="cpu", max_new_tokens=16, loop=True, prompt_len=4)
+ENGINE = dict(device="cpu", max_new_tokens=16, loop=True, prompt_len=4)
 
 
 def _options() -> ProfilerOptions:
-    return ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(ENGINE),
+    return ProfilerOptions(cupti=False, nvml=False,
+                           engine=EngineSpec.resolve("nanochat-tiny", **ENGINE),
                            started_at=command_start())
 
 
@@ -66,11 +67,12 @@ def test_first_frame_shows_model_device_and_progress_until_the_first_token(tmp_p
 
 UI_PROCESS = """
 import sys, time
-from tuiprof.spec import ProfilerOptions
+from tuiprof.spec import EngineSpec, ProfilerOptions
 from tuiprof.sessions import RemoteControl
 
 if __name__ == "__main__":
-    ctl = RemoteControl(ProfilerOptions(cupti=False, nvml=False, engine_kwargs=%r), {})
+    ctl = RemoteControl(ProfilerOptions(cupti=False, nvml=False,
+                                        engine=EngineSpec.resolve("nanochat-tiny", **%r)), {})
     ctl.start()
     t_end = time.monotonic() + 90
     while ctl.view(raw=False, wait=True).counters["tokens"] < 3 and time.monotonic() < t_end:

@@ -8,7 +8,7 @@ import time
 
 from tuiprof.engine.load import load_engine
 from tuiprof.profiler import Profiler
-from tuiprof.spec import ProfilerOptions
+from tuiprof.spec import EngineSpec, ProfilerOptions
 from tuiprof.store import SessionStore
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.compare import CompareScreen
@@ -19,8 +19,8 @@ from .conftest import screen_text
 
 def test_b_and_B_switch_the_batch_and_keep_every_configuration(tmp_path):
     store = SessionStore()
-    opts = ProfilerOptions(cupti=False, nvml=False, engine_kwargs=dict(
-        model_spec="qwen3-tiny", device="cpu", prompt_len=8, max_new_tokens=32, loop=True,
+    opts = ProfilerOptions(cupti=False, nvml=False, engine=EngineSpec.resolve(
+        "qwen3-tiny", device="cpu", prompt_len=8, max_new_tokens=32, loop=True,
         max_batch=4))
     prof = Profiler(store, opts)
     prof.start()

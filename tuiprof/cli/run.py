@@ -4,6 +4,7 @@ tensor-parallel ranks (``--tp N``); ``tuiprof record``. A program of one's own
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import time
@@ -100,28 +101,31 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "requests, seen from outside the engine (docs/serving.md, \"Proxy\")")
 
 
-def _engine_kwargs(args: argparse.Namespace) -> dict:
-    kw = dict(model_spec=args.model, device=args.device, dtype=args.dtype, seed=args.seed,
-              prompt=args.prompt, prompt_len=args.prompt_len,
-              max_new_tokens=args.max_new_tokens, loop=not args.no_loop, mode=args.mode,
-              compile_mode=args.compile_mode, trust_remote_code=args.trust_remote_code,
-              weights=args.weights, temperature=args.temperature, top_k=args.top_k,
-              batch=args.batch, max_batch=args.max_batch)
-    if args.max_len:
-        kw["max_len"] = args.max_len
-    return kw
+def engine_spec(args: argparse.Namespace):
+    """The command line's engine run, ``--model`` resolved: the one place it is (a bad
+    ``--model`` fails here, in one line, before anything starts)."""
+    from ..spec import EngineSpec  # noqa: PLC0415 - the engine's modules: not at start-up
+
+    spec = EngineSpec.resolve(args.model, trust_remote_code=args.trust_remote_code)
+    return dataclasses.replace(
+        spec, device=args.device, dtype=args.dtype, seed=args.seed, prompt=args.prompt,
+        prompt_len=args.prompt_len, max_new_tokens=args.max_new_tokens, loop=not args.no_loop,
+        mode=args.mode, compile_mode=args.compile_mode, weights=args.weights,
+        max_len=args.max_len or None, temperature=args.temperature, top_k=args.top_k,
+        batch=args.batch, max_batch=args.max_batch)
 
 
-def _make_options(args: argparse.Namespace):
-    """(ProfilerOptions, SessionStore keyword arguments) from the command line."""
-    from ..engine import resolve_model  # noqa: PLC0415  (fail fast on a bad --model, before threads)
+def _make_options(args: argparse.Namespace, engine=None):
+    """(ProfilerOptions, SessionStore keyword arguments) from the command line; ``engine``:
+    its :func:`engine_spec` made already."""
     from ..spec import ProfilerOptions  # noqa: PLC0415
     from ..startup import command_start  # noqa: PLC0415
 
-    source = resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    engine = engine or engine_spec(args)
     if args.batch < 1 or (args.max_batch is not None and args.max_batch < 1):
         raise TuiprofError("--batch and --max-batch must be at least 1")
-    cap_new_tokens(args, source.model_def.config)
+    capped = cap_new_tokens(args, engine.source.model_def.config)
+    engine = dataclasses.replace(engine, max_new_tokens=capped)
     ring = args.ring_tokens
     if args.record:
         ring = max(ring, args.max_new_tokens + 1)
@@ -130,19 +134,19 @@ def _make_options(args: argparse.Namespace):
                            alloc_every=args.alloc_every if args.alloc_every == "auto"
                            else int(args.alloc_every),
                            detach_between_bursts=not getattr(args, "cupti_attached", False),
-                           engine_kwargs=_engine_kwargs(args), started_at=command_start())
+                           engine=engine, started_at=command_start())
     return opts, {"ring_tokens": ring}
 
 
 DEFAULT_MAX_LEN = 4096   # the static cache without --max-len (engine.hf_adapter.resolve_max_len)
 
 
-def cap_new_tokens(args: argparse.Namespace, config: dict) -> None:
+def cap_new_tokens(args: argparse.Namespace, config: dict) -> int:
     """A ``--max-new-tokens`` that the KV cache cannot hold is capped, and the user is told
     (the cache holds the prompt plus the new tokens, up to the model's positions or
     ``--max-len``). The capped count is what the engine runs and the snapshot says."""
     if args.prompt is not None:   # a text prompt's length is known only once tokenized
-        return
+        return args.max_new_tokens
     limit = int(config.get("max_position_embeddings") or config.get("n_positions")
                 or DEFAULT_MAX_LEN)
     want = args.max_len or (max(args.prompt_len, 64) + args.max_new_tokens)
@@ -153,13 +157,14 @@ def cap_new_tokens(args: argparse.Namespace, config: dict) -> None:
                            f"{positions} positions; use a shorter prompt"
                            + ("" if args.max_len is None else " or a larger --max-len"))
     if args.max_new_tokens <= most:
-        return
+        return args.max_new_tokens
     why = (f"--max-len {args.max_len}" if args.max_len and args.max_len <= limit
            else f"the model's {limit} positions")
     say(f"tuiprof: --max-new-tokens {args.max_new_tokens}: capped at {most} ({most - 1} decode "
         f"steps): the KV cache holds {positions} positions ({why}) and the prompt takes "
         f"{args.prompt_len}")
     args.max_new_tokens = most
+    return most
 
 
 def _make_profiler(args: argparse.Namespace):
@@ -196,6 +201,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _cmd_run_ui(args)
     from ..export.feeds import start_feeds  # noqa: PLC0415
 
+    if args.headless:
+        args.no_loop = True  # headless runs end after --max-new-tokens
     prof, store = _make_profiler(args)
     if not args.headless:
         from ..ui.app import run_app  # noqa: PLC0415
@@ -207,9 +214,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         finally:
             feeds.close()
         return exit_if_busy(prof, code)
-    if args.no_loop is False:
-        args.no_loop = True  # headless runs end after --max-new-tokens
-        prof.options.engine_kwargs["loop"] = False
     out = snapshot_path(args)
     stopping, old = stop_on_signals(out, prof.done.set)
     feeds = start_feeds(args, store)
@@ -315,7 +319,7 @@ def model_control(args: argparse.Namespace):
     return ctl, args.model, Path(args.model).name
 
 
-def _check_tp(args: argparse.Namespace) -> None:
+def _check_tp(args: argparse.Namespace, engine) -> None:
     """Fail fast (one line) on a --tp the machine cannot run."""
     if args.tp < 1:
         raise TuiprofError(f"--tp {args.tp}: give the number of ranks (2 or more)")
@@ -325,10 +329,9 @@ def _check_tp(args: argparse.Namespace) -> None:
         raise TuiprofError("--record writes one rank's recording; drop it with --tp")
     if args.weights:
         raise TuiprofError("--tp builds random weights only for now; drop --weights")
-    from ..engine import resolve_model  # noqa: PLC0415
     from ..engine.load import pick_device, tp_families  # noqa: PLC0415
 
-    source = resolve_model(args.model, trust_remote_code=args.trust_remote_code)
+    source = engine.source
     config = source.model_def.config
     heads = int(config.get("num_attention_heads") or 0)
     kv = int(config.get("num_key_value_heads") or heads)
@@ -350,12 +353,14 @@ def _check_tp(args: argparse.Namespace) -> None:
 
 def _cmd_run_tp(args: argparse.Namespace) -> int:
     """N tensor-parallel ranks, each a session process; the live app or a headless run."""
-    _check_tp(args)   # before importing what starts ranks: a refusal takes a fraction of a second
+    engine = engine_spec(args)
+    _check_tp(args, engine)   # before what starts ranks is imported: a refusal takes a moment
     from ..sessions.rank_launcher import RankSetControl  # noqa: PLC0415
 
     if args.headless:
         args.no_loop = True
-    opts, store_kwargs = _make_options(args)
+    opts, store_kwargs = _make_options(args, dataclasses.replace(
+        engine, device=args.device, loop=not args.no_loop))
     from ..export.feeds import Feeds, start_feeds  # noqa: PLC0415
 
     ctl = RankSetControl(opts, store_kwargs, args.tp, orphan_snapshot_dir=args.export_dir)
@@ -466,7 +471,7 @@ def _print_ranks_summary(rv) -> None:
 
 
 def _say_start(store, prof) -> None:
-    say(f"tuiprof: loading {prof.options.engine_kwargs.get('model_spec')} ...")
+    say(f"tuiprof: loading {prof.options.engine.model} ...")
 
 
 def _say_progress(prof, said: set) -> None:

@@ -223,7 +223,11 @@ def main(argv: list[str]) -> int:
     try:
         t0 = time.perf_counter()
         torch.set_grad_enabled(False)
-        loaded = load_model(request["model"], device=request["device"], dtype=request["dtype"],
+        model = request["model"]   # the session's model, resolved there (a name from an older one)
+        if isinstance(model, dict):
+            from .source import ModelSource
+            model = ModelSource.from_json(model)
+        loaded = load_model(model, device=request["device"], dtype=request["dtype"],
                             seed=int(request.get("seed", 0)), max_len=request.get("max_len"),
                             trust_remote_code=bool(request.get("trust_remote_code")),
                             weights=request.get("weights"))

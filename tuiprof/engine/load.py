@@ -186,11 +186,13 @@ def gemm_warmup(config: dict, dtype: str, tokens: int) -> Callable[[str], None] 
     return warm
 
 
-def load_model(model_spec: str, *, device: str | None = None, dtype: str | None = None,
+def load_model(model_spec: str | ModelSource, *, device: str | None = None,
+               dtype: str | None = None,
                seed: int = 0, max_len: int | None = None, trust_remote_code: bool = False,
                weights: str | None = None, tp: object = None,
                warm_tokens: int = 16) -> LoadedModel:
-    """Resolve ``model_spec`` and build its adapter (random weights unless some are found).
+    """Build the adapter of ``model_spec`` (random weights unless some are found): a
+    :class:`ModelSource` resolved already, or a name resolved here.
 
     ``warm_tokens``: the prompt length whose matrix products are warmed on CUDA while the model
     code imports (:func:`gemm_warmup`).
@@ -200,7 +202,8 @@ def load_model(model_spec: str, *, device: str | None = None, dtype: str | None 
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    source = resolve_model(model_spec, trust_remote_code=trust_remote_code)
+    source = (model_spec if isinstance(model_spec, ModelSource)
+              else resolve_model(model_spec, trust_remote_code=trust_remote_code))
     from . import bytecode
 
     kept = bytecode.keep()  # before torch: an install without bytecode compiles it every start
@@ -311,7 +314,8 @@ def _first_prompt(loaded: LoadedModel, prompt: str | None, prompt_len: int, seed
     return ids.to(loaded.device), f"random ids ({n} tokens, seed {seed})"
 
 
-def load_engine(model_spec: str, device: str | None = None, dtype: str | None = None,
+def load_engine(model_spec: str | ModelSource, device: str | None = None,
+                dtype: str | None = None,
                 seed: int = 0, prompt: str | None = DEFAULT_PROMPT, prompt_len: int = 16,
                 max_new_tokens: int | None = DEFAULT_MAX_NEW_TOKENS, loop: bool = False,
                 mode: str = "eager", compile_mode: str | None = None,
@@ -402,7 +406,8 @@ class CompileSetup:
 
     HELPER_MARGIN = 2 * 1024**3   # GPU memory left free beside the helper's copy
 
-    def __init__(self, loaded: LoadedModel, model_spec: str, *, seed: int, max_len: int,
+    def __init__(self, loaded: LoadedModel, model_spec: str | ModelSource, *, seed: int,
+                 max_len: int,
                  prompt_len: int, weights: str | None, trust_remote_code: bool,
                  info: dict) -> None:
         self.loaded, self.model_spec, self.seed, self.max_len = loaded, model_spec, seed, max_len
@@ -493,7 +498,9 @@ class CompileSetup:
                 raise TuiprofError(f"{free / 1024**3:.1f} GiB of GPU memory free, a second copy "
                                    f"of the model needs {need / 1024**3:.1f} + "
                                    f"{self.HELPER_MARGIN / 1024**3:.0f}")
-        request = {"model": self.model_spec, "device": self.loaded.device,
+        model = self.model_spec
+        request = {"model": model.to_json() if isinstance(model, ModelSource) else model,
+                   "device": self.loaded.device,
                    "dtype": self.loaded.dtype, "seed": self.seed, "max_len": self.max_len,
                    "prompt_len": self.prompt_len, "weights": self.weights,
                    "trust_remote_code": self.trust, "batches": [int(b) for b in batches],

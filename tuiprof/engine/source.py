@@ -1,6 +1,7 @@
 """Resolving ``--model``: a registry name, a local HF directory, or a cached HF repo id."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -32,9 +33,21 @@ class ModelSource:
     def family(self) -> str:
         return self.model_def.family
 
+    def to_json(self) -> dict:
+        """Plain data (JSON): what a process started with a model needs to build it without
+        resolving the name again (a compile helper, a detached session's keeper)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ModelSource":
+        fields = dict(data)
+        return cls(ModelDef(**fields.pop("model_def")), **fields)
+
 
 def resolve_model(spec: str, trust_remote_code: bool = False) -> ModelSource:
-    """Resolve ``spec``; nothing is downloaded. Raises :class:`TuiprofError` on failure."""
+    """Resolve ``spec``; nothing is downloaded. Raises :class:`TuiprofError` on failure.
+    A session resolves ``--model`` once, in the CLI (:class:`tuiprof.spec.EngineSpec`); the
+    layers below take the :class:`ModelSource`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")        # before huggingface_hub is imported:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")  # it reads them once, at import
     path = Path(spec).expanduser()

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from ..control import SessionControl, SourceStatus, batch_limit_message, batch_target
-from ..engine.load import expected_meta
 from ..spec import ProfilerOptions
 from ..startup import ProgressTracker
 from . import protocol
@@ -116,12 +115,13 @@ class RemoteControl(SessionControl):
         self.mirror = Mirror(self.store_kwargs.get("series_len", 2048),
                              self.store_kwargs.get("nvml_len", 6000))
         # Until the session process answers: what the command line says, and the first phase.
-        if "model_spec" in options.engine_kwargs:
-            self.mirror.meta = expected_meta(**options.engine_kwargs)
+        engine = options.engine
+        if engine is not None:
+            self.mirror.meta = engine.expected_meta()
         tracker = ProgressTracker(options.started_at)
         tracker.begin("starting session process")
         self.status = SourceStatus(state="loading", live=True,
-                                   mode=options.engine_kwargs.get("mode", "eager"),
+                                   mode=engine.mode if engine is not None else "eager",
                                    progress=tracker.progress)
         self._interrupted = False
         self.orphan_snapshot_dir = str(orphan_snapshot_dir) if orphan_snapshot_dir else None

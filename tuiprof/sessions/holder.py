@@ -87,9 +87,9 @@ class HeldSession(ProcessSet):
             self.info["listen"] = "%s:%d" % tuple(self.server.tcp)
         self.main.start()
         prog = self.main.program
+        engine = self.main.options.engine
         argv = list(prog["spec"].argv) if prog else ["tuiprof", "--model",
-                                                     str(self.main.options.engine_kwargs.get(
-                                                         "model_spec", ""))]
+                                                     engine.model if engine is not None else ""]
         name = prog["spec"].name if prog else str(self.info.get("name", "model"))
         parent = os.getppid() if self.main.pid == os.getpid() else os.getpid()
         self._add(ProcessEntry(0, self.main.pid, parent, argv, name, main=True,

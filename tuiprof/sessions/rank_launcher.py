@@ -83,13 +83,13 @@ class RankSetControl(SessionControl):
         self.ranks: list[RemoteControl] = []
         for r in range(world_size):
             opts = dataclasses.replace(options, device_index=nvml_index(r),
-                                       engine_kwargs={**options.engine_kwargs, "tp": world_size})
+                                       engine=dataclasses.replace(options.engine, tp=world_size))
             self.ranks.append(RemoteControl(opts, store_kwargs,
                                             orphan_snapshot_dir=orphan_snapshot_dir,
                                             reply_timeout=reply_timeout, hook=hook))
         self.store = self.ranks[0].store  # type: ignore[assignment]
         self.status = SourceStatus(state="loading", live=True,
-                                   mode=options.engine_kwargs.get("mode", "eager"),
+                                   mode=options.engine.mode,
                                    message=f"starting {world_size} rank processes")
         self.failure: str | None = None
         self.launcher = "torch.multiprocessing.start_processes (spawn)"

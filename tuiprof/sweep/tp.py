@@ -20,7 +20,7 @@ from ..analysis.cross_rank import RanksSummary, find_ranks, ranks_summary, tp_sc
 from ..analysis.tokens import mode_summaries
 from ..errors import TuiprofError
 from ..export._atomic import atomic_write_text
-from ..spec import ProfilerOptions
+from ..spec import EngineSpec, ProfilerOptions
 from ..sessions.rank_launcher import RankSetControl
 from ..store.rank_set import RanksView
 from ..text import csv_text
@@ -61,8 +61,8 @@ class TPSession:
         self.model, self.tp, self.say, self.timeout = model, tp, say, timeout
         self.tokens = {"eager": eager_tokens, "compiled": compiled_tokens}
         self.raw_tokens = raw_tokens
-        opts = ProfilerOptions(cupti=cupti, nvml=True, engine_kwargs=dict(
-            model_spec=model, device=device, dtype=dtype, loop=True, max_new_tokens=cycle_tokens,
+        opts = ProfilerOptions(cupti=cupti, nvml=True, engine=EngineSpec.resolve(
+            model, device=device, dtype=dtype, loop=True, max_new_tokens=cycle_tokens,
             prompt_len=16, mode="eager"))
         self.ctl = RankSetControl(opts, {"ring_tokens": ring_tokens}, tp, hook=hook)
 
