@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,25 +52,54 @@ from tuiprof.engine.vllm_load import Client, wait_up  # noqa: E402
 from tuiprof.engine.lengths import parse_lengths  # noqa: E402
 
 
-def one_run(args, under: bool, port: int, tmp: Path) -> dict:
+def vllm_command(args, port: int, snap: Path | None) -> list:
+    """vLLM's OpenAI server on 127.0.0.1:PORT, under ``tuiprof run --headless`` with a snapshot
+    path (bare without)."""
     server = [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model,
               "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
               "--host", "127.0.0.1", "--port", str(port)]
-    snap = tmp / f"run-{port}.json"
-    cmd = ([args.python, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json",
-            str(snap), "--", "python", *server[1:]] if under else server)
+    if snap is None:
+        return server
+    return [args.python, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json", str(snap),
+            "--", "python", *server[1:]]
+
+
+@contextmanager
+def serving(cmd: list, port: int, log_path: Path):
+    """The server in a process group of its own, answering on ``port``, its output in
+    ``log_path``; Ctrl-C to the whole group on the way out (SIGKILL after 180 s)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
-    log = open(tmp / f"run-{port}.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
-    try:
-        wait_up(port, proc)
-        vocab = int(json.loads((Path(args.model) / "config.json").read_text())["vocab_size"])
-        client = Client(port, args.model, vocab, args.seed, parse_lengths(args.prompt_len),
-                        parse_lengths(args.output_len))
-        client.submit("warmup0")
-        client.collect(1)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        try:
+            wait_up(port, proc)
+            yield proc
+        finally:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(180)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def warm_client(args, port: int) -> Client:
+    """The load's client, after one warm-up request."""
+    vocab = int(json.loads((Path(args.model) / "config.json").read_text())["vocab_size"])
+    client = Client(port, args.model, vocab, args.seed, parse_lengths(args.prompt_len),
+                    parse_lengths(args.output_len))
+    client.submit("warmup0")
+    client.collect(1)
+    return client
+
+
+def one_run(args, under: bool, port: int, tmp: Path) -> dict:
+    snap = tmp / f"run-{port}.json"
+    with serving(vllm_command(args, port, snap if under else None), port,
+                 tmp / f"run-{port}.log"):
+        client = warm_client(args, port)
         t0 = time.monotonic()
         sent = in_flight = 0
         while in_flight < args.concurrency and sent < args.requests:
@@ -83,14 +113,6 @@ def one_run(args, under: bool, port: int, tmp: Path) -> dict:
                 sent += 1
                 in_flight += 1
         wall = time.monotonic() - t0
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(180)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
     seen = {k: v for k, v in client.seen.items() if not k.startswith("warmup")}
     e2e = [v[1] for v in seen.values()]
     ttft = [v[0] for v in seen.values() if v[0] is not None]
@@ -188,26 +210,11 @@ def gil_split(raw: Path) -> dict:
 def breakdown(args, port: int, tmp: Path) -> dict:
     """One run under tuiprof, ``args.breakdown`` seconds of closed-loop load: where the
     server's time goes (the module docstring)."""
-    server = [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model,
-              "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
-              "--host", "127.0.0.1", "--port", str(port)]
     snap = tmp / f"breakdown-{port}.json"
-    cmd = [args.python, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json", str(snap),
-           "--", "python", *server[1:]]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
     spy = shutil.which("py-spy")
-    log = open(tmp / f"breakdown-{port}.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
     out: dict = {"load_before": os.getloadavg(), "py_spy": spy}
-    try:
-        wait_up(port, proc)
-        vocab = int(json.loads((Path(args.model) / "config.json").read_text())["vocab_size"])
-        client = Client(port, args.model, vocab, args.seed, parse_lengths(args.prompt_len),
-                        parse_lengths(args.output_len))
-        client.submit("warmup0")
-        client.collect(1)
+    with serving(vllm_command(args, port, snap), port, tmp / f"breakdown-{port}.log") as proc:
+        client = warm_client(args, port)
         pids = _tree(proc.pid)
         names = {p: _comm(p) for p in pids}
         engine = next((p for p, c in names.items() if c.startswith("VLLM::EngineCor")), None)
@@ -241,14 +248,6 @@ def breakdown(args, port: int, tmp: Path) -> dict:
         c1 = thread_cpu(list(roles))
         for _path, sp in spies.values():
             sp.wait(120)
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(180)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
     seen = {k: v for k, v in client.seen.items() if not k.startswith("warmup")}
     cpu: dict = {}
     for (p, t), (name, s1) in c1.items():

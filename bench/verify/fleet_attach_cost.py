@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.sessions._helpers import PtyProcess  # noqa: E402
-from tests.sessions.fleet_nodes import env, free_port, ours, steps_forever  # noqa: E402
+from tests.sessions.fleet_nodes import (env, free_port, new_token, ours,  # noqa: E402
+                                        private_runtime, steps_forever)
 from tests.sessions.relay import Relay  # noqa: E402
 from tuiprof.sessions import runtime  # noqa: E402
 
@@ -57,12 +58,8 @@ def main() -> int:
     args = p.parse_args()
     counts = [int(x) for x in args.hosts.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="fleetcost-"))
-    rt = tempfile.mkdtemp(prefix="tprt-", dir="/tmp")
-    os.chmod(rt, 0o700)
-    os.environ["TUIPROF_RUNTIME_DIR"] = rt
-    token = tmp / "token"
-    token.write_text(os.urandom(16).hex() + "\n")
-    token.chmod(0o600)
+    rt = private_runtime()
+    token = new_token(tmp)
     sids, relays = [], []
     results = []
     try:

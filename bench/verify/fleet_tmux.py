@@ -12,7 +12,6 @@ Usage: python bench/verify/fleet_tmux.py [--sizes 200x50,80x24] [--out screensho
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.sessions.fleet_nodes import env, free_port, kill_node, nodes  # noqa: E402
+from tests.sessions.fleet_nodes import (env, free_port, kill_node, new_token,  # noqa: E402
+                                        nodes, private_runtime)
 from tuiprof.sessions import runtime  # noqa: E402
 
 # the main screen's footer, then the all-processes screen's (each key, what to wait for after)
@@ -85,12 +85,8 @@ def main() -> int:
     p.add_argument("--out", default=str(REPO / "screenshots"))
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="fleettmux-"))
-    rt = tempfile.mkdtemp(prefix="tprt-", dir="/tmp")
-    os.chmod(rt, 0o700)
-    os.environ["TUIPROF_RUNTIME_DIR"] = rt
-    token = tmp / "token"
-    token.write_text(os.urandom(16).hex() + "\n")
-    token.chmod(0o600)
+    private_runtime()
+    token = new_token(tmp)
     ports = (free_port(), free_port())
     sessions: list = []
     try:

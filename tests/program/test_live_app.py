@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 from textual.widgets import Log
 
@@ -16,15 +15,10 @@ from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.log import LogScreen
 from tuiprof.ui.widgets.statusline import StatusLine
 
+from sessions._helpers import quit_app
+from sessions._helpers import until as _until
+
 from .conftest import PROGRAMS
-
-
-async def _until(pred, app, seconds: float = 60.0) -> None:
-    t_end = time.monotonic() + seconds
-    while not pred():
-        assert time.monotonic() < t_end, "timed out"
-        app.refresh_view()
-        await asyncio.sleep(0.1)
 
 
 def test_program_in_the_live_app(tmp_path):
@@ -68,9 +62,7 @@ def test_program_in_the_live_app(tmp_path):
             assert ctl.status.extra["program"]["exit_status"] == 130
             await _until(lambda: "exit 130" in status_text(), app, 5)  # at the next refresh
             await _until(lambda: "shutting down" in app.view.output, app, 10)
-            await pilot.press("q")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            await quit_app(pilot, app)
 
     asyncio.run(main())
     ctl.stop()

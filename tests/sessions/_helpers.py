@@ -14,6 +14,13 @@ async def until(pred, app, seconds: float = 60.0) -> None:
         await asyncio.sleep(0.1)
 
 
+async def quit_app(pilot, app) -> None:
+    """``q``, then wait for what it started (the app writes its snapshot on a worker)."""
+    await pilot.press("q")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
 def screen_text(app) -> str:
     """The current screen as plain text."""
     strips = app.screen._compositor.render_strips()

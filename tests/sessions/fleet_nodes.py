@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,6 +29,23 @@ def free_port() -> int:
 
 def env() -> dict:
     return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def private_runtime() -> str:
+    """A runtime directory of this run's own (0700, short: socket paths), for every session it
+    starts and attaches to (``TUIPROF_RUNTIME_DIR``)."""
+    rt = tempfile.mkdtemp(prefix="tprt-", dir="/tmp")
+    os.chmod(rt, 0o700)
+    os.environ["TUIPROF_RUNTIME_DIR"] = rt
+    return rt
+
+
+def new_token(tmp: Path) -> Path:
+    """A token file (0600) the hosts listen with and the UI attaches with."""
+    token = tmp / "token"
+    token.write_text(os.urandom(16).hex() + "\n")
+    token.chmod(0o600)
+    return token
 
 
 def detach(tmp: Path, program: list, *options: str, timeout: float = 120) -> str:

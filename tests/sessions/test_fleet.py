@@ -25,7 +25,7 @@ from tuiprof.sessions.fleet import (Address, ClockEstimate, FleetSession, is_add
                                   parse_addresses)
 from tuiprof.store.rank_set import jobs, process_facts
 
-from ._helpers import runtime_dir, screen_text
+from ._helpers import quit_app, runtime_dir, screen_text
 from .fleet_nodes import (STEPS_FOREVER, detach, env, free_port, kill_node, listening, nodes,
                           ours)
 from .relay import Relay
@@ -163,9 +163,7 @@ def two_nodes(tmp_path_factory):
                 seen["again"] = screen_text(app)
                 seen["again_views"] = fleet.views()
                 seen["notices"] = [line for _, line in fleet.notices]
-                await pilot.press("q")
-                await app.workers.wait_for_complete()
-                await pilot.pause()
+                await quit_app(pilot, app)
             seen["exit"] = getattr(app, "_exit_args", None)
 
         asyncio.run(run())

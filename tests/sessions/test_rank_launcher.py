@@ -24,6 +24,7 @@ from tuiprof.sessions.rank_launcher import FIXED_BATCH, RankSetControl
 from tuiprof.ui.app import make_app, view_control
 from tuiprof.ui.screens.all_ranks import RanksScreen
 
+from ._helpers import quit_app
 from ._helpers import screen_text as _screen_text
 from ._helpers import until as _until
 
@@ -149,9 +150,7 @@ def test_live_ranks_pause_together_and_a_killed_rank_is_one_line_with_data_kept(
             assert min(kept) > 10
             await pilot.press("e")
             await _until(lambda: list(tmp_path.glob("tuiprof-*.json")), app, 30)
-            await pilot.press("q")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            await quit_app(pilot, app)
 
     asyncio.run(run())
     ctl.stop()

@@ -14,6 +14,7 @@ from tuiprof.spec import EngineSpec, ProfilerOptions
 from tuiprof.sessions import RemoteControl
 from tuiprof.ui.app import make_app
 
+from ._helpers import quit_app
 from ._helpers import until as _until
 
 
@@ -48,9 +49,7 @@ def test_keys_reach_the_session_process_and_quit_ends_it(tmp_path):
             await _until(lambda: any(e[2] == "reset" for e in app.view.events), app)
             await pilot.press("e")
             await _until(lambda: list(tmp_path.glob("tuiprof-*.json")), app, 30)
-            await pilot.press("q")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            await quit_app(pilot, app)
 
     asyncio.run(main())
     ctl.stop()
@@ -81,9 +80,7 @@ def test_a_dead_session_process_is_reported_and_its_data_kept(tmp_path):
             assert "session process ended (killed by signal 9)" in msg and "\n" not in msg
             await pilot.press("e")
             await _until(lambda: list(tmp_path.glob("tuiprof-*.json")), app, 20)
-            await pilot.press("q")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            await quit_app(pilot, app)
             return kept
 
     kept = asyncio.run(main())

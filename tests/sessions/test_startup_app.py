@@ -15,6 +15,8 @@ from tuiprof.startup import command_start
 from tuiprof.ui.app import make_app
 from tuiprof.ui.widgets.header import HeaderPane
 
+from ._helpers import quit_app
+
 ENGINE = dict(device="cpu", max_new_tokens=16, loop=True, prompt_len=4)
 
 
@@ -43,9 +45,7 @@ def test_first_frame_shows_model_device_and_progress_until_the_first_token(tmp_p
                 assert time.monotonic() < t_end, _screen(app)
                 await asyncio.sleep(0.1)
             frames["token"] = _screen(app)
-            await pilot.press("q")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            await quit_app(pilot, app)
 
     asyncio.run(main())
     ctl.close()

@@ -15,7 +15,7 @@ from tuiprof.analysis.cross_rank import ranks_summary
 from tuiprof.export.snapshot import read_any_snapshot
 from tuiprof.store.rank_set import is_active, jobs, process_facts
 
-from ._helpers import runtime_dir, screen_text
+from ._helpers import quit_app, runtime_dir, screen_text
 
 REPO = Path(__file__).resolve().parents[2]
 NEW_TOKENS = 4
@@ -67,9 +67,7 @@ def torchrun_live(tmp_path_factory):
             seen["a"] = screen_text(app)
             await pilot.press("escape")
             await until(lambda: held.program_ended, 120, "end")
-            await pilot.press("q")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            await quit_app(pilot, app)
 
     try:
         asyncio.run(run())
