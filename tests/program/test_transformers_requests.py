@@ -188,9 +188,10 @@ def test_the_app_middleware_times_the_first_text_and_the_last_bytes_it_writes():
     assert len(sent) == 7                  # every message passed, unchanged
     row = book.view().get("r1")
     # the clock's ticks: 100 the app's entry (its arrival), 110 queued; the body messages
-    # timed 120 (the role chunk), 130 (the first text) ... 160; 170 finished; 180 the end
+    # timed until the first text: 120 (the role chunk), 130 (the first text); those between
+    # read no clock; 140 finished; 150 the end
     assert row.arrival_ns == 100 and row.queued_ns == 110
-    assert row.wire_first_ns == 130 and row.wire_end_ns == 180 and row.finish_ns == 170
+    assert row.wire_first_ns == 130 and row.wire_end_ns == 150 and row.finish_ns == 140
     assert row.after_engine_ms is None      # no token handed over in this stand-in engine
     book.tokens("r2", 1)                    # nothing else was recorded
     assert [r.id for r in book.view().rows] == ["r1"]

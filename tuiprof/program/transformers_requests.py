@@ -160,12 +160,14 @@ class ArrivalMiddleware:
         async def timed_send(message: Any) -> None:
             if w.rid is not None and message.get("type") == "http.response.body":
                 try:
-                    t = clock()
-                    if not w.first and carries_text(message.get("body")):
-                        w.first = t
-                    if not message.get("more_body", False):
-                        rid, w.rid = w.rid, None
-                        owner.wired(rid, w.first or t, t)
+                    last = not message.get("more_body", False)
+                    if last or not w.first:     # the chunks between cost no clock read
+                        t = clock()
+                        if not w.first and carries_text(message.get("body")):
+                            w.first = t
+                        if last:
+                            rid, w.rid = w.rid, None
+                            owner.wired(rid, w.first or t, t)
                 except Exception as exc:  # never in the server's way
                     owner.failed_here("send", exc)
             await send(message)
