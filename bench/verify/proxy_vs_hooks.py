@@ -26,12 +26,14 @@ import os
 import platform
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from tests.serving.transformers_server import (at_once, openai_client,  # noqa: E402
+                                               transformers_serve)
 
 
 def pct(values: list, q: float) -> float | None:
@@ -43,8 +45,7 @@ def pct(values: list, q: float) -> float | None:
 
 def drive(openai, prompt_words, port: int, model: str, a) -> dict[str, float]:
     """The client's requests through the proxy: one at a time, then pairs; each one's TTFT."""
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
-                           timeout=120, max_retries=0)
+    client = openai_client(openai, port, timeout=120)
     mine: dict[str, float] = {}
 
     def one(rid: str) -> None:
@@ -65,11 +66,7 @@ def drive(openai, prompt_words, port: int, model: str, a) -> dict[str, float]:
             time.sleep(a.gap_ms / 1e3)
         one(f"req{k}")
     for k in range(a.pairs):
-        ts = [threading.Thread(target=one, args=(f"pair{k}.{i}",)) for i in range(2)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(120)
+        at_once(one, [(f"pair{k}.{i}",) for i in range(2)], timeout=120)
     return mine
 
 
@@ -85,7 +82,6 @@ def main() -> int:
     a = p.parse_args()
     import openai  # noqa: PLC0415
 
-    from tests.serving.transformers_server import transformers_serve  # noqa: PLC0415
     from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words  # noqa: PLC0415
 
     tmp = Path(tempfile.mkdtemp(prefix="tuiprof-proxy-vs-hooks-"))

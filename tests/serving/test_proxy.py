@@ -22,6 +22,16 @@ from tuiprof.collect.http_proxy import HttpProxy, parse_spec
 from tuiprof.store.requests import RequestBook
 
 
+def read_exactly(s: socket.socket, n: int) -> bytes:
+    """The next ``n`` bytes from ``s`` (fails if it closes before)."""
+    got = bytearray()
+    while len(got) < n:
+        b = s.recv(65536)
+        assert b, f"closed after {len(got)} of {n} bytes"
+        got += b
+    return bytes(got)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -185,13 +195,9 @@ def test_bytes_pass_unchanged_and_the_request_is_recorded(make, book):
     s.sendall(req[:30])
     time.sleep(0.02)
     s.sendall(req[30:])
-    got = bytearray()
-    while len(got) < len(response):
-        b = s.recv(65536)
-        assert b
-        got += b
+    got = read_exactly(s, len(response))
     s.close()
-    assert bytes(got) == response                       # every byte, chunk framing included
+    assert got == response                       # every byte, chunk framing included
     wait_for(lambda: len(up.log["received"]) == len(req))
     assert bytes(up.log["received"]) == req
     wait_for(lambda: book.view().finished)
@@ -213,7 +219,7 @@ def test_keep_alive_two_requests_on_one_connection(make, book):
             b = s.recv(65536)
             assert b
             got += b
-        assert bytes(got) == response
+        assert got == response
     s.close()
     assert up.log["connections"] == 1
     wait_for(lambda: len(book.view().finished) == 2)
@@ -232,14 +238,10 @@ def test_non_streaming_json_and_other_paths(make, book):
     proxy, up = make(streaming([response]))
     s = connect(proxy)
     s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")   # forwarded, not a request row
-    got = bytearray()
-    while len(got) < len(response):
-        got += s.recv(65536)
+    got = read_exactly(s, len(response))
     s.sendall(request(body=b"{}", rid=""))
-    got = bytearray()
-    while len(got) < len(response):
-        got += s.recv(65536)
-    assert bytes(got) == response
+    got = read_exactly(s, len(response))
+    assert got == response
     s.close()
     wait_for(lambda: book.view().finished)
     (r,) = book.view().rows
@@ -279,12 +281,8 @@ def test_upstream_500_passed_as_it_came(make, book):
     proxy, up = make(streaming([response]))
     s = connect(proxy)
     s.sendall(request(rid="bad"))
-    got = bytearray()
-    while len(got) < len(response):
-        b = s.recv(65536)
-        assert b
-        got += b
-    assert bytes(got) == response
+    got = read_exactly(s, len(response))
+    assert got == response
     s.close()
     wait_for(lambda: book.view().finished)
     r = book.view().get("proxy:bad")
@@ -447,13 +445,9 @@ def test_the_proxy_in_its_own_process_records_into_this_ones_book(book):
     try:
         s = socket.create_connection(("127.0.0.1", listen), timeout=10)
         s.sendall(request(rid="far"))
-        got = bytearray()
-        while len(got) < len(response):
-            b = s.recv(65536)
-            assert b
-            got += b
+        got = read_exactly(s, len(response))
         s.close()
-        assert bytes(got) == response
+        assert got == response
         wait_for(lambda: book.view().finished)
     finally:
         proxy.stop()

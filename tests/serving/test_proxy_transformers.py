@@ -17,13 +17,12 @@ live in bench/)."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 
 from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words
 
-from .transformers_server import transformers_serve
+from .transformers_server import at_once, openai_client, transformers_serve
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -39,8 +38,7 @@ def test_proxy_and_hooks_agree_on_the_same_requests(tmp_path):
     seen: dict[str, int] = {}
     # clients go through the proxy (502s until the server behind it is up)
     with transformers_serve(model, snap, tmp_path, proxy=True) as served:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/v1", api_key="none",
-                               timeout=60, max_retries=0)
+        client = openai_client(openai, served.port)
 
         def one(rid: str, usage: bool) -> None:
             stream = client.completions.create(
@@ -52,11 +50,7 @@ def test_proxy_and_hooks_agree_on_the_same_requests(tmp_path):
         one("warmup", True)   # the first request starts continuous batching
         for k in range(N):    # one at a time, then two at once
             one(f"req{k}", k % 2 == 0)
-        threads = [threading.Thread(target=one, args=(f"pair{i}", True)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        at_once(one, [(f"pair{i}", True) for i in range(2)])
     out = served.printed()
     assert len(seen) == N + 3, out[-3000:]
     doc = json.loads(snap.read_text())

@@ -5,14 +5,13 @@ weights and a tokenizer trained here (nothing downloaded)."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
 
 from tuiprof.engine.model_dir import make_tiny_model_dir, prompt_words
 
-from .transformers_server import transformers_serve
+from .transformers_server import at_once, openai_client, transformers_serve
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -32,8 +31,7 @@ def test_transformers_serve_under_tuiprof_with_a_real_client(tmp_path):
     snap = tmp_path / "serve.json"
     seen: dict[str, tuple[float, float, int]] = {}
     with transformers_serve(model, snap, tmp_path) as served:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/v1", api_key="none",
-                               timeout=60, max_retries=0)
+        client = openai_client(openai, served.port)
 
         def one(rid: str) -> None:
             t0 = time.perf_counter()
@@ -48,11 +46,7 @@ def test_transformers_serve_under_tuiprof_with_a_real_client(tmp_path):
             seen[rid] = ((first - t0) * 1e3, (time.perf_counter() - t0) * 1e3, chunks)
 
         one("warmup")   # the first request starts continuous batching
-        threads = [threading.Thread(target=one, args=(f"req{i}",)) for i in range(N)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        at_once(one, [(f"req{i}",) for i in range(N)])
     out = served.printed()
     assert len(seen) == N + 1, out[-3000:]
     doc = json.loads(snap.read_text())

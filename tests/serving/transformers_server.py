@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -36,6 +37,21 @@ class Served:
         if self.log is not None:
             return self.log.read_text(errors="replace") if self.log.exists() else ""
         return self.output
+
+
+def at_once(fn, calls: list, timeout: float = 60) -> None:
+    """``fn(*args)`` for every ``args`` in ``calls``, all at once on threads of their own."""
+    threads = [threading.Thread(target=fn, args=args) for args in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+
+
+def openai_client(openai, port: int, timeout: float = 60):
+    """The OpenAI client of the tests, on 127.0.0.1:PORT, no retries (a failure shows)."""
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                         timeout=timeout, max_retries=0)
 
 
 def serve_command(model: Path, port: int, snap: Path, *, proxy: int | None = None,
