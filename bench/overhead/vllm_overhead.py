@@ -90,7 +90,7 @@ def warm_client(args, port: int) -> Client:
     vocab = int(json.loads((Path(args.model) / "config.json").read_text())["vocab_size"])
     client = Client(port, args.model, vocab, args.seed, parse_lengths(args.prompt_len),
                     parse_lengths(args.output_len))
-    client.submit("warmup0")
+    client.submit("warmup0", warmup=True)
     client.collect(1)
     return client
 

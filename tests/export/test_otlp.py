@@ -199,7 +199,7 @@ def test_vllm_requests_keep_the_traceparent_header_and_vllms_own_trace_context()
     async def app(scope, receive, send):    # OutputProcessor.add_request in the same task
         reqs.frontend_added(request(f"cmpl-{scope['rid']}-0-ab12", scope["rid"]), 150)
 
-    mw = vr.ArrivalMiddleware(app, clock=lambda: 100, arrivals=reqs.http)
+    mw = vr.ArrivalMiddleware(app, clock=lambda: 100, owner=reqs)
 
     async def both():
         for rid, headers in (("a", [(b"x-request-id", b"a"), (b"traceparent", tp.encode())]),
@@ -208,7 +208,7 @@ def test_vllm_requests_keep_the_traceparent_header_and_vllms_own_trace_context()
                                          None, None))
         # "c" reaches add_request from another task: found by its X-Request-Id
         await asyncio.create_task(vr.ArrivalMiddleware(
-            lambda *a: asyncio.sleep(0), clock=lambda: 90, arrivals=reqs.http)(
+            lambda *a: asyncio.sleep(0), clock=lambda: 90, owner=reqs)(
             {"type": "http", "headers": [(b"x-request-id", b"c"),
                                          (b"traceparent", tp.encode())]}, None, None))
     asyncio.run(both())

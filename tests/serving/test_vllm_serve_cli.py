@@ -53,4 +53,14 @@ def test_serve_engine_vllm_records_every_request_of_its_load(tmp_path):
     for r in reqs.values():
         assert r["status"] == "finished" and r["output_tokens"] == 6 and r["steps"]
         assert 8 <= r["prompt_tokens"] <= 12
+    # the warm-up request is kept whole and marked, and apart from every count: in the engine
+    # core's record (joined with the API server's) as in the API server's own
+    assert reqs["warmup0"]["warmup"] is True
+    assert not any(r.get("warmup") for k, r in reqs.items() if k != "warmup0")
+    api = next(r for r in doc["ranks"] if r is not engine
+               and any(q["source"] == "vllm" for q in r.get("requests") or ()))
+    for rank in (engine, api):
+        c = rank["request_stats"]["counts"]
+        assert (c["arrived"], c["finished"], c["warmup"]) == (4, 4, 1), c
+        assert c["tokens"] == 4 * 6 and rank["request_stats"]["stats"]["e2e_ms"]["count"] == 4
     assert doc["ranks"][0]["meta"]["load"]["generator"] == "tuiprof.engine.vllm_load"

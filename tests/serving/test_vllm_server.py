@@ -125,6 +125,7 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
     front = {r["client_id"]: r for r in api["requests"] if r["source"] == "vllm"}
     assert sorted(front) == sorted(seen), (sorted(front), out[-2000:])
     joined = {r["id"]: r for r in engine["requests"]}
+    diffs: dict = {}
     for rid, (c_ttft, c_e2e, tokens) in seen.items():
         f = front[rid]
         assert f["id"].startswith(f"cmpl-{rid}-0-")   # vLLM's id: the client's, then its own
@@ -141,11 +142,14 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
         assert r["prefill_steps"] + r["decode_steps"] == len(r["steps"])
         assert r["decode_steps"] == MAX_TOKENS - 1 and r["preemptions"] == 0
         assert r["arrival_ns"] <= r["queued_ns"] <= r["first_step_ns"]
-        # the client's interval holds tuiprof's (it also counts its HTTP work before the app
-        # saw the request and after the last chunk left); how close they are is a figure of
-        # bench/overhead/vllm_overhead.py (target within 5 % or 20 ms), not a test threshold
+        # the client's interval holds tuiprof's: from the request's first bytes at the
+        # server (uvicorn's) to its last chunk handed to the server; what is left outside is
+        # the client's own sending and reading, and the socket between
         assert 0 < r["e2e_ms"] <= c_e2e + 2.0, (rid, c_e2e, r["e2e_ms"])
         assert 0 < r["ttft_ms"] <= r["e2e_ms"]
+        assert r["before_app_ms"] is None or r["before_app_ms"] >= 0
+        diffs[rid] = c_e2e - r["e2e_ms"]
+    print("client - tuiprof e2e ms:", {k: round(v, 1) for k, v in sorted(diffs.items())})
     # a chunked prefill: the long prompt was fed over several steps of at most BUDGET tokens
     long = joined[front["req0"]["id"]]
     assert long["prefill_steps"] >= 2, long

@@ -329,9 +329,15 @@ def join_requests(engine: Any, frontend: Any) -> Any:
     if not any(r.source in ENGINE_SOURCES for r in engine.rows):
         return engine
     front = {r.id: r for r in frontend.rows if r.source in FRONTEND_SOURCES}
+    warm_ids = {r.id for r in getattr(frontend, "warmup", ()) or ()
+                if r.source in FRONTEND_SOURCES}
+    for r in getattr(frontend, "warmup", ()) or ():
+        if r.source in FRONTEND_SOURCES:
+            front[r.id] = r
     if not front:
         return engine
-    rows = []
+    rows, warm = [], list(getattr(engine, "warmup", ()) or ())
+    counts = dict(engine.counts)
     for r in engine.rows:
         f = front.get(r.id) if r.source in ENGINE_SOURCES else None
         if f is None:
@@ -340,6 +346,7 @@ def join_requests(engine: Any, frontend: Any) -> Any:
         j = copy.copy(r)
         j.source = ENGINE_SOURCES[r.source]
         j.arrival_ns = min(f.arrival_ns, r.arrival_ns) if f.arrival_ns else r.arrival_ns
+        j.app_ns = getattr(f, "app_ns", 0) or getattr(r, "app_ns", 0)
         j.client_id = f.client_id or r.client_id
         j.traceparent = f.traceparent or r.traceparent
         if f.token_ns:
@@ -351,6 +358,13 @@ def join_requests(engine: Any, frontend: Any) -> Any:
         elif r.done:   # the engine finished it; the API process has not handed it on yet
             j.status = "decode" if j.token_ns else r.status
             j.finish_ns = 0
+        if r.id in warm_ids and not r.warmup:
+            # a warm-up the API process knows of (its client said so): apart from the
+            # engine's counts too, as a store keeps its own warm-ups
+            j.warmup = True
+            _uncount(counts, r)
+            warm.append(j)
+            continue
         rows.append(j)
     stats = dict(engine.stats)
     for k in ("ttft_ms", "itl_ms", "e2e_ms", "output_tokens"):
@@ -360,8 +374,23 @@ def join_requests(engine: Any, frontend: Any) -> Any:
     for k, v in list(sources.items()):
         if k in ENGINE_SOURCES:
             sources[ENGINE_SOURCES[k]] = sources.pop(k)
-    return type(engine)(tuple(rows), stats, dict(engine.counts), dict(engine.misuse), sources,
-                        engine.keep)
+    if len(warm) > len(getattr(engine, "warmup", ()) or ()):
+        for r in warm:
+            if r.source in sources:
+                sources[r.source] = max(0, sources[r.source] - 1)
+    return dataclasses.replace(engine, rows=tuple(rows), stats=stats, counts=counts,
+                               misuse=dict(engine.misuse), sources=sources, warmup=tuple(warm))
+
+
+def _uncount(counts: dict, r: Any) -> None:
+    """Take request ``r`` out of a store's counts, into its warm-ups (``RequestBook.warmup``)."""
+    counts["arrived"] = max(0, counts.get("arrived", 0) - 1)
+    counts["tokens"] = max(0, counts.get("tokens", 0) - r.output_tokens)
+    if r.done and r.status in ("finished", "failed", "cancelled"):
+        counts[r.status] = max(0, counts.get(r.status, 0) - 1)
+    if getattr(r, "preemptions", 0):
+        counts["preempted"] = max(0, counts.get("preempted", 0) - r.preemptions)
+    counts["warmup"] = counts.get("warmup", 0) + 1
 
 
 def join_processes(views: Iterable) -> list:

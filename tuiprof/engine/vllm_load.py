@@ -8,8 +8,9 @@ arrivals at ``--rate``) or a closed one (``--concurrency`` in flight), ``--reque
 ``/v1/completions`` whose prompt is a list of token ids (so its length is exact whatever the
 tokenizer) with ``ignore_eos`` (so its output length is the drawn one), sent with the
 standard library's HTTP client and an ``X-Request-Id`` (``warmup…`` for the warm-up ones, then
-``r0``, ``r1``, …). Standard library only, besides vLLM in the server's process: it runs in
-the Python that has vLLM (``TUIPROF_VLLM_PYTHON``)."""
+``r0``, ``r1``, …); the warm-up ones also send ``X-Tuiprof-Warmup: 1``, which keeps them
+apart from every count (:mod:`tuiprof.program.vllm_requests`). Standard library only, besides
+vLLM in the server's process: it runs in the Python that has vLLM (``TUIPROF_VLLM_PYTHON``)."""
 from __future__ import annotations
 
 import argparse
@@ -81,7 +82,9 @@ class Client:
         self.k = 0          # ids given (r0, r1, ...; warm-up requests are named apart)
         self.done = threading.Semaphore(0)
 
-    def submit(self, rid: str | None = None) -> None:
+    def submit(self, rid: str | None = None, warmup: bool = False) -> None:
+        """Send one request (``warmup``: it only warms the server up, and says so in its
+        ``X-Tuiprof-Warmup`` header, so that tuiprof keeps it apart from every count)."""
         with self.lock:
             if rid is None:
                 rid = f"r{self.k}"
@@ -89,16 +92,18 @@ class Client:
             self.n += 1
             n_in, n_out = self.prompt.draw(self.rng), self.output.draw(self.rng)
             ids = [self.rng.randrange(10, self.vocab) for _ in range(n_in)]
-        threading.Thread(target=self._one, args=(rid, ids, n_out), daemon=True).start()
+        threading.Thread(target=self._one, args=(rid, ids, n_out, warmup), daemon=True).start()
 
-    def _one(self, rid: str, ids: list, n_out: int) -> None:
+    def _one(self, rid: str, ids: list, n_out: int, warmup: bool = False) -> None:
         body = json.dumps({"model": self.model, "prompt": ids, "max_tokens": n_out,
                            "stream": True, "ignore_eos": True, "temperature": 0.0})
         try:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
             t0 = time.perf_counter()
-            conn.request("POST", "/v1/completions", body,
-                         {"Content-Type": "application/json", "X-Request-Id": rid})
+            headers = {"Content-Type": "application/json", "X-Request-Id": rid}
+            if warmup:
+                headers["X-Tuiprof-Warmup"] = "1"
+            conn.request("POST", "/v1/completions", body, headers)
             resp = conn.getresponse()
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}")
@@ -162,7 +167,7 @@ def run(args: argparse.Namespace) -> dict:
         client = Client(args.port, args.model, vocab, args.seed, args.prompt_len,
                         args.output_len)
         for i in range(max(0, args.warmup)):
-            client.submit(f"warmup{i}")
+            client.submit(f"warmup{i}", warmup=True)
         client.collect(max(0, args.warmup))
         print(READY, flush=True)
         t0 = time.monotonic()

@@ -45,19 +45,14 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from ..store.requests import valid_traceparent
-from .transformers_requests import header_traceparent
+from .transformers_requests import RECEIVED, header_traceparent
 
 FRONTEND = "vllm"            # the API server's (or LLM.generate's) record of a request
 ENGINE = "vllm engine"       # the EngineCore's record of it, joined to its steps
-# when the HTTP request reached the app, and its X-Request-Id (set by the middleware, read in
-# the same request's task by OutputProcessor.add_request)
-ARRIVAL: contextvars.ContextVar = contextvars.ContextVar("tuiprof_vllm_arrival", default=0)
-CLIENT_ID: contextvars.ContextVar = contextvars.ContextVar("tuiprof_vllm_client_id",
-                                                           default="")
-# the request's W3C trace context (its traceparent header), so its span joins the client's
-# trace; vLLM itself keeps the header only when its own OTLP tracing is on
-TRACE: contextvars.ContextVar = contextvars.ContextVar("tuiprof_vllm_traceparent", default="")
-HTTP_KEEP = 4096    # HTTP arrivals (by X-Request-Id) waiting for their request
+HTTP_KEEP = 4096    # HTTP requests (by X-Request-Id, by vLLM's id) waiting for their records
+# a request header that marks a warm-up request (tuiprof serve's load sends it on its warm-up
+# requests; a client of one's own may too): kept apart from every count
+WARMUP_HEADER = b"x-tuiprof-warmup"
 # vLLM's ids of an HTTP request from its X-Request-Id (OpenAIServing._base_request_id):
 # "cmpl-<id>-<prompt index>" (completions), "chatcmpl-<id>" (chat), "<kind>-<id>" (others)
 _BASE = re.compile(r"^[A-Za-z]+-(.*?)(?:-\d+)?$")
@@ -65,36 +60,69 @@ _BASE = re.compile(r"^[A-Za-z]+-(.*?)(?:-\d+)?$")
 FINISH_STATUS = {"abort": "cancelled", "error": "failed"}
 
 
+class HttpRequest:
+    """One HTTP request as the API server had it: when its first bytes came (uvicorn's
+    ``data_received``), when the app saw it, the client's ``X-Request-Id`` and trace context,
+    whether it is a warm-up; vLLM's finishes of it are held (``done``) until the response's
+    last bytes have been handed to the HTTP server (``sent``), so that its end is where the
+    client's is."""
+
+    __slots__ = ("first", "app", "client", "trace", "warmup", "done", "sent")
+
+    def __init__(self, first: int, app: int, client: str, trace: str, warmup: bool) -> None:
+        self.first, self.app, self.client, self.trace = first, app, client, trace
+        self.warmup = warmup
+        self.done: list = []
+        self.sent = 0
+
+
+# the HTTP request whose task this is (set by the middleware, read in the same request's task
+# by OutputProcessor.add_request)
+HTTP: contextvars.ContextVar = contextvars.ContextVar("tuiprof_vllm_http", default=None)
+
+
 class ArrivalMiddleware:
-    """An outermost ASGI middleware: when an HTTP request reached the app, and the client's
-    ``X-Request-Id``."""
+    """An outermost ASGI middleware: when an HTTP request reached the app (and, from uvicorn's
+    protocol, when its first bytes reached the server), its headers, and when its response's
+    last bytes were handed back to the server."""
 
     def __init__(self, app: Any, clock: Callable[[], int] | None = None,
-                 arrivals: "OrderedDict | None" = None) -> None:
+                 owner: "VllmRequests | None" = None) -> None:
         self.app = app
         self.clock = clock
-        self.arrivals = arrivals    # X-Request-Id -> (arrival, traceparent) (the request's
-        #                             task may differ)
+        self.owner = owner
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope.get("type") == "http" and self.clock is not None:
-            t = self.clock()
-            ARRIVAL.set(t)
-            rid = ""
-            for k, v in scope.get("headers") or ():
-                if k.lower() == b"x-request-id":
-                    rid = v.decode("latin-1")[:200]
-                    break
-            CLIENT_ID.set(rid)
-            tp = header_traceparent(scope)
-            TRACE.set(tp)
-            arr = self.arrivals
-            if rid and arr is not None:
-                arr[rid] = (t, tp)
-                arr.move_to_end(rid)
-                if len(arr) > HTTP_KEEP:
-                    arr.popitem(last=False)
-        await self.app(scope, receive, send)
+        if scope.get("type") != "http" or self.clock is None:
+            await self.app(scope, receive, send)
+            return
+        clock, owner = self.clock, self.owner
+        t = clock()
+        got = RECEIVED.get()
+        rid, warm = "", False
+        for k, v in scope.get("headers") or ():
+            k = k.lower()
+            if k == b"x-request-id":
+                rid = v.decode("latin-1")[:200]
+            elif k == WARMUP_HEADER:
+                warm = v.strip() not in (b"", b"0")
+        # the first bytes' time belongs to this request only if it came before the app's
+        box = HttpRequest(got if 0 < got <= t else t, t, rid, header_traceparent(scope), warm)
+        HTTP.set(box)
+        if owner is not None and rid:
+            owner.http_seen(rid, box)
+
+        async def send_(message: Any) -> None:
+            await send(message)
+            if (owner is not None and message.get("type") == "http.response.body"
+                    and not message.get("more_body", False)):
+                owner.responded(box, clock())
+
+        try:
+            await self.app(scope, receive, send_)
+        finally:   # no last bytes sent (an error, the client gone): what it held ends now
+            if owner is not None:
+                owner.responded(box, 0)
 
 
 def _trace_header(headers: Any) -> str:
@@ -126,7 +154,8 @@ class VllmRequests:
         self.clock = clock
         self.wall = wall
         self.http: OrderedDict = OrderedDict()   # the middleware's X-Request-Id ->
-        #                                          (arrival, traceparent)
+        #                                          HttpRequest
+        self.held: OrderedDict = OrderedDict()   # vLLM's id -> its HttpRequest (finish held)
 
     def failed_here(self, where: str, exc: BaseException) -> None:
         try:
@@ -135,6 +164,25 @@ class VllmRequests:
             pass
 
     # ---------------------------------------------------------------- API server
+    def http_seen(self, client: str, box: HttpRequest) -> None:
+        """The middleware saw a request with ``X-Request-Id: client`` (its records may come in
+        another task: found by that id)."""
+        arr = self.http
+        arr[client] = box
+        arr.move_to_end(client)
+        if len(arr) > HTTP_KEEP:
+            arr.popitem(last=False)
+
+    def responded(self, box: HttpRequest, t: int) -> None:
+        """The response of ``box`` has been handed to the HTTP server at ``t`` (0: its app
+        returned without it): the finishes it held are recorded then."""
+        if box.sent:
+            return
+        box.sent = t or self.clock()
+        done, box.done = box.done, []
+        if done:
+            self.book.advance(box.sent, [], done)
+
     def frontend_added(self, request: Any, t: int) -> None:
         """``OutputProcessor.add_request(request)`` at ``t``."""
         rid = getattr(request, "request_id", None)
@@ -142,16 +190,29 @@ class VllmRequests:
             return
         n = len(getattr(request, "prompt_token_ids", None) or ())
         ext = str(getattr(request, "external_req_id", None) or "")
-        t_http, client, tp = ARRIVAL.get(), CLIENT_ID.get(), TRACE.get()
-        if not t_http:   # not in the HTTP request's own task: by its X-Request-Id
+        box = HTTP.get()
+        if box is None:   # not in the HTTP request's own task: by its X-Request-Id
             client = self._client_of(ext)
-            t_http, tp = self.http.get(client, (0, "")) if client else (0, "")
+            box = self.http.get(client) if client else None
+        tp = box.trace if box is not None else ""
         if not tp:       # vLLM's own trace context (kept when its OTLP tracing is on)
             tp = _trace_header(getattr(request, "trace_headers", None))
-        arrival = t_http or wall_ns(getattr(request, "arrival_time", None), self.clock,
-                                    self.wall) or t
+        if box is not None:
+            arrival, app, client = box.first, box.app, box.client
+            if not box.sent:
+                held = self.held
+                held[rid] = box
+                if len(held) > HTTP_KEEP:
+                    held.popitem(last=False)
+            if box.warmup:
+                self.book.warmup(rid)
+        else:
+            arrival = wall_ns(getattr(request, "arrival_time", None), self.clock,
+                              self.wall) or t
+            app, client = 0, ""
         client = client or ext
         self.book.arrived(rid, n, FRONTEND, t=min(arrival, t), queued_t=t,
+                          app_t=app if app and app > min(arrival, t) else None,
                           client_id=str(client), traceparent=tp or None)
 
     def _client_of(self, ext: str) -> str:
@@ -166,7 +227,33 @@ class VllmRequests:
         return ""
 
     def frontend_outputs(self, outputs: Any, t: int) -> None:
-        """``OutputProcessor.process_outputs(outputs)`` handed these to the requests at ``t``."""
+        """``OutputProcessor.process_outputs(outputs)`` handed these to the requests at ``t``;
+        the finish of an HTTP request whose response is still being sent waits for it."""
+        held = self.held
+        if not held:
+            self._outputs(outputs, t)
+            return
+        tokens, done = self._collect(outputs)
+        if done:
+            now = []
+            for item in done:
+                box = held.pop(item[0], None)
+                if box is not None and not box.sent:
+                    box.done.append(item)
+                else:
+                    now.append(item)
+            done = now
+        if tokens or done:
+            self.book.advance(t, tokens, done)
+
+    def _outputs(self, outputs: Any, t: int) -> None:
+        tokens, done = self._collect(outputs)
+        if tokens or done:
+            self.book.advance(t, tokens, done)
+
+    @staticmethod
+    def _collect(outputs: Any) -> tuple[list, list]:
+        """New tokens [(id, n)] and finishes [(id, reason, status)] of ``outputs``."""
         tokens, done = [], []
         for o in outputs or ():
             rid = getattr(o, "request_id", None)
@@ -179,8 +266,7 @@ class VllmRequests:
             if fr is not None:
                 reason = str(fr)
                 done.append((rid, reason, FINISH_STATUS.get(reason, "finished")))
-        if tokens or done:
-            self.book.advance(t, tokens, done)
+        return tokens, done
 
     def cancelled(self, ids: Any) -> None:
         if isinstance(ids, str):
@@ -203,7 +289,43 @@ class VllmRequests:
         ``EngineCoreOutputs``) at ``t``."""
         values = outputs.values() if isinstance(outputs, dict) else ()
         for eco in values:
-            self.frontend_outputs(getattr(eco, "outputs", None), t)
+            self._outputs(getattr(eco, "outputs", None), t)
+
+
+def _fast_prefill(r: Any, n: int) -> int:
+    """The prompt (or recomputed) tokens among the ``n`` that request ``r`` computes in this
+    step: those still to compute before its newest sampled token (a decode feeds that one)."""
+    out_n = r.num_output_tokens
+    limit = r.num_prompt_tokens if out_n == 0 else r.num_tokens - 1
+    p = limit - (r.num_computed_tokens - n)
+    return 0 if p <= 0 else n if p > n else p
+
+
+def _prefill(r: Any, n: int) -> int:
+    """:func:`_fast_prefill` for a request whose fields may be missing or not ints."""
+    before = int(getattr(r, "num_computed_tokens", 0) or 0) - n
+    out_n = int(getattr(r, "num_output_tokens", 0) or 0)
+    total = int(getattr(r, "num_tokens", 0) or 0)
+    limit = int(getattr(r, "num_prompt_tokens", 0) or 0) if out_n == 0 else total - 1
+    return max(0, min(n, limit - before))
+
+
+def _split(sched: dict, reqs: dict, prefill_of: Callable[[Any, int], int]) -> tuple:
+    """The step's requests prefilling and decoding, and the tokens of each kind."""
+    prefill, decode = [], []
+    ptok = dtok = 0
+    get = reqs.get
+    for rid, n in sched.items():
+        n = int(n)
+        r = get(rid)
+        p = prefill_of(r, n) if r is not None else 0
+        if p:
+            prefill.append(rid)
+        else:
+            decode.append(rid)
+        ptok += p
+        dtok += n - p
+    return prefill, decode, ptok, dtok
 
 
 def step_info(scheduler: Any, out: Any) -> dict | None:
@@ -220,27 +342,10 @@ def step_info(scheduler: Any, out: Any) -> dict | None:
     if not sched:
         return None
     reqs = getattr(scheduler, "requests", None) or {}
-    prefill, decode = [], []
-    ptok = dtok = 0
-    for rid, n in sched.items():
-        n = int(n)
-        r = reqs.get(rid)
-        if r is None:
-            decode.append(rid)
-            dtok += n
-            continue
-        before = int(getattr(r, "num_computed_tokens", 0) or 0) - n
-        out_n = int(getattr(r, "num_output_tokens", 0) or 0)
-        total = int(getattr(r, "num_tokens", 0) or 0)
-        # the tokens still to compute before its newest sampled one (a decode feeds that one)
-        limit = int(getattr(r, "num_prompt_tokens", 0) or 0) if out_n == 0 else total - 1
-        p = max(0, min(n, limit - before))
-        if p:
-            prefill.append(rid)
-        else:
-            decode.append(rid)
-        ptok += p
-        dtok += n - p
+    try:   # vLLM's Request has every field as an int: read plainly, once a step per request
+        prefill, decode, ptok, dtok = _split(sched, reqs, _fast_prefill)
+    except (AttributeError, TypeError, ValueError):   # another shape: read with care
+        prefill, decode, ptok, dtok = _split(sched, reqs, _prefill)
     running = len(getattr(scheduler, "running", ()) or ())
     try:
         pending = len(getattr(scheduler, "waiting", ()) or ())

@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 from .import_hooks import Patches
 from .steps import DECODE, PREFILL, StepRecorder
+from .transformers_requests import UVICORN_PROTOCOLS, received_hook
 from .vllm_requests import ArrivalMiddleware, VllmRequests, step_info
 
 SCHEDULER = "vllm.v1.core.sched.scheduler"
@@ -285,12 +286,14 @@ class VllmSteps:
             self._replace(cls, "abort_requests", abort_requests)
 
     def _patch_app(self, mod: Any) -> None:
-        """The OpenAI server's app: an outermost middleware notes each request's arrival."""
+        """The OpenAI server's app: an outermost middleware notes each request's arrival at
+        the app and its response's end; uvicorn's protocols note its first bytes."""
         if "build_app" not in mod.__dict__:
             return
         orig = mod.__dict__["build_app"]
         clock = self.recorder.clock
-        arrivals = self.requests.http
+        owner = self.requests
+        steps = self
 
         @functools.wraps(orig)
         def build_app(*args, **kwargs):
@@ -298,14 +301,30 @@ class VllmSteps:
             try:
                 stack = getattr(app, "middleware_stack", None)
                 if stack is not None:   # vLLM 0.32 builds its stack in build_app (SageMaker)
-                    app.middleware_stack = ArrivalMiddleware(stack, clock, arrivals)
+                    app.middleware_stack = ArrivalMiddleware(stack, clock, owner)
                 else:
-                    app.add_middleware(ArrivalMiddleware, clock=clock, arrivals=arrivals)
+                    app.add_middleware(ArrivalMiddleware, clock=clock, owner=owner)
             except Exception:  # an app that takes no middleware: add_request's times only
                 pass
+            steps._patch_uvicorn(clock)
             return app
 
         self._replace(mod, "build_app", build_app)
+
+    def _patch_uvicorn(self, clock: Any) -> None:
+        """uvicorn's HTTP protocols (vLLM serves with uvicorn) note when a request's first
+        bytes came, before the app saw it."""
+        import importlib  # noqa: PLC0415
+
+        for name, cls_name in UVICORN_PROTOCOLS:
+            try:
+                cls = getattr(importlib.import_module(name), cls_name)
+            except Exception:  # not installed (httptools), or another server: app entry only
+                continue
+            orig = cls.__dict__.get("data_received")
+            if orig is None or hasattr(orig, "__wrapped__"):
+                continue
+            self._replace(cls, "data_received", received_hook(orig, clock))
 
 
 def _vllm_version() -> str:
