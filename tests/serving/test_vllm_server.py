@@ -148,8 +148,14 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
         assert 0 < r["e2e_ms"] <= c_e2e + 2.0, (rid, c_e2e, r["e2e_ms"])
         assert 0 < r["ttft_ms"] <= r["e2e_ms"]
         assert r["before_app_ms"] is None or r["before_app_ms"] >= 0
-        diffs[rid] = c_e2e - r["e2e_ms"]
-    print("client - tuiprof e2e ms:", {k: round(v, 1) for k, v in sorted(diffs.items())})
+        diffs[rid] = (c_e2e - r["e2e_ms"], c_e2e)
+    # How close (target: within 5 % or 20 ms of the client's) is printed, not asserted: the
+    # rest outside tuiprof's interval is the client's own sending and reading and the event
+    # loop's delay before uvicorn reads the socket, which on two cores shared with the suite's
+    # other workers took 3-75 ms (docs/serving.md); the house keeps timing targets in bench/
+    print("client - tuiprof e2e ms (client e2e, within 5 % or 20 ms):",
+          {k: (round(d, 1), round(c), abs(d) <= max(20.0, 0.05 * c))
+           for k, (d, c) in sorted(diffs.items())})
     # a chunked prefill: the long prompt was fed over several steps of at most BUDGET tokens
     long = joined[front["req0"]["id"]]
     assert long["prefill_steps"] >= 2, long
