@@ -16,6 +16,7 @@ from .collect.allocator import read_allocator_stats
 from .collect.base import CollectorUnavailable
 from .collect.cupti_collector import CuptiCollector, MarkerSink
 from .collect.nvml_sampler import NvmlSampler
+from .collect.own_cost import HookClock, SessionThreads, StepExcess
 from .collect.registry import COLLECTORS, CollectorContext, CollectorSpec, factory
 from .collect.device import device_facts, rank_facts
 from .control import SessionControl
@@ -28,6 +29,10 @@ from .startup import LoadProgress, ProgressTracker, in_thread, phase, tracking
 from .store import PROGRAM_CONFIG, SessionStore
 
 
+# the overhead figure is brought up to date at most this often while steps run, and its series
+# keeps that many of those moments (about 17 minutes of them)
+OVERHEAD_EVERY_S = 0.25
+OVERHEAD_SERIES = 4096
 # where the model window goes in the arguments of a queued SessionStore.begin_token
 _MODEL_ARG = 11
 # token index -> store seq kept for steps whose CUDA-event time comes after they ended
@@ -77,9 +82,19 @@ class Profiler(SessionControl):
         self._cpu0 = time.process_time()
         self.serve_s = 0.0            # CPU time answering a UI in another process (remote)
         self.switch_s = 0.0           # wall time attaching and detaching CUPTI (engine thread)
-        # wall time in this session's step hooks on the thread that runs the steps (the queued
-        # store work included, the CUPTI switches not: those are switch_s)
-        self.hooks_s = 0.0
+        # wall time in tuiprof's code on the threads that run the steps and the requests (the
+        # listener's calls, the step sources' and request hooks' own work, the queued store
+        # work; the CUPTI switches apart: those are switch_s)
+        self.hook_clock = HookClock()
+        self._threads = SessionThreads()     # the session's own threads' CPU time
+        self._excess = StepExcess()          # traced and re-recording steps over untraced ones
+        self._threads_base = 0.0
+        self._overhead_at = 0.0
+        # (unix time, cost seconds so far) at each update while steps run: the figure over any
+        # window of the session (a benchmark's load, a quiet hour) is the cost's rise over the
+        # time's; handed to the store when the session stops (the snapshot's overhead.series)
+        self._overhead_series: deque = deque(maxlen=OVERHEAD_SERIES)
+        self._open_side: tuple | None = None  # (phase, mode, side) of the step begun last
         self.done = threading.Event()
         self._stopping = False
         self._old_switch: float | None = None
@@ -184,6 +199,8 @@ class Profiler(SessionControl):
             self._t_start = time.perf_counter()
             self._cpu0 = time.process_time()
             self.serve_s = 0.0
+            self._threads_base = self._threads.cpu_s()   # the load's threads are not the cost
+            self.hook_clock.reset()
             self.engine.listener = self
             self.engine.start()
         except Exception as exc:  # one line on the status bar, never a traceback
@@ -269,7 +286,7 @@ class Profiler(SessionControl):
                 except Exception:
                     pass
         finally:
-            self._update_overhead()
+            self._update_overhead(final=True)
             self.collectors.clear()
         if self._old_switch is not None:
             sys.setswitchinterval(self._old_switch)
@@ -331,11 +348,11 @@ class Profiler(SessionControl):
     # Until an engine has called token_launched, queued work is done at once.
     def token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
                       batch: int | None = None, positions: int = 1, host: bool = True) -> None:
-        t0, sw0 = time.perf_counter(), self.switch_s
+        t0 = self.hook_clock.enter()
         try:
             self._token_started(phase, mode, step, cycle, start_ns, batch, positions, host)
         finally:
-            self.hooks_s += time.perf_counter() - t0 - (self.switch_s - sw0)
+            self.hook_clock.leave(t0)
 
     def _token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
                        batch: int | None, positions: int, host: bool) -> None:
@@ -431,7 +448,7 @@ class Profiler(SessionControl):
             t0 = time.perf_counter()
             self._kept_graphs_at = None
             dropped = drop_cuda_graphs()
-            self.switch_s += time.perf_counter() - t0
+            self._switched(time.perf_counter() - t0)
             return dropped
         t0 = time.perf_counter()
         count = self._captures
@@ -448,8 +465,18 @@ class Profiler(SessionControl):
             dropped = 0 if kept is not None and count() == kept else drop_cuda_graphs()
             _sync_device()  # CUPTI's finalize wants the device idle (a program's loop may not be)
             c.detach()
-        self.switch_s += time.perf_counter() - t0
+        self._switched(time.perf_counter() - t0)
         return dropped
+
+    def _switched(self, seconds: float) -> None:
+        """A CUPTI switch took ``seconds`` (counted as switches, not as hooks)."""
+        self.switch_s += seconds
+        self.hook_clock.exclude(seconds)
+
+    @property
+    def hooks_s(self) -> float:
+        """Wall time in tuiprof's code on the threads that run the steps and requests."""
+        return self.hook_clock.seconds
 
     def _stay_attached(self, why: str) -> int | None:
         """CUPTI attached for good from this step: graphs exist that no drop can remove, and
@@ -459,7 +486,7 @@ class Profiler(SessionControl):
         c.bursts_only = False
         t0 = time.perf_counter()
         ok = c.attached or c.attach()
-        self.switch_s += time.perf_counter() - t0
+        self._switched(time.perf_counter() - t0)
         if not ok:  # refused: attach() said why on the status line; the session goes on
             return None
         c.announce()
@@ -492,11 +519,11 @@ class Profiler(SessionControl):
             self.status.want_batch = eng.want_batch
 
     def token_launched(self, model_ns: tuple[int, int] | None = None) -> None:
-        t0 = time.perf_counter()
+        t0 = self.hook_clock.enter()
         try:
             self._token_launched(model_ns)
         finally:
-            self.hooks_s += time.perf_counter() - t0
+            self.hook_clock.leave(t0)
 
     def _token_launched(self, model_ns: tuple[int, int] | None) -> None:
         self._overlap = self.options.overlap
@@ -523,11 +550,11 @@ class Profiler(SessionControl):
             self.store.set_step_requests(self._begun_seq, **info)
 
     def token_finished(self, ev) -> None:
-        t0 = time.perf_counter()
+        t0 = self.hook_clock.enter()
         try:
             self._token_finished(ev)
         finally:
-            self.hooks_s += time.perf_counter() - t0
+            self.hook_clock.leave(t0)
 
     def _token_finished(self, ev) -> None:
         self._tokens_seen += 1
@@ -549,6 +576,11 @@ class Profiler(SessionControl):
 
     def _begin(self, args: tuple) -> None:
         self._open_seq = self._begun_seq = self.store.begin_token(*args)
+        phase, mode, sampled, compiling, positions, rerecord, attached = (
+            args[0], args[1], args[5], args[8], args[9], args[10], args[12])
+        side = (None if compiling else "rerecord" if rerecord else
+                "untraced" if not attached else "traced" if sampled else "edge")
+        self._open_side = (phase, mode, side, positions)
 
     def _model_window(self, window: tuple[int, int]) -> None:
         if self._begun_seq is not None:
@@ -579,10 +611,15 @@ class Profiler(SessionControl):
             del late[next(iter(late))]
         store.end_token(seq, ev.end_ns, ev.host_ms, ev.gpu_ms, ev.token_id)
         self._open_seq = None
+        side, self._open_side = self._open_side, None
+        if side is not None:
+            self._excess.add(side[0], side[1], side[2], ev.host_ms, side[3])
         if stats is not None:
             store.set_token_alloc(seq, stats)
-        if self._tokens_seen % 64 == 0:
-            self._update_overhead()
+        if self._tokens_seen % 8 == 0:
+            now = time.perf_counter()
+            if now - self._overhead_at >= OVERHEAD_EVERY_S:
+                self._update_overhead(now)
 
     def state_changed(self, state: str, message: str = "") -> None:
         self._catch_up()  # the engine thread, at a boundary: every token so far is stored
@@ -620,15 +657,31 @@ class Profiler(SessionControl):
             self.tracker.end("prefill")
 
     # ---------------------------------------------------------------- overhead
-    def _update_overhead(self) -> None:
-        """tuiprof's own work as a share of wall time: CPU time of the record consumer (parse +
-        fold), of the NVML sampler thread and of answering a UI process (``serve_s``, its
-        pulls: deltas built and pickled here), over wall time.
+    def _update_overhead(self, now: float | None = None, final: bool = False) -> None:
+        """What the session costs the process it profiles, as a share of wall time (the header's
+        and the snapshot's ``overhead``), every part measured in this process
+        (:mod:`tuiprof.collect.own_cost`):
 
-        On an eager, GIL-bound decode this approximates the slowdown: every CPU second
-        tuiprof's threads spend in Python is taken from the generation thread.
+        * ``threads_s``: CPU time of the session's own threads (CUPTI's consumer, NVML, the host
+          sampler, output capture, serving a UI process), from their kernel thread clocks;
+          CUPTI's buffer callbacks (on CUPTI's or the program's threads, ``callback_s``) and a
+          ``--proxy`` process's CPU (``proxy_s``) beside them;
+        * ``hooks_s``: wall time in tuiprof's code on the threads that run the steps and the
+          requests (a GIL wait inside a hook included);
+        * ``switch_s``: CUPTI's attaches and finalizes;
+        * ``tracing_s`` and ``rerecord_s``: steps measured with CUPTI attached, and steps that
+          recorded their CUDA graphs again after tuiprof dropped them, over the mean untraced
+          step of their phase and mode.
+
+        ``method`` names the parts and what is not counted: GIL handoffs (a program thread
+        waiting for the GIL while a session thread is woken), and tracing's cost inside CUDA
+        calls where no untraced step gives a reference (every step traced, or CUPTI attached
+        throughout). The per-collector figures (``cupti_s``, ``nvml_s``, ``serve_s``) stay as
+        the host pane's breakdown of ``threads_s``.
         """
-        wall = time.perf_counter() - self._t_start
+        now = time.perf_counter() if now is None else now
+        self._overhead_at = now
+        wall = now - self._t_start
         if wall <= 0:
             return
         c = self.cupti
@@ -636,14 +689,31 @@ class Profiler(SessionControl):
         costs.setdefault("cupti_s", 0.0)
         costs.setdefault("nvml_s", 0.0)
         serve, switch, hooks = self.serve_s, self.switch_s, self.hooks_s
-        own = sum(col.cost_s for col in self.collectors.values())
-        self.store.set_overhead(pct=round(100.0 * (own + serve + switch + hooks) / wall, 2),
+        callback = getattr(c, "callback_s", 0.0) if c is not None else 0.0
+        elsewhere = sum(col.cost_s for col in self.collectors.values()
+                        if getattr(col, "own_process", False))
+        if self._threads.available:
+            threads = max(0.0, self._threads.cpu_s() - self._threads_base)
+        else:  # no thread clocks (not Linux): the collectors' and the UI's own counts
+            threads = sum(col.cost_s for col in self.collectors.values()
+                          if not getattr(col, "own_process", False)) + serve - callback
+        tracing, rerecord, left_out = self._excess.seconds()
+        total = threads + callback + elsewhere + hooks + switch + tracing + rerecord
+        every = c is not None and c.sample_every <= 1
+        series = self._overhead_series
+        series.append((round(time.time(), 3), round(total, 5)))
+        if final:  # the whole series once, not with every pull of a mirror
+            self.store.set_overhead(series=[list(x) for x in series])
+        self.store.set_overhead(pct=round(100.0 * total / wall, 2),
                                 **costs, serve_s=round(serve, 3), switch_s=round(switch, 3),
-                                hooks_s=round(hooks, 6),
+                                hooks_s=round(hooks, 6), threads_s=round(threads, 4),
+                                callback_s=round(callback, 4), tracing_s=round(tracing, 4),
+                                rerecord_s=round(rerecord, 4), untraced_reference_missing=left_out,
                                 detaches=c.detaches if c is not None else 0,
                                 wall_s=round(wall, 3),
                                 method=overhead_method(c is not None, self.status.mode,
-                                                       c is not None and c.bursts_only))
+                                                       left_out, every,
+                                                       self._excess.attached_steps()))
 
 
 def _sync_device() -> None:

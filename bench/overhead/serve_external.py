@@ -1,30 +1,42 @@
-"""What tuiprof costs a real HTTP server, as the server's own clients see it.
+"""What tuiprof costs a real HTTP server, as the server's own clients see it, beside what each
+session says it costs.
 
 ``transformers serve DIR --continuous-batching`` runs bare and under tuiprof, in each way asked
 (``--modes``):
 
 * ``bare``: the server alone;
+* ``live``: ``tuiprof run`` with the live app drawing at 200x50, in tmux when ``--tmux`` gives
+  its command (as a user runs it), else in a pseudo-terminal of that size;
 * ``headless``: ``tuiprof run --headless`` at its default (kernels sampled in bursts, as live);
 * ``every``: ``tuiprof run --headless --sample-every 1`` (every step traced);
-* ``live``: ``tuiprof run`` with the live app drawing in a pseudo-terminal of 200x50 (as in
-  tmux: the UI process pulls the session as it does for a user).
+* ``leave``: the profiler left on: ``tuiprof run --detach`` (a keeper, no UI attached, the
+  live app's bursts), stopped with ``tuiprof stop``.
 
-Every server is started once and kept up (loaded, warmed up by a few requests); they then take
-turns. The load comes from a client in a process of its own that knows nothing of tuiprof
-(``serve_external.py client``): open loop, Poisson arrivals (the same arrival times for every
-server of a round), streaming ``/v1/completions`` with an ``X-Request-ID`` per request. Each
-round runs every rate against every server, the servers in an order that alternates between
-rounds; each measured cell is paired with the bare server's cell of the same round and rate.
+Each round starts one server of every way (together: their loads overlap), warms them up (a
+few requests each, together), then drives each in turn at every rate, the ways in an order that
+alternates between rounds, and stops them: every round has fresh processes, so the spread over
+rounds holds the process-to-process spread too. The load comes from a client in a process of
+its own that knows nothing of tuiprof (``serve_external.py client``): open loop, Poisson
+arrivals (the same arrival times for every server of a round and rate), streaming
+``/v1/completions`` with an ``X-Request-ID`` per request. Each cell is paired with the bare
+server's cell of the same round and rate.
 
-Reports, per rate and way, the ratios to bare (median over rounds, min-max spread) of:
-throughput (output tokens/s over the load's wall time), TTFT p50/p99 and end-to-end p50/p99 as
-the client measured them. Results are written as they come: ``OUT/cells.jsonl`` (one line a
-cell), ``OUT/summary.md`` and ``OUT/summary.json`` after every round.
+Reports, per rate and way, the ratios to bare (median over rounds, min-max spread; throughput's
+ratio of totals too) of: throughput (output tokens/s over the load's wall time), TTFT p50/p99
+and end-to-end p50/p99 as the client measured them; and each session's own overhead figure over
+the cell's load (the rise of its cost over the time, from the snapshot's ``overhead.series``)
+beside the client's cost (1 - throughput ratio). Results are written as each cell ends:
+``OUT/cells.jsonl``, ``OUT/summary.md`` and ``OUT/summary.json``; the live app's screens to
+``OUT/screens.txt``.
 
-    python bench/overhead/serve_external.py --model-dir DIR --device cuda --rates 4,16 \\
-        --requests 48 --rounds 5 --modes bare,headless,every,live --out out/serve_external
+    python bench/overhead/serve_external.py --model-dir DIR --device cuda --rates auto:0.25,0.8 \\
+        --requests 12,24 --rounds 5 --modes bare,live,headless,every,leave --deadline 480 \\
+        --out out/serve_external
 
-``--budget S`` stops starting rounds once S seconds would be passed (a device call's limit).
+``--rates auto:F1,F2`` measures the bare server's capacity first (a burst of ``--probe``
+requests at once, the first round) and drives it at those fractions of it. ``--deadline S``
+starts no round and no cell that would end past S seconds from the start; every phase has a
+timeout of its own (``--start-timeout``, a cell's from its size, a stop's ``--stop-grace``).
 """
 from __future__ import annotations
 
@@ -33,6 +45,7 @@ import asyncio
 import json
 import os
 import random
+import shlex
 import signal
 import socket
 import statistics
@@ -44,7 +57,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-MODES = ("bare", "headless", "every", "live")
+MODES = ("bare", "live", "headless", "every", "leave")
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
          "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()
 
@@ -127,37 +140,38 @@ async def _one(port: int, body: bytes, rid: str, t_send: float, t0: float) -> di
 
 
 async def _load(port: int, model: str, rate: float, requests: int, prompt_words: int,
-                output_len: int, seed: int, tag: str) -> list:
+                output_len: int, seed: int, tag: str) -> dict:
     rng = random.Random(seed)
     t, due = 0.0, []
     for _ in range(requests):
         due.append(t)
-        t += rng.expovariate(rate)
+        t += rng.expovariate(rate) if rate > 0 else 0.0
     loop = asyncio.get_running_loop()
-    t0 = loop.time()
+    t0, t0_unix = loop.time(), time.time()
     tasks = []
     for i, d in enumerate(due):
         body = json.dumps({"model": model, "prompt": _prompt(prompt_words, rng),
                            "max_tokens": output_len, "stream": True, "temperature": 0.0,
                            }).encode()
         tasks.append(_one(port, body, f"{tag}-{i}", d, t0))
-    return await asyncio.gather(*tasks)
+    recs = await asyncio.gather(*tasks)
+    return {"t0_unix": t0_unix, "recs": recs}
 
 
 def client_main(argv: list) -> int:
     ap = argparse.ArgumentParser(prog="serve_external.py client")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--rate", type=float, required=True)
+    ap.add_argument("--rate", type=float, required=True, help="req/s (0: all at once)")
     ap.add_argument("--requests", type=int, required=True)
     ap.add_argument("--prompt-words", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default="r")
     a = ap.parse_args(argv)
-    recs = asyncio.run(_load(a.port, a.model, a.rate, a.requests, a.prompt_words,
-                             a.output_len, a.seed, a.tag))
-    print(json.dumps(recs))
+    out = asyncio.run(_load(a.port, a.model, a.rate, a.requests, a.prompt_words,
+                            a.output_len, a.seed, a.tag))
+    print(json.dumps(out))
     return 0
 
 
@@ -188,26 +202,56 @@ def cell_figures(recs: list) -> dict:
 METRICS = ("tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")
 
 
+def window_pct(series: list, start: float, end: float) -> float | None:
+    """A session's own overhead figure over [start, end] (unix seconds): the rise of its cost
+    over the time between the first and last of its series' moments inside the window (None
+    with fewer than two of them, or less than half a second apart)."""
+    inside = [(t, c) for t, c in series or () if start <= t <= end]
+    if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5:
+        return None
+    (t0, c0), (t1, c1) = inside[0], inside[-1]
+    return 100.0 * (c1 - c0) / (t1 - t0)
+
+
 def summarize(cells: list) -> dict:
-    """Per rate and way: each round's ratio to the bare server's cell of the same round."""
+    """Per rate and way: each round's ratio to the bare server's cell of the same round; the
+    throughput's ratio of totals; the sessions' own figures over their cells."""
     bare = {(c["round"], c["rate"]): c for c in cells if c["mode"] == "bare"}
     out: dict = {}
+    totals: dict = {}
+    own: dict = {}
     for c in cells:
         if c["mode"] == "bare":
             continue
         b = bare.get((c["round"], c["rate"]))
         if b is None:
             continue
-        slot = out.setdefault(f"{c['rate']:g}", {}).setdefault(c["mode"], {m: [] for m in METRICS})
+        key = (f"{c['rate']:g}", c["mode"])
+        slot = out.setdefault(key[0], {}).setdefault(c["mode"], {m: [] for m in METRICS})
         for m in METRICS:
             if c["fig"].get(m) and b["fig"].get(m):
                 slot[m].append(c["fig"][m] / b["fig"][m])
+        if c["fig"].get("tokens") and b["fig"].get("tokens"):
+            t = totals.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+            t[0] += c["fig"]["tokens"]
+            t[1] += c["fig"]["wall_s"]
+            t[2] += b["fig"]["tokens"]
+            t[3] += b["fig"]["wall_s"]
+        if c.get("self_pct") is not None:
+            own.setdefault(key, []).append(c["self_pct"])
     table = {}
     for rate, modes in out.items():
         for mode, ms in modes.items():
-            table.setdefault(rate, {})[mode] = {
-                m: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
-                for m, v in ms.items() if v}
+            row = {m: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+                   for m, v in ms.items() if v}
+            t = totals.get((rate, mode))
+            if t and t[1] and t[3] and t[2]:
+                row["tok_s_totals"] = (t[0] / t[1]) / (t[2] / t[3])
+            o = own.get((rate, mode))
+            if o:
+                row["self_pct"] = {"median": statistics.median(o), "min": min(o), "max": max(o),
+                                   "n": len(o)}
+            table.setdefault(rate, {})[mode] = row
     bare_abs = {}
     for c in bare.values():
         bare_abs.setdefault(f"{c['rate']:g}", []).append(c["fig"])
@@ -217,31 +261,45 @@ def summarize(cells: list) -> dict:
 
 
 def report(s: dict) -> str:
-    lines = ["| rate (req/s) | tuiprof | rounds | throughput | TTFT p50 | TTFT p99 | e2e p50 "
-             "| e2e p99 |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| rate (req/s) | tuiprof | rounds | throughput | (ratio of totals) | TTFT p50 "
+             "| TTFT p99 | e2e p50 | e2e p99 | own figure over the load (%) | client's cost "
+             "(1 - throughput, %) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rate in sorted(s["ratios"], key=float):
         for mode in MODES:
             r = s["ratios"][rate].get(mode)
             if not r:
                 continue
-            n = max(v["n"] for v in r.values())
+            n = max(v["n"] for k, v in r.items() if k in METRICS)
             cells = []
             for m in METRICS:
                 v = r.get(m)
                 cells.append("–" if v is None else
                              f"{v['median']:.3f} ({v['min']:.3f}–{v['max']:.3f})")
+                if m == "tok_s":
+                    tot = r.get("tok_s_totals")
+                    cells.append("–" if tot is None else f"{tot:.3f}")
+            o = r.get("self_pct")
+            cells.append("–" if o is None else
+                         f"{o['median']:.1f} ({o['min']:.1f}–{o['max']:.1f})")
+            tp = r.get("tok_s")
+            cells.append("–" if tp is None else f"{100 * (1 - tp['median']):.1f}")
             lines.append(f"| {rate} | {mode} | {n} | " + " | ".join(cells) + " |")
     lines += ["", "Ratios to the bare server of the same round (median, min–max over rounds); "
-              "throughput is output tokens/s over the load's wall time.", "",
+              "throughput is output tokens/s over the load's wall time; the own figure is the "
+              "session's overhead over the cell's load (its snapshot's overhead.series).", "",
               "| rate | bare throughput (tok/s) | TTFT p50 (ms) | TTFT p99 | e2e p50 | e2e p99 |",
               "|---|---:|---:|---:|---:|---:|"]
     for rate, f in sorted(s["bare"].items(), key=lambda kv: float(kv[0])):
         lines.append(f"| {rate} | " + " | ".join(
             "–" if f.get(m) is None else f"{f[m]:,.1f}" for m in METRICS) + " |")
     for mode, ov in (s.get("self_report") or {}).items():
-        lines.append(f"\n{mode}: the session's own figure: overhead {ov.get('pct')} % "
-                     f"({ov.get('method')}; hooks {ov.get('hooks_s')} s, switches "
-                     f"{ov.get('switch_s')} s over {ov.get('wall_s')} s)")
+        lines.append(f"\n{mode}: the session's own figure over its whole life (last round): "
+                     f"overhead {ov.get('pct')} % ({ov.get('method')}; threads "
+                     f"{ov.get('threads_s')} s, hooks {ov.get('hooks_s')} s, switches "
+                     f"{ov.get('switch_s')} s, traced steps {ov.get('tracing_s')} s over "
+                     f"{ov.get('wall_s')} s)")
+    if s.get("capacity"):
+        lines.append(f"\ncapacity of the bare server (a burst at once): {s['capacity']}")
     return "\n".join(lines)
 
 
@@ -252,43 +310,81 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
-    """One ``transformers serve`` process (bare or under tuiprof), its own process group."""
+class ClientFailed(Exception):
+    """A cell's client failed or ran past its time: the cell is lost, the round goes on."""
 
-    def __init__(self, mode: str, model_dir: Path, device: str, out: Path, env: dict,
-                 extra: list, nvml: bool) -> None:
-        self.mode, self.port = mode, free_port()
+
+class ServerDown(Exception):
+    """A server that did not start or did not answer: its round goes on without it."""
+
+
+def log_tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_bytes()[-4000:].decode(errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(ln.strip() for ln in text.splitlines()[-lines:] if ln.strip())
+
+
+class Server:
+    """One ``transformers serve`` (bare or under tuiprof, in one of the ways)."""
+
+    def __init__(self, mode: str, model_dir: Path, device: str, work: Path, env: dict,
+                 extra: list, nvml: bool, tmux: list | None, tag: str) -> None:
+        self.mode, self.port, self.tag = mode, free_port(), tag
+        self.work = work
         serve = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir),
                  "--continuous-batching", "--device", device, "--host", "127.0.0.1",
                  "--port", str(self.port), *extra]
         tp = [sys.executable, "-m", "tuiprof", "run"] + ([] if nvml else ["--no-nvml"])
-        snap = out / f"tuiprof-{mode}.json"
+        self.snap = work / f"tuiprof-{mode}-{tag}.json"
+        self.exports = work / f"exports-{mode}-{tag}"
+        self.exports.mkdir(exist_ok=True)
         cmd = {"bare": serve,
-               "headless": [*tp, "--headless", "--json", str(snap), "--", "python", *serve[1:]],
-               "every": [*tp, "--headless", "--sample-every", "1", "--json", str(snap), "--",
-                         "python", *serve[1:]],
-               "live": [*tp, "--export-dir", str(out / "live-exports"), "--", "python", *serve[1:]],
+               "headless": [*tp, "--headless", "--json", str(self.snap), "--", "python",
+                            *serve[1:]],
+               "every": [*tp, "--headless", "--sample-every", "1", "--json", str(self.snap),
+                         "--", "python", *serve[1:]],
+               "live": [*tp, "--export-dir", str(self.exports), "--", "python", *serve[1:]],
+               "leave": [*tp, "--detach", "--export-dir", str(self.exports), "--snapshot-every",
+                         "0", "--", "python", *serve[1:]],
                }[mode]
-        self.log = open(out / f"server-{mode}.log", "wb")
+        self.env = env
+        self.log = open(work / f"server-{mode}-{tag}.log", "wb")
         self.master = None
-        if mode == "live":
+        self.tmux = tmux
+        self.sid = None
+        self.proc = None
+        self.screen = b""
+        if mode == "live" and tmux:
+            self.tsess = f"live{tag}"
+            line = " ".join(shlex.quote(x) for x in cmd)
+            subprocess.run([*tmux, "new-session", "-d", "-s", self.tsess, "-x", "200", "-y", "50",
+                            f"cd {shlex.quote(str(work))} && exec {line}"],
+                           env=dict(env, TERM="xterm-256color"), check=True, timeout=30)
+        elif mode == "live":
             import fcntl  # noqa: PLC0415
             import pty  # noqa: PLC0415
             import struct  # noqa: PLC0415
             import termios  # noqa: PLC0415
-            (out / "live-exports").mkdir(exist_ok=True)
             self.master, slave = pty.openpty()
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
             self.proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave,
-                                         env=dict(env, TERM="xterm-256color"), cwd=out,
+                                         env=dict(env, TERM="xterm-256color"), cwd=work,
                                          start_new_session=True)
             os.close(slave)
-            self.screen = b""
             self._drainer = threading.Thread(target=self._drain, daemon=True)
             self._drainer.start()
+        elif mode == "leave":
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work,
+                                 timeout=120)
+            self.log.write((res.stdout + res.stderr).encode())
+            if res.returncode != 0 or not res.stdout.strip():
+                raise ServerDown(f"leave: tuiprof run --detach failed: {res.stderr[-300:]}")
+            self.sid = res.stdout.strip().splitlines()[-1].strip()
         else:
             self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                         env=env, cwd=out, start_new_session=True)
+                                         env=env, cwd=work, start_new_session=True)
 
     def _drain(self) -> None:
         """The live app's screen: read as a terminal would (kept: the last 64 KiB)."""
@@ -301,59 +397,117 @@ class Server:
                 break
             self.screen = (self.screen + data)[-65536:]
 
-    def wait_up(self, timeout: float) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"{self.mode}: the server ended (status {self.proc.returncode});"
-                                 f" see server-{self.mode}.log")
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if self.mode == "live" and self.tmux:
+            return subprocess.run([*self.tmux, "has-session", "-t", self.tsess],
+                                  capture_output=True, timeout=10).returncode == 0
+        return True   # a detached session: its server answers or not
+
+    def wait_up(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ServerDown(f"{self.mode}: the server ended: "
+                                 f"{log_tail(self.work / f'server-{self.mode}-{self.tag}.log')}")
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2).read()
                 return
             except Exception:
                 time.sleep(0.5)
-        raise SystemExit(f"{self.mode}: the server did not answer in {timeout:g} s")
+        raise ServerDown(f"{self.mode}: the server did not answer in time: "
+                         f"{log_tail(self.work / f'server-{self.mode}-{self.tag}.log')}")
+
+    def capture(self) -> str:
+        """The live app's screen now (tmux), as a user sees it."""
+        if self.mode != "live" or not self.tmux:
+            return ""
+        res = subprocess.run([*self.tmux, "capture-pane", "-p", "-t", self.tsess],
+                             capture_output=True, text=True, timeout=10)
+        return res.stdout
 
     def ask_stop(self) -> None:
-        """Ctrl-C (the live app: its q key), as a user stops it."""
-        if self.proc.poll() is None:
-            try:
-                if self.master is not None:
-                    os.write(self.master, b"q")
-                else:
-                    os.killpg(self.proc.pid, signal.SIGINT)
-            except OSError:
-                pass
-
-    def stop(self, grace: float = 60.0) -> None:
-        """After :meth:`ask_stop`: the whole group once ``grace`` has passed."""
+        """As a user stops it: Ctrl-C; the live app's q; ``tuiprof stop`` for a detached one."""
         try:
-            self.proc.wait(grace)
-        except subprocess.TimeoutExpired:
+            if self.mode == "live" and self.tmux:
+                subprocess.run([*self.tmux, "send-keys", "-t", self.tsess, "q"], timeout=10,
+                               capture_output=True)
+            elif self.master is not None:
+                os.write(self.master, b"q")
+            elif self.mode == "leave":
+                self._stopper = subprocess.Popen(
+                    [sys.executable, "-m", "tuiprof", "stop", self.sid], stdout=self.log,
+                    stderr=subprocess.STDOUT, env=self.env, cwd=self.work)
+            elif self.proc is not None and self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGINT)
+        except (OSError, subprocess.SubprocessError):
             pass
-        if self.proc.poll() is None:
+
+    def stop(self, grace: float) -> None:
+        """After :meth:`ask_stop`: everything left once ``grace`` has passed is killed."""
+        end = time.monotonic() + grace
+        if self.proc is not None:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            self.proc.wait(10)
+                self.proc.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                self.proc.wait(10)
+        elif self.mode == "live":
+            while self.alive() and time.monotonic() < end:
+                time.sleep(0.3)
+            if self.alive():
+                subprocess.run([*self.tmux, "kill-session", "-t", self.tsess],
+                               capture_output=True, timeout=10)
+        elif self.mode == "leave":
+            st = getattr(self, "_stopper", None)
+            if st is not None:
+                try:
+                    st.wait(max(0.1, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    st.kill()
         if self.master is not None:
             self._drainer.join(2)
             self.log.write(self.screen)
         self.log.close()
 
+    def snapshot(self) -> dict | None:
+        """The session's snapshot (headless: --json; live and leave: their export)."""
+        paths = [self.snap] if self.mode in ("headless", "every") else \
+            sorted(self.exports.glob("tuiprof-*.json"), key=lambda q: q.stat().st_mtime)
+        for path in reversed(paths):
+            try:
+                return json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+        return None
+
 
 def run_client(port: int, model: str, rate: float, requests: int, a, seed: int, tag: str,
-               env: dict) -> list:
+               env: dict, timeout: float) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "client", "--port", str(port),
            "--model", model, "--rate", f"{rate:g}", "--requests", str(requests),
            "--prompt-words", str(a.prompt_words), "--output-len", str(a.output_len),
            "--seed", str(seed), "--tag", tag]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                         timeout=max(120.0, 20 * requests / rate))
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ClientFailed(f"the client ran past its {timeout:.0f} s") from None
     if res.returncode != 0:
-        raise SystemExit(f"the client failed: {res.stderr[-500:]}")
+        raise ClientFailed(f"the client failed: {res.stderr[-500:]}")
     return json.loads(res.stdout)
+
+
+# transformers serve alone says "Aborted!" on Ctrl-C and can stay up after it (its batching
+# thread): a bare server has nothing to write, so it is killed after this long
+BARE_GRACE = 5.0
+
+
+def cell_timeout(a, rate: float, requests: int) -> float:
+    """A cell's own limit: its arrivals, then every request's tokens at 0.5 s each, and 30 s."""
+    return (requests / rate if rate > 0 else 0.0) + 0.5 * a.output_len + 30.0
 
 
 def main(argv: list | None = None) -> int:
@@ -364,9 +518,11 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--model", default="qwen3-tiny", help="registry model for a new directory")
     ap.add_argument("--model-dir", default=None, help="an existing model directory")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--modes", default="bare,headless,every,live")
-    ap.add_argument("--rates", default="4,16", help="Poisson rates, req/s (one low, one near "
-                                                    "saturation)")
+    ap.add_argument("--modes", default="bare,live,headless,every,leave")
+    ap.add_argument("--rates", default="4,16",
+                    help="Poisson rates, req/s (one low, one near saturation), or auto:F1,F2: "
+                         "those fractions of the bare server's capacity, measured first")
+    ap.add_argument("--probe", type=int, default=48, help="requests of the capacity burst")
     ap.add_argument("--requests", default="48",
                     help="requests a cell: N, or one count a rate (e.g. 16,32)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -378,14 +534,20 @@ def main(argv: list | None = None) -> int:
                     help="KV-cache blocks of each server (servers share the machine: the default "
                          "share of memory would let the first take it all)")
     ap.add_argument("--serve-args", default="", help="more options of transformers serve")
-    ap.add_argument("--budget", type=float, default=None,
-                    help="seconds: start no round that would end past it")
-    ap.add_argument("--start-timeout", type=float, default=600)
+    ap.add_argument("--tmux", default="", help="the tmux command (e.g. 'tmux -S SOCK'): the "
+                                              "live app runs in it")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds from the start: no round or cell starts that would end past it")
+    ap.add_argument("--start-timeout", type=float, default=180)
+    ap.add_argument("--stop-grace", type=float, default=30)
     ap.add_argument("--out", default="out/serve_external")
     ap.add_argument("--work", default=None,
                     help="where the servers' logs, snapshots and the model go (default "
                          "OUT/servers; outside OUT keeps a device call's returned files few)")
     a = ap.parse_args(argv)
+    # a time limit's SIGTERM stops the servers as Ctrl-C does: they run in sessions of their
+    # own and would outlive this process
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t_start = time.monotonic()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -395,11 +557,14 @@ def main(argv: list | None = None) -> int:
     bad = [m for m in modes if m not in MODES]
     if bad or "bare" not in modes:
         raise SystemExit(f"--modes: give bare and any of {', '.join(MODES[1:])}")
-    rates = [float(r) for r in a.rates.split(",")]
-    counts = [int(n) for n in a.requests.split(",")]
-    counts = dict(zip(rates, counts if len(counts) == len(rates) else counts[:1] * len(rates)))
+    auto = a.rates.startswith("auto:")
+    fracs = [float(r) for r in a.rates[5:].split(",")] if auto else []
+    rates = [] if auto else [float(r) for r in a.rates.split(",")]
+    counts_given = [int(n) for n in a.requests.split(",")]
     env = dict(os.environ, HF_HUB_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+               TUIPROF_RUNTIME_DIR=str(work / "runtime"))
+    (work / "runtime").mkdir(mode=0o700, exist_ok=True)
     # transformers serve's /v1/models scans the hub cache: give it one that exists
     (work / "hf-server" / "hub").mkdir(parents=True, exist_ok=True)
     env["HF_HUB_CACHE"] = str(work / "hf-server" / "hub")
@@ -410,75 +575,183 @@ def main(argv: list | None = None) -> int:
         from tuiprof.engine.model_dir import make_model_dir  # noqa: PLC0415
         model_dir = make_model_dir(work / "model", a.model, device=a.device)
     cenv = {k: v for k, v in env.items() if k != "PYTHONPATH"}   # the client: no tuiprof
+    tmux = shlex.split(a.tmux) if a.tmux else None
     say = lambda msg: print(f"[{time.monotonic() - t_start:6.1f} s] {msg}", flush=True)  # noqa: E731
-    servers = {}
+    left = lambda: (a.deadline - (time.monotonic() - t_start)) if a.deadline else 1e9  # noqa: E731
     cells: list = []
-    try:
-        for m in modes:      # started together: loads overlap; then each warmed up alone
-            servers[m] = Server(m, model_dir, a.device, work, env,
-                                ["--cb-num-blocks", str(a.cb_num_blocks), *a.serve_args.split()],
-                                not a.no_nvml)
-        for m in modes:
-            servers[m].wait_up(a.start_timeout)
-            run_client(servers[m].port, str(model_dir), max(rates), a.warmup, a, 999, "warm",
-                       cenv)
-            say(f"{m}: up and warmed (port {servers[m].port})")
-        round_s = None
-        for rnd in range(a.rounds):
-            if a.budget and round_s and time.monotonic() - t_start + round_s > a.budget:
-                say(f"stopping before round {rnd + 1}: the budget ({a.budget:g} s) would pass")
-                break
-            t_round = time.monotonic()
-            order = modes if rnd % 2 == 0 else modes[::-1]
-            for rate in rates:
-                for m in order:
-                    recs = run_client(servers[m].port, str(model_dir), rate, counts[rate], a,
-                                      seed=1000 * rnd + int(rate * 10), tag=f"{m}-{rnd}-{rate:g}",
-                                      env=cenv)
-                    cell = {"round": rnd, "rate": rate, "mode": m, "fig": cell_figures(recs)}
+    capacity = None
+    extra = ["--cb-num-blocks", str(a.cb_num_blocks), *a.serve_args.split()]
+
+    def write(final: dict | None = None) -> dict:
+        s = summarize(cells)
+        if capacity:
+            s["capacity"] = capacity
+        if final:
+            s.update(final)
+        (out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
+        (out / "summary.md").write_text(report(s) + "\n")
+        return s
+
+    last_reports: dict = {}
+
+    def start_round(rnd: int) -> dict:
+        servers: dict = {}
+        try:
+            for m in modes:      # started together: their loads overlap
+                try:
+                    servers[m] = Server(m, model_dir, a.device, work, env, extra,
+                                        not a.no_nvml, tmux, str(rnd))
+                except (ServerDown, OSError, subprocess.SubprocessError) as exc:
+                    say(f"round {rnd + 1}: {m} did not start: {str(exc)[:300]}")
+        except BaseException:
+            finish(servers, rnd, [])
+            raise
+        return servers
+
+    def finish(servers: dict, rnd: int, round_cells: list, then=None) -> dict | None:
+        """Stop a round's servers (``then()`` starts the next round's meanwhile: a stop only
+        waits) and read each session's own figure over each of its cells."""
+        t_stop = time.monotonic()
+        for srv in servers.values():
+            srv.ask_stop()
+        nxt = None
+        if then is not None:
+            try:
+                nxt = then()
+            except BaseException:
+                nxt = None
+        stopped = {}
+
+        def stop_one(m: str, srv: Server) -> None:
+            srv.stop(BARE_GRACE if m == "bare" else a.stop_grace)
+            stopped[m] = round(time.monotonic() - t_stop, 1)
+
+        stoppers = [threading.Thread(target=stop_one, args=kv) for kv in servers.items()]
+        for t in stoppers:       # together, each within its own grace
+            t.start()
+        for t in stoppers:
+            t.join()
+        say(f"round {rnd + 1}: stopped (s after asking: {stopped})")
+        for m, srv in servers.items():
+            if m == "bare":
+                continue
+            doc = srv.snapshot()
+            ov = (doc or {}).get("overhead") or {}
+            last_reports[m] = {k: ov.get(k) for k in (
+                "pct", "method", "threads_s", "hooks_s", "switch_s", "tracing_s", "rerecord_s",
+                "callback_s", "cupti_s", "nvml_s", "serve_s", "wall_s",
+                "untraced_reference_missing")}
+            for c in round_cells:
+                if c["mode"] == m:
+                    c["self_pct"] = window_pct(ov.get("series") or [], *c["window"])
+        if round_cells:
+            with open(out / "cells.jsonl", "a") as f:
+                f.write(json.dumps({"kind": "round", "round": rnd, "self_pct": {
+                    f"{c['mode']}@{c['rate']:g}": c.get("self_pct") for c in round_cells
+                    if c["mode"] != "bare"}, "self_report": last_reports}) + "\n")
+        write({"self_report": last_reports})
+        return nxt
+
+    servers = start_round(0)
+    for rnd in range(a.rounds):
+        t_round = time.monotonic()
+        round_cells: list = []
+        stop_round = False
+        try:
+            up_by = time.monotonic() + min(a.start_timeout, max(10.0, left() - 20))
+            for m in list(servers):   # one that fails: this round goes on without it
+                try:
+                    servers[m].wait_up(up_by)
+                except ServerDown as exc:
+                    say(f"round {rnd + 1}: {str(exc)[:400]}")
+                    servers.pop(m).ask_stop()
+            say(f"round {rnd + 1}: {len(servers)} servers up: {', '.join(servers)}")
+            if "bare" not in servers:
+                raise ServerDown("no bare server this round: nothing to pair with")
+            if auto and capacity is None:   # the bare server's capacity: a burst at once
+                try:
+                    got = run_client(servers["bare"].port, str(model_dir), 0, a.probe, a, 7,
+                                     "probe", cenv, cell_timeout(a, 0, a.probe) + a.probe)
+                except ClientFailed as exc:
+                    raise ServerDown(f"the capacity probe: {exc}") from None
+                fig = cell_figures(got["recs"])
+                capacity = {"req_s": fig["req_s"], "tok_s": fig["tok_s"], "requests": a.probe,
+                            "ok": fig["ok"]}
+                rates = [round(f * fig["req_s"], 1) for f in fracs]
+                say(f"capacity {fig['req_s']:.2f} req/s ({fig['tok_s']:.0f} tok/s): "
+                    f"rates {rates}")
+            counts = dict(zip(rates, counts_given if len(counts_given) == len(rates)
+                              else counts_given[:1] * len(rates)))
+            def warm_up(m: str) -> None:
+                try:
+                    run_client(servers[m].port, str(model_dir), max(rates), a.warmup, a, 999,
+                               f"warm-{m}", cenv, cell_timeout(a, max(rates), a.warmup))
+                except ClientFailed as exc:
+                    say(f"round {rnd + 1}: {m}'s warm-up: {str(exc)[:300]}")
+
+            warm = [threading.Thread(target=warm_up, args=(m,)) for m in servers]
+            for t in warm:
+                t.start()
+            for t in warm:
+                t.join()
+            say(f"round {rnd + 1}: warmed")
+            order = [m for m in modes if m in servers]
+            order = order if rnd % 2 == 0 else order[::-1]
+            stop_round = False
+            for m in order:
+                for rate in (rates if rnd % 2 == 0 else rates[::-1]):
+                    limit = cell_timeout(a, rate, counts[rate])
+                    if left() < limit * 0.5 + a.stop_grace:
+                        say(f"round {rnd + 1}: the deadline is near, no more cells")
+                        stop_round = True
+                        break
+                    try:
+                        got = run_client(servers[m].port, str(model_dir), rate, counts[rate], a,
+                                         seed=1000 * rnd + int(rate * 10),
+                                         tag=f"{m}-{rnd}-{rate:g}", env=cenv,
+                                         timeout=min(limit, max(5.0, left())))
+                    except ClientFailed as exc:
+                        say(f"round {rnd + 1} rate {rate:g} {m}: lost: {str(exc)[:300]}")
+                        continue
+                    fig = cell_figures(got["recs"])
+                    ends = [r["end_s"] for r in got["recs"] if "end_s" in r]
+                    cell = {"round": rnd, "rate": rate, "mode": m, "fig": fig,
+                            "window": [got["t0_unix"], got["t0_unix"] + max(ends or [0.0])]}
                     cells.append(cell)
+                    round_cells.append(cell)
                     with open(out / "cells.jsonl", "a") as f:
                         f.write(json.dumps(cell) + "\n")
-                    fig = cell["fig"]
                     say(f"round {rnd + 1} rate {rate:g} {m}: {fig['ok']}/{fig['requests']} ok, "
                         f"{fig['tok_s'] or 0:.1f} tok/s, TTFT p50 {fig['ttft_p50'] or 0:.1f} ms, "
                         f"e2e p50 {fig['e2e_p50'] or 0:.1f} ms")
-            round_s = time.monotonic() - t_round
-            s = summarize(cells)
-            (out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
-            (out / "summary.md").write_text(report(s) + "\n")
-    finally:
-        for srv in servers.values():
-            srv.ask_stop()
-        end = time.monotonic() + 60
-        for srv in servers.values():
-            srv.stop(max(1.0, end - time.monotonic()))
-    s = summarize(cells)
-    s["self_report"] = self_reports(work, modes)
-    (out / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
-    (out / "summary.md").write_text(report(s) + "\n")
+                    write()
+                if stop_round:
+                    break
+                if m == "live":   # the header as the user sees it, after the live app's cells
+                    with open(out / "screens.txt", "a") as f:
+                        f.write(f"--- round {rnd + 1}, live app at 200x50 after its cells\n"
+                                f"{servers[m].capture()}\n")
+        except ServerDown as exc:   # no bare server: the round is lost, the next may do
+            say(f"round {rnd + 1}: {exc}")
+            stop_round = False
+        except BaseException:
+            finish(servers, rnd, round_cells)
+            raise
+        # the next round's servers start while these stop, if the next round fits
+        busy_s = time.monotonic() - t_round
+        more = (rnd + 1 < a.rounds and not stop_round
+                and left() > busy_s + a.stop_grace + 10)
+        if rnd + 1 < a.rounds and not more:
+            say(f"no round {rnd + 2}: the deadline would pass ({left():.0f} s left, a round's "
+                f"servers were busy {busy_s:.0f} s)")
+        servers = finish(servers, rnd, round_cells,
+                         then=(lambda r=rnd: start_round(r + 1)) if more else None)
+        say(f"round {rnd + 1} done in {time.monotonic() - t_round:.0f} s")
+        if servers is None:
+            break
+    s = write({"self_report": last_reports})
     print(report(s))
     return 0
-
-
-def self_reports(work: Path, modes: list) -> dict:
-    """What each tuiprof session said it cost (its snapshot's ``overhead``), beside what the
-    client measured: the live app's is its auto snapshot."""
-    found = {}
-    for m in modes:
-        if m == "bare":
-            continue
-        path = work / f"tuiprof-{m}.json"
-        if m == "live":
-            snaps = sorted((work / "live-exports").glob("tuiprof-*.json"))
-            path = snaps[-1] if snaps else path
-        try:
-            ov = json.loads(path.read_text()).get("overhead") or {}
-        except (OSError, ValueError):
-            continue
-        found[m] = {k: ov.get(k) for k in ("pct", "method", "hooks_s", "switch_s", "cupti_s",
-                                           "nvml_s", "serve_s", "wall_s")}
-    return found
 
 
 if __name__ == "__main__":

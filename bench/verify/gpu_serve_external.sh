@@ -1,26 +1,54 @@
 #!/bin/bash
 # One device call: bench/overhead/serve_external.py on the GPU machine (a qwen3-0.6b-shaped bf16
-# model, random weights), results under $OUT as they come. Prepare on the CPU machine, from the
-# project root: ../shared/device/wheels.sh --serving (.whl: textual, cupti-python, FastAPI,
-# uvicorn, openai), then run there (carry .whl): BUDGET=360 bash bench/verify/gpu_serve_external.sh
+# model, random weights): bare, the live app in tmux, headless default, every step traced and a
+# detached session left on, 5 interleaved rounds (fresh servers each round) at two rates (a
+# quarter of the bare server's measured capacity and 0.8 of it), results under $OUT as each cell
+# ends, everything inside TOTAL seconds (default 540).
+#
+# Prepare on the CPU machine, from the project root: ../shared/device/wheels.sh --serving (.whl)
+# and ../shared/device/tmux.sh (.tmx); carry both. Run there: bash bench/verify/gpu_serve_external.sh
+# A dry run of the whole call on the CPU (no wheels, no GPU, the tiny model, the system tmux):
+#   OUT=/tmp/dry DEVICE=cpu MODEL=qwen3-tiny TOTAL=600 bash bench/verify/gpu_serve_external.sh
 set -uo pipefail
-export HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
+export HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+DEVICE=${DEVICE:-cuda}
+MODEL=${MODEL:-qwen3-0.6b}
+TOTAL=${TOTAL:-540}
 t0=$(date +%s)
-say() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/steps.txt"; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl > "$OUT/pip.txt" 2>&1 || { say "pip failed"; cat "$OUT/pip.txt"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" > "$OUT/versions.txt" 2>&1
-python3 -m transformers.cli.transformers serve --help > "$OUT/serve_help.txt" 2>&1
+C=$OUT/call.txt
+say() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$C"; }
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl > /tmp/pip.txt 2>&1 || { say "pip failed"; tail -20 /tmp/pip.txt >> "$C"; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+TMUX_CMD=""
+if [ -d .tmx ]; then
+  for f in .tmx/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
+  TMUX_CMD="env LD_LIBRARY_PATH=/tmp/tmxroot/usr/lib/x86_64-linux-gnu /tmp/tmxroot/usr/bin/tmux -S /tmp/se-tmux.sock"
+elif command -v tmux > /dev/null; then
+  TMUX_CMD="tmux -S /tmp/se-tmux.sock"
+fi
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" 2>&1
+  echo "tmux: ${TMUX_CMD:-none (a pseudo-terminal instead)}"; } >> "$C"
+python3 -m transformers.cli.transformers serve --help > /tmp/serve_help.txt 2>&1
 EXTRA=""
-grep -q -- "--cb-max-batch-tokens" "$OUT/serve_help.txt" && EXTRA="--cb-max-batch-tokens 2048"
+grep -q -- "--cb-max-batch-tokens" /tmp/serve_help.txt && EXTRA="--cb-max-batch-tokens 2048"
 say "model directory"
-python3 -m tuiprof.engine.model_dir /tmp/qwen3-0.6b-dir --model qwen3-0.6b --device cuda > "$OUT/model_dir.log" 2>&1 || { say "model dir failed"; tail -20 "$OUT/model_dir.log"; exit 1; }
-say "serve_external (extra serve args: $EXTRA)"
-timeout $(( ${BUDGET:-400} + 40 - ($(date +%s) - t0) )) python3 bench/overhead/serve_external.py \
-  --model-dir /tmp/qwen3-0.6b-dir --device cuda --modes bare,headless,every,live \
-  --rates 2,8 --requests 16,32 --rounds 10 --warmup 4 --prompt-words 96 --output-len 64 \
-  --cb-num-blocks 128 --serve-args "$EXTRA" --budget $(( ${BUDGET:-400} - ($(date +%s) - t0) )) \
-  --start-timeout 180 --work /tmp/serve_external --out "$OUT/serve_external" > "$OUT/serve_external.txt" 2>&1
+rm -rf /tmp/se-model /tmp/se-work
+python3 -m tuiprof.engine.model_dir /tmp/se-model --model "$MODEL" --device "$DEVICE" > /tmp/model_dir.log 2>&1 \
+  || { say "model dir failed"; tail -20 /tmp/model_dir.log >> "$C"; exit 1; }
+left=$(( TOTAL - ($(date +%s) - t0) - 15 ))
+say "serve_external: ${left} s left (extra serve args: $EXTRA)"
+NVML=""; [ "$DEVICE" = cpu ] && NVML="--no-nvml"
+timeout -k 40 $(( left + 10 )) python3 bench/overhead/serve_external.py \
+  --model-dir /tmp/se-model --device "$DEVICE" --modes bare,live,headless,every,leave \
+  --rates auto:0.25,0.8 --probe ${PROBE:-48} --requests ${REQUESTS:-8,16} --rounds 5 --warmup 3 \
+  --prompt-words ${PROMPT_WORDS:-96} --output-len ${OUTPUT_LEN:-24} --cb-num-blocks 128 $NVML \
+  --serve-args "$EXTRA" --tmux "$TMUX_CMD" --deadline "$left" --start-timeout 150 --stop-grace 20 \
+  --work /tmp/se-work --out "$OUT/se" > "$OUT/serve_external.txt" 2>&1
 say "status $?"
-tail -30 "$OUT/serve_external.txt"
+[ -n "$TMUX_CMD" ] && $TMUX_CMD kill-server 2>/dev/null

@@ -39,8 +39,12 @@ def test_headless_samples_as_the_live_app_by_default(tmp_path):
     # the self-report counts the session's step hooks on the decoding thread, and says what
     # it does not count
     ov = doc["overhead"]
-    assert ov["hooks_s"] > 0 and ov["pct"] * ov["wall_s"] / 100 >= ov["hooks_s"] * 0.9, ov
-    assert "step hooks" in ov["method"] and "not counted: GIL waits" in ov["method"]
+    parts = ("threads_s", "callback_s", "hooks_s", "switch_s", "tracing_s", "rerecord_s")
+    assert ov["hooks_s"] > 0 and ov["threads_s"] >= 0, ov   # no session thread may run here
+    # the figure is its parts over the wall time (each rounded in the snapshot)
+    assert abs(ov["pct"] - 100 * sum(ov[k] for k in parts) / ov["wall_s"]) < 0.05 + \
+        100 * 1e-3 * len(parts) / ov["wall_s"], ov
+    assert "hooks" in ov["method"] and "not counted: GIL handoffs" in ov["method"]
 
 
 def test_sample_every_1_asks_for_every_step_traced(tmp_path):

@@ -33,18 +33,24 @@ def test_one_tiny_round_bare_and_headless(tmp_path):
          "--prompt-words", "8", "--output-len", "4", "--cb-num-blocks", "32", "--no-nvml",
          "--out", str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    cells = [json.loads(ln) for ln in (out / "cells.jsonl").read_text().splitlines()]
+    lines = [json.loads(ln) for ln in (out / "cells.jsonl").read_text().splitlines()]
+    cells = [c for c in lines if "mode" in c]
+    # after its cells, each round's line: every session's own figure over each of its cells
+    assert [c["round"] for c in lines if c.get("kind") == "round"] == [0]
     assert sorted(c["mode"] for c in cells) == ["bare", "headless"]
     assert all(c["fig"]["ok"] == 3 and c["fig"]["tokens"] > 0 for c in cells), cells
     summary = json.loads((out / "summary.json").read_text())
     ratios = summary["ratios"]["4"]["headless"]
-    assert set(ratios) == {"tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"}
+    assert {"tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "tok_s_totals"} <= set(ratios)
     assert "| 4 | headless | 1 |" in (out / "summary.md").read_text()
     # the server under tuiprof saw the client's requests by the ids the client sent
-    doc = json.loads((out / "servers" / "tuiprof-headless.json").read_text())
+    doc = json.loads((out / "servers" / "tuiprof-headless-0.json").read_text())
     ids = {r["id"] for r in doc["requests"]}
     assert {f"headless-0-4-{i}" for i in range(3)} <= ids, sorted(ids)
     assert doc["meta"]["tracing"].startswith("bursts of 4 steps")
     # the session's own overhead figure stands beside the client's
     assert summary["self_report"]["headless"]["pct"] == doc["overhead"]["pct"]
-    assert "headless: the session's own figure: overhead" in (out / "summary.md").read_text()
+    assert "headless: the session's own figure over its whole life (last round): overhead" in \
+        (out / "summary.md").read_text()
+    # and its series, from which the bench reads the figure over each cell's load
+    assert doc["overhead"]["series"] and all(len(x) == 2 for x in doc["overhead"]["series"])

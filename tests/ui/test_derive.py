@@ -203,3 +203,16 @@ def test_snapshots_without_the_busy_share_still_name_earlier_traced_steps():
                                                 "kernels": kernels}
     e = earlier_traced(view, "decode", "compiled")
     assert (e.count, e.kernels, e.busy_pct) == (4, 540, 50.0)
+
+
+def test_the_header_step_time_leaves_traced_steps_out_or_says_they_are_traced():
+    from tracing_data import traced_store
+
+    # bursts: enough untraced steps shown, the traced ones (slower) are left out of ms/step
+    h = header_numbers(traced_store(untraced=40, traced=4, untraced_ms=2.74, traced_ms=9.0)
+                       .view(), "compiled")
+    assert h.itl_p99 == pytest.approx(2.74) and not h.itl_traced
+    # every step traced: the figure is of traced steps, and the header says so
+    h = header_numbers(traced_store(untraced=0, traced=30, after=0, traced_ms=3.2).view(),
+                       "compiled")
+    assert h.itl_p50 == pytest.approx(3.2) and h.itl_traced

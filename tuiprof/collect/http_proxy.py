@@ -974,6 +974,7 @@ class ProxyProcess:
     between the two clocks, read when each message is applied."""
 
     name = "proxy"
+    own_process = True   # cost_s is that process's CPU: the overhead adds it to this one's
 
     def __init__(self, book: Any, listen: tuple[str, int], upstream: tuple[str, int]) -> None:
         self.book = book

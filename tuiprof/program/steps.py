@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ..collect.own_cost import HookClock
 from ..engine.events import EngineListener, TokenEvent
 from .step_gpu_time import StepTimer
 
@@ -75,6 +76,9 @@ class StepRecorder:
     def __init__(self, listener: EngineListener, clock: Callable[[], int] = time.perf_counter_ns,
                  sources: tuple[str, ...] = SOURCES, timer: StepTimer | None = None) -> None:
         self.listener = listener
+        # tuiprof's time on the program's threads: the session's overhead counts it (the
+        # listener's own, nested in these, once)
+        self.hooks: HookClock = getattr(listener, "hook_clock", None) or HookClock()
         self.timer = timer if timer is not None else StepTimer()
         self._gpu_sink = getattr(listener, "token_gpu_time", None)
         self.clock = clock
@@ -131,6 +135,14 @@ class StepRecorder:
             return None
         if not self._resume.is_set() and source in HOST_SOURCES:
             self._wait_resumed(source)
+        t0 = self.hooks.enter()
+        try:
+            return self._begin(source, phase, batch, positions, mode, start_ns)
+        finally:
+            self.hooks.leave(t0)
+
+    def _begin(self, source: str, phase: str, batch: int, positions: int, mode: str,
+               start_ns: int | None) -> _Open | None:
         with self._lock:
             rank = _RANK[source]
             if rank and self._held_above(rank):
@@ -168,6 +180,13 @@ class StepRecorder:
     def launched(self, source: str) -> None:
         """The open step's device work is queued (``source`` opened it): the listener does the
         bookkeeping queued at its boundary now, while the device computes."""
+        t0 = self.hooks.enter()
+        try:
+            self._launched(source)
+        finally:
+            self.hooks.leave(t0)
+
+    def _launched(self, source: str) -> None:
         with self._lock:
             op = self._open
             if op is not None and op.source == source and not op.launched:
@@ -179,10 +198,14 @@ class StepRecorder:
     def device_done(self, source: str) -> None:
         """The open step's device work is all queued (``source`` opened it), before the loop
         waits for it: the step's second CUDA event is recorded now rather than at its end."""
-        with self._lock:
-            op = self._open
-            if op is not None and op.source == source:
-                self.timer.stop(op.gpu)
+        t0 = self.hooks.enter()
+        try:
+            with self._lock:
+                op = self._open
+                if op is not None and op.source == source:
+                    self.timer.stop(op.gpu)
+        finally:
+            self.hooks.leave(t0)
 
     def step_requests(self, step: _Open | None, info: dict) -> None:
         """The requests ``step`` (the open step, as :meth:`begin` returned it) advances, its
@@ -192,7 +215,7 @@ class StepRecorder:
             return
         fn = getattr(self.listener, "step_requests", None)
         if fn is not None:
-            fn(info)
+            self.hooks.call(fn, info)
 
     def model_begins(self, step: _Open | None) -> None:
         """The model's forward of ``step`` (the open step, as :meth:`begin` returned it) starts
@@ -208,6 +231,13 @@ class StepRecorder:
 
     def end(self, source: str, end_ns: int | None = None, step: _Open | None = None) -> None:
         """End the open step if ``source`` opened it (and it is ``step``, when given)."""
+        t0 = self.hooks.enter()
+        try:
+            self._end(source, end_ns, step)
+        finally:
+            self.hooks.leave(t0)
+
+    def _end(self, source: str, end_ns: int | None, step: _Open | None) -> None:
         with self._lock:
             op = self._open
             if op is not None and op.source == source and (step is None or op is step):

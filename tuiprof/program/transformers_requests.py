@@ -71,12 +71,14 @@ UVICORN_PROTOCOLS = (("uvicorn.protocols.http.h11_impl", "H11Protocol"),
                      ("uvicorn.protocols.http.httptools_impl", "HttpToolsProtocol"))
 
 
-def received_hook(orig: Callable, clock: Callable[[], int]) -> Callable:
+def received_hook(orig: Callable, clock: Callable[[], int], hooks: Any = None) -> Callable:
     """``data_received`` of a uvicorn HTTP protocol, noting when a request's first bytes came:
     bytes that arrive with no request in progress on the connection (no cycle yet, or the last
     one's response complete) begin a new one. What comes before (the TCP accept, the event
-    loop's delay in reading the socket) stays outside."""
+    loop's delay in reading the socket) stays outside. ``hooks``: the session's
+    :class:`~tuiprof.collect.own_cost.HookClock` (this runs on the server's event loop)."""
     def data_received(self: Any, data: bytes) -> Any:
+        h = hooks.enter() if hooks is not None else 0.0
         try:
             cycle = getattr(self, "cycle", None)
             if cycle is None or getattr(cycle, "response_complete", False):
@@ -88,6 +90,9 @@ def received_hook(orig: Callable, clock: Callable[[], int]) -> Callable:
                 RECEIVED.set(mark[0])
         except Exception:  # never in the server's way
             pass
+        finally:
+            if hooks is not None:
+                hooks.leave(h)
         return orig(self, data)
     data_received.__wrapped__ = orig  # type: ignore[attr-defined]
     return data_received
@@ -135,21 +140,30 @@ class ArrivalMiddleware:
     a response that is no stream has its first token at its end."""
 
     def __init__(self, app: Any, clock: Callable[[], int] | None = None,
-                 requests: "TransformersRequests | None" = None) -> None:
+                 requests: "TransformersRequests | None" = None, hooks: Any = None) -> None:
         self.app = app
         self.clock = clock
         self.requests = requests
+        # the session's HookClock (tuiprof/collect/own_cost.py): this runs on the server's
+        # event loop, so its time is the session's overhead
+        self.hooks = hooks
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         clock = self.clock
         if scope.get("type") != "http" or clock is None:
             await self.app(scope, receive, send)
             return
-        ARRIVAL.set(clock())
+        hooks = self.hooks
+        h = hooks.enter() if hooks is not None else 0.0
         try:
-            TRACEPARENT.set(header_traceparent(scope))
-        except Exception:  # a scope of an unexpected shape: no trace context
-            pass
+            ARRIVAL.set(clock())
+            try:
+                TRACEPARENT.set(header_traceparent(scope))
+            except Exception:  # a scope of an unexpected shape: no trace context
+                pass
+        finally:
+            if hooks is not None:
+                hooks.leave(h)
         owner = self.requests
         if owner is None:
             await self.app(scope, receive, send)
@@ -159,6 +173,7 @@ class ArrivalMiddleware:
 
         async def timed_send(message: Any) -> None:
             if w.rid is not None and message.get("type") == "http.response.body":
+                hs = hooks.enter() if hooks is not None else 0.0
                 try:
                     last = not message.get("more_body", False)
                     if last or not w.first:     # the chunks between cost no clock read
@@ -170,6 +185,9 @@ class ArrivalMiddleware:
                             owner.wired(rid, w.first or t, t)
                 except Exception as exc:  # never in the server's way
                     owner.failed_here("send", exc)
+                finally:
+                    if hooks is not None:
+                        hooks.leave(hs)
             await send(message)
 
         await self.app(scope, receive, timed_send)

@@ -157,20 +157,26 @@ class TransformersSteps:
 
         reqs = self.requests
 
+        hooks = rec.hooks
+
         @functools.wraps(orig)
         def _generation_step(manager, *args, **kwargs):
-            proc = getattr(manager, "batch_processor", None)
-            batch, positions, phase, mode = _batching_step(proc)
-            model = getattr(manager, "model", None)
-            if model is not None:
-                steps._describe_once(model)
-            t = rec.clock()
-            step = rec.begin(SOURCE, phase, batch=batch, positions=positions, mode=mode,
-                             start_ns=t)
-            if step is not None and reqs is not None:
-                info = reqs.step_info(proc, manager)
-                if info is not None:
-                    rec.step_requests(step, info)
+            h = hooks.enter()   # tuiprof's own time on the batching thread, before the step
+            try:
+                proc = getattr(manager, "batch_processor", None)
+                batch, positions, phase, mode = _batching_step(proc)
+                model = getattr(manager, "model", None)
+                if model is not None:
+                    steps._describe_once(model)
+                t = rec.clock()
+                step = rec.begin(SOURCE, phase, batch=batch, positions=positions, mode=mode,
+                                 start_ns=t)
+                if step is not None and reqs is not None:
+                    info = reqs.step_info(proc, manager)
+                    if info is not None:
+                        rec.step_requests(step, info)
+            finally:
+                hooks.leave(h)
             try:
                 return orig(manager, *args, **kwargs)
             finally:
@@ -185,6 +191,7 @@ class TransformersSteps:
         """Arrivals (add_request), tokens and finishes (update_batch), failures, cancels."""
         cls = getattr(mod, "ContinuousBatchingManager", None)
         clock = self.recorder.clock
+        hooks = self.recorder.hooks
         if cls is not None and "add_request" in cls.__dict__:
             add = cls.__dict__["add_request"]
 
@@ -192,10 +199,13 @@ class TransformersSteps:
             def add_request(manager, input_ids, *args, **kwargs):
                 t = clock()
                 rid = add(manager, input_ids, *args, **kwargs)
+                h = hooks.enter()
                 try:
                     reqs.added(rid, input_ids, t)
                 except Exception as exc:  # bookkeeping must never break the server
                     reqs.failed_here("add_request", exc)
+                finally:
+                    hooks.leave(h)
                 return rid
 
             self._replace(cls, "add_request", add_request)
@@ -205,10 +215,13 @@ class TransformersSteps:
             @functools.wraps(cancel)
             def cancel_request(manager, request_id, *args, **kwargs):
                 out = cancel(manager, request_id, *args, **kwargs)
+                h = hooks.enter()
                 try:
                     reqs.cancelled(request_id)
                 except Exception as exc:
                     reqs.failed_here("cancel_request", exc)
+                finally:
+                    hooks.leave(h)
                 return out
 
             self._replace(cls, "cancel_request", cancel_request)
@@ -218,16 +231,22 @@ class TransformersSteps:
 
             @functools.wraps(update)
             def update_batch(proc, *args, **kwargs):
+                h = hooks.enter()
                 try:
                     seen = reqs.before_update(proc)
                 except Exception as exc:
                     reqs.failed_here("update_batch", exc)
                     seen = None
+                finally:
+                    hooks.leave(h)
                 out = update(proc, *args, **kwargs)
+                h = hooks.enter()
                 try:
                     reqs.after_update(seen)
                 except Exception as exc:
                     reqs.failed_here("update_batch", exc)
+                finally:
+                    hooks.leave(h)
                 return out
 
             self._replace(proc_cls, "update_batch", update_batch)
@@ -246,10 +265,13 @@ class TransformersSteps:
 
             @functools.wraps(fail)
             def fail_and_deliver(self_, state, error, *args, **kwargs):
+                h = hooks.enter()
                 try:
                     reqs.failed(state, error)
                 except Exception as exc:
                     reqs.failed_here("fail_and_deliver", exc)
+                finally:
+                    hooks.leave(h)
                 return fail(self_, state, error, *args, **kwargs)
 
             self._replace(router, "fail_and_deliver", fail_and_deliver)
@@ -260,6 +282,7 @@ class TransformersSteps:
             return
         orig = mod.__dict__["build_server"]
         clock = self.recorder.clock
+        hooks = self.recorder.hooks
 
         steps = self
 
@@ -267,7 +290,8 @@ class TransformersSteps:
         def build_server(*args, **kwargs):
             app = orig(*args, **kwargs)
             try:
-                app.add_middleware(ArrivalMiddleware, clock=clock, requests=steps.requests)
+                app.add_middleware(ArrivalMiddleware, clock=clock, requests=steps.requests,
+                                   hooks=hooks)
             except Exception:  # an app that takes no middleware: handler times only
                 pass
             steps._patch_uvicorn(clock)
@@ -287,7 +311,7 @@ class TransformersSteps:
             orig = cls.__dict__.get("data_received")
             if orig is None or hasattr(orig, "__wrapped__"):
                 continue
-            self._replace(cls, "data_received", received_hook(orig, clock))
+            self._replace(cls, "data_received", received_hook(orig, clock, self.recorder.hooks))
 
     def _patch_handler(self, mod: Any) -> None:
         """transformers serve: an HTTP request reaches its handler (before tokenisation)."""
@@ -296,13 +320,17 @@ class TransformersSteps:
             return
         orig = cls.__dict__["handle_request"]
         reqs = self.requests
+        hooks = self.recorder.hooks
 
         @functools.wraps(orig)
         async def handle_request(handler, body, request_id, *args, **kwargs):
+            h = hooks.enter()
             try:
                 reqs.http_arrived(request_id)
             except Exception as exc:
                 reqs.failed_here("handle_request", exc)
+            finally:
+                hooks.leave(h)
             return await orig(handler, body, request_id, *args, **kwargs)
 
         self._replace(cls, "handle_request", handle_request)
@@ -350,10 +378,13 @@ class _GenerateScope:
         """generate() returned ``out``: each row's length (its end-of-sequence token)."""
         self._done = True
         if self.rows is not None:
+            h = self.steps.recorder.hooks.enter()
             try:
                 self.rows.done(out, _eos(self.model, kwargs), True)
             except Exception as exc:
                 self.rows.owner.failed_here("generate() rows", exc)
+            finally:
+                self.steps.recorder.hooks.leave(h)
 
     def __exit__(self, *exc: object) -> None:
         if self.rows is not None and not self._done:  # generate() raised
@@ -380,19 +411,23 @@ class _GenerateScope:
         def prepare_inputs_for_generation(*args, **kwargs):
             t = rec.clock()
             inputs = prepare(*args, **kwargs)
-            batch, per_seq = _input_shape(inputs)
-            self.multi = self.multi and per_seq > 1
-            phase = PREFILL if self.multi else DECODE
-            compiled = self.compiled_forward or (phase == DECODE and self.auto_compile)
-            step = rec.begin(SOURCE, phase, batch=batch, positions=batch * per_seq,
-                             mode="compiled" if compiled else "eager", start_ns=t)
-            rows = self.rows
-            if rows is not None and step is not None:
-                try:
-                    rows.step(inputs, batch, per_seq, t)
-                except Exception as exc:
-                    rows.owner.failed_here("generate() rows", exc)
-            rec.model_begins(step)  # generate() calls the forward next
+            h = rec.hooks.enter()   # the rest is tuiprof's, on the program's thread
+            try:
+                batch, per_seq = _input_shape(inputs)
+                self.multi = self.multi and per_seq > 1
+                phase = PREFILL if self.multi else DECODE
+                compiled = self.compiled_forward or (phase == DECODE and self.auto_compile)
+                step = rec.begin(SOURCE, phase, batch=batch, positions=batch * per_seq,
+                                 mode="compiled" if compiled else "eager", start_ns=t)
+                rows = self.rows
+                if rows is not None and step is not None:
+                    try:
+                        rows.step(inputs, batch, per_seq, t)
+                    except Exception as exc:
+                        rows.owner.failed_here("generate() rows", exc)
+                rec.model_begins(step)  # generate() calls the forward next
+            finally:
+                rec.hooks.leave(h)
             return inputs
 
         return prepare_inputs_for_generation
@@ -404,12 +439,16 @@ class _GenerateScope:
 
         @functools.wraps(update)
         def _update_model_kwargs_for_generation(*args, **kwargs):
-            rec.model_ends(SOURCE)
-            if rows is not None:  # the forward is launched: the rows' store work goes here
-                try:
-                    rows.flush_due()
-                except Exception as exc:
-                    rows.owner.failed_here("generate() rows", exc)
+            h = rec.hooks.enter()
+            try:
+                rec.model_ends(SOURCE)
+                if rows is not None:  # the forward is launched: the rows' store work goes here
+                    try:
+                        rows.flush_due()
+                    except Exception as exc:
+                        rows.owner.failed_here("generate() rows", exc)
+            finally:
+                rec.hooks.leave(h)
             return update(*args, **kwargs)
 
         return _update_model_kwargs_for_generation

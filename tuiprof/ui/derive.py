@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.tokens import traced_tokens
-from ..analysis.tracing import (TracingCost, busy_basis_label, kernel_times, tracing_cost,
-                                untraced_wall_ms)
+from ..analysis.tracing import (MIN_UNTRACED, TracingCost, busy_basis_label, kernel_times,
+                                tracing_cost, untraced_wall_ms)
 from ..store import RunningStats
 from ..phases import COMPILED, DECODE, EAGER, OTHER, PREFILL
 from ..text import printable
@@ -192,6 +192,9 @@ class HeaderNumbers:
     ttft_ms: float | None = None
     itl_p50: float | None = None     # ms per step (what each sequence waits per token)
     itl_p99: float | None = None
+    # the ms/step figures are of steps measured while traced (too few untraced steps shown:
+    # every step traced, or CUPTI attached throughout); tracing stretches a step, so say so
+    itl_traced: bool = False
     overhead_pct: float | None = None
     overhead_method: str = ""
     rank: str = ""               # "rank 1/2 TP" in a session of several ranks
@@ -258,6 +261,10 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
     beside = bool(recent) and recent[-1].compiling   # a compile runs beside decoding now
     decode = [r for r in recent if r.compiling] if beside else done_rows(view, DECODE, mode)[-window:]
     host = [r.host_ms for r in decode if r.host_ms > 0]
+    # ms/step from the untraced steps where enough are shown (a step run with CUPTI attached,
+    # traced or at a burst's edge, runs slower); else from all of them, marked traced
+    untraced = [r.host_ms for r in decode if r.host_ms > 0 and not r.attached]
+    step_ms = untraced if len(untraced) >= MIN_UNTRACED or len(untraced) == len(host) else host
     batch: Any = decode[-1].batch if decode else view.batch
     tok_s = None
     if host:  # a step of a batch makes one token per sequence: count them all
@@ -280,7 +287,8 @@ def header_numbers(view: Any, mode: str, window: int = 64) -> HeaderNumbers:
         model=model, device=device, dtype=printable(dtype), weights=printable(weights),
         mode=printable(mode),
         steps=marked_steps(view.counters), batch=batch, tok_s=tok_s, ttft_ms=ttft,
-        itl_p50=percentile(host, 50), itl_p99=percentile(host, 99),
+        itl_p50=percentile(step_ms, 50), itl_p99=percentile(step_ms, 99),
+        itl_traced=step_ms is host and len(untraced) < len(host),
         overhead_pct=ov.get("pct"), overhead_method=printable(ov.get("method", "")),
         rank=rank_label(meta),
         compile_cost=compile_cost(view, mode), beside_compile=beside,

@@ -56,12 +56,14 @@ class HeaderPane(Static):
             t.append("– tok/s", "bold green")
         t.append(f" · TTFT {fmt.ms(h.ttft_ms)} · ms/step p50 {fmt.ms(h.itl_p50)} "
                  f"p99 {fmt.ms(h.itl_p99)}")
+        if h.itl_traced:  # measured while traced: slower than the program runs untraced
+            t.append(" (traced steps)", "yellow")
         if ctx.deterministic:
             t.append(" · overhead (hidden)", "dim")
         elif h.overhead_pct is not None:
             t.append(f" · overhead {h.overhead_pct:.1f}%", "yellow" if h.overhead_pct > 5 else "")
-            if h.overhead_method:
-                t.append(f" ({h.overhead_method})", "dim")
+            if h.overhead_method:  # what it does not count first: the line may be cut at 200
+                t.append(f" ({h.overhead_method.split('; ', 1)[-1]})", "dim")
         else:
             t.append(" · overhead –", "dim")
         self.update(t)

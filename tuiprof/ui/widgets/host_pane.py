@@ -2,8 +2,9 @@
 
 An eager decode that keeps one core at 100 % while the GPU idles is launch-bound on the host;
 this pane shows that core next to the GPU's panes. Its data is the ``host`` collector's series
-(``view.series["host"]``) and the live overhead (``view.overhead``): tuiprof's own threads'
-CPU time per collector and for serving this UI.
+(``view.series["host"]``) and the live overhead (``view.overhead``): its parts (the session's
+threads' CPU, its hooks on the program's threads, CUPTI's switches, traced steps over untraced
+ones), then the threads' CPU by collector and for serving this UI.
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from .. import format as fmt
 from .base import Pane, RefreshContext
 
 KIND = "host"
-OWN = (("cupti_s", "CUPTI"), ("nvml_s", "NVML"), ("host_s", "host"), ("serve_s", "serving the UI"),
-       ("switch_s", "CUPTI switches"))
+# the figure's parts (tuiprof/collect/own_cost.py), then the threads' part by collector
+OWN = (("threads_s", "threads"), ("hooks_s", "hooks"), ("switch_s", "CUPTI switches"),
+       ("tracing_s", "traced steps"), ("rerecord_s", "graphs recorded again"),
+       ("cupti_s", "of which CUPTI"), ("nvml_s", "NVML"), ("serve_s", "serving the UI"))
 
 
 class HostPane(Pane):
