@@ -27,9 +27,11 @@ AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
 # rounds), an HF generate() program 1.10-1.23 (its parts without CUPTI: 1.01).
 COMPILED_CUPTI_COST = "+8-23 %"
 # What tracing every step costs a step against an untraced one (H100, qwen3-0.6b,
-# docs/results.md, "Every step traced"); a server's throughput paid 9-15 % on an H200
-# (bench/overhead/serve_external.py)
-EVERY_STEP_COST = "a traced step ran x1.62 eager, x1.29 compiled against an untraced one on an H100"
+# docs/results.md, "Every step traced"); a transformers server's throughput under it, against
+# the bare server, on an H200 (bench/overhead/serve_external.py: 0.77 and 0.80 at a quarter and
+# 0.8 of its capacity, ratio of totals; 0.85 in an earlier run at 8 req/s)
+EVERY_STEP_COST = ("a traced step ran x1.62 eager, x1.29 compiled against an untraced one on an "
+                   "H100; a transformers server's throughput 0.77-0.82 of bare on an H200")
 # Where each per-step device figure comes from (a snapshot's meta says so; docs/snapshot.md).
 STEP_TIME_SOURCES = {
     "gpu_ms": "CUDA events recorded before and after every step (every step, any mode; a "

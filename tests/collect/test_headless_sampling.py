@@ -51,6 +51,8 @@ def test_sample_every_1_asks_for_every_step_traced(tmp_path):
     doc, _ = _headless(tmp_path, "--sample-every", "1")
     assert doc["meta"]["sample_every"] == 1
     assert doc["meta"]["tracing"].startswith("every step traced (a traced step ran x1.62 eager")
+    # what it costs a server, stated where the user reads the policy
+    assert "a transformers server's throughput 0.77-0.82 of bare on an H200" in doc["meta"]["tracing"]
 
 
 def test_the_policy_in_words():
