@@ -54,8 +54,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # (importing package -> imported package).
 KNOWN_CIRCLES: frozenset[str] = frozenset({
     "tuiprof.cli",          # program <-> run <-> sessions
-    "tuiprof.engine",       # compile_helper <-> load
-    "tuiprof.program",      # launch <-> binary_child
 })
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset({
     ("tuiprof.collect", "tuiprof.export"),   # recording writes through the snapshot writer

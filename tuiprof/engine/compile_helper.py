@@ -18,6 +18,9 @@ helper's stdin and keeps the pipe open; the helper answers lines on stdout: ``im
 closes (the session ended, however it ended), so it never outlives the session. It runs in a
 process group of its own (inductor's compile workers with it), which :meth:`CompileHelper.stop`
 ends as a whole.
+
+This module is the session's side; the helper process runs
+:mod:`tuiprof.engine.compile_helper_main`.
 """
 from __future__ import annotations
 
@@ -88,7 +91,7 @@ class CompileHelper:
                 err = subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tuiprof.engine.compile_helper", self.family or "-",
+                [sys.executable, "-m", "tuiprof.engine.compile_helper_main", self.family or "-",
                  self.device], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True,
                 close_fds=True)
@@ -168,86 +171,3 @@ class CompileHelper:
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-
-
-# ---------------------------------------------------------------- the helper process
-def _watch_stdin(stream) -> None:
-    """End this process (and its group's compile workers) when the session closes the pipe."""
-    try:
-        while stream.read(4096):
-            pass
-    except Exception:
-        pass
-    try:
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-    finally:
-        os._exit(0)
-
-
-def _say(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def main(argv: list[str]) -> int:
-    from ..errors import one_line
-
-    family, device = (argv + ["-", "cpu"])[:2]
-    t0 = time.perf_counter()
-    try:  # what every compile needs, done before the request comes (a prestarted helper)
-        from . import bytecode
-
-        bytecode.keep()  # as the session does (inherited through the environment, mostly)
-        import torch
-
-        from .families import get_family
-        from .generate import Engine
-        from .load import load_model
-
-        if family != "-":
-            preload = getattr(get_family(family), "preload", None)
-            if preload is not None:
-                preload()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize(device)  # the context, before the request
-        _say(f"imported {time.perf_counter() - t0:.2f}")
-    except BaseException as exc:
-        _say(f"error {type(exc).__name__}: {one_line(exc, 160)}")
-        return 1
-    try:
-        request = json.loads(sys.stdin.buffer.readline().decode())
-    except ValueError:
-        return 2  # the session went away before asking
-    threading.Thread(target=_watch_stdin, args=(sys.stdin.buffer,), daemon=True,
-                     name="tuiprof-helper-stdin").start()
-    try:
-        t0 = time.perf_counter()
-        torch.set_grad_enabled(False)
-        model = request["model"]   # the session's model, resolved there (a name from an older one)
-        if isinstance(model, dict):
-            from .source import ModelSource
-            model = ModelSource.from_json(model)
-        loaded = load_model(model, device=request["device"], dtype=request["dtype"],
-                            seed=int(request.get("seed", 0)), max_len=request.get("max_len"),
-                            trust_remote_code=bool(request.get("trust_remote_code")),
-                            weights=request.get("weights"))
-        prompt = torch.zeros((1, int(request["prompt_len"])), dtype=torch.long)
-        engine = Engine(loaded.adapter, prompt, device=loaded.device,
-                        compile_mode=request.get("compile_mode"),
-                        max_batch=max([1, *request["batches"]]))
-        _say(f"ready {time.perf_counter() - t0:.2f}")
-        for batch in request["batches"]:
-            t1 = time.perf_counter()
-            engine.compile_batch(int(batch))
-            _say(f"compiled {int(batch)} {time.perf_counter() - t1:.2f}")
-        _say("done")
-    except BaseException as exc:  # one line for the session's note
-        _say(f"error {type(exc).__name__}: {one_line(exc, 160)}")
-        return 1
-    # stay until the session has read "done" and closed the pipe (the watcher ends us)
-    threading.Event().wait(60)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

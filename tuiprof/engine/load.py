@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..errors import TuiprofError
 from ..startup import in_thread, note, phase
+from . import compile_cache, compile_helper
 from .events import EngineListener
 from .model_defs import DTYPE_BYTES
 from .source import ModelSource, resolve_model
@@ -421,8 +422,6 @@ class CompileSetup:
     def prepare(self) -> None:
         """Before this process's first compile (or helper): the key directory, pointed at (and
         pruned). Once."""
-        from . import compile_cache
-
         if self._prepared:
             return
         self._prepared = True
@@ -436,8 +435,6 @@ class CompileSetup:
 
     def prestart(self) -> None:
         """Start the helper now, to wait with its imports done (policy ``prestart``)."""
-        from . import compile_helper
-
         if compile_helper.policy(self.loaded.device.startswith("cuda")) != "prestart":
             return
         self.prepare()
@@ -483,8 +480,6 @@ class CompileSetup:
     def __call__(self, batches: list[int]):
         """A helper compiling ``batches`` in order (the prestarted one if it still runs); None
         when switched off. Raises :class:`TuiprofError` (one line) when it cannot run here."""
-        from . import compile_helper
-
         if compile_helper.policy(self.loaded.device.startswith("cuda")) == "off":
             return None
         self.prepare()
@@ -517,8 +512,6 @@ class CompileSetup:
         return h
 
     def _new_helper(self):
-        from . import compile_helper
-
         log = self.cache_dir / "helper.log" if self.cache_dir else None
         h = compile_helper.CompileHelper(self.loaded.source.family, self.loaded.device,
                                          str(self.cache_dir) if self.cache_dir else None, log)

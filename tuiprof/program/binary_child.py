@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import Callable
 
 from .launch import ProgramResult, ProgramSpec, SessionStop
@@ -179,22 +178,3 @@ def no_gpu_line(connected: bool, kernels: int, cuda_loaded: bool) -> str | None:
     if not kernels:
         return "the program initialised CUDA but launched no kernel: its GPU path never ran"
     return None
-
-
-def resolve(launcher: str) -> str:
-    """The executable a command word names (a path, or a name on PATH), as an absolute path;
-    raises ValueError with what is wrong."""
-    import shutil  # noqa: PLC0415
-
-    path = launcher if os.sep in launcher else shutil.which(launcher)
-    if path is None:
-        raise ValueError("no such program (not a file here, not on PATH)")
-    p = Path(path)
-    if not p.exists():
-        raise ValueError("no such file")
-    if p.is_dir():
-        raise ValueError("is a directory")
-    if not os.access(p, os.X_OK):
-        raise ValueError("is not executable (chmod +x it)")
-    return str(p.resolve())
-

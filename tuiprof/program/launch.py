@@ -139,13 +139,27 @@ def _torchrun(launcher: str, rest: list[str]) -> ProgramSpec:
 def _native(launcher: str, args: list[str]) -> ProgramSpec:
     """Any other executable: a native program, run as a child
     (``tuiprof.program.binary_child``)."""
-    from .binary_child import resolve  # noqa: PLC0415
-
     try:
         path = resolve(launcher)
     except ValueError as exc:
         raise TuiprofError(f"cannot run '{_shown(launcher)}': {exc}") from None
     return ProgramSpec("native", path, tuple(args), launcher)
+
+
+def resolve(launcher: str) -> str:
+    """The executable a command word names (a path, or a name on PATH), as an absolute path;
+    raises ValueError with what is wrong."""
+    path = launcher if os.sep in launcher else shutil.which(launcher)
+    if path is None:
+        raise ValueError("no such program (not a file here, not on PATH)")
+    p = Path(path)
+    if not p.exists():
+        raise ValueError("no such file")
+    if p.is_dir():
+        raise ValueError("is a directory")
+    if not os.access(p, os.X_OK):
+        raise ValueError("is not executable (chmod +x it)")
+    return str(p.resolve())
 
 
 def _is_python(launcher: str) -> bool:
