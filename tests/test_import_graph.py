@@ -56,7 +56,6 @@ KNOWN_CIRCLES: frozenset[str] = frozenset({
     "tuiprof.cli",          # program <-> run <-> sessions
 })
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset({
-    ("tuiprof.collect", "tuiprof.export"),   # recording writes through the snapshot writer
     ("tuiprof.sessions", "tuiprof.cli"),     # keeper starts sessions through cli's launchers
 })
 

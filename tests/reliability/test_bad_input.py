@@ -106,7 +106,7 @@ def test_remote_code_is_never_run_unless_asked(capsys, tmp_path):
 @pytest.fixture(scope="module")
 def good_files(tmp_path_factory, eager_path):
     """A real snapshot and a real recording (from the eager H100 fixture, 4 raw tokens)."""
-    from tuiprof.collect.recording import write_recording
+    from tuiprof.export.recording import write_recording
     from tuiprof.collect.replay import load_recording, replay_into
     from tuiprof.export.snapshot import write_snapshot
     from tuiprof.store import SessionStore

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tuiprof.collect.recording import write_recording
+from tuiprof.export.recording import write_recording
 from tuiprof.errors import TuiprofError
 from tuiprof.export import _atomic
 from tuiprof.export.nsys_reports import write_nsys_reports

@@ -181,7 +181,7 @@ def test_exports_hold_no_secrets_or_home_paths(home_model, tmp_path, capsys):
 
 
 def test_host_name_only_when_asked(eager_path, tmp_path):
-    from tuiprof.collect.recording import write_recording
+    from tuiprof.export.recording import write_recording
     from tuiprof.collect.replay import load_recording, replay_into
     from tuiprof.export.snapshot import write_snapshot
     from tuiprof.store import SessionStore

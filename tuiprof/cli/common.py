@@ -102,7 +102,7 @@ def write_outputs(view, out: Path, record: str | None) -> Path:
     written = write_or_fallback(write_snapshot, view, out, "snapshot")
     say(f"tuiprof: snapshot written to {written}")
     if record:
-        from ..collect.recording import write_recording  # noqa: PLC0415
+        from ..export.recording import write_recording  # noqa: PLC0415
         rec = write_or_fallback(write_recording, view, Path(record), "recording")
         say(f"tuiprof: recording written to {rec}")
     return written

@@ -4,7 +4,7 @@ Two recording formats are read:
 
 * the first H100 recordings' format (made before ``tuiprof record`` existed): a gzip'd JSON
   object with ``meta``, ``marks``, ``records``, ``nvml``, ``alloc`` (docs/recording.md);
-* tuiprof's own recordings (``tuiprof record``, :mod:`tuiprof.collect.recording`), which are the
+* tuiprof's own recordings (``tuiprof record``, :mod:`tuiprof.export.recording`), which are the
   same format with ``"format": "tuiprof-recording"`` and a version in ``meta``.
 """
 from __future__ import annotations

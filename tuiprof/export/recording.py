@@ -12,9 +12,11 @@ import json
 import math
 from pathlib import Path
 
+from ..collect.replay import RECORDING_FORMAT, RECORDING_VERSION
 from ..errors import TuiprofError
 from ..store import StoreView
-from .replay import RECORDING_FORMAT, RECORDING_VERSION
+from ._atomic import atomic_path
+from .snapshot import clean_meta
 
 NVML_COLUMNS = ["cupti_ts_ns", "gpm_sm_util", "gpm_sm_occupancy", "gpm_dram_bw_util",
                 "gpm_tensor_util", "util_gpu", "util_memory", "mem_used_bytes", "power_mw",
@@ -46,8 +48,8 @@ def recording_dict(view: StoreView) -> dict:
     for seq, recs in view.raw:
         records.extend(list(r) for r in recs)
     nvml = [[s.get("ts_ns", 0)] + [_finite(s.get(c)) for c in NVML_COLUMNS[1:]] for s in view.nvml]
-    from ..export.snapshot import clean_meta  # noqa: PLC0415 - the snapshot's rules: known keys
-    # only, no home-directory paths, the host name only when asked (meta["share_host"])
+    # the snapshot's rules: known keys only, no home-directory paths, the host name only when
+    # asked (meta["share_host"])
     meta = {k: v for k, v in clean_meta(view.meta).items()
             if isinstance(v, (str, int, float, bool)) or v is None}
     meta.update({"recording_version": RECORDING_VERSION, "nvml_columns": NVML_COLUMNS,
@@ -62,8 +64,6 @@ def recording_dict(view: StoreView) -> dict:
 
 def write_recording(view: StoreView, path: str | Path) -> Path:
     """Write a gzip'd recording atomically (temp file + rename)."""
-    from ..export._atomic import atomic_path  # noqa: PLC0415
-
     p = Path(path)
     data = json.dumps(recording_dict(view), separators=(",", ":")).encode()
     try:
