@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tuiprof.engine.generate import beside_compile  # noqa: E402
+from tuiprof.engine.compile_support import beside_compile  # noqa: E402
 from tuiprof.engine.load import load_model  # noqa: E402
 
 SLICE_S = 0.005

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tuiprof.engine.events import CollectingListener
-from tuiprof.engine.generate import Engine, extend_prompt
+from tuiprof.engine.generate import Engine
+from tuiprof.engine.switching import extend_prompt
 
 from ._helpers import ActionListener, run_engine
 from .conftest import PROMPT_LEN

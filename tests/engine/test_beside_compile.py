@@ -4,7 +4,7 @@ import threading
 import pytest
 import torch
 
-from tuiprof.engine.generate import beside_compile
+from tuiprof.engine.compile_support import beside_compile
 
 
 def test_an_eager_step_survives_fx_tracing_on_another_thread():
@@ -54,7 +54,8 @@ def test_the_gil_switch_interval_is_restored_when_the_engine_stops_mid_compile(t
     blocks until released, standing in for a long torch.compile."""
     import sys
 
-    from tuiprof.engine.generate import COMPILE_SWITCH_INTERVAL_S, CompiledStep, Engine
+    from tuiprof.engine.compile_support import COMPILE_SWITCH_INTERVAL_S, CompiledStep
+    from tuiprof.engine.generate import Engine
 
     from ._helpers import wait_for
 
@@ -96,7 +97,8 @@ def test_a_repeated_step_rewinds_a_cache_that_counts_its_own_position(tiny, prom
     seen when a cold compile took 20 s on the CI CPU). Here the patch hits every 7th eager step
     after the whole forward ran, while a compile is held open; the cycles decode the reference
     tokens and never run past the cache."""
-    from tuiprof.engine.generate import FX_PATCHED, CompiledStep, Engine
+    from tuiprof.engine.compile_support import FX_PATCHED, CompiledStep
+    from tuiprof.engine.generate import Engine
     from tuiprof.engine.events import CollectingListener
 
     from ._helpers import run_engine, wait_for

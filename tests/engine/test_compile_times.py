@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tuiprof.engine.generate import COMPILE_TIMES, _compile_times, _CompileJob, _took
+from tuiprof.engine.compile_support import COMPILE_TIMES, _compile_times, _CompileJob, _took
 
 
 def test_a_compile_adds_to_dynamos_trace_and_backend_times():

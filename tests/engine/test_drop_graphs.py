@@ -1,6 +1,6 @@
 """drop_cuda_graphs finds inductor's cudagraph-tree managers on the engine thread whichever way
 that thread got them. In the live app the compile worker imports cudagraph_trees first, so the
-engine thread's managers sit in inductor's Python thread-local (tuiprof.engine.generate.
+engine thread's managers sit in inductor's Python thread-local (tuiprof.engine.compile_support.
 _own_cudagraph_trees), not in torch's C++ thread-local state; on the H100 the drop then found
 nothing, and CUPTI stayed attached. CUDA graphs cannot exist on a CPU: the manager and its nodes
 here are stand-ins with the attributes the drop uses; the real ones: tests/gpu/test_detach_gpu.py
@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 trees = pytest.importorskip("torch._inductor.cudagraph_trees")
 
-from tuiprof.engine.generate import _own_cudagraph_trees  # noqa: E402
+from tuiprof.engine.compile_support import _own_cudagraph_trees  # noqa: E402
 from tuiprof.engine.graphs import drop_cuda_graphs  # noqa: E402
 
 

@@ -40,7 +40,7 @@ def drop_cuda_graphs() -> int:
 
     # the managers are in inductor's thread-local, or in torch's C++ thread-local state where
     # inductor stashed them (the thread that imported cudagraph_trees first; see
-    # tuiprof.engine.generate._own_cudagraph_trees for the other threads)
+    # tuiprof.engine.compile_support._own_cudagraph_trees for the other threads)
     if not (hasattr(trees.local, "tree_manager_containers")
             or torch._C._is_key_in_tls("tree_manager_containers")):
         return 0

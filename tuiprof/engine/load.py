@@ -281,9 +281,9 @@ def prompt_ids(loaded: LoadedModel, prompt: str | None, prompt_len: int, seed: i
 
     With a tokenizer beside the weights the text prompt is tokenized (the first sequence);
     otherwise ``prompt_len`` deterministic ids are drawn from ``seed``. Further sequences get
-    random ids of the same length, different per sequence (``generate.extend_prompt``).
+    random ids of the same length, different per sequence (``switching.extend_prompt``).
     """
-    from .generate import extend_prompt
+    from .switching import extend_prompt
 
     first, desc = _first_prompt(loaded, prompt, prompt_len, seed)
     if batch <= 1:
