@@ -15,7 +15,8 @@ from torch import nn
 
 from tuiprof.engine import model_defs
 from tuiprof.engine.families import cs336, deepseek, llama_layer, nanochat
-from tuiprof.engine.families.llama_layer import _mark_static, with_max_len
+from tuiprof.engine.families._build import with_max_len
+from tuiprof.engine.families._decoder import _mark_static
 from tuiprof.engine.hf_adapter import _rebuild_rotary
 from tuiprof.engine.load import expected_meta, load_engine, load_model
 from tuiprof.startup import LoadProgress, Phase, ProgressTracker, tracking
@@ -48,7 +49,7 @@ def _reference_qwen3(defn) -> nn.Module:
 
 
 def _reference_module(model_cls, config) -> nn.Module:
-    """``llama_layer.build_module`` + ``init_random`` as they were (nn.init on meta, to_empty)."""
+    """``_build.build_module`` + ``init_random`` as they were (nn.init on meta, to_empty)."""
     with torch.device("meta"):
         module = model_cls(config)
     module = module.to(dtype=torch.float32).to_empty(device="cpu")

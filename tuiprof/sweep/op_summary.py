@@ -21,7 +21,7 @@ GEMM_TOKENS = frozenset({
 GEMM_SUBSTRINGS = ("gemm", "gemv", "nvjet", "cutlass", "cublas", "xmma", "matmul", "wgmma", "hmma")
 ATTENTION_SUBSTRINGS = ("flash", "fmha", "scaled_dot_product", "efficient_attention", "cudnn_attention")
 ATTN_LABELS = {"scores": "attn::scores_matmul", "softmax": "attn::softmax", "values": "attn::values_matmul"}
-"""Must match ``tuiprof.engine.families.llama_layer.ATTN_LABELS`` (kept here so the sweep
+"""Must match ``tuiprof.engine.families._decoder.ATTN_LABELS`` (kept here so the sweep
 core does not import an engine family)."""
 
 _SKIP_PREFIXES = ("ProfilerStep", "attn::", "## ", "cudaDeviceSynchronize")

@@ -22,14 +22,14 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPLS: the sweep's switch
+from tuiprof.engine.families._build import build_adapter
+from tuiprof.engine.families._decoder import (  # noqa: F401 - ATTENTION_IMPLS: the sweep's switch
     ATTENTION_IMPLS,
     CachedDecoderLM,
     ModuleAdapter,
     RMSNorm,
     SelfAttention,
     SwiGLU,
-    build_adapter,
     layer_caches,
 )
 from tuiprof.engine.tensor_parallel import TPContext

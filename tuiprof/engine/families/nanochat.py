@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tuiprof.engine.families.llama_layer import (  # noqa: F401 - ATTENTION_IMPLS: the sweep's switch
+from tuiprof.engine.families._build import build_adapter
+from tuiprof.engine.families._decoder import (  # noqa: F401 - ATTENTION_IMPLS: the sweep's switch
     ATTENTION_IMPLS,
     CachedDecoderLM,
     ModuleAdapter,
     SelfAttention,
-    build_adapter,
     layer_caches,
 )
 from tuiprof.engine.tensor_parallel import TPContext
