@@ -108,7 +108,7 @@ def main() -> int:
         serve(a.port, a.chunks, a.gap_ms / 1e3)
         return 0
 
-    from tuiprof.collect.http_proxy import make_proxy  # noqa: PLC0415
+    from tuiprof.collect.proxy_process import make_proxy  # noqa: PLC0415
     from tuiprof.store.requests import RequestBook  # noqa: PLC0415
 
     server = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(a.port),

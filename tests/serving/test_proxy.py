@@ -435,7 +435,7 @@ def test_the_command_refuses_a_taken_port_and_bad_syntax(capsys, tmp_path):
 
 
 def test_the_proxy_in_its_own_process_records_into_this_ones_book(book):
-    from tuiprof.collect.http_proxy import make_proxy
+    from tuiprof.collect.proxy_process import make_proxy
 
     response = HEAD_SSE + chunked(*TOKENS[:3], USAGE, b"data: [DONE]\n\n")
     up = Upstream(streaming([response]))
@@ -460,7 +460,7 @@ def test_the_proxy_in_its_own_process_records_into_this_ones_book(book):
 
 
 def test_the_proxy_process_says_why_it_cannot_listen(book):
-    from tuiprof.collect.http_proxy import make_proxy
+    from tuiprof.collect.proxy_process import make_proxy
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

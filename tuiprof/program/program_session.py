@@ -136,7 +136,8 @@ class ProgramSession:
         LISTEN taken since the command checked it is one line and nothing starts."""
         if not self.proxy_spec:
             return
-        from ..collect.http_proxy import address_text, make_proxy  # noqa: PLC0415
+        from ..collect.http_proxy import address_text  # noqa: PLC0415
+        from ..collect.proxy_process import make_proxy  # noqa: PLC0415
 
         try:
             proxy = make_proxy(self.requests, self.proxy_spec)
