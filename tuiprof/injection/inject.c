@@ -20,7 +20,7 @@
  * (and counts) the records it could not write; both counts reach the session (STATS, END). A
  * broken channel turns the library inert: buffers are recycled unsent and counted as lost.
  *
- * Nothing here is Python; the protocol is described in tuiprof/collect/native.py. */
+ * Nothing here is Python; the protocol is described in tuiprof/collect/cupti_channel.py. */
 #define _GNU_SOURCE
 #include <cupti_activity.h>
 #include <cupti_driver_cbid.h>
@@ -42,7 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* --- protocol (the same numbers are in tuiprof/collect/native.py) --- */
+/* --- protocol (the same numbers are in tuiprof/collect/cupti_channel.py) --- */
 #define TP_MAGIC 0x46525054u /* "TPRF" */
 #define TP_PROTO 1
 #define TP_MSG_HELLO 1
