@@ -304,10 +304,17 @@ def report(s: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- the servers
+_GIVEN: set = set()   # ports handed out in this run: never twice (rounds overlap)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 class ClientFailed(Exception):

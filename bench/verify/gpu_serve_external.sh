@@ -46,8 +46,8 @@ say "serve_external: ${left} s left (extra serve args: $EXTRA)"
 NVML=""; [ "$DEVICE" = cpu ] && NVML="--no-nvml"
 timeout -k 40 $(( left + 10 )) python3 bench/overhead/serve_external.py \
   --model-dir /tmp/se-model --device "$DEVICE" --modes bare,live,headless,every,leave \
-  --rates auto:0.25,0.8 --probe ${PROBE:-48} --requests ${REQUESTS:-8,16} --rounds 5 --warmup 3 \
-  --prompt-words ${PROMPT_WORDS:-96} --output-len ${OUTPUT_LEN:-24} --cb-num-blocks 128 $NVML \
+  --rates auto:0.25,0.8 --probe ${PROBE:-48} --requests ${REQUESTS:-10,20} --rounds 5 --warmup 3 \
+  --prompt-words ${PROMPT_WORDS:-96} --output-len ${OUTPUT_LEN:-20} --cb-num-blocks 128 $NVML \
   --serve-args "$EXTRA" --tmux "$TMUX_CMD" --deadline "$left" --start-timeout 150 --stop-grace 20 \
   --work /tmp/se-work --out "$OUT/se" > "$OUT/serve_external.txt" 2>&1
 say "status $?"
