@@ -209,13 +209,15 @@ class SessionCollector:
                     fam(Gauge, name, doc + " (latest NVML sample)").add_metric(lv, v * scale)
         oh = view.overhead or {}
         if isinstance(oh.get("pct"), (int, float)):
-            fam(Gauge, "overhead_ratio", "tuiprof's own CPU time over wall time in this "
-                "process (collectors, serving mirrors; docs/performance.md)").add_metric(
+            fam(Gauge, "overhead_ratio", "what the session costs this process over wall time "
+                "(its threads' CPU, its hooks on the program's threads, CUPTI switches, traced "
+                "steps over untraced ones; docs/performance.md)").add_metric(
                 lv, oh["pct"] / 100.0)
         for k, v in sorted(oh.items()):
             if k.endswith("_s") and k != "wall_s" and isinstance(v, (int, float)):
                 part = k[:-2][:24]
-                fam(Counter, "overhead_cpu_seconds", "tuiprof's own CPU time by part",
+                fam(Counter, "overhead_cpu_seconds", "the session's cost by part, seconds "
+                    "(threads: CPU; hooks, switch, tracing: wall)",
                     ("part",)).add_metric(lv + [part], self._monotonic(("oh", *lv, part),
                                                                         float(v), seen))
 
