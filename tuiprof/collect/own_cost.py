@@ -165,7 +165,8 @@ class StepExcess:
         ``min_reference`` untraced steps (CUPTI attached throughout) are left out."""
         tracing = rerecord = 0.0
         left_out = 0
-        for by in self._by.values():
+        # a copy: the program's thread may add a class while the session stops on another
+        for by in list(self._by.values()):
             n_ref, ref_total = by["untraced"]
             if n_ref < min_reference:
                 left_out += by["traced"][0] + by["edge"][0] + by["rerecord"][0]
@@ -180,4 +181,5 @@ class StepExcess:
 
     def attached_steps(self) -> int:
         """Steps measured with CUPTI attached (traced, edge, re-recording)."""
-        return sum(by["traced"][0] + by["edge"][0] + by["rerecord"][0] for by in self._by.values())
+        return sum(by["traced"][0] + by["edge"][0] + by["rerecord"][0]
+                   for by in list(self._by.values()))
