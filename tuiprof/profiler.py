@@ -703,7 +703,8 @@ class Profiler(SessionControl):
         series = self._overhead_series
         series.append((round(time.time(), 3), round(total, 5)))
         if final:  # the whole series once, not with every pull of a mirror
-            self.store.set_overhead(series=[list(x) for x in series])
+            # list() copies in one step: a program's thread may still append meanwhile
+            self.store.set_overhead(series=[list(x) for x in list(series)])
         self.store.set_overhead(pct=round(100.0 * total / wall, 2),
                                 **costs, serve_s=round(serve, 3), switch_s=round(switch, 3),
                                 hooks_s=round(hooks, 6), threads_s=round(threads, 4),
