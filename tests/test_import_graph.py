@@ -52,12 +52,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # an entry that no longer happens fails the test too, so it is removed when its import is.
 # Circles are allowed only inside the listed packages; upward imports only as the listed pairs
 # (importing package -> imported package).
-KNOWN_CIRCLES: frozenset[str] = frozenset({
-    "tuiprof.cli",          # program <-> run <-> sessions
-})
-KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset({
-    ("tuiprof.sessions", "tuiprof.cli"),     # keeper starts sessions through cli's launchers
-})
+KNOWN_CIRCLES: frozenset[str] = frozenset()
+KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
 
 # What `import tuiprof.cli` loads, the whole start-up of every command before its own run():
 # tuiprof's modules, and none of the heavy third-party packages (each costs 0.1-3 s).

@@ -35,7 +35,7 @@ def main() -> int:
                            capture_output=True, text=True, env=env, timeout=120)
     sid = start.stdout.strip().splitlines()[-1]
     from tuiprof.sessions.follow import follow_env
-    from tuiprof.cli.sessions import child_options
+    from tuiprof.cli.options import child_options
     from tuiprof.cli import parse_args
     followed = dict(env)
     followed.update(follow_env(os.path.join(rt, sid, "s.sock"), child_options(

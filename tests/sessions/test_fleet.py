@@ -343,7 +343,7 @@ def test_unreachable_hosts_are_retried_with_a_capped_backoff(tmp_path):
 def test_two_nodes_started_in_one_second_into_one_directory_each_get_their_log(tmp_path):
     """The nodes of a job on one machine start their sessions at the same second with one
     export directory: each program's output goes to a log of its own."""
-    from tuiprof.cli.program import _new_log
+    from tuiprof.sessions.launch import _new_log
 
     logs = [_new_log(tmp_path, "tuiprof-tp_job-20261129-050855") for _ in range(3)]
     assert [p.name for p in logs] == ["tuiprof-tp_job-20261129-050855.log",

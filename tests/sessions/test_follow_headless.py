@@ -80,7 +80,7 @@ def test_a_headless_runs_followed_processes_sample_as_its_main_process_does():
     bursts headless as live (every step traced made an eager program 2.2 times slower on the
     H200), every step with --step-range or --sample-every 1."""
     from tuiprof.cli import parse_args
-    from tuiprof.cli.sessions import child_options
+    from tuiprof.cli.options import child_options
     from tuiprof.sessions.child_session import profiler_options
 
     def every(*opts):

@@ -86,7 +86,7 @@ def test_an_absent_token_file_is_made_0600_and_said_so(rt, tmp_path):
     sid = out.stdout.strip().splitlines()[-1]
     try:
         assert stat.S_IMODE(f.stat().st_mode) == 0o600 and f.stat().st_uid == os.geteuid()
-        from tuiprof.cli.sessions import token_weakness
+        from tuiprof.sessions.tokens import token_weakness
 
         token = f.read_text().strip()
         assert token_weakness(token) is None and len(token) >= 43

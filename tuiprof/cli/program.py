@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime as _dt
 import os
 import re
 import signal
@@ -18,13 +17,10 @@ from ..text import printable
 from ..program.launch import ProgramResult, ProgramSpec, parse_program
 from .common import (Interrupted, detach_terminal, handle_signals, output_path, print_summary,
                      say, write_outputs)
-from .run import run_defaults
-
-# Options of the built-in engine: a program loads and runs its own model.
-ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "mode",
-                  "compile_mode", "prompt", "prompt_len", "max_new_tokens", "max_len", "no_loop",
-                  "temperature", "top_k", "seed", "record", "measure_peaks", "tp")
-
+from ..sessions.launch import prepare_native
+from .options import sample_every, source_options
+from .run import check_options, run_defaults
+from .sessions import hold, start_detached
 
 def run(args: argparse.Namespace) -> int:
     """``tuiprof run … -- PROGRAM``."""
@@ -33,63 +29,12 @@ def run(args: argparse.Namespace) -> int:
     check_options(args, run_defaults())
     args.feeds_parsed = check_feeds(args)
     if args.detach:
-        from .sessions import start_detached  # noqa: PLC0415
         spec = parse_program(args.program)   # a bad command fails here, in the terminal
-        return start_detached(args, spec.name)
+        _check_native(spec, args)
+        return start_detached(args, spec.name, program_launch(args, spec))
     if args.headless:
         return run_headless(args, say, print_summary, write_outputs)
     return run_live(args)
-
-
-def check_options(args: argparse.Namespace, defaults: dict) -> None:
-    """Refuse engine options with a program, and program options without one."""
-    from ..program.registry import OPTIONS  # noqa: PLC0415
-
-    if args.program is None:
-        given = [o.flag for o in OPTIONS if getattr(args, o.dest) != defaults[o.dest]]
-        if getattr(args, "proxy", None):
-            given.append("--proxy")
-        if given:
-            raise TuiprofError(f"{given[0]} applies to a program of your own: "
-                               f"tuiprof run {given[0]} ... -- python SCRIPT.py")
-        return
-    given = [o for o in ENGINE_OPTIONS if getattr(args, o, None) != defaults.get(o)]
-    if given:
-        flags = ", ".join("--" + o.replace("_", "-") for o in given)
-        raise TuiprofError(f"{flags}: options of tuiprof's own engine; a program loads and runs "
-                           f"its own model (drop them, or pass them to the program after its "
-                           f"script name)")
-    if args.in_process:
-        raise TuiprofError("--in-process: a program runs on the session process's main thread "
-                           "(its signals behave as usual there); drop --in-process")
-    for o in OPTIONS:
-        why = o.problem(getattr(args, o.dest))
-        if why:
-            raise TuiprofError(f"{o.flag} {why}")
-    check_proxy(getattr(args, "proxy", None))
-
-
-def check_proxy(spec: str | None) -> None:
-    """``--proxy LISTEN=UPSTREAM``: its syntax, loopback addresses, and LISTEN free now (one
-    line each, before anything starts)."""
-    if not spec:
-        return
-    from ..collect.http_proxy import check_listen, parse_spec  # noqa: PLC0415
-
-    try:
-        listen, _ = parse_spec(spec)
-    except ValueError as exc:
-        raise TuiprofError(f"--proxy {printable(exc, 200)}") from None
-    why = check_listen(listen)
-    if why:
-        raise TuiprofError(f"--proxy: {why}; give a free LISTEN port")
-
-
-def source_options(args: argparse.Namespace) -> dict:
-    """The step sources' options as given (``ProgramSession(options=...)``)."""
-    from ..program.registry import OPTIONS  # noqa: PLC0415
-
-    return {o.dest: getattr(args, o.dest) for o in OPTIONS}
 
 
 def stem(spec: ProgramSpec) -> str:
@@ -101,17 +46,6 @@ def stem(spec: ProgramSpec) -> str:
     if spec.label:   # torchrun SCRIPT.py: the script's name
         base = Path(spec.label.split()[-1]).stem
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-")[:40] or "program"
-
-
-def sample_every(args: argparse.Namespace, headless: bool) -> int | str:
-    """Which steps a program's processes trace: ``--sample-every``, where "auto" samples bursts
-    as the live app does, headless too (every step traced made an eager generate() program
-    2.2 times slower on the H200), except with --step-range: NVTX steps are known only after
-    the fact, so a burst cannot be switched on at a step's start."""
-    se = args.sample_every
-    if se == "auto" and getattr(args, "step_range", None):
-        return 1
-    return se
 
 
 def program_options(args: argparse.Namespace, headless: bool):
@@ -127,10 +61,8 @@ def program_options(args: argparse.Namespace, headless: bool):
                            detach_between_bursts=not args.cupti_attached)
 
 
-def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
-    """A native program: refuse the options of step sources that only see Python programs,
-    and build its injection library now (cached after the first time): a missing compiler or
-    missing headers is one line before anything starts."""
+def _check_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
+    """A native program: refuse the options of step sources that only see Python programs."""
     if spec.kind != "native":
         return
     from ..program.registry import STEP_SOURCES  # noqa: PLC0415
@@ -143,10 +75,6 @@ def _prepare_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
                 raise TuiprofError(f"{o.flag} applies to Python programs; a native program's "
                                    "steps come from --step-range or its kernel stream "
                                    "(docs/native.md)")
-    if not args.no_cupti:
-        from ..injection.build import build  # noqa: PLC0415
-
-        build()
 
 
 STOP_GRACE_S = 10.0    # after a stop, how long the program has to end (a native binary gets
@@ -164,7 +92,8 @@ def run_headless(args: argparse.Namespace, say, print_summary, write_outputs) ->
     from ..sessions import RemoteControl  # noqa: PLC0415
 
     spec = parse_program(args.program)
-    _prepare_native(spec, args)
+    _check_native(spec, args)
+    prepare_native(spec, not args.no_cupti)
     # absolute before the program starts: it may change or remove its working directory
     out = output_path(args.json or f"tuiprof-{stem(spec)}.json")
     kind = check_output(out, "--json" if args.json else "the snapshot") and output_kind(out)
@@ -408,8 +337,6 @@ def _hold_here(args: argparse.Namespace, ctl, spec):
     process and are mirrored here (None with --no-follow, or for a native program)."""
     if getattr(args, "no_follow", False) or spec.kind == "native":
         return None
-    from .sessions import hold  # noqa: PLC0415
-
     return hold(args, ctl, name=spec.name, kind="program", stem=stem(spec))
 
 
@@ -441,8 +368,6 @@ def print_processes(held) -> None:
 def run_live(args: argparse.Namespace) -> int:
     """The live app; the program runs in the session process, its processes are followed."""
     from ..ui.app import run_app  # noqa: PLC0415
-    from .sessions import hold  # noqa: PLC0415
-
     main, name, stem_ = live_control(args)
     ctl = hold(args, main, name=name, kind="program", stem=stem_)
     ctl.start()
@@ -450,36 +375,24 @@ def run_live(args: argparse.Namespace) -> int:
                    auto_snapshot=True)
 
 
-def _new_log(export: Path, base: str) -> Path:
-    """A log file of its own: sessions started in the same second into one directory (the
-    nodes of a job on one machine) each get theirs (``-2``, ``-3``, …), never a shared one.
-    0600 as a headless run's: a program's output can hold what only its user may read."""
-    for n in range(1, 1000):
-        path = export / (f"{base}.log" if n == 1 else f"{base}-{n}.log")
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            return path
-        except FileExistsError:
-            continue
-    raise OSError(f"{base}.log and 998 more exist already")
-
-
 def live_control(args: argparse.Namespace):
     """(the session process that runs the program, not started; its name; a stem)."""
-    from ..sessions import RemoteControl  # noqa: PLC0415
+    from ..sessions.launch import program_control  # noqa: PLC0415
 
     spec = parse_program(args.program)
-    _prepare_native(spec, args)
-    export = Path(args.export_dir)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    try:
-        export.mkdir(parents=True, exist_ok=True)
-        log = _new_log(export, f"tuiprof-{stem(spec)}-{stamp}")
-    except OSError as exc:
-        raise TuiprofError(f"cannot write the program's log in {export}: "
-                           f"{exc.strerror or exc}") from None
-    program = {"spec": spec, "log_path": str(log), "options": source_options(args),
-               "proxy": getattr(args, "proxy", None), "meta": getattr(args, "meta", None)}
-    ctl = RemoteControl(program_options(args, False), {"ring_tokens": args.ring_tokens},
-                        orphan_snapshot_dir=args.export_dir, program=program)
+    _check_native(spec, args)
+    ctl = program_control(spec, stem(spec), program_options(args, False),
+                          {"ring_tokens": args.ring_tokens}, args.export_dir,
+                          source_options(args), getattr(args, "proxy", None),
+                          getattr(args, "meta", None))
     return ctl, spec.name, stem(spec)
+
+
+def program_launch(args: argparse.Namespace, spec: ProgramSpec) -> dict:
+    """What a detached session's keeper starts, as plain data (``launch.json``)."""
+    return {"kind": "program", "stem": stem(spec),
+            "options": program_options(args, False).to_json(),
+            "store": {"ring_tokens": args.ring_tokens},
+            "program": {"argv": list(args.program), "options": source_options(args),
+                        "proxy": getattr(args, "proxy", None),
+                        "meta": getattr(args, "meta", None)}}

@@ -15,6 +15,58 @@ from ..phases import EAGER, MODES
 from ..text import printable
 from .common import (Interrupted, exit_if_busy, output_path, print_summary, say,
                      stop_on_signals, write_or_fallback, write_outputs)
+from .sessions import add_run_arguments as add_session_arguments
+from .sessions import hold, start_detached
+
+
+# Options of the built-in engine: a program loads and runs its own model.
+ENGINE_OPTIONS = ("model", "weights", "trust_remote_code", "device", "dtype", "mode",
+                  "compile_mode", "prompt", "prompt_len", "max_new_tokens", "max_len", "no_loop",
+                  "temperature", "top_k", "seed", "record", "measure_peaks", "tp")
+
+
+def check_options(args: argparse.Namespace, defaults: dict) -> None:
+    """Refuse engine options with a program, and program options without one."""
+    from ..program.registry import OPTIONS  # noqa: PLC0415
+
+    if args.program is None:
+        given = [o.flag for o in OPTIONS if getattr(args, o.dest) != defaults[o.dest]]
+        if getattr(args, "proxy", None):
+            given.append("--proxy")
+        if given:
+            raise TuiprofError(f"{given[0]} applies to a program of your own: "
+                               f"tuiprof run {given[0]} ... -- python SCRIPT.py")
+        return
+    given = [o for o in ENGINE_OPTIONS if getattr(args, o, None) != defaults.get(o)]
+    if given:
+        flags = ", ".join("--" + o.replace("_", "-") for o in given)
+        raise TuiprofError(f"{flags}: options of tuiprof's own engine; a program loads and runs "
+                           f"its own model (drop them, or pass them to the program after its "
+                           f"script name)")
+    if args.in_process:
+        raise TuiprofError("--in-process: a program runs on the session process's main thread "
+                           "(its signals behave as usual there); drop --in-process")
+    for o in OPTIONS:
+        why = o.problem(getattr(args, o.dest))
+        if why:
+            raise TuiprofError(f"{o.flag} {why}")
+    check_proxy(getattr(args, "proxy", None))
+
+
+def check_proxy(spec: str | None) -> None:
+    """``--proxy LISTEN=UPSTREAM``: its syntax, loopback addresses, and LISTEN free now (one
+    line each, before anything starts)."""
+    if not spec:
+        return
+    from ..collect.http_proxy import check_listen, parse_spec  # noqa: PLC0415
+
+    try:
+        listen, _ = parse_spec(spec)
+    except ValueError as exc:
+        raise TuiprofError(f"--proxy {printable(exc, 200)}") from None
+    why = check_listen(listen)
+    if why:
+        raise TuiprofError(f"--proxy: {why}; give a free LISTEN port")
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
@@ -87,7 +139,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallelism: N ranks, one process per GPU (NCCL; gloo with "
                         "--device cpu), started with torch.distributed's launcher")
-    from .sessions import add_run_arguments as add_session_arguments  # noqa: PLC0415
     add_session_arguments(p)
     g = p.add_argument_group("a program of your own (tuiprof run [options] -- python SCRIPT.py "
                              "[ARGS...]; see docs/programs.md)")
@@ -183,8 +234,6 @@ def run_defaults() -> dict:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .program import check_options  # noqa: PLC0415
-
     from ..export.feeds import check_feeds  # noqa: PLC0415
 
     check_options(args, run_defaults())
@@ -192,9 +241,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_outputs(args)
     args.feeds_parsed = check_feeds(args)
     if args.detach:
-        from .sessions import start_detached  # noqa: PLC0415
-        _make_options(args)   # a bad --model fails here, in the terminal
-        return start_detached(args, args.model)
+        opts, store_kwargs = _make_options(args)   # a bad --model fails here, in the terminal
+        return start_detached(args, args.model, {
+            "kind": "model", "stem": Path(args.model).name, "options": opts.to_json(),
+            "store": store_kwargs})
     if args.tp != 1:
         return _cmd_run_tp(args)
     if not args.headless and not args.in_process:
@@ -296,8 +346,6 @@ def _cmd_run_ui(args: argparse.Namespace) -> int:
     The session process starts first: it imports torch and loads the model while this process
     imports Textual and draws the first frame.
     """
-    from .sessions import hold  # noqa: PLC0415
-
     main, name, stem = model_control(args)
     ctl = hold(args, main, name=name, kind="model", stem=stem)
     ctl.start()
@@ -312,11 +360,10 @@ def _cmd_run_ui(args: argparse.Namespace) -> int:
 
 def model_control(args: argparse.Namespace):
     """(the session process of ``--model``, not started; its name; a file-name stem)."""
-    from ..sessions import RemoteControl  # noqa: PLC0415
+    from ..sessions.launch import model_control as control  # noqa: PLC0415
 
     opts, store_kwargs = _make_options(args)
-    ctl = RemoteControl(opts, store_kwargs, orphan_snapshot_dir=args.export_dir)
-    return ctl, args.model, Path(args.model).name
+    return control(opts, store_kwargs, args.export_dir), args.model, Path(args.model).name
 
 
 def _check_tp(args: argparse.Namespace, engine) -> None:

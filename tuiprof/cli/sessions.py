@@ -10,14 +10,9 @@ session (no terminal: a closed SSH connection does not reach it), that writes a 
 from __future__ import annotations
 
 import argparse
-import collections
-import json
+import dataclasses
 import math
 import os
-import secrets
-import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,8 +20,8 @@ from typing import Any
 from ..errors import TuiprofError
 from ..text import printable
 from .common import say
+from .options import child_options
 
-DETACH_WAIT_S = 60.0       # how long `run --detach` waits for its keeper to start the session
 DEFAULT_SNAPSHOT_MIN = 15.0
 
 
@@ -89,18 +84,6 @@ def _runtime():
     return runtime
 
 
-def child_options(args: argparse.Namespace) -> dict:
-    """What each followed process of a program collects: the session process's options."""
-    from .program import sample_every, source_options  # noqa: PLC0415
-
-    # the main process's policy, resolved: every process samples as the main one does
-    return {"cupti": not args.no_cupti, "nvml": not args.no_nvml, "nvml_hz": args.nvml_hz,
-            "sample_every": sample_every(args, bool(getattr(args, "headless", False))), "alloc_every": args.alloc_every,
-            "detach_between_bursts": not args.cupti_attached, "ring_tokens": args.ring_tokens,
-            "sources": {k: v for k, v in source_options(args).items()
-                        if isinstance(v, (str, int, float, list, type(None)))}}
-
-
 def parse_listen(text: str | None) -> tuple[str, int] | None:
     if not text:
         return None
@@ -110,78 +93,11 @@ def parse_listen(text: str | None) -> tuple[str, int] | None:
     return host or "127.0.0.1", int(port)
 
 
-TOKEN_BITS = 80          # the least estimated entropy of a listener's token
-TOKEN_CHARS = 20         # and the fewest characters (a new token: 43, 256 random bits)
-MAKE_TOKEN = ("remove it and tuiprof writes a new one (0600), or: python3 -c 'import secrets; "
-              "print(secrets.token_urlsafe(32))' > FILE && chmod 600 FILE")
-
-
-def token_weakness(token: str) -> str | None:
-    """Why ``token`` is too easy to guess (None: it is not, as far as can be told): too short;
-    too few bits by its characters' frequencies (``xxxx…``, ``password123…``); a run of one
-    step (``abcdef…``, ``1212…``); one class of characters only (a phrase of lower-case
-    words)."""
-    n = len(token)
-    if n < TOKEN_CHARS:
-        return f"{n} characters (at least {TOKEN_CHARS})"
-    counts = collections.Counter(token)
-    bits = -sum(c * math.log2(c / n) for c in counts.values())
-    if bits < TOKEN_BITS:
-        return f"about {max(bits, 0.0):.0f} bits of entropy by its characters (at least {TOKEN_BITS})"
-    steps = collections.Counter(ord(b) - ord(a) for a, b in zip(token, token[1:]))
-    if steps.most_common(1)[0][1] * 3 > n - 1:
-        return "a repeating sequence of characters"
-    classes = sum(any(f(ch) for ch in token) for f in (
-        str.islower, str.isupper, str.isdigit, lambda ch: not ch.isalnum() and not ch.isspace()))
-    if classes < 2:
-        return "one class of characters only"
-    return None
-
-
-def read_token_file(path: Path, flag: str = "--token-file") -> str:
-    """A listener's token from ``path``: a regular file owned by this user that nobody else
-    may read or write, holding a token hard to guess; anything else is refused in one line
-    (another local user who could read it could stop or read the session)."""
-    where = f"{flag} {printable(path, 200)}"
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise TuiprofError(f"{where}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise TuiprofError(f"{where}: not a regular file; {MAKE_TOKEN}")
-    if st.st_uid != os.geteuid():
-        raise TuiprofError(f"{where}: owned by uid {st.st_uid}, not by you (uid "
-                           f"{os.geteuid()}); {MAKE_TOKEN}")
-    if st.st_mode & 0o077:
-        raise TuiprofError(f"{where}: group or others may read or write it (mode "
-                           f"{stat.S_IMODE(st.st_mode):04o}); chmod 600 it, or {MAKE_TOKEN}")
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TuiprofError(f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}") \
-            from None
-    weak = token_weakness(token)
-    if weak:
-        raise TuiprofError(f"{where}: the token is too easy to guess: {weak}; {MAKE_TOKEN}")
-    return token
-
-
-def new_token_file(path: Path) -> str:
-    """A new token (256 random bits) in a new file ``path``, 0600; never over an existing one."""
-    token = secrets.token_urlsafe(32)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except OSError as exc:
-        raise TuiprofError(f"--token-file {printable(path, 200)}: cannot create it: "
-                           f"{exc.strerror or exc}") from None
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
-    return token
-
-
 def check_token_file(args: argparse.Namespace) -> None:
     """Before a listener starts, in the terminal: ``--token-file`` is checked when it exists,
     else made (and said so)."""
+    from ..sessions.tokens import new_token_file, read_token_file  # noqa: PLC0415
+
     if not getattr(args, "listen", None) or not args.listen_token_file:
         return
     path = Path(args.listen_token_file)
@@ -193,49 +109,35 @@ def check_token_file(args: argparse.Namespace) -> None:
         f"(256 random bits, mode 0600); give the same file to tuiprof attach --connect")
 
 
-def listen_token(args: argparse.Namespace, directory: Path) -> str | None:
-    """The token of a TCP listener: from --token-file when it exists (checked: a file only
-    this user can read, a token hard to guess), else a new one written there (or in the
-    session's directory), 0600."""
-    if not getattr(args, "listen", None):
-        return None
-    path = Path(args.listen_token_file) if args.listen_token_file else directory / "token"
-    if os.path.lexists(path):
-        return read_token_file(path)
-    return new_token_file(path)
+def hold_options(args: argparse.Namespace, detached: bool = False):
+    """How this run holds its session (:class:`~tuiprof.sessions.launch.HoldOptions`), from
+    the command line."""
+    from ..sessions.launch import HoldOptions  # noqa: PLC0415
+
+    follow = None if getattr(args, "no_follow", False) or args.program is None \
+        else child_options(args)
+    return HoldOptions(export_dir=args.export_dir, follow=follow,
+                       snapshot_every_min=float(getattr(args, "snapshot_every", 0) or 0),
+                       listen=parse_listen(getattr(args, "listen", None)) if detached else None,
+                       token_file=getattr(args, "listen_token_file", None))
 
 
-def hold(args: argparse.Namespace, main: Any, *, name: str, kind: str, stem: str,
-         detached: bool = False, directory: Path | None = None, sid: str | None = None) -> Any:
-    """The session ``main`` (a RemoteControl not started yet) as held by this process: its
-    directory, socket, and for a program the environment that follows its processes."""
-    from ..sessions.follow import follow_env  # noqa: PLC0415
-    from ..sessions.holder import HeldSession  # noqa: PLC0415
-
-    rt = _runtime()
-    try:
-        if directory is None:
-            sid, directory = rt.new_session_dir()
-    except OSError as exc:
-        raise TuiprofError(str(exc)) from None
-    main.socket_path = str(directory / "main.sock")
-    native = main.program is not None and getattr(main.program.get("spec"), "kind", "") == "native"
-    if kind == "program" and not getattr(args, "no_follow", False) and not native:
-        main.follow_env = follow_env(str(directory / rt.SESSION_SOCKET), child_options(args))
-    every = float(getattr(args, "snapshot_every", 0) or 0)
-    info = {"id": sid, "kind": kind, "name": name, "stem": stem, "state": "starting",
-            "started": rt.now_utc(), "started_unix": time.time(),
-            "export_dir": str(Path(args.export_dir).resolve()),
-            "log": main.program["log_path"] if main.program else None,
-            "snapshot_every_min": every if detached else None, "cwd": os.getcwd()}
-    listen = parse_listen(getattr(args, "listen", None)) if detached else None
-    token = listen_token(args, directory) if listen else None
+def hold(args: argparse.Namespace, main: Any, *, name: str, kind: str, stem: str) -> Any:
+    """The session ``main`` (a RemoteControl not started yet) held by this process as the
+    command line asks (:func:`tuiprof.sessions.launch.hold`)."""
     from ..export.feeds import Feeds, check_feeds  # noqa: PLC0415
+    from ..sessions.launch import hold as hold_session  # noqa: PLC0415
 
     feeds = Feeds(getattr(args, "feeds_parsed", None) or check_feeds(args))
-    return HeldSession(main, directory, sid, info=info, detached=detached,
-                       pull_every=2.0 if detached else 1.0, listen=listen, token=token,
-                       feeds=feeds)
+    return hold_session(main, hold_options(args), name=name, kind=kind, stem=stem, feeds=feeds)
+
+
+def feed_arguments(args: argparse.Namespace) -> dict:
+    """The feeds asked for, as given (a keeper checks and starts them)."""
+    from ..export.feeds import FEEDS  # noqa: PLC0415
+
+    return {f.name: getattr(args, f"feed_{f.name}") for f in FEEDS
+            if getattr(args, f"feed_{f.name}", None)}
 
 
 def check_snapshot_every(minutes: float) -> None:
@@ -246,8 +148,9 @@ def check_snapshot_every(minutes: float) -> None:
 
 
 # ---------------------------------------------------------------------------- --detach
-def start_detached(args: argparse.Namespace, name: str) -> int:
-    """``tuiprof run --detach ...``: hand the session to a keeper process, print its id."""
+def start_detached(args: argparse.Namespace, name: str, launch: dict) -> int:
+    """``tuiprof run --detach ...``: hand the session (``launch``: what to start, as plain
+    data) to a keeper process, print its id."""
     if getattr(args, "tp", 1) != 1:
         raise TuiprofError("--detach with --tp is not supported yet: run the ranks live, or "
                            "detach a program that starts them (tuiprof run --detach -- torchrun ...)")
@@ -267,31 +170,12 @@ def start_detached(args: argparse.Namespace, name: str) -> int:
         raise TuiprofError(f"--export-dir {printable(export, 200)}: cannot write there "
                            "(permission denied)")
     check_token_file(args)
+    from ..sessions.launch import start_keeper  # noqa: PLC0415
+
     rt = _runtime()
-    try:
-        sid, directory = rt.new_session_dir()
-    except OSError as exc:
-        raise TuiprofError(str(exc)) from None
-    argv = [a for a in args.argv if a != "--detach"]
-    rt.write_json(directory / "args.json", {"argv": argv, "cwd": os.getcwd()})
-    rt.write_info(directory, {"id": sid, "name": name, "state": "starting",
-                              "started": rt.now_utc(), "started_unix": time.time()})
-    log = os.fdopen(os.open(directory / "keeper.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                            0o600), "ab")
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "tuiprof.sessions.keeper", str(directory)],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, close_fds=True)
-    finally:
-        log.close()
-    t_end = time.monotonic() + DETACH_WAIT_S
-    info: dict = {}
-    while time.monotonic() < t_end:
-        info = rt.read_info(directory) or {}
-        if info.get("state") not in (None, "starting") or proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    info = rt.read_info(directory) or info
+    launch = dict(launch, hold=dataclasses.asdict(hold_options(args, detached=True)),
+                  feeds=feed_arguments(args))
+    sid, directory, info = start_keeper(launch, name)
     state = info.get("state")
     if state not in ("running", "ended", "stopped"):
         why = info.get("error") or _tail(directory / "keeper.log") or "it did not start in time"
@@ -550,4 +434,4 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 __all__ = ["add_arguments", "add_run_arguments", "run", "hold", "start_detached", "cmd_ls",
-           "cmd_attach", "cmd_attach_fleet", "cmd_stop", "child_options"]
+           "cmd_attach", "cmd_attach_fleet", "cmd_stop", "hold_options", "feed_arguments"]

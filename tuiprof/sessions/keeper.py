@@ -14,8 +14,6 @@ snapshot's path in ``info.json``.
 """
 from __future__ import annotations
 
-import json
-import os
 import signal
 import sys
 import threading
@@ -23,6 +21,10 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from ..errors import one_line
+from .launch import held_from_launch
+from .runtime import read_info, write_info
 
 TICK_S = 0.5
 
@@ -38,7 +40,6 @@ def write_snapshot(held: Any, reason: str) -> str | None:
     try:
         out = held.write_snapshot(path)
     except Exception as exc:
-        from ..errors import one_line  # noqa: PLC0415
         line = f"{reason} snapshot failed: {one_line(exc)}; the previous one is kept"
         held.notice(line)
         held.save_info(snapshot_error=line)
@@ -122,29 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)   # no terminal: these come from nobody it serves
     stop = threading.Event()
-    from .runtime import read_info, write_info  # noqa: PLC0415
-
     try:
-        with open(directory / "args.json", encoding="utf-8") as fh:
-            spec = json.load(fh)
-        os.chdir(spec["cwd"])
-        from ..cli import parse_args  # noqa: PLC0415
-        from ..cli.sessions import hold  # noqa: PLC0415
-
-        args = parse_args(list(spec["argv"]))
-        if args.program is not None:
-            from ..cli.program import live_control  # noqa: PLC0415
-            main_ctl, name, stem = live_control(args)
-            kind = "program"
-        else:
-            from ..cli.run import model_control  # noqa: PLC0415
-            main_ctl, name, stem = model_control(args)
-            kind = "model"
-        held = hold(args, main_ctl, name=name, kind=kind, stem=stem, detached=True,
-                    directory=directory, sid=directory.name)
-        held.info["started"] = (read_info(directory) or {}).get("started", held.info["started"])
+        held = held_from_launch(directory)
     except BaseException as exc:  # one line for `run --detach` to print
-        from ..errors import one_line  # noqa: PLC0415
         traceback.print_exc()
         info = read_info(directory) or {}
         info.update(state="error", error=one_line(exc) if isinstance(exc, Exception) else str(exc))
@@ -153,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: held.stop_requested.set())
     del stop
     try:
-        return keep(held, float(args.snapshot_every or 0))
+        return keep(held, float(held.info.get("snapshot_every_min") or 0))
     except BaseException:
         traceback.print_exc()
         held.save_info(state="error", error="the keeper failed (keeper.log)")

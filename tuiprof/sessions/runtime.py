@@ -9,7 +9,7 @@ can enter. A session's directory (0700) holds:
 * ``p<pid>.sock``: each profiled process's own server (its store);
 * ``info.json``: what ``tuiprof ls`` shows (id, program, started, pids, state, exit status,
   last snapshot), rewritten atomically by the process that holds the session;
-* ``args.json``: a detached session's command line, read back by its keeper;
+* ``launch.json``: what a detached session's keeper starts and how it holds it (plain data);
 * ``crash-<pid>.txt``: a process's fatal-signal report (Python's faulthandler);
 * ``token``: the token of a TCP listener (``--listen``), 0600.
 
