@@ -50,7 +50,7 @@ class SessionSpec:
     orphan_snapshot_dir: str | None = None  # snapshot written here if the UI process vanishes
     hook: str | None = None          # "module:callable" (benchmarks): called with the Profiler
     program: dict | None = None      # a program to run: {"spec", "log_path", "options"}
-                                     # (tuiprof.cli.program.run_live)
+                                     # (tuiprof.sessions.launch.program_control)
     env: dict | None = None          # environment set first (a rank's RANK, MASTER_PORT, ...)
     socket_path: str | None = None   # where this process serves its store
     follow_env: dict | None = None   # set before the program runs: its children are followed
