@@ -142,6 +142,11 @@ class Run:
             (8, lambda: self.tuiprof("bench_q8_g1_tuiprof_3", self.bench_argv(self.q8))),
             (5, lambda: self.sh("bench_q8_g1_alone_3", self.bench_argv(self.q8))),
         ]
+        self.run_jobs(jobs)
+
+    def run_jobs(self, jobs: list) -> None:
+        """Each ``(estimated s, job)`` in order, while ``--deadline`` leaves time for it (a
+        skipped one is noted); what each wrote is packed at once."""
         for est, job in jobs:
             if self.elapsed() + est > self.a.deadline:
                 self.note("skipped", reason="deadline", est=est)
@@ -167,12 +172,7 @@ class Run:
             (40, self.server),
             (45, self.live),
         ]
-        for est, job in jobs:
-            if self.elapsed() + est > self.a.deadline:
-                self.note("skipped", reason="deadline", est=est)
-                continue
-            job()
-            self.pack()
+        self.run_jobs(jobs)
         self.overhead(est=22)
 
     def simple(self):

@@ -91,6 +91,21 @@ NONE_PARTS = ["none", "none+listener", "none+alloc", "none+nvml"]
 T0 = time.monotonic()  # the bench's start (main resets it): --deadline counts from here
 
 
+
+def sayer(t0: float):
+    """``say(text)``: a line stamped with the seconds since ``t0``, flushed at once."""
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f} s] {text}", flush=True)
+    return say
+
+
+def still_waiting(status, end: float, what: str, who: str) -> None:
+    """Leave in one line when the session failed or the wait ran past ``end``."""
+    if status.state == "error":
+        raise SystemExit(f"{who}: {status.message}")
+    if time.monotonic() > end:
+        raise SystemExit(f"{who}: timed out waiting for {what}")
+
 def spec(name: str) -> dict:
     return {**_BASE, **CONFIGS[name]}
 
@@ -344,16 +359,12 @@ def run_phase(a: argparse.Namespace, configs: list[str], cupti: bool, out: dict,
     t_run = time.monotonic()
     tag = "tuiprof" if cupti else "peer"
 
-    def say(text: str) -> None:
-        print(f"[{time.monotonic() - t_run:6.1f} s] {text}", flush=True)
+    say = sayer(t_run)
 
     def wait_state(pred, seconds: float, what: str) -> None:
         end = time.monotonic() + seconds
         while not pred():
-            if prof.status.state == "error":
-                raise SystemExit(f"overhead: {prof.status.message}")
-            if time.monotonic() > end:
-                raise SystemExit(f"overhead: timed out waiting for {what}")
+            still_waiting(prof.status, end, what, "overhead")
             time.sleep(0.1)
 
     try:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.overhead.overhead import block_plan, finish, period, table  # noqa: E402
+from bench.overhead.overhead import (block_plan, finish, period, sayer,  # noqa: E402
+                                     still_waiting, table)
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -41,16 +42,12 @@ def run(a: argparse.Namespace) -> dict:
     out: dict = {"windows": []}
     t_run = time.monotonic()
 
-    def say(text: str) -> None:
-        print(f"[{time.monotonic() - t_run:6.1f} s] {text}", flush=True)
+    say = sayer(t_run)
 
     async def wait_for(pred, seconds, what):
         t_end = time.monotonic() + seconds
         while not pred():
-            if ctl.status.state == "error":
-                raise SystemExit(f"ui_overhead: {ctl.status.message}")
-            if time.monotonic() > t_end:
-                raise SystemExit(f"ui_overhead: timed out waiting for {what}")
+            still_waiting(ctl.status, t_end, what, "ui_overhead")
             await asyncio.sleep(0.2)
 
     async def plan(windows: list) -> list[dict]:
