@@ -10,6 +10,7 @@ from ..phases import DECODE, OTHER, PREFILL
 from .gpus import gpu_spec
 from .kernels import ATTENTION, COPY, ELEMENTWISE, MEMCPY, REDUCTION, KernelInfo, kernel_info
 from .occupancy import launch_info
+from .roofline import match_gemms
 from .tokens import steady_tokens, token_timing
 from .tracing import untraced_wall_ms
 
@@ -192,8 +193,6 @@ def attention_split(view, mode: str | None = None, phase: str = "decode") -> dic
     """Attention time: fused attention kernels, or for an eager (non-fused) path the softmax
     kernels and the attention matmuls (q·kᵀ, p·v: GEMMs beyond the model's linear layers,
     identified by :func:`tuiprof.analysis.roofline.match_gemms`). Times are ms per token."""
-    from .roofline import match_gemms  # local: roofline imports this module's neighbours
-
     toks = [t for t in view.tokens if t.done and t.sampled and t.phase == phase
             and (mode is None or t.mode == mode)]
     ntok = len(toks) or 1

@@ -30,7 +30,8 @@ from textual.worker import Worker, WorkerState
 from ..control import SessionControl
 from ..errors import one_line
 from ..text import printable
-from ..store.rank_set import RanksView, is_rank_set
+from ..analysis.requests import story
+from ..store.rank_set import RanksView, is_process_set, is_rank_set
 from . import adapters
 from .actions import ACTIONS
 from .derive import view_signature
@@ -45,6 +46,7 @@ from .screens.all_processes import ProcessesScreen
 from ..export.registry import get as get_export
 from . import registry as pane_table
 from .signals import SignalQuit
+from .static import StaticProcessesControl, StaticRanksControl, StaticViewControl
 from .widgets.base import Pane, RefreshContext
 from .widgets.findings_pane import FindingsPane
 from .widgets.header import HeaderPane
@@ -504,8 +506,6 @@ class TuiprofApp(SignalQuit, App):
 
     def open_request(self, rid: Any) -> None:
         """One request's story, from a view with the raw records of its traced steps."""
-        from ..analysis.requests import story  # noqa: PLC0415
-
         if rid is None:
             return
         s = story(self.store.view(raw=True, raw_tokens=FINDINGS_RAW_TOKENS), rid)
@@ -690,8 +690,6 @@ def is_rank_set_view(view: Any) -> bool:
 def view_control(view: Any, source: str = "snapshot") -> SessionControl:
     """A read-only control over one StoreView, or over every rank of a RanksView
     (``tuiprof view SNAPSHOT.json``)."""
-    from ..store.rank_set import is_process_set
-    from .static import StaticProcessesControl, StaticRanksControl, StaticViewControl
     if is_rank_set_view(view):
         if is_process_set(view):
             return StaticProcessesControl(view, source)
