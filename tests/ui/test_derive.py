@@ -48,8 +48,8 @@ def test_kernel_rows_and_selection(store, eager_raw):
     view = store.view()
     rows = kernel_rows(view, "eager", "decode")
     assert sum(r.pct for r in rows) == pytest.approx(100.0)
-    nvjet = [r for r in rows if r.key.startswith("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT")]
-    assert nvjet and nvjet[0].stats.count == launches(eager_raw, nvjet[0].key)
+    nvjet = [r for r in rows if r.name.startswith("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT")]
+    assert nvjet and nvjet[0].stats.count == launches(eager_raw, nvjet[0].name)
     top = select_kernels(rows, "pct", True, "", 5)
     assert [r.stats.total for r in top] == sorted((r.stats.total for r in top), reverse=True)
     assert select_kernels(rows, "pct", True, "no-such-kernel", 5) == []
@@ -82,12 +82,12 @@ def test_launches_per_token_count_traced_tokens_only(recordings):
 
     store = SessionStore()
     replay_into(recordings["compiled"], store)
-    before = {r.key: r.per_token for r in kernel_rows(store.view(raw=False), "compiled", "decode")}
+    before = {r.name: r.per_token for r in kernel_rows(store.view(raw=False), "compiled", "decode")}
     t = store.view(raw=False).tokens[-1].end_ns
     for i in range(500):                      # untraced tokens, as between sampling bursts
         seq = store.begin_token("decode", "compiled", t + 10 + i * 1000, 1000 + i, sampled=False)
         store.end_token(seq, t + 500 + i * 1000, 3.0)
-    after = {r.key: r.per_token for r in kernel_rows(store.view(raw=False), "compiled", "decode")}
+    after = {r.name: r.per_token for r in kernel_rows(store.view(raw=False), "compiled", "decode")}
     assert after == before
     nvjet = [v for k, v in after.items() if "nvjet" in k and "64x8" in k and "splitK" not in k]
     assert nvjet and all(v >= 5 for v in nvjet), nvjet

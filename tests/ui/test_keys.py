@@ -151,8 +151,8 @@ def test_kernel_keys_sort_phase_filter_detail(control, tmp_path):
         await pilot.press(*"triton")
         await pilot.pause()
         assert 0 < len(k.rows) < n_all
-        assert all("triton" in r.name.short.lower() or "triton" in r.key.lower()
-                   or "triton" in r.name.library.lower() for r in k.rows.values())
+        assert all("triton" in r.info.short.lower() or "triton" in r.name.lower()
+                   or "triton" in r.info.library.lower() for r in k.rows.values())
         await pilot.press("q")                 # typed into the filter, not a quit
         await pilot.pause()
         assert k.filter_text == "tritonq" and not app._quitting

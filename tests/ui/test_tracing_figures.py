@@ -100,7 +100,7 @@ def test_a_short_kernels_detail_and_the_compare_table_read_its_time_as_an_upper_
     from tuiprof.ui.screens.detail import render_detail
 
     view = traced_store().view(raw=False)
-    rows = {r.key: r for r in kernel_rows(view, "compiled", "decode")}
+    rows = {r.name: r for r in kernel_rows(view, "compiled", "decode")}
     tiny, gemv = rows["tiny_elementwise"], rows["gemv_bf16"]
     assert kernel_ns_text(tiny, tiny.stats.mean) == "≤2.00 µs"
     assert kernel_ns_text(gemv, gemv.stats.mean) == "28.00 µs"

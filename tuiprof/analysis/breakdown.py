@@ -2,11 +2,13 @@
 prefill vs decode, eager-attention split, and the rows of the kernel table."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..phases import DECODE, OTHER, PREFILL
+from ..store.stats import RunningStats
 from .gpus import gpu_spec
 from .kernels import ATTENTION, COPY, ELEMENTWISE, MEMCPY, REDUCTION, KernelInfo, kernel_info
 from .occupancy import launch_info
@@ -144,28 +146,59 @@ def launch_bound(view, mode: str | None = None, phase: str = "decode") -> Launch
 
 @dataclass(frozen=True, slots=True)
 class KernelRow:
-    """One row of the kernel table: aggregate stats joined with the kernel's names/classes."""
+    """One row of a kernel table (:func:`top_kernels`, the kernels pane): a kernel name's
+    aggregate in one phase and mode, joined with its names and classes."""
 
-    name: str
-    info: KernelInfo
+    name: str                 # raw (mangled) name: the row's key
+    info: KernelInfo          # its names and classes (the panes': made printable)
     phase: str
     mode: str
-    launches: int
-    total_ms: float
-    share: float              # of this phase/mode's kernel time
-    mean_us: float
-    median_us: float
-    min_us: float
-    max_us: float
-    stddev_us: float
-    per_token: float          # launches per token of the phase/mode
+    stats: RunningStats       # its durations, ns
+    share: float              # of this phase/mode's kernel time, 0..1
+    per_token: float | None   # launches per token of the phase/mode (None: not known)
     grid: tuple
     block: tuple
     registers: int
     shared_mem: int
-    blocks: int
-    waves: float
     graph_launches: int
+    blocks: int = 0           # blocks of one launch, and waves on the GPU's SMs (top_kernels)
+    waves: float = 0.0
+    configs: dict = field(default_factory=dict)   # (grid, block) -> launches, at most 16
+    loop_launches: int = 0    # launched outside a step's model forward (the loop's own)
+    times: Any = None         # analysis.tracing.KernelTimes: corrected, or an upper bound
+
+    @property
+    def launches(self) -> int:
+        return self.stats.count
+
+    @property
+    def pct(self) -> float:
+        """``share`` in percent."""
+        return 100.0 * self.share
+
+    @property
+    def total_ms(self) -> float:
+        return self.stats.total / 1e6
+
+    @property
+    def mean_us(self) -> float:
+        return self.stats.mean / 1e3
+
+    @property
+    def median_us(self) -> float:
+        return self.stats.median / 1e3
+
+    @property
+    def min_us(self) -> float:
+        return self.stats.min / 1e3
+
+    @property
+    def max_us(self) -> float:
+        return self.stats.max / 1e3
+
+    @property
+    def stddev_us(self) -> float:
+        return self.stats.stddev / 1e3
 
 
 def top_kernels(view, mode: str | None = None, phase: str | None = "decode",
@@ -181,11 +214,10 @@ def top_kernels(view, mode: str | None = None, phase: str | None = "decode",
     for name, a in items[:n]:
         st = a.stats
         li = launch_info(a.grid, a.block, a.registers, a.shared_mem, spec.sm_count, spec.limits)
-        rows.append(KernelRow(name, kernel_info(name), a.phase, a.mode, st.count, st.total / 1e6,
-                              st.total / total if total else 0.0, st.mean / 1e3,
-                              st.median / 1e3, st.min / 1e3, st.max / 1e3, st.stddev / 1e3,
+        rows.append(KernelRow(name, kernel_info(name), a.phase, a.mode, st,
+                              st.total / total if total else 0.0,
                               st.count / ntok if ntok else 0.0, a.grid, a.block, a.registers,
-                              a.shared_mem, li.blocks, li.waves, a.graph_launches))
+                              a.shared_mem, a.graph_launches, li.blocks, li.waves))
     return rows
 
 

@@ -21,7 +21,6 @@ from ..store.rank_set import jobs
 from ..text import printable
 from .format import config_label
 
-KernelName = KernelInfo  # what the panes show of a kernel name
 
 
 @lru_cache(maxsize=4096)

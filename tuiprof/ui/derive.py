@@ -10,14 +10,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..analysis.breakdown import KernelRow
 from ..analysis.tokens import traced_tokens
 from ..analysis.tracing import (MIN_UNTRACED, TracingCost, busy_basis_label, kernel_times,
                                 tracing_cost, untraced_wall_ms)
-from ..store import RunningStats
 from ..phases import COMPILED, DECODE, EAGER, OTHER, PREFILL
 from ..text import printable
 from . import format as fmt
-from .adapters import KernelName, kernel_name
+from .adapters import kernel_name
 
 ALL = "all"
 PHASE_CYCLE = (DECODE, PREFILL, OTHER, ALL)
@@ -368,25 +368,6 @@ def place_labels(marks: list[tuple[float, str]], x0: float, x1: float,
 
 
 # ------------------------------------------------------------------ kernels
-@dataclass
-class KernelRow:
-    key: str              # raw name: the row key
-    name: KernelName
-    phase: str
-    mode: str
-    stats: RunningStats
-    pct: float
-    grid: tuple
-    block: tuple
-    registers: int
-    shared_mem: int
-    graph_launches: int
-    configs: dict
-    per_token: float | None = None
-    loop_launches: int = 0   # launched outside a step's model forward (the loop's own)
-    times: Any = None        # analysis.tracing.KernelTimes: corrected, or an upper bound
-
-
 def kernel_ns_text(r: KernelRow, value_ns: float, launches: int = 1) -> str:
     """A kernel time of row ``r`` as shown: less the measured per-kernel cost of tracing
     (``launches`` times it, for a total), or marked ``≤`` as an upper bound while that cost is
@@ -445,8 +426,8 @@ def kernel_rows(view: Any, mode: str, phase: str) -> list[KernelRow]:
     rows = []
     for name, agg in merged.items():
         rows.append(KernelRow(
-            key=name, name=kernel_name(name), phase=phase, mode=mode, stats=agg.stats,
-            pct=100.0 * agg.stats.total / total, grid=agg.grid, block=agg.block,
+            name=name, info=kernel_name(name), phase=phase, mode=mode, stats=agg.stats,
+            share=agg.stats.total / total, grid=agg.grid, block=agg.block,
             registers=agg.registers, shared_mem=agg.shared_mem,
             graph_launches=agg.graph_launches, configs=dict(agg.configs),
             per_token=(agg.stats.count / ntok) if ntok else None,
@@ -461,9 +442,9 @@ SORT_KEYS = {
     "count": lambda r: r.stats.count,
     "avg": lambda r: r.stats.mean,
     "max": lambda r: r.stats.max,
-    "name": lambda r: r.name.short.lower(),
-    "library": lambda r: (r.name.library.lower(), -r.stats.total),
-    "category": lambda r: (r.name.category.lower(), -r.stats.total),
+    "name": lambda r: r.info.short.lower(),
+    "library": lambda r: (r.info.library.lower(), -r.stats.total),
+    "category": lambda r: (r.info.category.lower(), -r.stats.total),
 }
 SORT_CYCLE = ("pct", "count", "avg", "max", "name", "library", "category")
 
@@ -473,12 +454,12 @@ def select_kernels(rows: list[KernelRow], sort: str = "pct", descending: bool = 
     """Filter by case-insensitive substring (short, demangled, library, category), sort, top n."""
     if text:
         t = text.lower()
-        rows = [r for r in rows if t in r.name.short.lower() or t in r.name.demangled.lower()
-                or t in r.name.library.lower() or t in r.name.category.lower()
-                or t in r.key.lower()]
+        rows = [r for r in rows if t in r.info.short.lower() or t in r.info.demangled.lower()
+                or t in r.info.library.lower() or t in r.info.category.lower()
+                or t in r.name.lower()]
     key = SORT_KEYS.get(sort, SORT_KEYS["pct"])
     rev = descending if sort not in ("name", "library", "category") else not descending
-    rows = sorted(rows, key=lambda r: (key(r), r.key), reverse=rev)
+    rows = sorted(rows, key=lambda r: (key(r), r.name), reverse=rev)
     return rows[:n]
 
 
@@ -509,7 +490,11 @@ def alloc_deltas(view: Any, key: str = "allocation_all_allocated") -> list:
 
 # ------------------------------------------------------------------ mode comparison
 @dataclass
-class ModeSummary:
+class ModeFigures:
+    """What the compare screen shows of one configuration (batch x mode): its decode steps'
+    figures as shown, and its top kernels. (The analysis's timing of a phase and mode is
+    :class:`tuiprof.analysis.tokens.ModeSummary`.)"""
+
     mode: str
     batch: Any = 1
     tokens: int = 0           # every decode step of the configuration
@@ -526,11 +511,11 @@ class ModeSummary:
     top: list = field(default_factory=list)   # KernelRow, by total time
 
 
-def mode_summary(view: Any, mode: str, top: int = 8) -> ModeSummary:
+def mode_summary(view: Any, mode: str, top: int = 8) -> ModeFigures:
     """Decode figures of ``mode`` in the view's configuration (per step; tokens/s counts every
     sequence)."""
     rows = done_rows(view, DECODE, mode)
-    s = ModeSummary(mode, view.batch)
+    s = ModeFigures(mode, view.batch)
     ts = view.token_stats.get((DECODE, mode))
     s.tokens = ts["host_ms"].count if ts else len(rows)
     s.traced = traced_tokens(view, DECODE, mode)
@@ -580,7 +565,7 @@ def mode_summary(view: Any, mode: str, top: int = 8) -> ModeSummary:
     return s
 
 
-def compare(view: Any, a: str = EAGER, b: str = COMPILED, top: int = 8) -> tuple[ModeSummary, ModeSummary]:
+def compare(view: Any, a: str = EAGER, b: str = COMPILED, top: int = 8) -> tuple[ModeFigures, ModeFigures]:
     return mode_summary(view, a, top), mode_summary(view, b, top)
 
 
@@ -611,7 +596,7 @@ def default_pair(view: Any, configs: list[tuple]) -> tuple[tuple, tuple]:
     return only, (only[0], COMPILED if only[1] == EAGER else EAGER)
 
 
-def config_summary(view: Any, config: tuple, top: int = 8) -> ModeSummary:
+def config_summary(view: Any, config: tuple, top: int = 8) -> ModeFigures:
     """:func:`mode_summary` of configuration ``(batch, mode)``."""
     return mode_summary(view.select(config[0]), config[1], top)
 

@@ -20,7 +20,7 @@ from textual.widgets import Footer, Static
 
 from .. import format as fmt
 from ..adapters import config_summaries, diff_configs, render_diff
-from ..derive import (ModeSummary, config_summary, configurations, default_pair,
+from ..derive import (ModeFigures, config_summary, configurations, default_pair,
                       kernel_ns_text)
 
 
@@ -31,7 +31,7 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"×{r:.2f}" if r >= 1 else f"×{r:.3f}"
 
 
-def _basis(a: ModeSummary, b: ModeSummary) -> str:
+def _basis(a: ModeFigures, b: ModeFigures) -> str:
     """Which wall time the busy shares are of: an untraced step's, the traced step's own."""
     bases = {s.busy_wall_ms is not None for s in (a, b) if s.busy_pct is not None}
     if bases == {True}:
@@ -41,11 +41,11 @@ def _basis(a: ModeSummary, b: ModeSummary) -> str:
     return "untraced step where measured, else traced" if bases else "traced"
 
 
-def _cost(s: ModeSummary) -> float | None:
+def _cost(s: ModeFigures) -> float | None:
     return s.tracing.ratio if s.tracing is not None else None
 
 
-def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
+def render_summary_table(ea: ModeFigures, co: ModeFigures) -> Table:
     la, lb = fmt.config_label(ea.batch, ea.mode), fmt.config_label(co.batch, co.mode)
     t = Table(title="decode, per step (a step advances every sequence of the batch)",
               expand=True, show_edge=False)
@@ -74,7 +74,7 @@ def render_summary_table(ea: ModeSummary, co: ModeSummary) -> Table:
     return t
 
 
-def render_top(s: ModeSummary, traced: bool = True) -> Any:
+def render_top(s: ModeFigures, traced: bool = True) -> Any:
     """The top decode kernels of one side; ``traced``: whether the session had CUPTI."""
     name = fmt.config_label(s.batch, s.mode)
     t = Table(title=f"top {name} decode kernels", expand=True, show_edge=False)
@@ -89,7 +89,7 @@ def render_top(s: ModeSummary, traced: bool = True) -> Any:
         return Text(f"no {name} decode kernels yet" +
                     (" — press c to switch modes" if s.mode == "compiled" else ""), "dim")
     for r in s.top:
-        t.add_row(Text(r.name.short), Text(r.name.library), f"{r.pct:.1f}",
+        t.add_row(Text(r.info.short), Text(r.info.library), f"{r.pct:.1f}",
                   f"{r.per_token:.1f}" if r.per_token else "–", kernel_ns_text(r, r.stats.mean))
     return t
 

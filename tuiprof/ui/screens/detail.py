@@ -18,7 +18,7 @@ from ..derive import KernelRow, kernel_ns_text
 
 def render_detail(row: KernelRow, view: Any | None = None) -> Table:
     s = row.stats
-    n = row.name
+    n = row.info
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)
     t.add_column()
@@ -59,7 +59,7 @@ def render_detail(row: KernelRow, view: Any | None = None) -> Table:
     if view is not None:
         others = []
         for (name, ph, md), agg in sorted(view.kernels.items(), key=lambda kv: kv[0][1:]):
-            if name == row.key and (ph, md) != (row.phase, row.mode):
+            if name == row.name and (ph, md) != (row.phase, row.mode):
                 others.append(printable(f"{md}/{ph}") + f": {agg.stats.count:,} × "
                               f"{fmt.ns(agg.stats.mean)}")
         if others:
@@ -84,5 +84,5 @@ class KernelDetailScreen(ModalScreen):
             yield Static(render_detail(self.row, self.view), id="detail-body")
 
     def on_mount(self) -> None:
-        self.query_one(VerticalScroll).border_title = (f"kernel — {markup(self.row.name.short)}"
+        self.query_one(VerticalScroll).border_title = (f"kernel — {markup(self.row.info.short)}"
                                                        " — esc to close")

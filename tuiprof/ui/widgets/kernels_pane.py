@@ -70,9 +70,9 @@ def _cells(rank: int, r: KernelRow) -> dict[str, str]:
     # constant (analysis.tracing.DURATION_INFLATION_NS), or marked as upper bounds
     return {
         "rank": str(rank),
-        "name": r.name.short,
-        "library": r.name.library,
-        "category": r.name.category,
+        "name": r.info.short,
+        "library": r.info.library,
+        "category": r.info.category,
         "pct": f"{r.pct:.1f}",
         "total": kernel_ns_text(r, s.total, s.count),
         "count": fmt.count(s.count),
@@ -117,7 +117,7 @@ def comm_lines(rows: list[KernelRow], ctx: RefreshContext, mode: str, phase: str
                most: int = 2) -> Text | None:
     """An NCCL kernel's time split into transfer and wait (docs/multi-gpu.md), so that its share
     of GPU time is not read as bandwidth: one line for each of the top ``most`` NCCL rows."""
-    comm = [r for r in rows if r.name.category == "communication"][:most]
+    comm = [r for r in rows if r.info.category == "communication"][:most]
     if not comm:
         return None
     split = ctx.comm_split
@@ -126,18 +126,18 @@ def comm_lines(rows: list[KernelRow], ctx: RefreshContext, mode: str, phase: str
     for i, r in enumerate(comm):
         if i:
             out.append("\n")
-        k = split["kernels"].get(r.key) if same else None
+        k = split["kernels"].get(r.name) if same else None
         if k is None or not (k["transfer"] + k["wait"]):
             who = ("waiting for the other ranks" if ctx.ranks > 1 else
                    "waiting for the other ranks of the job")
             when = (" (transfer / wait once steps are traced on every rank; a: all ranks)"
                     if ctx.ranks > 1 else "")
-            out.append(f"{r.name.short}: {r.pct:.1f} % of GPU time, {who} included: not "
+            out.append(f"{r.info.short}: {r.pct:.1f} % of GPU time, {who} included: not "
                        f"bandwidth{when}", "yellow")
             continue
         tot = k["transfer"] + k["wait"]
         t_pct, w_pct = r.pct * k["transfer"] / tot, r.pct * k["wait"] / tot
-        out.append(f"{r.name.short}: {r.pct:.1f} % of GPU time = ", "bold")
+        out.append(f"{r.info.short}: {r.pct:.1f} % of GPU time = ", "bold")
         out.append(f"transfer {t_pct:.1f} %", "green")
         out.append(" + ")
         out.append(f"wait {w_pct:.1f} %", "yellow")
@@ -354,7 +354,7 @@ class KernelsPane(Pane):
         rows = kernel_rows(view, mode, phase)
         total_ns = sum(r.stats.total for r in rows)
         sel = select_kernels(rows, self.sort, self.descending, self.filter_text, self.top_n)
-        self.rows = {r.key: r for r in sel}
+        self.rows = {r.name: r for r in sel}
         cap = Text(no_wrap=True, overflow="ellipsis")
         cap.append(printable(f"{fmt.config_label(view.batch, mode)} · {phase}", 80), "bold")
         if phase != self.phase:
@@ -386,7 +386,7 @@ class KernelsPane(Pane):
 
     def _update_table(self, sel: list[KernelRow]) -> None:
         table = self.query_one(DataTable)
-        want = [r.key for r in sel]
+        want = [r.name for r in sel]
         want_set = set(want)
         for key in [k for k in self._shown if k not in want_set]:
             table.remove_row(key)
@@ -396,15 +396,15 @@ class KernelsPane(Pane):
         for rank, r in enumerate(sel, 1):
             cells = _cells(rank, r)
             cells = {k: cells[k] for k in shown}
-            old = self._shown.get(r.key)
+            old = self._shown.get(r.name)
             if old is None:
-                table.add_row(*[_cell(cells[k], k in rights) for k in shown], key=r.key)
-                self._shown[r.key] = cells
+                table.add_row(*[_cell(cells[k], k in rights) for k in shown], key=r.name)
+                self._shown[r.name] = cells
                 continue
             for k, v in cells.items():
                 if old[k] != v:
-                    table.update_cell(r.key, k, _cell(v, k in rights))
-            self._shown[r.key] = cells
+                    table.update_cell(r.name, k, _cell(v, k in rights))
+            self._shown[r.name] = cells
         current = [row.key.value for row in table.ordered_rows]
         if current != want:
             table.sort("rank", key=lambda cell: int(cell.plain if isinstance(cell, Text) else cell))
