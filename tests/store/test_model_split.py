@@ -18,7 +18,7 @@ from tuiprof.export.snapshot import SCHEMA_VERSION, read_snapshot, write_snapsho
 from tuiprof.profiler import Profiler
 from tuiprof.spec import ProfilerOptions
 from tuiprof.store import SessionStore
-from tuiprof.store import session as store_session
+from tuiprof.store import ingest as store_ingest
 
 from split_data import STEP, US, split_store
 from split_data import api as _api
@@ -105,7 +105,7 @@ def test_steps_without_a_model_window_are_not_split_and_cost_no_bookkeeping():
 
 
 def test_launches_never_matched_are_bounded_and_counted(monkeypatch):
-    monkeypatch.setattr(store_session, "_LAUNCH_LEN", 4)
+    monkeypatch.setattr(store_ingest, "LAUNCH_LEN", 4)
     store = SessionStore(ring_tokens=8)
     seq = _step(store, 0, _window(0))
     store.add_records([_kernel("k", 200 * US + i * US, US, 100 + i) for i in range(10)])

@@ -1,7 +1,8 @@
 """Session store: bounded, thread-safe, the single source of truth of a session."""
 from .records import COMPILED, DECODE, EAGER, PREFILL
-from .session import (NVML, OTHER, PROGRAM_CONFIG, RECORDS, ConfigData, KernelAggregate, SessionStore,
-                      StoreView, TokenRow, ViewCursor, compose_view, config_order)
+from ..phases import OTHER
+from .session import NVML, PROGRAM_CONFIG, RECORDS, SessionStore
+from .view import ConfigData, KernelAggregate, StoreView, TokenRow, ViewCursor, compose_view, config_order
 from .stats import RunningStats
 
 __all__ = ["SessionStore", "StoreView", "TokenRow", "KernelAggregate", "RunningStats",

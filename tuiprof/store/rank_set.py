@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .session import StoreView
+from .view import KernelAggregate, StoreView
 
 ALIGN_ABOVE_NS = 50_000   # residuals below this are read noise: timelines are left as they are
 
@@ -82,7 +82,6 @@ def combined_view(rv: "RanksView") -> StoreView:
     """All ranks' aggregates merged into one view (kernels, copies, API, NVTX: what ``nsys
     stats`` sums over the devices of a multi-GPU report); tokens and raw records stay per
     rank and are left out."""
-    from .session import KernelAggregate  # noqa: PLC0415
 
     def merge_into(dst: dict, key, stats) -> None:
         if key in dst:

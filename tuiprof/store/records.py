@@ -23,6 +23,7 @@ Timestamps are CUPTI's clock (nanoseconds). Token marks taken on the host use th
 """
 from __future__ import annotations
 
+KIND = 0        # every record: its kind, one of these
 KERNEL = "K"
 MEMCPY = "C"
 MEMSET = "S"
@@ -34,6 +35,7 @@ GRAPH = "G"
 K_NAME, K_START, K_END = 1, 2, 3
 K_GRID = slice(4, 7)
 K_BLOCK = slice(7, 10)
+K_LAUNCH = slice(4, 10)   # grid and block, one tuple (a launch configuration)
 K_REGS, K_SMEM, K_STREAM, K_CORR, K_GRAPH = 10, 11, 12, 13, 14
 
 # Memcpy tuple indices.

@@ -15,35 +15,21 @@ configuration (default: the one of the latest step): every reader works on it un
 """
 from __future__ import annotations
 
-import copy
 import threading
 import time
-from bisect import bisect_right
 from collections import OrderedDict, deque
 from itertools import islice
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..errors import safe_text
-from .records import (
-    A_CORR, ALLOC, API, DIRECTION, G_END, G_START, GRAPH, KERNEL, MEMCPY, MEMOP_ALLOCATION,
-    MEMSET, PREFILL,
-)
-from .alloc_classes import (MAX_CLASSES, OVERFLOW, class_key, has_detail, is_device_malloc,
-                            memory_class)
-from .requests import EMPTY as NO_REQUESTS, RequestBook, RequestsView
+from .ingest import RecordIngest
+from .records import KERNEL, KIND, MEMCPY, MEMSET, PREFILL
+from .requests import RequestBook
 from .stats import STEP_EDGES_MS, Buckets, RunningStats
+from .view import TOKEN_STATS, ConfigData, StoreView, TokenRow, ViewCursor, compose_view, copy_row
 
-from ..phases import OTHER
 NVML, RECORDS = "nvml", "records"   # the kinds of :meth:`SessionStore.ingest` with a name here
 PROGRAM_CONFIG = "program"  # the configuration of a profiled program's steps (any batch)
-_API_CORR_LEN = 4096
-_LAUNCH_LEN = 65536  # launches remembered, and kernels waiting for their launch (a step: ~2,000)
-_TS_INDEX = {KERNEL: 2, MEMCPY: 3, MEMSET: 2, ALLOC: 4, API: 2, GRAPH: 1}
-# Where a record with a duration has its end (its start is at _TS_INDEX). One that ends before it
-# starts (a corrupt buffer, a hand-edited recording) has no duration to fold: it is dropped
-# and counted (counters["ends_before_start"]), never a negative time in any aggregate or export.
-_END_INDEX = {KERNEL: 3, MEMCPY: 4, MEMSET: 3, API: 3, GRAPH: 2}
 # Traced tokens kept after they left the raw ring, for readers of "the last N traced tokens"
 # (findings, the cross-rank split): a sampling burst comes every 256 eager or 4,096 compiled
 # tokens, and a ring of 64 tokens lets it go after 4.6 s of eager or 0.2 s of compiled decode.
@@ -53,238 +39,9 @@ KEPT_TRACED = 16
 FLEET_KEYS = 16
 
 
-@dataclass(slots=True)
-class TokenRow:
-    """Everything known about one generated token (one prefill or one decode step)."""
-
-    seq: int
-    step: int
-    phase: str
-    mode: str
-    start_ns: int
-    end_ns: int = 0
-    token_id: int | None = None
-    host_ms: float = 0.0
-    gpu_ms: float | None = None
-    cycle: int = 0
-    batch: int = 1          # sequences this step advanced (a decode step makes ``batch`` tokens)
-    positions: int = 1      # input positions of the step over all sequences (a prefill: the prompts')
-    config: Any = 1         # the batch configuration the step belongs to (see the module doc)
-    compiling: bool = False  # run while a compile ran in the background: timed apart
-    # recorded its CUDA graphs again: tuiprof dropped them at its start to attach or detach
-    # CUPTI (compiled sessions); timed apart like ``compiling``, its time is tuiprof's
-    rerecord: bool = False
-    # CUPTI was attached while the step ran (True: a traced step, or one just before or after
-    # a burst; False: finalized or absent, the untraced reference; None: not known, e.g. a
-    # replay or a snapshot written before this was recorded)
-    attached: bool | None = None
-    kernels: int = 0
-    kernel_ns: int = 0
-    busy_ns: int = 0
-    first_kernel_ns: int = 0
-    last_kernel_end_ns: int = 0
-    graph_kernels: int = 0
-    # CUPTI graph records (compiled steps between sampling bursts): launches and the span from
-    # the first graph's start to the last one's end, on every such step, traced or not
-    graphs: int = 0
-    graph_first_ns: int = 0
-    graph_last_end_ns: int = 0
-    # The host window in which the step's model forward launched its work (0: the source did
-    # not say), and the traced kernels split by where they were launched: inside it (the
-    # model's) or outside it (the loop's own: sampling, generate()'s bookkeeping); a kernel
-    # counts for the step that launched it (its CUPTI API record's start)
-    model_start_ns: int = 0
-    model_end_ns: int = 0
-    model_kernels: int = 0
-    model_kernel_ns: int = 0
-    loop_kernels: int = 0
-    loop_kernel_ns: int = 0
-    memcpy_count: int = 0
-    memcpy_bytes: dict = field(default_factory=dict)
-    memset_count: int = 0
-    memset_bytes: int = 0
-    mallocs: int = 0              # true device cudaMalloc/cudaFree only (alloc_classes)
-    frees: int = 0
-    malloc_bytes: int = 0
-    free_bytes: int = 0
-    api_calls: int = 0
-    alloc: dict | None = None
-    sampled: bool = True
-    done: bool = False
-    # Requests (a server's): which ones the step advanced (the prefilling ones first, ``prefills``
-    # of them), its prompt and decode tokens, requests waiting and running when it began, and
-    # KV-cache blocks in use of the total (0: not known); see tuiprof/store/requests.py
-    requests: tuple = ()
-    prefills: int = 0
-    prefill_tokens: int = 0
-    decode_tokens: int = 0
-    pending: int = 0
-    running: int = 0
-    kv_used: int = 0
-    kv_total: int = 0
-    busy_cursor: int = 0
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__slots__ if k != "busy_cursor"}
-
-    @property
-    def apart(self) -> bool:
-        """Timed apart from the clean figures: slowed by a compile beside it, or by recording
-        CUDA graphs again after tuiprof dropped them."""
-        return self.compiling or self.rerecord
-
-
-@dataclass(slots=True, eq=False)
-class KernelAggregate:
-    """Running aggregate of one kernel name in one phase and mode."""
-
-    name: str
-    phase: str
-    mode: str
-    stats: RunningStats = field(default_factory=RunningStats)
-    grid: tuple = (0, 0, 0)
-    block: tuple = (0, 0, 0)
-    registers: int = 0
-    shared_mem: int = 0
-    graph_launches: int = 0
-    configs: dict = field(default_factory=dict)  # (grid, block) -> launches, at most 16 kept
-    # launches from outside a step's model forward (the loop's own), and their kernel time
-    loop_launches: int = 0
-    loop_ns: int = 0
-
-    def copy(self, light: bool = False) -> "KernelAggregate":
-        stats = self.stats.light_copy() if light else self.stats.copy()
-        return KernelAggregate(self.name, self.phase, self.mode, stats, self.grid,
-                               self.block, self.registers, self.shared_mem, self.graph_launches,
-                               dict(self.configs), self.loop_launches, self.loop_ns)
-
-
-# per (phase, mode): "span_ns" is a traced step's kernel span (first kernel start to last kernel
-# end), "graph_span_ns" an untraced compiled step's span from CUPTI graph records, "busy_pct" a
-# traced step's kernel-busy share of its own wall time (derive.busy_fraction)
-# "model_*" and "loop_*": a traced step's kernels launched inside and outside its model forward;
-# "traced_ms": a traced step's wall time (with sampling, "host_ms" covers every step instead)
-# Folded when a step ends (whole session, like "host_ms"): "untraced_ms" / "untraced_gpu_ms" the
-# wall and CUDA-event times of steps that ran with CUPTI detached or absent (the reference for
-# what tracing costs), "traced_step_ms" / "traced_gpu_ms" those of traced steps
-TOKEN_STATS = ("host_ms", "gpu_ms", "kernels", "busy_ns", "kernel_ns", "seqs", "span_ns",
-               "graph_span_ns", "busy_pct", "model_kernels", "model_kernel_ns", "loop_kernels",
-               "loop_kernel_ns", "traced_ms", "untraced_ms", "untraced_gpu_ms",
-               "traced_step_ms", "traced_gpu_ms")
-
-
-@dataclass(slots=True)
-class ConfigData:
-    """The aggregates of one batch configuration (a view holds copies: treat them as frozen)."""
-
-    kernels: dict = field(default_factory=dict)      # (name, phase, mode) -> KernelAggregate
-    memcpy: dict = field(default_factory=dict)       # (copy_kind, phase, mode) -> (ns, bytes)
-    memset: dict = field(default_factory=dict)       # (phase, mode) -> (ns, bytes)
-    api: dict = field(default_factory=dict)          # api name -> RunningStats of ns
-    nvtx: dict = field(default_factory=dict)         # range name -> RunningStats of ns
-    token_stats: dict = field(default_factory=dict)  # (phase, mode) -> {stat name: RunningStats}
-    allocs: dict = field(default_factory=lambda: _new_allocs())
-
-    def copy(self, light: bool = False, records: bool = True) -> "ConfigData":
-        """A copy for a reader; ``light``: statistics without their median histograms;
-        ``records=False``: token statistics and NVTX only (the record aggregates left empty)."""
-        cp = RunningStats.light_copy if light else RunningStats.copy
-        out = ConfigData(nvtx={k: cp(v) for k, v in self.nvtx.items()},
-                         token_stats={k: {n: cp(s) for n, s in v.items()}
-                                      for k, v in self.token_stats.items()})
-        if records:
-            out.kernels = {k: v.copy(light) for k, v in self.kernels.items()}
-            out.memcpy = {k: (cp(a), cp(b)) for k, (a, b) in self.memcpy.items()}
-            out.memset = {k: (cp(a), cp(b)) for k, (a, b) in self.memset.items()}
-            out.api = {k: cp(v) for k, v in self.api.items()}
-            out.allocs = _copy_allocs(self.allocs)
-        return out
-
-
-def config_order(key: Any) -> tuple:
-    """Sort key of configuration keys: batches in increasing order, then named ones."""
-    return (0, key, "") if isinstance(key, int) else (1, 0, str(key))
-
-
-@dataclass(frozen=True, slots=True)
-class StoreView:
-    """An immutable, consistent picture of the session for readers."""
-
-    meta: dict
-    tokens: list            # TokenRow, oldest first, at most ``series_len``
-    kernels: dict           # (name, phase, mode) -> KernelAggregate
-    memcpy: dict            # (copy_kind, phase, mode) -> (RunningStats of ns, RunningStats of bytes)
-    memset: dict            # (phase, mode) -> (RunningStats of ns, RunningStats of bytes)
-    api: dict               # api name -> RunningStats of ns
-    token_stats: dict       # (phase, mode) -> {"host_ms", "gpu_ms"} over the whole session, and
-                            # {"kernels", "busy_ns", "kernel_ns"} over tokens that left the window
-                            # (add ``tokens`` for the rest: see analysis.tokens)
-    allocs: dict            # device allocation counters (CUPTI MEMORY2), start-up vs tokens
-    nvml: list              # NVML sample dicts, oldest first (bounded): the series "nvml"
-    raw: list               # (seq, [records]) for the last ``ring_tokens`` tokens
-    counters: dict          # records, dropped, late, unattributed ...
-    collectors: dict        # name -> {"ok": bool, "message": str}
-    events: list            # (seq, ts_ns, kind, text): mode switches, resets, errors
-    nvtx: dict              # range name -> RunningStats of ns (prefill/decode/step ranges)
-    overhead: dict          # live overhead estimate
-    output: list = field(default_factory=list)  # recent lines a profiled program printed
-    batch: Any = 1          # the batch configuration this view shows (tokens, aggregates)
-    configs: dict = field(default_factory=dict)   # every configuration: key -> ConfigData
-    timeline: list = field(default_factory=list)  # token rows of every configuration
-    series: dict = field(default_factory=dict)    # other sampled kinds: kind -> [sample dicts]
-    requests: RequestsView = NO_REQUESTS          # a server's requests (store/requests.py)
-    # What a metrics scraper counts: "steps" (phase, mode) -> Buckets of a clean step's wall ms,
-    # "totals" name -> a count since the session began (never reset; see SessionStore.fleet)
-    fleet: dict = field(default_factory=dict)
-
-    @property
-    def kernels_traced(self) -> bool:
-        """Whether any step can have been traced: CUPTI ran, or kernel records are here (a
-        replay, a snapshot). Without CUPTI the sampling schedule still marks steps sampled,
-        yet none was traced: their kernel figures are unknown, not zero."""
-        cupti = self.collectors.get("cupti")
-        return bool(self.kernels) or cupti is None or bool(cupti.get("ok", True))
-
-    @property
-    def config_keys(self) -> list:
-        """The configurations measured, in order (batches first, increasing)."""
-        keys = set(self.configs) | {t.config for t in self.timeline} | {self.batch}
-        return sorted(keys, key=config_order)
-
-    def part(self) -> ConfigData:
-        """This view's configuration as :class:`ConfigData`."""
-        return ConfigData(self.kernels, self.memcpy, self.memset, self.api, self.nvtx,
-                          self.token_stats, self.allocs)
-
-    def select(self, key: Any) -> "StoreView":
-        """The view of configuration ``key`` (same session, same raw window)."""
-        if key == self.batch:
-            return self
-        parts = dict(self.configs) or {self.batch: self.part()}
-        return compose_view(self.meta, self.timeline or self.tokens, parts, key, raw=self.raw,
-                            nvml=self.nvml, counters=self.counters, collectors=self.collectors,
-                            events=self.events, overhead=self.overhead, output=self.output,
-                            series=self.series, requests=self.requests, fleet=self.fleet)
-
-
-def compose_view(meta: dict, timeline: list, parts: dict, key: Any, *, raw: list, nvml: list,
-                 counters: dict, collectors: dict, events: list, overhead: dict,
-                 output: list | None = None, series: dict | None = None,
-                 requests: RequestsView | None = None, fleet: dict | None = None) -> StoreView:
-    """A :class:`StoreView` of configuration ``key``: its token rows and aggregates, plus the
-    session-wide parts (NVML, raw window, counters, events) and every configuration."""
-    part = parts.get(key) or ConfigData()
-    return StoreView(
-        meta=meta, tokens=[r for r in timeline if r.config == key], kernels=part.kernels,
-        memcpy=part.memcpy, memset=part.memset, api=part.api, token_stats=part.token_stats,
-        allocs=part.allocs, nvml=nvml, raw=raw, counters=counters, collectors=collectors,
-        events=events, nvtx=part.nvtx, overhead=overhead, output=list(output or ()), batch=key,
-        configs=parts, timeline=timeline, series=dict(series or {}),
-        requests=requests if requests is not None else NO_REQUESTS, fleet=dict(fleet or {}))
-
-
-class SessionStore:
-    """Bounded, thread-safe store; see the module docstring."""
+class SessionStore(RecordIngest):
+    """Bounded, thread-safe store; see the module docstring. Records are folded by
+    :class:`~tuiprof.store.ingest.RecordIngest`; readers get a :class:`StoreView`."""
 
     def __init__(self, ring_tokens: int = 64, series_len: int = 2048, nvml_len: int = 6000,
                  meta: dict | None = None, output_len: int = 1000,
@@ -597,262 +354,6 @@ class SessionStore:
                         self._dirty_seq = seq
                     return
 
-    def _find_row(self, ts: int) -> TokenRow | None:
-        starts = self._win_starts
-        if not starts or ts < starts[0]:
-            return None
-        i = bisect_right(starts, ts) - 1
-        row = self._win_rows[i]
-        if row.done and row.end_ns and ts > row.end_ns:
-            return None  # between tokens
-        return row
-
-    def add_records(self, records: Iterable[tuple]) -> None:
-        """Attribute records to tokens (by start time) and fold them into the aggregates."""
-        with self._lock:
-            self._add_records_locked(records)
-
-    def _add_records_locked(self, records: Iterable[tuple]) -> None:
-        # Hot path (CUPTI consumer thread). Durations are gathered per aggregate and folded in
-        # one add_many per batch; the token window found for one record is reused while the
-        # following records fall inside it (records arrive nearly in time order).
-        part = self._cur
-        kernels = part.kernels
-        counters = self._counters
-        raw_by_seq = self._raw_by_seq
-        find = self._find_row
-        pending: dict[KernelAggregate, list] = {}
-        row: TokenRow | None = None
-        raw = None
-        phase = OTHER
-        mode = self._open.mode if self._open is not None else self.meta.get("mode", "eager")
-        lo = hi = -1  # window of the cached row
-        n = nk = 0
-        skip = False
-        split = self._split
-        launch_ts = self._launch_ts
-        for rec in records:
-            n += 1
-            kind = rec[0]
-            ts = rec[_TS_INDEX[kind]]
-            if not (lo <= ts <= hi):
-                row = find(ts)
-                if row is None:
-                    lo = hi = -1
-                    phase = OTHER
-                    raw = None
-                    skip = False
-                    part = self._cur
-                else:
-                    lo = row.start_ns
-                    hi = row.end_ns if row.done and row.end_ns else 1 << 62
-                    phase, mode = row.phase, row.mode
-                    part = self._part(row.config)
-                    raw = raw_by_seq.get(row.seq)
-                    skip = not row.sampled
-                    if row.seq < self._dirty_seq:
-                        self._dirty_seq = row.seq
-                kernels = part.kernels
-            # Kernels first, with as few tests as before graph records existed: this loop folds
-            # every record CUPTI delivers.
-            if kind == KERNEL:
-                if skip:  # a token left out by sampling
-                    counters["unsampled"] += 1
-                    continue
-                if rec[3] < rec[2]:   # ends before it starts: no duration to fold (counted)
-                    counters["ends_before_start"] += 1
-                    continue
-                if raw is not None:
-                    raw.append(rec)
-                elif row is None:
-                    counters["unattributed"] += 1
-                nk += 1
-                start = rec[2]
-                end = rec[3]
-                key = (rec[1], phase, mode)
-                agg = kernels.get(key)
-                if agg is None:
-                    agg = kernels[key] = KernelAggregate(rec[1], phase, mode)
-                    agg.registers, agg.shared_mem = rec[10], rec[11]
-                durs = pending.get(agg)
-                if durs is None:
-                    durs = pending[agg] = []
-                durs.append(end - start)
-                cfg = rec[4:10]
-                configs = agg.configs
-                c = configs.get(cfg)
-                if c is not None:
-                    configs[cfg] = c + 1
-                elif len(configs) < 16:
-                    configs[cfg] = 1
-                    agg.grid, agg.block = cfg[:3], cfg[3:]
-                graph = rec[14]
-                if graph:
-                    agg.graph_launches += 1
-                if row is not None:
-                    row.kernels += 1
-                    row.kernel_ns += end - start
-                    if graph:
-                        row.graph_kernels += 1
-                    if not row.first_kernel_ns or start < row.first_kernel_ns:
-                        row.first_kernel_ns = start
-                    # Union of kernel intervals; records of a stream arrive in start order.
-                    cur = row.busy_cursor
-                    if start >= cur:
-                        row.busy_ns += end - start
-                        row.busy_cursor = end
-                    elif end > cur:
-                        row.busy_ns += end - cur
-                        row.busy_cursor = end
-                    if end > row.last_kernel_end_ns:
-                        row.last_kernel_end_ns = end
-                if split:
-                    launched = launch_ts.get(rec[13])
-                    if launched is None:
-                        self._pend_launch(rec[13], agg, end - start)
-                    else:
-                        self._split_kernel(launched, agg, end - start)
-                continue
-            end_at = _END_INDEX.get(kind)
-            if end_at is not None and rec[end_at] < ts:   # ends before it starts (counted)
-                counters["ends_before_start"] += 1
-                continue
-            if kind == GRAPH:  # never sampled out, never in the raw ring (not a raw record kind)
-                counters["graphs"] += 1
-                if row is not None:
-                    if not row.graphs or rec[G_START] < row.graph_first_ns:
-                        row.graph_first_ns = rec[G_START]
-                    if rec[G_END] > row.graph_last_end_ns:
-                        row.graph_last_end_ns = rec[G_END]
-                    row.graphs += 1
-                continue
-            if skip and kind != ALLOC and kind != API:  # a token left out by sampling
-                counters["unsampled"] += 1
-                continue
-            if raw is not None:
-                raw.append(rec)
-            elif row is None:
-                counters["unattributed"] += 1
-            self._add_other(rec, kind, row, phase, mode, part)
-        for agg, durs in pending.items():
-            agg.stats.add_many(durs)
-        counters["kernels"] += nk
-        counters["records"] += n
-
-    def _add_other(self, rec: tuple, kind: str, row: TokenRow | None, phase: str,
-                   mode: str, part: ConfigData) -> None:
-        if kind == MEMCPY:
-            key = (rec[1], phase, mode)
-            pair = part.memcpy.get(key)
-            if pair is None:
-                pair = part.memcpy[key] = (RunningStats(), RunningStats())
-            pair[0].add(rec[4] - rec[3])
-            pair[1].add(rec[2])
-            if row is not None:
-                row.memcpy_count += 1
-                d = DIRECTION.get(rec[1], "other")
-                row.memcpy_bytes[d] = row.memcpy_bytes.get(d, 0) + rec[2]
-        elif kind == MEMSET:
-            key = (phase, mode)
-            pair = part.memset.get(key)
-            if pair is None:
-                pair = part.memset[key] = (RunningStats(), RunningStats())
-            pair[0].add(rec[3] - rec[2])
-            pair[1].add(rec[1])
-            if row is not None:
-                row.memset_count += 1
-                row.memset_bytes += rec[1]
-        elif kind == ALLOC:
-            self._add_alloc(part.allocs, rec, row)
-        elif kind == API:
-            s = part.api.get(rec[1])
-            if s is None:
-                s = part.api[rec[1]] = RunningStats()
-            s.add(rec[3] - rec[2])
-            if row is not None:
-                row.api_calls += 1
-            corr = self._api_corr
-            corr[rec[4]] = rec[1]
-            if len(corr) > _API_CORR_LEN:
-                corr.popitem(last=False)
-            if self._split:
-                launch_ts = self._launch_ts
-                launch_ts[rec[4]] = rec[2]
-                if len(launch_ts) > _LAUNCH_LEN:
-                    launch_ts.popitem(last=False)
-                pending = self._launch_pending.pop(rec[4], None)
-                if pending is not None:
-                    self._pending_n -= len(pending)
-                    for agg, dur in pending:
-                        self._split_kernel(rec[2], agg, dur)
-
-    def _pend_launch(self, corr: int, agg: KernelAggregate, dur: int) -> None:
-        """A kernel whose API record has not been folded yet (another buffer may hold it)."""
-        pending = self._launch_pending
-        waiting = pending.get(corr)
-        if waiting is None:
-            pending[corr] = [(agg, dur)]
-        else:
-            waiting.append((agg, dur))
-        self._pending_n += 1
-        while self._pending_n > _LAUNCH_LEN:
-            _, dropped = pending.popitem(last=False)
-            self._pending_n -= len(dropped)
-            self._counters["launch_unmatched"] += len(dropped)
-
-    def _split_kernel(self, launched: int, agg: KernelAggregate, dur: int) -> None:
-        """Count a kernel for the step that launched it at ``launched``: the model's when inside
-        that step's model window, else the loop's own."""
-        row = self._split_row  # the launching step of the previous kernel, while it holds
-        if row is None or not (row.start_ns <= launched <= row.end_ns):
-            row = self._find_row(launched)
-            if row is None:
-                return
-            if row.done:  # a closed window can be reused; an open one may yet be followed
-                self._split_row = row
-        if not row.model_start_ns:
-            return
-        if row.model_start_ns <= launched <= row.model_end_ns:
-            row.model_kernels += 1
-            row.model_kernel_ns += dur
-        else:
-            row.loop_kernels += 1
-            row.loop_kernel_ns += dur
-            agg.loop_launches += 1
-            agg.loop_ns += dur
-        if row.seq < self._dirty_seq:
-            self._dirty_seq = row.seq
-
-    def _add_alloc(self, allocs: dict, rec: tuple, row: TokenRow | None) -> None:
-        """Count one memory record into ``allocs`` (its configuration's): everything, true device
-        cudaMalloc/cudaFree, and its class."""
-        is_alloc = rec[1] == MEMOP_ALLOCATION
-        nbytes = rec[3]
-        pkey = "startup" if row is None else f"{row.phase}/{row.mode}"
-        _count_alloc(allocs["startup"] if row is None else allocs["tokens"], is_alloc, nbytes)
-        if row is not None:
-            _count_alloc(allocs["by_phase"].setdefault(pkey, _alloc_counter()), is_alloc, nbytes)
-        device = is_device_malloc(rec)
-        if device:
-            _count_alloc(allocs["device_by_phase"].setdefault(pkey, _alloc_counter()),
-                         is_alloc, nbytes)
-        api = self._api_corr.get(rec[A_CORR]) if has_detail(rec) else None
-        classes = allocs["classes"]
-        key = class_key(pkey, memory_class(rec, api))
-        bucket = classes.get(key)
-        if bucket is None:
-            if len(classes) >= MAX_CLASSES:
-                key = class_key(pkey, OVERFLOW)
-            bucket = classes.setdefault(key, _alloc_counter())
-        _count_alloc(bucket, is_alloc, nbytes)
-        if row is not None and device:
-            if is_alloc:
-                row.mallocs += 1
-                row.malloc_bytes += nbytes
-            else:
-                row.frees += 1
-                row.free_bytes += nbytes
-
     def ingest(self, kind: str, payload: Any) -> None:
         """The one entry through which collectors hand their output to the store.
 
@@ -932,7 +433,7 @@ class SessionStore:
             for row in reversed(self._tokens):
                 if row.seq < floor and row.done:
                     break
-                rows.append(_copy_row(row))
+                rows.append(copy_row(row))
             rows.reverse()
             seen = dict(since.series)
             series = {}
@@ -1030,29 +531,6 @@ class SessionStore:
                 requests=self.requests.view(), fleet=self._fleet_copy())
 
 
-@dataclass(frozen=True, slots=True)
-class ViewCursor:
-    """What a mirror of the store already holds (see :meth:`SessionStore.changes`)."""
-
-    generation: int = -1
-    token_seq: int = -1          # highest token seq sent
-    series: tuple = ()           # (kind, newest sample's ts_ns sent) per sampled kind
-    records: int = -1            # records counter when the record aggregates were last sent
-    events: tuple = ()           # (count, last event) when events were last sent
-    output: int = 0              # program output lines sent
-    raw: tuple = ()              # ((seq, record count), ...) of the raw records the mirror holds
-    requests: tuple = (-1, -1)   # (rev, evictions) of the request rows sent
-
-
-def _alloc_counter() -> dict:
-    return {"mallocs": 0, "frees": 0, "malloc_bytes": 0, "free_bytes": 0}
-
-
-def _new_allocs() -> dict:
-    return {"startup": _alloc_counter(), "tokens": _alloc_counter(), "by_phase": {},
-            "device_by_phase": {}, "classes": {}}
-
-
 def _token_stats(part: ConfigData, row: TokenRow) -> dict:
     ts = part.token_stats.get((row.phase, row.mode))
     if ts is None:
@@ -1081,20 +559,11 @@ def _add_stat(ts: dict, name: str, value: float) -> None:
     s.add(value)
 
 
-def _count_alloc(bucket: dict, is_alloc: bool, nbytes: int) -> None:
-    if is_alloc:
-        bucket["mallocs"] += 1
-        bucket["malloc_bytes"] += nbytes
-    else:
-        bucket["frees"] += 1
-        bucket["free_bytes"] += nbytes
-
-
 def _traced(recs: list) -> bool:
     """Whether a token's records hold device activity (a kernel, copy or memset): it was
     traced; API and memory records alone come on untraced tokens too."""
     for r in recs:
-        k = r[0]
+        k = r[KIND]
         if k == KERNEL or k == MEMCPY or k == MEMSET:
             return True
     return False
@@ -1146,16 +615,3 @@ def _raw_changes(ring: deque, n: int | None, held: dict[int, int],
         keep.append(seq)
         now.append((seq, count))
     return {"keep": keep, "add": add}, tuple(now)
-
-
-def _copy_row(row: TokenRow) -> TokenRow:
-    c = copy.copy(row)
-    c.memcpy_bytes = dict(row.memcpy_bytes)
-    return c
-
-
-def _copy_allocs(a: dict) -> dict:
-    out = {"startup": dict(a["startup"]), "tokens": dict(a["tokens"])}
-    for name in ("by_phase", "device_by_phase", "classes"):
-        out[name] = {k: dict(v) for k, v in a.get(name, {}).items()}
-    return out
