@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Sequence
 
+from ..store.records import (API, C_END, C_START, K_CORR, K_END, K_NAME, K_START, KERNEL, KIND,
+                             MEMCPY, MEMSET, R_CORR, R_END, R_NAME, R_START, S_END, S_START)
 from .intervals import intersection, length, merge
 from .kernels import is_communication, kernel_info
 
@@ -220,7 +222,7 @@ def step_keys(view, mode: str, phase: str = "decode") -> dict:
         t = rows.get(seq)
         if t is None or not recs:
             continue
-        if any(r[0] == "K" for r in recs):
+        if any(r[KIND] == KERNEL for r in recs):
             out[(t.cycle, t.step, t.phase)] = (t, recs)
     return out
 
@@ -248,32 +250,32 @@ def _rank_step(row, recs: list, off: int, ops: dict) -> _RankStep:
     comm, comp, kernels, launches, syncs = [], [], [], [], []
     launch_of: dict = {}
     for r in recs:
-        kind = r[0]
-        if kind == "K":
-            name = r[1]
+        kind = r[KIND]
+        if kind == KERNEL:
+            name = r[K_NAME]
             op = ops.get(name, 0)
             if op == 0:
                 op = ops[name] = _op(name) if is_communication(name) else None
-            s, e = r[2] - off, r[3] - off
+            s, e = r[K_START] - off, r[K_END] - off
             kernels.append((s, e))
             if op is None:
                 comp.append((s, e))
             else:
-                comm.append((s, e, op, name, r[13]))
-        elif kind == "R":
-            name = r[1]
+                comm.append((s, e, op, name, r[K_CORR]))
+        elif kind == API:
+            name = r[R_NAME]
             if _LAUNCH in name:
-                s = r[2] - off
-                launches.append((s, r[3] - off, r[4]))
-                launch_of[r[4]] = s
+                s = r[R_START] - off
+                launches.append((s, r[R_END] - off, r[R_CORR]))
+                launch_of[r[R_CORR]] = s
             elif _SYNC in name:
-                syncs.append((r[2] - off, r[3] - off))
-        elif kind == "C":
-            s, e = r[3] - off, r[4] - off
+                syncs.append((r[R_START] - off, r[R_END] - off))
+        elif kind == MEMCPY:
+            s, e = r[C_START] - off, r[C_END] - off
             comp.append((s, e))
             kernels.append((s, e))
-        elif kind == "S":
-            s, e = r[2] - off, r[3] - off
+        elif kind == MEMSET:
+            s, e = r[S_START] - off, r[S_END] - off
             comp.append((s, e))
             kernels.append((s, e))
     comm.sort()

@@ -20,6 +20,7 @@ from .request_rules import REQUEST_RULES
 from .model import model_config
 from .model_split import COVERAGE_OK, model_split
 from .roofline import match_gemms, model_roofline
+from ..store.records import API, K_CORR, K_END, K_GRAPH, K_NAME, K_START, K_STREAM, KERNEL, KIND, R_NAME
 from .tokens import mode_summaries, steady_tokens, token_timing, traced_tokens
 
 __all__ = ["Finding", "find", "SEVERITIES"]
@@ -134,14 +135,14 @@ def _graph_gaps(view, mode: str) -> dict:
         t = rows.get(seq)
         if t is None:
             continue
-        ks = sorted((r for r in recs if r[0] == "K"), key=lambda r: r[2])
-        g = [r for r in ks if r[14]]
+        ks = sorted((r for r in recs if r[KIND] == KERNEL), key=lambda r: r[K_START])
+        g = [r for r in ks if r[K_GRAPH]]
         if not g or not ks:
             continue
-        g_span = max(r[3] for r in g) - g[0][2]
-        g_busy = union_length((r[2], r[3]) for r in g)
-        span = max(r[3] for r in ks) - ks[0][2]
-        busy = union_length((r[2], r[3]) for r in ks)
+        g_span = max(r[K_END] for r in g) - g[0][K_START]
+        g_busy = union_length((r[K_START], r[K_END]) for r in g)
+        span = max(r[K_END] for r in ks) - ks[0][K_START]
+        busy = union_length((r[K_START], r[K_END]) for r in ks)
         inside.append(max(0, g_span - g_busy) / 1e6)
         outside.append(max(0, (span - busy) - (g_span - g_busy)) / 1e6)
     if not inside:
@@ -493,11 +494,13 @@ def _no_steps(view, summaries=None) -> list:
 def _loop_in_windows(view):
     """The decode loop in the kernels of the windows still in the raw ring, if one shows with
     enough confidence (:mod:`tuiprof.analysis.period`), else None."""
-    ks = sorted((r for _, recs in view.raw for r in recs if r[0] == "K"), key=lambda r: r[2])
+    ks = sorted((r for _, recs in view.raw for r in recs if r[KIND] == KERNEL),
+                key=lambda r: r[K_START])
     if len(ks) < 16:
         return None
-    cut = detect([r[1] for r in ks], [r[2] for r in ks], [r[3] for r in ks],
-                 [r[12] for r in ks], [r[13] if len(r) > 13 else i for i, r in enumerate(ks)])
+    cut = detect([r[K_NAME] for r in ks], [r[K_START] for r in ks], [r[K_END] for r in ks],
+                 [r[K_STREAM] for r in ks],
+                 [r[K_CORR] if len(r) > K_CORR else i for i, r in enumerate(ks)])
     return cut if cut.usable else None
 
 
@@ -550,9 +553,9 @@ def _graph_launches_per_step(view, mode: str) -> float | None:
     for seq, recs in view.raw:
         if phase.get(seq) != ("decode", mode):
             continue
-        api = [r for r in recs if r[0] == "R"]
+        api = [r for r in recs if r[KIND] == API]
         any_api = any_api or bool(api)
-        counts.append(sum(1 for r in api if str(r[1]).startswith(GRAPH_LAUNCH_APIS)))
+        counts.append(sum(1 for r in api if str(r[R_NAME]).startswith(GRAPH_LAUNCH_APIS)))
     return float(np.median(counts)) if counts and any_api else None
 
 

@@ -20,6 +20,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..store.records import K_END, K_NAME, K_START, KERNEL, KIND
+
 
 WINDOW_S = 60.0           # the sliding window of the requests pane
 METRICS = ("ttft_ms", "itl_ms", "queue_ms", "e2e_ms")
@@ -237,10 +239,10 @@ def _kernels(view: Any, r: Any, its: list, steps: int) -> dict:
         if seq not in want:
             continue
         for rec in recs:
-            if rec[0] == "K":
-                e = top.setdefault(rec[1], [0, 0])
+            if rec[KIND] == KERNEL:
+                e = top.setdefault(rec[K_NAME], [0, 0])
                 e[0] += 1
-                e[1] += rec[3] - rec[2]
+                e[1] += rec[K_END] - rec[K_START]
     return {"steps": steps, "in_view": len(its), "traced": len(traced),
             "kernels": sum(t.kernels for t in traced),
             "kernel_ms": sum(t.kernel_ns for t in traced) / 1e6,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..store.records import K_BLOCK, K_END, K_GRID, K_NAME, K_REGS, K_SMEM, K_START, KERNEL, KIND
 from .gpus import GpuSpec, gpu_spec
 from .kernels import ATTENTION, GEMM, REDUCTION, KernelInfo, is_gemm_aux, kernel_info
 from .occupancy import launch_info
@@ -165,8 +166,8 @@ def match_gemms(view, mode: str | None = None, phase: str = "decode", seq: int |
     if token is None:
         return GemmMatch(False, f"no {phase} token with raw records in the window")
     spec = spec or gpu_spec(view.meta)
-    kernels = sorted((r for r in recs if r[0] == "K"), key=lambda r: r[2])
-    infos = [kernel_info(r[1]) for r in kernels]
+    kernels = sorted((r for r in recs if r[KIND] == KERNEL), key=lambda r: r[K_START])
+    infos = [kernel_info(r[K_NAME]) for r in kernels]
     eager_attn = (not any(i.category == ATTENTION for i in infos)
                   and any(i.category == REDUCTION and "softmax" in i.short.lower() for i in infos))
     expected = linear_layers(cfg, eager_attention=eager_attn)
@@ -178,7 +179,7 @@ def match_gemms(view, mode: str | None = None, phase: str = "decode", seq: int |
             continue
         if is_gemm_aux(info):
             if picked:
-                picked[-1][2] += r[3] - r[2]
+                picked[-1][2] += r[K_END] - r[K_START]
             continue
         if info.dtype and info.dtype not in model_dtype:
             skipped.append((info.short, f"{info.dtype} GEMM: not one of the model's {cfg.dtype_bytes * 8}-bit matmuls"))
@@ -201,13 +202,15 @@ def match_gemms(view, mode: str | None = None, phase: str = "decode", seq: int |
             flops = 2 * h * hd * ctx * m
         else:
             nbytes, flops = lin.bytes(m, d), lin.flops(m)
-        dur = max(1, r[3] - r[2])
-        li = launch_info(tuple(r[4:7]), tuple(r[7:10]), r[10], r[11], spec.sm_count, spec.limits)
+        dur = max(1, r[K_END] - r[K_START])
+        li = launch_info(tuple(r[K_GRID]), tuple(r[K_BLOCK]), r[K_REGS], r[K_SMEM], spec.sm_count,
+                         spec.limits)
         bps = nbytes / (dur / 1e9)
         fps = flops / (dur / 1e9)
         ai = flops / nbytes if nbytes else 0.0
         regime, klass, frac = classify(ai, fps, spec)
-        out.append(GemmLaunch(lin, r[1], info, r[2], dur, aux, tuple(r[4:7]), li.blocks, li.waves,
+        out.append(GemmLaunch(lin, r[K_NAME], info, r[K_START], dur, aux, tuple(r[K_GRID]),
+                              li.blocks, li.waves,
                               nbytes, flops, bps, bps / spec.bandwidth_Bps, fps,
                               fps / spec.bf16_flops, ai, regime, klass, frac))
     return GemmMatch(True, "", token.seq, len(expected), len(picked), out, skipped)

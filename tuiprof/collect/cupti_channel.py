@@ -41,6 +41,7 @@ from pathlib import Path
 
 from ..errors import safe_text
 from ..store import SessionStore
+from ..store.records import KERNEL, KIND
 from .cupti_collector import DRIVER_APIS, RUNTIME_APIS, MarkerSink, _short_api
 from .cupti_raw import Layout, LayoutError, LibraryResolver, NameCache, parse_buffer
 
@@ -343,7 +344,7 @@ class NativeCollector:
             self._transient.clear()
         self.buffers += 1
         self.records += len(records)
-        self.kernels += sum(1 for r in records if r[0] == "K")
+        self.kernels += sum(1 for r in records if r[KIND] == KERNEL)
         if markers is not None:
             records = self.sink.feed(markers, records)
         self.store.add_records(records)

@@ -499,6 +499,7 @@ class CuptiCollector:
         KERNEL, MEMCPY, MEMSET, MEMORY2 = (K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET, K.MEMORY2)
         RUNTIME, DRIVER = K.RUNTIME, K.DRIVER
         names = self._api_names
+        # The hot loop: record tuples packed by position (store/records.py names the fields).
         for a in activities:
             kind = a.kind
             if kind == KERNEL:

@@ -239,6 +239,8 @@ def parse_buffer(data: bytes, layout: Layout, names: NameCache,
         o = o[order]
         start = start[order]
         q = o >> 2
+        # Packed by position, in the order of store/records.py's K_* indices: this is the
+        # parser's hot loop (a tuple per record, built in C by zip); readers use the names.
         cols = [
             names.lookup(w64[(o + 104) >> 3]),
             start.tolist(),

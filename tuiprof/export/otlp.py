@@ -402,13 +402,13 @@ def _categories(records: list | None, top: int = 4) -> list:
     if not records:
         return []
     from ..analysis.kernels import kernel_info  # noqa: PLC0415
-    from ..store.records import KERNEL  # noqa: PLC0415
+    from ..store.records import K_END, K_NAME, K_START, KERNEL, KIND  # noqa: PLC0415
 
     ns: dict = {}
     for rec in records:
-        if rec and rec[0] == KERNEL:
-            cat = kernel_info(rec[1]).category
-            ns[cat] = ns.get(cat, 0) + (rec[3] - rec[2])
+        if rec and rec[KIND] == KERNEL:
+            cat = kernel_info(rec[K_NAME]).category
+            ns[cat] = ns.get(cat, 0) + (rec[K_END] - rec[K_START])
     return [(c.replace("/", "_").replace(" ", "_"), v / 1e6)
             for c, v in sorted(ns.items(), key=lambda kv: -kv[1])[:top]]
 

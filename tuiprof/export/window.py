@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..store import StoreView, TokenRow
-from ..store.records import API, COPY_KINDS, KERNEL, MEMCPY, MEMSET, record_start
+from ..store.records import (API, C_BYTES, C_CORR, C_END, C_KIND, C_START, C_STREAM, COPY_KINDS,
+                             K_BLOCK, K_CORR, K_END, K_GRAPH, K_GRID, K_NAME, K_REGS, K_SMEM,
+                             K_START, K_STREAM, KERNEL, KIND, MEMCPY, MEMSET, R_CORR, R_END, R_NAME,
+                             R_START, S_BYTES, S_CORR, S_END, S_START, S_STREAM, record_start)
 from .names import demangle
 
 MEMSET_NAME = "[CUDA memset]"
@@ -74,18 +77,20 @@ class Window:
 
 
 def _op(rec: tuple) -> GpuOp | None:
-    kind = rec[0]
+    kind = rec[KIND]
     if kind == KERNEL:
-        return GpuOp("K", rec[2], rec[3], demangle(rec[1]), rec[1], rec[12], rec[13],
-                     tuple(rec[4:7]), tuple(rec[7:10]), rec[10], rec[11], rec[14])
-    if kind == MEMCPY:
-        return GpuOp("C", rec[3], rec[4], memcpy_name(rec[1]),
-                     stream=rec[5] if len(rec) > 5 else 0,
-                     corr=rec[6] if len(rec) > 6 else None, bytes=rec[2], copy_kind=rec[1])
+        return GpuOp("K", rec[K_START], rec[K_END], demangle(rec[K_NAME]), rec[K_NAME],
+                     rec[K_STREAM], rec[K_CORR], tuple(rec[K_GRID]), tuple(rec[K_BLOCK]),
+                     rec[K_REGS], rec[K_SMEM], rec[K_GRAPH])
+    if kind == MEMCPY:   # stream and correlation id came later (older recordings lack them)
+        return GpuOp("C", rec[C_START], rec[C_END], memcpy_name(rec[C_KIND]),
+                     stream=rec[C_STREAM] if len(rec) > C_STREAM else 0,
+                     corr=rec[C_CORR] if len(rec) > C_CORR else None, bytes=rec[C_BYTES],
+                     copy_kind=rec[C_KIND])
     if kind == MEMSET:
-        return GpuOp("S", rec[2], rec[3], MEMSET_NAME,
-                     stream=rec[4] if len(rec) > 4 else 0,
-                     corr=rec[5] if len(rec) > 5 else None, bytes=rec[1])
+        return GpuOp("S", rec[S_START], rec[S_END], MEMSET_NAME,
+                     stream=rec[S_STREAM] if len(rec) > S_STREAM else 0,
+                     corr=rec[S_CORR] if len(rec) > S_CORR else None, bytes=rec[S_BYTES])
     return None
 
 
@@ -114,8 +119,8 @@ def _window_of(view: StoreView) -> Window:
     api: list[ApiCall] = []
     for _, recs in view.raw:
         for rec in recs:
-            if rec[0] == API:
-                api.append(ApiCall(rec[1], rec[2], rec[3], rec[4]))
+            if rec[KIND] == API:
+                api.append(ApiCall(rec[R_NAME], rec[R_START], rec[R_END], rec[R_CORR]))
             else:
                 op = _op(rec)
                 if op is not None:

@@ -22,7 +22,8 @@ from bisect import bisect_left
 from collections import OrderedDict, deque
 
 from ..analysis.period import DECODE, Cut, Loop, cut, detect, unexplained_pauses
-from ..store.records import record_start
+from ..store.records import (API, C_END, K_CORR, K_END, K_NAME, K_START, K_STREAM, KERNEL, KIND,
+                             MEMCPY, R_CORR, R_END, R_START, record_start)
 from .steps import WINDOW, StepRecorder
 
 SOURCE = "auto"
@@ -77,19 +78,19 @@ class StreamSteps:
     # ------------------------------------------------------------------- sink
     def feed(self, markers: list, records: list) -> list:
         for rec in records:
-            kind = rec[0]
-            if kind == "K":
-                k = (rec[2], rec[3], rec[1], rec[12], rec[13])
+            kind = rec[KIND]
+            if kind == KERNEL:
+                k = (rec[K_START], rec[K_END], rec[K_NAME], rec[K_STREAM], rec[K_CORR])
                 self._hist.append(k)
                 if self.loop is not None and (self.loop.stream is None
-                                              or rec[12] == self.loop.stream):
+                                              or rec[K_STREAM] == self.loop.stream):
                     self._pending.append(k)
-                if rec[2] > self._newest:
-                    self._newest = rec[2]
+                if rec[K_START] > self._newest:
+                    self._newest = rec[K_START]
                 self._new_kernels += 1
-            elif kind == "R":
+            elif kind == API:
                 launch = self._launch
-                launch[rec[4]] = rec[2]
+                launch[rec[R_CORR]] = rec[R_START]
                 if len(launch) > LAUNCHES:
                     launch.popitem(last=False)
         self._held.extend(records)
@@ -265,11 +266,13 @@ class StreamSteps:
 
 
 def _record_end(rec: tuple) -> int:
-    kind = rec[0]
-    if kind == "K":
-        return rec[3]
-    if kind in ("R", "C"):
-        return rec[3] if kind == "R" else rec[4]
+    kind = rec[KIND]
+    if kind == KERNEL:
+        return rec[K_END]
+    if kind == API:
+        return rec[R_END]
+    if kind == MEMCPY:
+        return rec[C_END]
     return record_start(rec)
 
 
