@@ -15,7 +15,9 @@ from typing import Any
 
 from ..errors import TuiprofError, safe_text, safe_tree
 from ..store import ConfigData, KernelAggregate, RunningStats, StoreView, TokenRow, compose_view
+from ..store.ingest import END_INDEX, TS_INDEX
 from ..store.rank_set import RanksView
+from ..store.records import A_LEN, A_LEN_OLD, ALLOC, API, K_NAME, KERNEL, KIND, MEMCPY, MEMSET
 from ..store.requests import RequestRow, RequestsView
 from .snapshot_check import (LONG_INT, MAX_DEPTH, MAX_STRING, MISSING, RANKS_FORMAT, REQUEST_FIELDS, SAMPLE,
                              TOKEN_FIELDS, WORLD_KEYS, TokenRows, check_version, column_problem,
@@ -36,28 +38,26 @@ def _stats(d: dict, where: str) -> RunningStats:
     return s
 
 
-_REC_LEN = {"K": (15, 15), "C": (5, 7), "S": (4, 6), "A": (6, 11), "R": (5, 5)}
+# raw record lengths allowed per kind (store/records.py; the bracketed fields came later)
+_REC_LEN = {KERNEL: (15, 15), MEMCPY: (5, 7), MEMSET: (4, 6), ALLOC: (A_LEN_OLD, A_LEN), API: (5, 5)}
 
 
 def _record(r: list, where: str) -> tuple:
-    lo, hi = _REC_LEN.get(r[0] if r else None, (0, -1))
+    kind = r[KIND] if r else None
+    lo, hi = _REC_LEN.get(kind, (0, -1))
     if not (lo <= len(r) <= hi):
         raise not_a_snapshot(where, f"malformed raw record {safe_text(r)}")
-    first_int = 2 if r[0] in ("K", "R") else 1
-    if r[0] in ("K", "R") and not (isinstance(r[1], str) and len(r[1]) <= MAX_STRING):
+    named = kind in (KERNEL, API)   # a name (K_NAME, R_NAME), then integers
+    if named and not (isinstance(r[K_NAME], str) and len(r[K_NAME]) <= MAX_STRING):
         raise not_a_snapshot(where, f"malformed raw record {safe_text(r)}")
-    if not all(type(v) is int for v in r[first_int:]):
+    if not all(type(v) is int for v in r[K_NAME + 1 if named else KIND + 1:]):
         raise not_a_snapshot(where, f"malformed raw record {safe_text(r)}")
     return tuple(r)
 
 
-# (start, end) positions of the raw record kinds that have a duration (store/records.py)
-_SPAN_AT = {"K": (2, 3), "C": (3, 4), "S": (2, 3), "R": (2, 3)}
-
-
 def _ends_before_start(r: tuple) -> bool:
-    at = _SPAN_AT.get(r[0])
-    return at is not None and r[at[1]] < r[at[0]]
+    end = END_INDEX.get(r[KIND])
+    return end is not None and r[end] < r[TS_INDEX[r[KIND]]]
 
 
 _TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow) if f.name != "busy_cursor")

@@ -90,7 +90,7 @@ from ..phases import COMPILED, DECODE, EAGER, MODES, PHASES, PREFILL  # noqa: F4
 
 def record_start(rec: tuple) -> int:
     """The timestamp that places a record in time (start, or the alloc timestamp)."""
-    kind = rec[0]
+    kind = rec[KIND]
     if kind == KERNEL:
         return rec[K_START]
     if kind == MEMCPY:
