@@ -3,6 +3,7 @@ aside for the real finders and wraps their loader): the step sources patch a lib
 program's own functions when they appear, without importing them first."""
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.util
 from typing import Any, Callable
@@ -84,6 +85,44 @@ class Patches:
         deletes the new one)."""
         self._restore.append((owner, name, owner.__dict__.get(name, _INHERITED)))
         setattr(owner, name, new)
+
+    def wrap(self, owner: Any, name: str, failed: Callable[[str, BaseException], None],
+             where: str, *, before: Callable[..., Any] | None = None,
+             after: Callable[..., None] | None = None, stamp: Callable[[], int] | None = None,
+             hooks: Any = None) -> None:
+        """Replace ``owner.name`` (its own attribute; nothing happens when it has none) by a
+        wrapper around the original: ``before(*args, **kwargs)`` runs first and ``after(seen,
+        out, *args, **kwargs)`` last, ``out`` being the original's result and ``seen`` what
+        ``before`` returned, or ``stamp()`` read just before the original (None without
+        either). Bookkeeping never breaks the program: what ``before`` or ``after`` raises goes
+        to ``failed(where, exc)``. ``hooks``: the session's own-time clock
+        (:class:`~tuiprof.collect.own_cost.HookClock`); ``before`` and ``after`` are its spans."""
+        if owner is None or name not in owner.__dict__:
+            return
+        orig = owner.__dict__[name]
+
+        def note(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            h = hooks.enter() if hooks is not None else 0.0
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                failed(where, exc)
+                return None
+            finally:
+                if hooks is not None:
+                    hooks.leave(h)
+
+        @functools.wraps(orig)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            seen = stamp() if stamp is not None else None
+            if before is not None:
+                seen = note(before, *args, **kwargs)
+            out = orig(*args, **kwargs)
+            if after is not None:
+                note(after, seen, out, *args, **kwargs)
+            return out
+
+        self.replace(owner, name, wrapper)
 
     def restore(self) -> None:
         """Drop the import hook and put every replaced attribute back."""

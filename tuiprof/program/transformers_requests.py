@@ -98,6 +98,24 @@ def received_hook(orig: Callable, clock: Callable[[], int], hooks: Any = None) -
     return data_received
 
 
+def patch_uvicorn(replace: Callable[[Any, str, Any], None], clock: Callable[[], int],
+                  hooks: Any = None) -> None:
+    """uvicorn's HTTP protocols (transformers serve and vLLM's server run on uvicorn) note when a
+    request's first bytes came, before the app: :func:`received_hook` on the ``data_received``
+    of each one installed, through ``replace(cls, name, new)``, once."""
+    import importlib  # noqa: PLC0415
+
+    for name, cls_name in UVICORN_PROTOCOLS:
+        try:
+            cls = getattr(importlib.import_module(name), cls_name)
+        except Exception:  # not installed (httptools), or another server: app entry only
+            continue
+        orig = cls.__dict__.get("data_received")
+        if orig is None or hasattr(orig, "__wrapped__"):
+            continue
+        replace(cls, "data_received", received_hook(orig, clock, hooks))
+
+
 class Wire:
     """One HTTP request's response as its app writes it: the request id its handler was given
     and when the first bytes carrying generated text were written."""

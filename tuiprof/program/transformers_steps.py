@@ -48,8 +48,7 @@ from typing import Any, Callable
 
 from .import_hooks import Patches
 from .steps import DECODE, PREFILL, StepRecorder
-from .transformers_requests import (UVICORN_PROTOCOLS, ArrivalMiddleware, TransformersRequests,
-                                   received_hook)
+from .transformers_requests import ArrivalMiddleware, TransformersRequests, patch_uvicorn
 
 GENERATION = "transformers.generation.utils"
 LOGITS = "transformers.generation.logits_process"
@@ -190,66 +189,28 @@ class TransformersSteps:
     def _patch_batching_requests(self, mod: Any, reqs: TransformersRequests) -> None:
         """Arrivals (add_request), tokens and finishes (update_batch), failures, cancels."""
         cls = getattr(mod, "ContinuousBatchingManager", None)
-        clock = self.recorder.clock
-        hooks = self.recorder.hooks
-        if cls is not None and "add_request" in cls.__dict__:
-            add = cls.__dict__["add_request"]
+        failed = reqs.failed_here
+        wrap = functools.partial(self._patches.wrap, hooks=self.recorder.hooks)
 
-            @functools.wraps(add)
-            def add_request(manager, input_ids, *args, **kwargs):
-                t = clock()
-                rid = add(manager, input_ids, *args, **kwargs)
-                h = hooks.enter()
-                try:
-                    reqs.added(rid, input_ids, t)
-                except Exception as exc:  # bookkeeping must never break the server
-                    reqs.failed_here("add_request", exc)
-                finally:
-                    hooks.leave(h)
-                return rid
+        def added(t, rid, manager, input_ids, *args, **kwargs):
+            reqs.added(rid, input_ids, t)
 
-            self._replace(cls, "add_request", add_request)
-        if cls is not None and "cancel_request" in cls.__dict__:
-            cancel = cls.__dict__["cancel_request"]
+        def cancelled(_, out, manager, request_id, *args, **kwargs):
+            reqs.cancelled(request_id)
 
-            @functools.wraps(cancel)
-            def cancel_request(manager, request_id, *args, **kwargs):
-                out = cancel(manager, request_id, *args, **kwargs)
-                h = hooks.enter()
-                try:
-                    reqs.cancelled(request_id)
-                except Exception as exc:
-                    reqs.failed_here("cancel_request", exc)
-                finally:
-                    hooks.leave(h)
-                return out
+        def before_update(proc, *args, **kwargs):
+            return reqs.before_update(proc)
 
-            self._replace(cls, "cancel_request", cancel_request)
-        proc_cls = getattr(mod, "ContinuousBatchProcessor", None)
-        if proc_cls is not None and "update_batch" in proc_cls.__dict__:
-            update = proc_cls.__dict__["update_batch"]
+        def after_update(seen, out, *args, **kwargs):
+            reqs.after_update(seen)
 
-            @functools.wraps(update)
-            def update_batch(proc, *args, **kwargs):
-                h = hooks.enter()
-                try:
-                    seen = reqs.before_update(proc)
-                except Exception as exc:
-                    reqs.failed_here("update_batch", exc)
-                    seen = None
-                finally:
-                    hooks.leave(h)
-                out = update(proc, *args, **kwargs)
-                h = hooks.enter()
-                try:
-                    reqs.after_update(seen)
-                except Exception as exc:
-                    reqs.failed_here("update_batch", exc)
-                finally:
-                    hooks.leave(h)
-                return out
+        def failed_state(router, state, error, *args, **kwargs):
+            reqs.failed(state, error)
 
-            self._replace(proc_cls, "update_batch", update_batch)
+        wrap(cls, "add_request", failed, "add_request", stamp=self.recorder.clock, after=added)
+        wrap(cls, "cancel_request", failed, "cancel_request", after=cancelled)
+        wrap(getattr(mod, "ContinuousBatchProcessor", None), "update_batch", failed,
+             "update_batch", before=before_update, after=after_update)
         router = getattr(mod, "OutputRouter", None)
         if router is not None and "deliver_batch" in router.__dict__:
             deliver = router.__dict__["deliver_batch"]
@@ -260,21 +221,7 @@ class TransformersSteps:
                 return deliver(self_, *args, **kwargs)
 
             self._replace(router, "deliver_batch", deliver_batch)
-        if router is not None and "fail_and_deliver" in router.__dict__:
-            fail = router.__dict__["fail_and_deliver"]
-
-            @functools.wraps(fail)
-            def fail_and_deliver(self_, state, error, *args, **kwargs):
-                h = hooks.enter()
-                try:
-                    reqs.failed(state, error)
-                except Exception as exc:
-                    reqs.failed_here("fail_and_deliver", exc)
-                finally:
-                    hooks.leave(h)
-                return fail(self_, state, error, *args, **kwargs)
-
-            self._replace(router, "fail_and_deliver", fail_and_deliver)
+        wrap(router, "fail_and_deliver", failed, "fail_and_deliver", before=failed_state)
 
     def _patch_server(self, mod: Any) -> None:
         """transformers serve's app: an outermost middleware notes when a request arrives."""
@@ -294,24 +241,10 @@ class TransformersSteps:
                                    hooks=hooks)
             except Exception:  # an app that takes no middleware: handler times only
                 pass
-            steps._patch_uvicorn(clock)
+            patch_uvicorn(steps._replace, clock, steps.recorder.hooks)
             return app
 
         self._replace(mod, "build_server", build_server)
-
-    def _patch_uvicorn(self, clock: Any) -> None:
-        """uvicorn's HTTP protocols note when a request's first bytes came (before the app)."""
-        import importlib  # noqa: PLC0415
-
-        for name, cls_name in UVICORN_PROTOCOLS:
-            try:
-                cls = getattr(importlib.import_module(name), cls_name)
-            except Exception:  # not installed (httptools), or another server: app entry only
-                continue
-            orig = cls.__dict__.get("data_received")
-            if orig is None or hasattr(orig, "__wrapped__"):
-                continue
-            self._replace(cls, "data_received", received_hook(orig, clock, self.recorder.hooks))
 
     def _patch_handler(self, mod: Any) -> None:
         """transformers serve: an HTTP request reaches its handler (before tokenisation)."""
