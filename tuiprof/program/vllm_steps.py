@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from .import_hooks import Patches
 from .steps import DECODE, PREFILL, StepRecorder
-from .transformers_requests import UVICORN_PROTOCOLS, received_hook
+from .transformers_requests import patch_uvicorn
 from .vllm_requests import ArrivalMiddleware, VllmRequests, step_info
 
 SCHEDULER = "vllm.v1.core.sched.scheduler"
@@ -96,21 +96,12 @@ class VllmSteps:
     def _note_added(self, cls: Any, owner: str, note: Callable[[Any, int], None]) -> None:
         """``cls.add_request`` (a scheduler's or an output processor's) calls ``note(request,
         t)`` after it, ``t`` when it was called; bookkeeping never breaks the engine."""
-        if "add_request" not in cls.__dict__:
-            return
-        add, clock, steps = cls.__dict__["add_request"], self.recorder.clock, self
 
-        @functools.wraps(add)
-        def add_request(obj, request, *args, **kwargs):
-            t = clock()
-            out = add(obj, request, *args, **kwargs)
-            try:
-                note(request, t)
-            except Exception as exc:
-                steps._failed(f"{owner}.add_request", exc)
-            return out
+        def added(t, out, obj, request, *args, **kwargs):
+            note(request, t)
 
-        self._replace(cls, "add_request", add_request)
+        self._patches.wrap(cls, "add_request", self._failed, f"{owner}.add_request",
+                           stamp=self.recorder.clock, after=added)
 
     def _failed(self, where: str, exc: BaseException) -> None:
         if self.requests is not None:
@@ -258,32 +249,17 @@ class VllmSteps:
             return
         reqs, clock, steps = self.requests, self.recorder.clock, self
         self._note_added(cls, "OutputProcessor", reqs.frontend_added)
-        if "process_outputs" in cls.__dict__:
-            process = cls.__dict__["process_outputs"]
 
-            @functools.wraps(process)
-            def process_outputs(proc, engine_core_outputs, *args, **kwargs):
-                out = process(proc, engine_core_outputs, *args, **kwargs)
-                try:
-                    reqs.frontend_outputs(engine_core_outputs, clock())
-                except Exception as exc:
-                    steps._failed("OutputProcessor.process_outputs", exc)
-                return out
+        def outputs(_, out, proc, engine_core_outputs, *args, **kwargs):
+            reqs.frontend_outputs(engine_core_outputs, clock())
 
-            self._replace(cls, "process_outputs", process_outputs)
-        if "abort_requests" in cls.__dict__:
-            abort = cls.__dict__["abort_requests"]
+        def aborted(_, out, *args, **kwargs):
+            reqs.cancelled(out)
 
-            @functools.wraps(abort)
-            def abort_requests(proc, *args, **kwargs):
-                out = abort(proc, *args, **kwargs)
-                try:
-                    reqs.cancelled(out)
-                except Exception as exc:
-                    steps._failed("OutputProcessor.abort_requests", exc)
-                return out
-
-            self._replace(cls, "abort_requests", abort_requests)
+        self._patches.wrap(cls, "process_outputs", steps._failed,
+                           "OutputProcessor.process_outputs", after=outputs)
+        self._patches.wrap(cls, "abort_requests", steps._failed,
+                           "OutputProcessor.abort_requests", after=aborted)
 
     def _patch_app(self, mod: Any) -> None:
         """The OpenAI server's app: an outermost middleware notes each request's arrival at
@@ -306,26 +282,10 @@ class VllmSteps:
                     app.add_middleware(ArrivalMiddleware, clock=clock, owner=owner)
             except Exception:  # an app that takes no middleware: add_request's times only
                 pass
-            steps._patch_uvicorn(clock)
+            patch_uvicorn(steps._replace, clock)
             return app
 
         self._replace(mod, "build_app", build_app)
-
-    def _patch_uvicorn(self, clock: Any) -> None:
-        """uvicorn's HTTP protocols (vLLM serves with uvicorn) note when a request's first
-        bytes came, before the app saw it."""
-        import importlib  # noqa: PLC0415
-
-        for name, cls_name in UVICORN_PROTOCOLS:
-            try:
-                cls = getattr(importlib.import_module(name), cls_name)
-            except Exception:  # not installed (httptools), or another server: app entry only
-                continue
-            orig = cls.__dict__.get("data_received")
-            if orig is None or hasattr(orig, "__wrapped__"):
-                continue
-            self._replace(cls, "data_received", received_hook(orig, clock))
-
 
 def _vllm_version() -> str:
     import sys  # noqa: PLC0415
