@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 import sys
 
-from tuiprof.program.import_hooks import PostImport
+from tuiprof.program.import_hooks import Patches, PostImport
 
 
 def test_a_find_spec_probe_does_not_use_up_the_hook(tmp_path, monkeypatch):
@@ -25,3 +25,51 @@ def test_a_find_spec_probe_does_not_use_up_the_hook(tmp_path, monkeypatch):
     finally:
         sys.meta_path.remove(finder)
         sys.modules.pop("tuiprof_probe_mod", None)
+
+
+class _Server:
+    def handle(self, request_id, n=1):
+        return [request_id] * n
+
+
+class _Spans:
+    def __init__(self):
+        self.open = self.spans = 0
+
+    def enter(self):
+        self.open += 1
+        return 1.0
+
+    def leave(self, token):
+        self.open -= 1
+        self.spans += 1
+
+
+def test_wrap_notes_around_the_original_and_never_breaks_it():
+    seen, failed, clock = [], [], iter(range(100, 200))
+    spans = _Spans()
+    patches = Patches()
+
+    def before(server, request_id, n=1):
+        assert spans.open == 1   # inside an own-time span
+        return f"before {request_id}"
+
+    def after(got, out, server, request_id, n=1):
+        seen.append((got, out))
+        raise RuntimeError("bookkeeping bug")
+
+    patches.wrap(_Server, "handle", lambda where, exc: failed.append((where, str(exc))),
+                 "Server.handle", before=before, after=after, hooks=spans)
+    assert _Server().handle("a", n=2) == ["a", "a"]          # the program's result, unbroken
+    assert seen == [("before a", ["a", "a"])]
+    assert failed == [("Server.handle", "bookkeeping bug")] and spans.spans == 2
+    patches.restore()
+    assert _Server().handle("b") == ["b"] and len(seen) == 1  # the original back
+
+    patches.wrap(_Server, "handle", lambda where, exc: None, "Server.handle",
+                 stamp=lambda: next(clock), after=lambda t, out, *a, **k: seen.append(t))
+    _Server().handle("c")
+    assert seen[-1] == 100                                    # read before the original ran
+    patches.restore()
+    patches.wrap(_Server, "missing", lambda where, exc: None, "Server.missing", after=after)
+    assert not hasattr(_Server, "missing")                    # nothing to wrap: nothing done
