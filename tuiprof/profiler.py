@@ -19,7 +19,7 @@ from .collect.nvml_sampler import NvmlSampler
 from .collect.own_cost import HookClock, SessionThreads, StepExcess
 from .collect.registry import COLLECTORS, CollectorContext, CollectorSpec, factory
 from .collect.device import device_facts, rank_facts
-from .control import SessionControl
+from .control import SessionControl, batch_limit_message, batch_target
 from .engine.graphs import drop_cuda_graphs
 from .errors import one_line, safe_text
 from .sampling import (AUTO_ALLOC_EVERY, AUTO_SAMPLE_EVERY, STEP_TIME_SOURCES, overhead_method,
@@ -318,8 +318,6 @@ class Profiler(SessionControl):
         return f"switching to {target} at the next token"
 
     def change_batch(self, up: bool) -> str:
-        from .control import batch_limit_message, batch_target  # noqa: PLC0415
-
         eng = self.engine
         if eng is None:
             return "model still loading"

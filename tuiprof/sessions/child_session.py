@@ -24,13 +24,16 @@ import threading
 import time
 from typing import Any
 
+from .. import __version__
 from ..collect.device import rank_facts
 from ..profiler import Profiler
 from ..spec import ProfilerOptions
 from ..program.launch import ProgramResult, ProgramSpec
+from ..program.output import clean_line
 from ..program.program_session import ProgramSession
 from ..program.windows_steps import WindowSteps
 from ..store import SessionStore
+from ..store.rank_set import process_name
 from . import protocol
 from .own_process import command_line, forget_in_fork
 from .server import Life, SessionServer, StoreConnection
@@ -85,7 +88,6 @@ class ChildSession(ProgramSession):
     # ------------------------------------------------------------------ start
     def start(self) -> None:
         """Store, step sources (windows wait for CUDA) and the server; no collector yet."""
-        from ..program.output import clean_line  # noqa: PLC0415
 
         prof, store = self.prof, self.prof.store
         argv = [clean_line(a) for a in command_line()[:64]]
@@ -235,7 +237,6 @@ class ChildSession(ProgramSession):
 def child_name(argv: list, forked_from: int | None = None) -> str:
     """The process's name: multiprocessing's name for it when the program gave one
     (``EngineCore``), with what it runs (``spawn worker``, ``worker.py``, ``fork of PID``)."""
-    from ..store.rank_set import process_name  # noqa: PLC0415
 
     name = f"fork of {forked_from}" if forked_from is not None else process_name(argv)
     mp = sys.modules.get("multiprocessing")
@@ -262,8 +263,6 @@ def _job_key() -> str:
 
 
 def _version() -> str:
-    from .. import __version__  # noqa: PLC0415
-
     return __version__
 
 

@@ -25,6 +25,7 @@ from ..spec import ProfilerOptions
 from ..startup import ProgressTracker
 from . import protocol
 from .mirror import Mirror
+from .runtime import new_session_dir
 from .session_process import SessionSpec, serve
 
 
@@ -167,7 +168,6 @@ class RemoteControl(SessionControl):
         else:
             self.log_path = new_log_path()
         if self.socket_path is None:
-            from .runtime import new_session_dir  # noqa: PLC0415
             _sid, self._own_dir = new_session_dir("x")
             self.socket_path = str(self._own_dir / "main.sock")
         ctx = mp.get_context("spawn")  # never fork a process that may hold CUDA or threads

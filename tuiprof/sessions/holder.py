@@ -30,6 +30,7 @@ from ..control import SourceStatus
 from ..store.rank_set import process_name
 from . import protocol
 from .client import RemoteControl
+from .mirror import Mirror
 from .runtime import SESSION_SOCKET, now_utc, pid_alive, write_info
 
 from .process_set import ProcessEntry, ProcessSet, _int, _quiet, _Quiet
@@ -431,8 +432,6 @@ class SessionHandler(protocol.Handler):
 
 
 def _mirror_delta_of_meta(meta: dict, full: bool) -> dict:
-    from .mirror import Mirror  # noqa: PLC0415
-
     m = Mirror(series_len=1)
     m.meta = meta
     return m.as_delta(full)

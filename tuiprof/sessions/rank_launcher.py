@@ -32,6 +32,7 @@ from ..engine.distributed import NO_MULTICAST_ENV
 from ..spec import ProfilerOptions
 from ..store.rank_set import RanksView
 from .client import RemoteControl, SessionGone, new_log_path
+from .runtime import new_session_dir
 from .session_process import serve
 
 WATCH_S = 0.25        # how often the UI process looks at every rank
@@ -103,7 +104,6 @@ class RankSetControl(SessionControl):
         """Spawn every rank (they load their shard and start generating in lockstep)."""
         import torch.multiprocessing as tmp
 
-        from .runtime import new_session_dir
 
         port = free_port()
         _sid, self._dir = new_session_dir("tp")
