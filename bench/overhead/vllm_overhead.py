@@ -100,6 +100,7 @@ def one_run(args, under: bool, port: int, tmp: Path) -> dict:
     with serving(vllm_command(args, port, snap if under else None), port,
                  tmp / f"run-{port}.log"):
         client = warm_client(args, port)
+        load0 = os.getloadavg()[0]
         t0 = time.monotonic()
         sent = in_flight = 0
         while in_flight < args.concurrency and sent < args.requests:
@@ -118,10 +119,19 @@ def one_run(args, under: bool, port: int, tmp: Path) -> dict:
     ttft = [v[0] for v in seen.values() if v[0] is not None]
     out = {"under_tuiprof": under, "requests": len(seen), "failed": client.failed,
            "wall_s": wall, "requests_per_s": len(seen) / wall,
+           "load_average_1min": [load0, os.getloadavg()[0]],
            "e2e_p50_ms": statistics.median(e2e), "ttft_p50_ms": statistics.median(ttft)}
     if under:
         out.update(agreement(snap, client.seen))
     return out
+
+
+def _pairs(runs: list) -> list:
+    """(bare, under tuiprof) of each round."""
+    by: dict = {}
+    for r in runs:
+        by.setdefault(r["round"], {})[r["under_tuiprof"]] = r
+    return [(v[False], v[True]) for v in by.values() if len(v) == 2]
 
 
 def _tree(pid: int) -> list[int]:
@@ -291,7 +301,7 @@ def agreement(snap: Path, seen: dict) -> dict:
     if engine is None:
         return {"agreement": "no vLLM steps in the snapshot"}
     rows = {r["client_id"]: r for r in engine["requests"]}
-    diffs, worst_share, missing, tokens_equal = [], 0.0, [], True
+    diffs, worst_share, missing, tokens_equal, within = [], 0.0, [], True, []
     for rid, (_ttft, e2e, _chunks) in seen.items():
         r = rows.get(rid)
         if r is None or r.get("e2e_ms") is None:
@@ -300,14 +310,15 @@ def agreement(snap: Path, seen: dict) -> dict:
         d = e2e - r["e2e_ms"]
         diffs.append(d)
         worst_share = max(worst_share, abs(d) / e2e)
+        within.append(abs(d) <= max(20.0, 0.05 * e2e))
     steps = [t for t in engine["tokens"] if t.get("requests")]
     return {"tuiprof_requests": len(rows), "missing": missing,
             "client_minus_tuiprof_e2e_ms": {
                 "p50": statistics.median(diffs) if diffs else None,
                 "max": max(diffs) if diffs else None, "min": min(diffs) if diffs else None},
             "worst_share": worst_share,
-            "within_5pct_or_20ms": all(abs(d) <= max(20.0, 0.05 * seen[k][1])
-                                       for k, d in zip([k for k in seen if k in rows], diffs)),
+            "within_5pct_or_20ms": all(within) and not missing,
+            "within_share": sum(within) / len(within) if within else None,
             "steps": len(steps), "max_batch": max((t["batch"] for t in steps), default=0),
             "tokens_equal": tokens_equal,
             "engine_line": engine["meta"]["process"].get("line", "")}
@@ -338,7 +349,8 @@ def main() -> int:
         return 0
     runs = []
     for i in range(args.rounds):
-        for under in (False, True):
+        # the order alternates a round: neither arm always follows the other
+        for under in ((False, True) if i % 2 == 0 else (True, False)):
             r = one_run(args, under, args.port + len(runs), tmp)
             r["round"] = i
             runs.append(r)
@@ -352,6 +364,14 @@ def main() -> int:
                "e2e_overhead": statistics.median(prof) / statistics.median(bare) - 1,
                "rps_bare": statistics.median(rps_b), "rps_tuiprof": statistics.median(rps_p),
                "throughput_cost": 1 - statistics.median(rps_p) / statistics.median(rps_b),
+               # each round's own ratio (tuiprof / bare), whose median is steadier than the
+               # ratio of medians when the machine's load drifts between rounds
+               "round_e2e_ratio_median": statistics.median(
+                   p["e2e_p50_ms"] / b["e2e_p50_ms"] for b, p in _pairs(runs)),
+               "round_rps_ratio_median": statistics.median(
+                   p["requests_per_s"] / b["requests_per_s"] for b, p in _pairs(runs)),
+               "load_average_1min": [min(x for r in runs for x in r["load_average_1min"]),
+                                     max(x for r in runs for x in r["load_average_1min"])],
                "runs": runs, "args": vars(args), "logs": str(tmp)}
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=1))
     if args.out:
