@@ -22,7 +22,7 @@ from .collect.device import device_facts, rank_facts
 from .control import SessionControl, batch_limit_message, batch_target
 from .engine.graphs import drop_cuda_graphs
 from .errors import one_line, safe_text
-from .sampling import (AUTO_ALLOC_EVERY, AUTO_SAMPLE_EVERY, STEP_TIME_SOURCES, overhead_method,
+from .sampling import (AUTO_ALLOC_EVERY, AUTO_SAMPLE_EVERY, STEP_TIME_SOURCES, OwnCostReport,
                        tracing_policy)
 from .spec import ProfilerOptions
 from .startup import LoadProgress, ProgressTracker, in_thread, phase, tracking
@@ -39,7 +39,7 @@ _MODEL_ARG = 11
 _GPU_LATE = 64
 
 
-class Profiler(SessionControl):
+class Profiler(OwnCostReport, SessionControl):
     """A live session: engine thread + CUPTI + NVML + allocator stats → store."""
 
     def __init__(self, store: SessionStore, options: ProfilerOptions,
@@ -653,66 +653,6 @@ class Profiler(SessionControl):
             self.store.meta["startup"] = self.tracker.progress.as_dict()
         elif state == "error":
             self.tracker.end("prefill")
-
-    # ---------------------------------------------------------------- overhead
-    def _update_overhead(self, now: float | None = None, final: bool = False) -> None:
-        """What the session costs the process it profiles, as a share of wall time (the header's
-        and the snapshot's ``overhead``), every part measured in this process
-        (:mod:`tuiprof.collect.own_cost`):
-
-        * ``threads_s``: CPU time of the session's own threads (CUPTI's consumer, NVML, the host
-          sampler, output capture, serving a UI process), from their kernel thread clocks;
-          CUPTI's buffer callbacks (on CUPTI's or the program's threads, ``callback_s``) and a
-          ``--proxy`` process's CPU (``proxy_s``) beside them;
-        * ``hooks_s``: wall time in tuiprof's code on the threads that run the steps and the
-          requests (a GIL wait inside a hook included);
-        * ``switch_s``: CUPTI's attaches and finalizes;
-        * ``tracing_s`` and ``rerecord_s``: steps measured with CUPTI attached, and steps that
-          recorded their CUDA graphs again after tuiprof dropped them, over the mean untraced
-          step of their phase and mode.
-
-        ``method`` names the parts and what is not counted: GIL handoffs (a program thread
-        waiting for the GIL while a session thread is woken), and tracing's cost inside CUDA
-        calls where no untraced step gives a reference (every step traced, or CUPTI attached
-        throughout). The per-collector figures (``cupti_s``, ``nvml_s``, ``serve_s``) stay as
-        the host pane's breakdown of ``threads_s``.
-        """
-        now = time.perf_counter() if now is None else now
-        self._overhead_at = now
-        wall = now - self._t_start
-        if wall <= 0:
-            return
-        c = self.cupti
-        costs = {f"{name}_s": round(col.cost_s, 3) for name, col in self.collectors.items()}
-        costs.setdefault("cupti_s", 0.0)
-        costs.setdefault("nvml_s", 0.0)
-        serve, switch, hooks = self.serve_s, self.switch_s, self.hooks_s
-        callback = getattr(c, "callback_s", 0.0) if c is not None else 0.0
-        elsewhere = sum(col.cost_s for col in self.collectors.values()
-                        if getattr(col, "own_process", False))
-        if self._threads.available:
-            threads = max(0.0, self._threads.cpu_s() - self._threads_base)
-        else:  # no thread clocks (not Linux): the collectors' and the UI's own counts
-            threads = sum(col.cost_s for col in self.collectors.values()
-                          if not getattr(col, "own_process", False)) + serve - callback
-        tracing, rerecord, left_out = self._excess.seconds()
-        total = threads + callback + elsewhere + hooks + switch + tracing + rerecord
-        every = c is not None and c.sample_every <= 1
-        series = self._overhead_series
-        series.append((round(time.time(), 3), round(total, 5)))
-        if final:  # the whole series once, not with every pull of a mirror
-            # list() copies in one step: a program's thread may still append meanwhile
-            self.store.set_overhead(series=[list(x) for x in list(series)])
-        self.store.set_overhead(pct=round(100.0 * total / wall, 2),
-                                **costs, serve_s=round(serve, 3), switch_s=round(switch, 3),
-                                hooks_s=round(hooks, 6), threads_s=round(threads, 4),
-                                callback_s=round(callback, 4), tracing_s=round(tracing, 4),
-                                rerecord_s=round(rerecord, 4), untraced_reference_missing=left_out,
-                                detaches=c.detaches if c is not None else 0,
-                                wall_s=round(wall, 3),
-                                method=overhead_method(c is not None, self.status.mode,
-                                                       left_out, every,
-                                                       self._excess.attached_steps()))
 
 
 def _sync_device() -> None:

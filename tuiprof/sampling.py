@@ -1,7 +1,10 @@
 """Which steps a session traces and what that costs: the automatic sampling periods, the
 words a snapshot and the header use for the policy and for what the overhead figure counts,
-and the measured costs they quote (H100; docs/performance.md)."""
+and the measured costs they quote (H100; docs/performance.md); the session's own overhead report
+(:class:`OwnCostReport`)."""
 from __future__ import annotations
+
+import time
 
 from .collect.cupti_collector import BURST
 
@@ -76,3 +79,67 @@ def overhead_method(cupti: bool, mode: str, left_out: int = 0, every_step: bool 
     elif cupti:
         counted = "threads' CPU + hooks + switches + traced steps / wall"
     return f"{counted}; not counted: {', '.join(missing)}"
+
+
+class OwnCostReport:
+    """The overhead self-report of a :class:`~tuiprof.profiler.Profiler` (a base of it): what
+    the session costs the process it profiles, from the costs the profiler counts."""
+
+    def _update_overhead(self, now: float | None = None, final: bool = False) -> None:
+        """What the session costs the process it profiles, as a share of wall time (the header's
+        and the snapshot's ``overhead``), every part measured in this process
+        (:mod:`tuiprof.collect.own_cost`):
+
+        * ``threads_s``: CPU time of the session's own threads (CUPTI's consumer, NVML, the host
+          sampler, output capture, serving a UI process), from their kernel thread clocks;
+          CUPTI's buffer callbacks (on CUPTI's or the program's threads, ``callback_s``) and a
+          ``--proxy`` process's CPU (``proxy_s``) beside them;
+        * ``hooks_s``: wall time in tuiprof's code on the threads that run the steps and the
+          requests (a GIL wait inside a hook included);
+        * ``switch_s``: CUPTI's attaches and finalizes;
+        * ``tracing_s`` and ``rerecord_s``: steps measured with CUPTI attached, and steps that
+          recorded their CUDA graphs again after tuiprof dropped them, over the mean untraced
+          step of their phase and mode.
+
+        ``method`` names the parts and what is not counted: GIL handoffs (a program thread
+        waiting for the GIL while a session thread is woken), and tracing's cost inside CUDA
+        calls where no untraced step gives a reference (every step traced, or CUPTI attached
+        throughout). The per-collector figures (``cupti_s``, ``nvml_s``, ``serve_s``) stay as
+        the host pane's breakdown of ``threads_s``.
+        """
+        now = time.perf_counter() if now is None else now
+        self._overhead_at = now
+        wall = now - self._t_start
+        if wall <= 0:
+            return
+        c = self.cupti
+        costs = {f"{name}_s": round(col.cost_s, 3) for name, col in self.collectors.items()}
+        costs.setdefault("cupti_s", 0.0)
+        costs.setdefault("nvml_s", 0.0)
+        serve, switch, hooks = self.serve_s, self.switch_s, self.hooks_s
+        callback = getattr(c, "callback_s", 0.0) if c is not None else 0.0
+        elsewhere = sum(col.cost_s for col in self.collectors.values()
+                        if getattr(col, "own_process", False))
+        if self._threads.available:
+            threads = max(0.0, self._threads.cpu_s() - self._threads_base)
+        else:  # no thread clocks (not Linux): the collectors' and the UI's own counts
+            threads = sum(col.cost_s for col in self.collectors.values()
+                          if not getattr(col, "own_process", False)) + serve - callback
+        tracing, rerecord, left_out = self._excess.seconds()
+        total = threads + callback + elsewhere + hooks + switch + tracing + rerecord
+        every = c is not None and c.sample_every <= 1
+        series = self._overhead_series
+        series.append((round(time.time(), 3), round(total, 5)))
+        if final:  # the whole series once, not with every pull of a mirror
+            # list() copies in one step: a program's thread may still append meanwhile
+            self.store.set_overhead(series=[list(x) for x in list(series)])
+        self.store.set_overhead(pct=round(100.0 * total / wall, 2),
+                                **costs, serve_s=round(serve, 3), switch_s=round(switch, 3),
+                                hooks_s=round(hooks, 6), threads_s=round(threads, 4),
+                                callback_s=round(callback, 4), tracing_s=round(tracing, 4),
+                                rerecord_s=round(rerecord, 4), untraced_reference_missing=left_out,
+                                detaches=c.detaches if c is not None else 0,
+                                wall_s=round(wall, 3),
+                                method=overhead_method(c is not None, self.status.mode,
+                                                       left_out, every,
+                                                       self._excess.attached_steps()))
