@@ -1,11 +1,12 @@
 """Request length distributions of generated load (``tuiprof serve``, ``tuiprof sweep
---serve``): ``N`` fixed, ``A:B`` uniform integers, ``N~S`` normal (at least 1). No torch here:
-the CLI checks the options before it starts anything."""
+--serve``): ``N`` fixed, ``A:B`` uniform integers, ``N~S`` normal (at least 1); and the load's
+default size. No torch here: the CLI checks the options before it starts anything."""
 from __future__ import annotations
 
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,12 @@ def parse_lengths(text: str) -> Lengths:
         return Lengths("fixed", n)
     except ValueError:
         raise ValueError(f"{t!r}: expected N, A:B (uniform) or N~S (normal), each >= 1") from None
+
+
+def default_load(args: Any) -> None:
+    """The load a run gets where its options name none: 32 requests (unless ``--duration``),
+    4 in flight (unless ``--rate``)."""
+    if args.requests is None and args.duration is None:
+        args.requests = 32
+    if args.rate is None and args.concurrency is None:
+        args.concurrency = 4

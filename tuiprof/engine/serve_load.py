@@ -22,7 +22,7 @@ import time
 
 from ..errors import TuiprofError
 from ..marks import request_warmup
-from .lengths import Lengths, parse_lengths  # noqa: F401  (the options' type)
+from .lengths import Lengths, default_load, parse_lengths  # noqa: F401  (the options' type)
 
 READY = "tuiprof-serve: serving"   # printed once the engine takes requests
 WARMUP = "warmup"                  # the warm-up requests' id prefix
@@ -179,10 +179,7 @@ def _closed_loop(load: Load, c: int, limit: int | None, end: float | None) -> No
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.requests is None and args.duration is None:
-        args.requests = 32
-    if args.rate is None and args.concurrency is None:
-        args.concurrency = 4
+    default_load(args)
     try:
         summary = run(args)
     except TuiprofError as exc:

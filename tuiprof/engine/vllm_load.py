@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from .lengths import parse_lengths
+from .lengths import default_load, parse_lengths
 
 READY = "tuiprof-serve: load starts"
 UP_TIMEOUT_S = 600
@@ -207,10 +207,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.requests is None and args.duration is None:
-        args.requests = 32
-    if args.rate is None and args.concurrency is None:
-        args.concurrency = 4
+    default_load(args)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     summary = run(args)

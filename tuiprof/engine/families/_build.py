@@ -252,3 +252,27 @@ def build_adapter(model_cls: type, len_key: str, default_name: str, model_def: M
                           weights=weights, ignore_prefixes=config.get("weights_ignore_prefixes", ()),
                           tp=tp)
     return ModuleAdapter(module, name)
+
+
+def family_build(model_cls: type, len_key: str, default_name: str, what: str, *,
+                 tp: bool = True) -> Callable[..., ModuleAdapter]:
+    """A study family's ``build`` (the contract in ``families/__init__.py``): :func:`build_adapter`
+    over ``model_cls``, its cache length under ``len_key``. ``tp``: it takes a tensor-parallel
+    context (``--tp`` is offered to the families whose ``build`` names one)."""
+
+    def build(model_def: Mapping[str, Any], *, device: torch.device | str,
+              dtype: torch.dtype | str, seed: int, weights: str | None = None,
+              max_len: int | None = None, tp: TPContext | None = None) -> ModuleAdapter:
+        return build_adapter(model_cls, len_key, default_name, model_def, device=device,
+                             dtype=dtype, seed=seed, weights=weights, max_len=max_len, tp=tp)
+
+    def build_single(model_def: Mapping[str, Any], *, device: torch.device | str,
+                     dtype: torch.dtype | str, seed: int, weights: str | None = None,
+                     max_len: int | None = None) -> ModuleAdapter:
+        return build(model_def, device=device, dtype=dtype, seed=seed, weights=weights,
+                     max_len=max_len)
+
+    fn = build if tp else build_single
+    fn.__name__ = fn.__qualname__ = "build"
+    fn.__doc__ = f"Adapter over {what}."
+    return fn

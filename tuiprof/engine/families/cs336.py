@@ -19,20 +19,17 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import torch
 from torch import nn
 
-from tuiprof.engine.families._build import build_adapter
+from tuiprof.engine.families._build import family_build
 from tuiprof.engine.families._decoder import (  # noqa: F401 - ATTENTION_IMPLS: the sweep's switch
     ATTENTION_IMPLS,
     CachedDecoderLM,
-    ModuleAdapter,
     RMSNorm,
     SelfAttention,
     SwiGLU,
     layer_caches,
 )
-from tuiprof.engine.tensor_parallel import TPContext
 
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,16 +94,5 @@ def embedding_params(config: Mapping[str, Any]) -> int:
     return 2 * c["vocab_size"] * c["d_model"]
 
 
-def build(
-    model_def: Mapping[str, Any],
-    *,
-    device: torch.device | str,
-    dtype: torch.dtype | str,
-    seed: int,
-    weights: str | None = None,
-    max_len: int | None = None,
-    tp: TPContext | None = None,
-) -> ModuleAdapter:
-    """Adapter over a seeded (or ``weights``-loaded) CS336 Transformer LM."""
-    return build_adapter(TransformerLM, "context_length", "cs336", model_def, device=device, dtype=dtype,
-                         seed=seed, weights=weights, max_len=max_len, tp=tp)
+build = family_build(TransformerLM, "context_length", "cs336",
+                     "a seeded (or ``weights``-loaded) CS336 Transformer LM")

@@ -28,11 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tuiprof.engine.families._build import build_adapter
+from tuiprof.engine.families._build import family_build
 from tuiprof.engine.families._decoder import (  # noqa: F401 - ATTENTION_IMPLS: the sweep's switch
     ATTENTION_IMPLS,
     CachedDecoderLM,
-    ModuleAdapter,
     RMSNorm,
     SelfAttention,
     SwiGLU,
@@ -230,15 +229,5 @@ def embedding_params(config: Mapping[str, Any]) -> int:
     return 2 * c["vocab_size"] * c["hidden_size"]
 
 
-def build(
-    model_def: Mapping[str, Any],
-    *,
-    device: torch.device | str,
-    dtype: torch.dtype | str,
-    seed: int,
-    weights: str | None = None,
-    max_len: int | None = None,
-) -> ModuleAdapter:
-    """Adapter over a seeded (or ``weights``-loaded) DeepSeek-OCR language decoder."""
-    return build_adapter(DeepseekDecoder, "max_len", "deepseek", model_def, device=device, dtype=dtype,
-                         seed=seed, weights=weights, max_len=max_len)
+build = family_build(DeepseekDecoder, "max_len", "deepseek",
+                     "a seeded (or ``weights``-loaded) DeepSeek-OCR language decoder", tp=False)

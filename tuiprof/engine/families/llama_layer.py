@@ -18,16 +18,14 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 
-from tuiprof.engine.families._build import build_adapter
+from tuiprof.engine.families._build import family_build
 from tuiprof.engine.families._decoder import (  # noqa: F401 - ATTENTION_IMPLS: the sweep's switch
     ATTENTION_IMPLS,
     CachedDecoderLM,
-    ModuleAdapter,
     RMSNorm,
     SelfAttention,
     SwiGLU,
 )
-from tuiprof.engine.tensor_parallel import TPContext
 
 
 class LlamaLayerLM(CachedDecoderLM):
@@ -89,17 +87,7 @@ def embedding_params(config: Mapping[str, Any]) -> int:
     return 0
 
 
-def build(
-    model_def: Mapping[str, Any],
-    *,
-    device: torch.device | str,
-    dtype: torch.dtype | str,
-    seed: int,
-    weights: str | None = None,
-    max_len: int | None = None,
-    tp: TPContext | None = None,
-) -> ModuleAdapter:
-    """Adapter over one Llama-2-7B-shaped layer; ``weights`` keys: HF Llama layer keys without
-    the ``model.layers.N.`` prefix (``input_layernorm.weight``, ``self_attn.q_proj.weight``, ...)."""
-    return build_adapter(LlamaLayerLM, "max_len", "llama-layer", model_def, device=device,
-                         dtype=dtype, seed=seed, weights=weights, max_len=max_len, tp=tp)
+build = family_build(LlamaLayerLM, "max_len", "llama-layer",
+                     "one Llama-2-7B-shaped layer; ``weights`` keys: HF Llama layer keys without "
+                     "the ``model.layers.N.`` prefix (``input_layernorm.weight``, "
+                     "``self_attn.q_proj.weight``, ...)")

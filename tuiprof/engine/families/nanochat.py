@@ -18,15 +18,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tuiprof.engine.families._build import build_adapter
+from tuiprof.engine.families._build import family_build
 from tuiprof.engine.families._decoder import (  # noqa: F401 - ATTENTION_IMPLS: the sweep's switch
     ATTENTION_IMPLS,
     CachedDecoderLM,
-    ModuleAdapter,
     SelfAttention,
     layer_caches,
 )
-from tuiprof.engine.tensor_parallel import TPContext
 
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,16 +115,5 @@ def embedding_params(config: Mapping[str, Any]) -> int:
     return 2 * c["vocab_size"] * c["n_embd"]
 
 
-def build(
-    model_def: Mapping[str, Any],
-    *,
-    device: torch.device | str,
-    dtype: torch.dtype | str,
-    seed: int,
-    weights: str | None = None,
-    max_len: int | None = None,
-    tp: TPContext | None = None,
-) -> ModuleAdapter:
-    """Adapter over a seeded (or ``weights``-loaded) nanochat GPT."""
-    return build_adapter(NanochatGPT, "sequence_len", "nanochat", model_def, device=device, dtype=dtype,
-                         seed=seed, weights=weights, max_len=max_len, tp=tp)
+build = family_build(NanochatGPT, "sequence_len", "nanochat",
+                     "a seeded (or ``weights``-loaded) nanochat GPT")
