@@ -80,20 +80,12 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
     lines: list = []
     threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True).start()
     try:
-        import http.client  # noqa: PLC0415
+        from tuiprof.engine.vllm_load import wait_up  # noqa: PLC0415
 
-        deadline = time.monotonic() + 400
-        while True:   # until the server answers (bounded)
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                c.request("GET", "/v1/models")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            assert server.poll() is None, "".join(lines)[-3000:]
-            assert time.monotonic() < deadline, "vLLM did not come up in 400 s"
-            time.sleep(0.5)
+        try:   # until the server answers (what tuiprof serve --engine vllm waits for)
+            wait_up(port, server, timeout=400)
+        except SystemExit as exc:
+            pytest.fail(f"{exc}\n{''.join(lines)[-3000:]}")
         _stream(port, model, "warmup", prompt_words(8, seed=99, size=1024), seen)
         go = threading.Barrier(N)   # the N requests leave together: they overlap in vLLM
 
