@@ -73,6 +73,12 @@ def test_the_wheel_carries_the_registry_and_the_package_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in PACKAGE_DATA:
         assert path in names, f"{path} missing from {wheel.name}"
+    # every file of the package's tree, including those in a folder that is not a package (the
+    # followed interpreters' sitecustomize in sessions/boot was missing: a program's processes
+    # were not followed from an installed wheel)
+    tree = {p.relative_to(REPO).as_posix() for p in (REPO / "tuiprof").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    assert not tree - names, f"missing from {wheel.name}: {sorted(tree - names)}"
     # the checkout's top-level models/, mapped into the package at build time
     assert not (REPO / "tuiprof" / "models_data").exists()
     models = sorted(p.name for p in (REPO / "models").glob("*.json"))
