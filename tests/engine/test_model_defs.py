@@ -92,3 +92,15 @@ def test_random_weights_are_seeded():
     assert c.model.dtype == torch.bfloat16
     assert not torch.equal(wa.bfloat16(), c.model.model.layers[1].mlp.up_proj.weight)
     assert a.model.model.rotary_emb.inv_freq[0].item() == 1.0  # rebuilt after to_empty
+
+
+def test_a_models_data_folder_without_definitions_is_not_the_registry(tmp_path):
+    """A checkout that kept an older layout's tuiprof/models_data (emptied of its JSON, its
+    __pycache__ left) still finds the checkout's models/: on the GPU machine's copy every model
+    read as unknown ("known: none")."""
+    package = tmp_path / "tuiprof"
+    (package / "models_data" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "models").mkdir()
+    assert model_defs._models_dir(package) == tmp_path / "models"
+    (package / "models_data" / "qwen3-tiny.json").write_text("{}")
+    assert model_defs._models_dir(package) == package / "models_data"

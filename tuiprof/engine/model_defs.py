@@ -38,9 +38,17 @@ def models_dir() -> Path:
     env = os.environ.get("TUIPROF_MODELS_DIR")
     if env:
         return Path(env).expanduser()
-    package = Path(__file__).resolve().parents[1]
+    return _models_dir(Path(__file__).resolve().parents[1])
+
+
+def _models_dir(package: Path) -> Path:
+    # A wheel's models_data holds the definitions; a folder of that name without any (left
+    # behind in a checkout by an older layout, its __pycache__ say) is not one, or every
+    # model would read as unknown.
     installed = package / "models_data"
-    return installed if installed.is_dir() else package.parent / "models"
+    if installed.is_dir() and any(installed.glob("*.json")):
+        return installed
+    return package.parent / "models"
 
 
 def list_models() -> list[str]:
