@@ -507,8 +507,8 @@ def print_table(rows: list[dict]) -> None:
               f"{r['tokens'] // max(1, r['blocks'])} |")
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_window_options(p: argparse.ArgumentParser) -> None:
+    """The model, the modes and the windows' sizes: this bench's and ui_overhead's."""
     p.add_argument("--model", default="qwen3-0.6b")
     p.add_argument("--device", default=None)
     p.add_argument("--modes", default="eager,compiled")
@@ -518,6 +518,11 @@ def main(argv=None) -> int:
                    help="decode tokens per compiled window")
     p.add_argument("--warmup", type=int, default=64, help="decode tokens before a mode's blocks")
     p.add_argument("--cycle-tokens", type=int, default=1024)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_window_options(p)
     p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
     p.add_argument("--full", action="store_true", help="also every token traced")
     p.add_argument("--parts", action="store_true",

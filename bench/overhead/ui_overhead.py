@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.overhead.overhead import (block_plan, finish, period, sayer,  # noqa: E402
-                                     still_waiting, table)
+from bench.overhead.overhead import (add_window_options, block_plan, finish,  # noqa: E402
+                                     period, sayer, still_waiting, table)
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -115,14 +115,7 @@ def run(a: argparse.Namespace) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen3-0.6b")
-    p.add_argument("--device", default=None)
-    p.add_argument("--modes", default="eager,compiled")
-    p.add_argument("--blocks", type=int, default=8)
-    p.add_argument("--eager-tokens", type=int, default=32)
-    p.add_argument("--compiled-tokens", type=int, default=128)
-    p.add_argument("--warmup", type=int, default=64)
-    p.add_argument("--cycle-tokens", type=int, default=1024)
+    add_window_options(p)
     p.add_argument("--deadline", type=float, default=0,
                    help="start no block after this many seconds (the table covers the rest)")
     p.add_argument("--json", default=None)
