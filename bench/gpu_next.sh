@@ -59,15 +59,15 @@ llamacpp-server)
     timeout 560 bash bench/llamacpp/device.sh --only server,live --deadline 500 >/dev/null 2>&1
   tail -30 "$OUT/measure.txt" | cut -c1-300 ;;
 house-after)
-  # after the house was rebuilt (modules moved and split, one typed spec, no behaviour change
-  # meant): the whole GPU suite (16 passed before it, 287-385 s on the H100; collection and
+  # after the house was rebuilt (ran 2026-11-29: docs/results.md#gpu-tests; kept to run again
+  # after the next move): the whole GPU suite (16 passed before it, 287-385 s on the H100; collection and
   # programs 10 passed in 236 s on the H200 at 8ff7649), then the live app on qwen3-0.6b in
   # tmux at 200x50 and 80x24, the kernels pane's keys (now the pane's own), detail, help,
   # pause, quit
   OUT=$OUT timeout 400 bash tests/gpu/run_all.sh >"$OUT/gpu_tests_after_house.txt" 2>&1
   grep -E "passed|failed" "$OUT/gpu_tests_after_house.txt" | tail -3 | cut -c1-300
   tmx
-  keys="40:;0:p;3:p;3:s;3:i;3:m;3:enter;3:Escape;2:question_mark;3:Escape;2:space;4:space;4:q"
+  keys="40:;0:p;3:p;3:s;3:i;3:m;3:enter;3:Escape;2:?;3:Escape;2:space;4:space;4:q"  # tmux sends key names, or the letters
   app_capture house_200x50 200x50 "$keys" 130 /tmp/exp200
   app_capture house_80x24 80x24 "$keys" 130 /tmp/exp80
   ls "$OUT" ;;
