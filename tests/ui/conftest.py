@@ -85,3 +85,30 @@ def screen_text(app) -> str:
     """The current screen as plain text (for assertions)."""
     strips = app.screen._compositor.render_strips()
     return "\n".join("".join(seg.text for seg in s) for s in strips)
+
+
+def run_main(st, size: tuple[int, int], keys: tuple = ()) -> dict:
+    """The app over ``st`` (a finished eager session) at ``size``, after ``keys``: the screen's
+    text, the visible panes' ids and the screen shown."""
+    import asyncio
+
+    from tuiprof.ui.app import make_app
+
+    app = make_app(FakeControl(st, mode="eager"), title="t", refresh_hz=0, deterministic=True)
+    out: dict = {}
+
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            app.refresh_now()
+            await pilot.pause()
+            for k in keys:
+                await pilot.press(k)
+                await pilot.pause()
+            app.refresh_now()
+            await pilot.pause()
+            out["text"] = screen_text(app)
+            out["panes"] = [p.id for p in app.main.visible_panes()]
+            out["screen"] = app.screen
+    asyncio.run(main())
+    return out

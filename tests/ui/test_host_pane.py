@@ -2,13 +2,10 @@
 at 200x50 in the grid and at 80x24 on its key (Pilot, real Textual, real store)."""
 from __future__ import annotations
 
-import asyncio
-
 from tuiprof.store import SessionStore
-from tuiprof.ui.app import make_app
 from tuiprof.ui.registry import by_key
 
-from .conftest import FakeControl, screen_text
+from .conftest import run_main
 
 
 def _store(with_samples: bool = True) -> SessionStore:
@@ -22,21 +19,8 @@ def _store(with_samples: bool = True) -> SessionStore:
     return st
 
 
-def _run(st: SessionStore, size: tuple[int, int], key: str | None = None) -> str:
-    app = make_app(FakeControl(st, mode="eager"), title="t", refresh_hz=0, deterministic=True)
-    out = {}
-
-    async def main():
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            if key:
-                await pilot.press(key)
-            app.refresh_now()
-            await pilot.pause()
-            out["text"] = screen_text(app)
-            out["panes"] = [p.id for p in app.main.visible_panes()]
-    asyncio.run(main())
-    return out
+def _run(st: SessionStore, size: tuple[int, int], key: str | None = None) -> dict:
+    return run_main(st, size, (key,) if key else ())
 
 
 def test_the_grid_at_200x50_shows_cpu_and_memory():

@@ -11,31 +11,14 @@ from tuiprof.store import SessionStore
 from tuiprof.ui.app import make_app
 from tuiprof.ui.screens.request import RequestDetailScreen
 
-from .conftest import FakeControl, screen_text
+from .conftest import run_main, screen_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from requests_data import serving_store  # noqa: E402
 
 
 def _run(st: SessionStore, size: tuple[int, int], keys: tuple = ()) -> dict:
-    app = make_app(FakeControl(st, mode="eager"), title="t", refresh_hz=0, deterministic=True)
-    out: dict = {}
-
-    async def main():
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            app.refresh_now()
-            await pilot.pause()
-            for k in keys:
-                await pilot.press(k)
-                await pilot.pause()
-            app.refresh_now()
-            await pilot.pause()
-            out["text"] = screen_text(app)
-            out["panes"] = [p.id for p in app.main.visible_panes()]
-            out["screen"] = app.screen
-    asyncio.run(main())
-    return out
+    return run_main(st, size, keys)
 
 
 def test_key_7_at_80x24_shows_percentiles_rates_and_requests_in_flight():
