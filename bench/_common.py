@@ -6,6 +6,7 @@ on ``sys.path`` and import it as ``bench._common``."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from pathlib import Path
@@ -37,12 +38,14 @@ class KeyTimer:
     def __init__(self, app: Any) -> None:
         self.app = app
         self.acted: list[float] = []
-        orig = app.action_kernel_sort
+        # the kernels pane owns its keys: the app runs a pane's key through action_pane
+        orig = app.action_pane
 
-        def timed():
+        @functools.wraps(orig)   # Textual passes an action as many arguments as it takes
+        def timed(*args):
             self.acted.append(time.perf_counter())
-            return orig()
-        app.action_kernel_sort = timed
+            return orig(*args)
+        app.action_pane = timed
 
     async def press(self, n: int, spacing: float = 0.1, timeout: float = 5.0) -> list[float]:
         """Press ``s`` ``n`` times; the latencies (ms) of the presses that were handled."""
