@@ -14,10 +14,10 @@ import pytest
 from tuiprof.sessions import runtime
 
 from ._helpers import runtime_dir
+from .fleet_nodes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = REPO / "tests" / "programs"
-PORT = 18010
 
 
 def _tuiprof(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -36,9 +36,11 @@ def rt(monkeypatch):
             _tuiprof("stop", s.name)
 
 
-def _listen(tmp: Path, token_file: str) -> subprocess.CompletedProcess:
+def _listen(tmp: Path, token_file: str, port: int | None = None) -> subprocess.CompletedProcess:
+    # a port of its own each time: a session a test before stopped may still hold its port
+    port = port or free_port()
     return _tuiprof("run", "--detach", "--no-cupti", "--no-nvml", "--export-dir", str(tmp),
-                    "--listen", f"127.0.0.1:{PORT}", "--token-file", token_file, "--",
+                    "--listen", f"127.0.0.1:{port}", "--token-file", token_file, "--",
                     "python", str(PROGRAMS / "steps_forever.py"))
 
 
@@ -107,3 +109,20 @@ def test_a_good_token_file_is_taken(rt, tmp_path):
     assert out.returncode == 0, out.stderr
     sid = out.stdout.strip().splitlines()[-1]
     assert _tuiprof("stop", sid).returncode == 0
+
+
+def test_a_port_in_use_is_refused_before_the_run(rt, tmp_path):
+    """Before: the session started, its keeper failed to listen, and the terminal said only
+    "the keeper failed (keeper.log)"."""
+    import socket
+
+    token = tmp_path / "token"
+    token.write_text("Zq3kV9-tR8pL2mX7wB4nC6yH1sD5fG0j\n")
+    token.chmod(0o600)
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        out = _listen(tmp_path, str(token), port=held.getsockname()[1])
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "cannot listen there" in lines[0] and "choose another port" in lines[0], lines[0]
+    assert not list(rt.iterdir()), "a session was started"

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import math
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,20 @@ def parse_listen(text: str | None) -> tuple[str, int] | None:
     return host or "127.0.0.1", int(port)
 
 
+def check_listen(text: str | None) -> None:
+    """Before a detached session starts, in the terminal: the address ``--listen`` names can be
+    listened on now (a port in use said here, not in the keeper's log after the start)."""
+    addr = parse_listen(text)
+    if addr is None:
+        return
+    try:
+        socket.create_server(addr, reuse_port=False).close()
+    except OSError as exc:
+        raise TuiprofError(f"--listen {printable(text, 80)}: cannot listen there: "
+                           f"{exc.strerror or exc} (choose another port, or stop what holds "
+                           f"it)") from None
+
+
 def check_token_file(args: argparse.Namespace) -> None:
     """Before a listener starts, in the terminal: ``--token-file`` is checked when it exists,
     else made (and said so)."""
@@ -158,7 +173,7 @@ def start_detached(args: argparse.Namespace, name: str, launch: dict) -> int:
         raise TuiprofError("--detach runs the live session in the background: drop "
                            "--headless / --in-process")
     check_snapshot_every(args.snapshot_every)
-    parse_listen(args.listen)
+    check_listen(args.listen)
     export = Path(args.export_dir)
     # a detached session writes there for hours with nobody watching: a mistyped directory
     # is said now rather than made (the live app's is in front of its user)

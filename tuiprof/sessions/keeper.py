@@ -135,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     del stop
     try:
         return keep(held, float(held.info.get("snapshot_every_min") or 0))
-    except BaseException:
+    except BaseException as exc:
         traceback.print_exc()
-        held.save_info(state="error", error="the keeper failed (keeper.log)")
+        held.save_info(state="error", error=f"the keeper failed: {one_line(exc)} (keeper.log)")
         held.close()
         return 1
 
