@@ -86,7 +86,8 @@ def _no_process_left_running():
 
 
 # The long end-to-end files (a real server under an external client's load, two nodes of
-# torchrun, a real Prometheus scraping): each takes a minute or more on 2 CPU cores, so the
+# torchrun, a real Prometheus scraping, the compile helper's real compiles, a wheel built and
+# installed): each takes a minute or more on 2 CPU cores, so the
 # README's test command (CI's first job, kept under 10 minutes) leaves them to CI's second job
 # (`-m system`, before the vLLM tests). Named here, in one place, rather than in each file.
 SYSTEM_FILES = {
@@ -96,6 +97,9 @@ SYSTEM_FILES = {
     "tests/serving/test_transformers_serve.py",
     "tests/sessions/test_fleet.py",
     "tests/export/test_prometheus.py",
+    "tests/engine/test_compile_helper.py",
+    "tests/sessions/test_torchrun.py",
+    "tests/test_wheel.py",
 }
 _ROOT = Path(__file__).resolve().parents[1]
 
