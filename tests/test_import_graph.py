@@ -21,9 +21,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tuiprof"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # what every layer may use: errors, the sanitiser, phase names, the public step marks and
     # the start-up progress they report, the package face that re-exports the marks, and the
-    # lazy package face (_lazy) the engine, export, sweep and sessions packages are built with
+    # lazy package face (_lazy) the engine, export, sweep and sessions packages are built with,
+    # and what a process does with its terminal once it is gone
     ("foundation", ("tuiprof", "tuiprof.errors", "tuiprof.text", "tuiprof.phases",
-                    "tuiprof.marks", "tuiprof.startup", "tuiprof._lazy")),
+                    "tuiprof.marks", "tuiprof.startup", "tuiprof._lazy",
+                    "tuiprof.terminal")),
     # the generation engine (models, families, the decode loop) and the native injection
     # library's build: they know nothing of a session
     ("engine", ("tuiprof.engine", "tuiprof.injection")),
@@ -59,7 +61,7 @@ KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
 # tuiprof's modules, and none of the heavy third-party packages (each costs 0.1-3 s).
 STARTUP_MODULES = (
     "tuiprof", "tuiprof.cli", "tuiprof.cli.common", "tuiprof.errors", "tuiprof.marks",
-    "tuiprof.phases", "tuiprof.text",
+    "tuiprof.phases", "tuiprof.terminal", "tuiprof.text",
 )
 HEAVY = ("torch", "numpy", "textual", "rich", "transformers", "safetensors", "cupti", "pynvml",
          "jsonschema", "cxxfilt", "textual_plotext", "plotext", "prometheus_client",

@@ -209,12 +209,7 @@ def story(view: Any, rid: Any) -> RequestStory | None:
         if ids or t.prefill_tokens:
             behind.append((t.seq, t.prefill_tokens, ids))
     end = r.finish_ns or now_ns(view)
-    starts, ends = step_intervals(view)
-    inside = None
-    if r.finish_ns and r.model_ns is not None and r.model_ns >= 0:
-        inside = r.model_ns / 1e6
-    elif starts and starts[0] <= r.arrival_ns:
-        inside = inside_ns(starts, ends, r.arrival_ns, end) / 1e6
+    inside = _inside_ms(view, r, end)
     e2e = (end - r.arrival_ns) / 1e6
     outside = max(0.0, e2e - inside) if inside is not None else None
     mine = set(r.steps)
@@ -251,18 +246,24 @@ def _kernels(view: Any, r: Any, its: list, steps: int) -> dict:
                           key=lambda x: -x[2])[:8]}
 
 
+def _inside_ms(view: Any, r: Any, end: int) -> float | None:
+    """The request's time inside the model (ms): what its finished record says, else the steps'
+    time over its interval when the steps go back that far; None when they do not."""
+    if r.finish_ns and r.model_ns is not None and r.model_ns >= 0:
+        return r.model_ns / 1e6
+    starts, ends = step_intervals(view)
+    if starts and starts[0] <= r.arrival_ns:
+        return inside_ns(starts, ends, r.arrival_ns, end) / 1e6
+    return None
+
+
 def _outside_story(view: Any, r: Any, tl: list) -> RequestStory:
     """A request seen from outside the engine (a proxy): its steps are those that ran while it
     was in flight (joined by time); no queue wait, no prefill split, no step said it advanced
     it."""
     end = r.finish_ns or now_ns(view)
     its = [t for t in tl if t.start_ns < end and t.end_ns > r.arrival_ns]
-    starts, ends = step_intervals(view)
-    inside = None
-    if r.finish_ns and r.model_ns is not None and r.model_ns >= 0:
-        inside = r.model_ns / 1e6
-    elif starts and starts[0] <= r.arrival_ns:
-        inside = inside_ns(starts, ends, r.arrival_ns, end) / 1e6
+    inside = _inside_ms(view, r, end)
     outside = max(0.0, (end - r.arrival_ns) / 1e6 - inside) if inside is not None else None
     # the book joins a finished request to the steps that had ended by then; the view also
     # has the one that was running when it finished

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ..phases import MODES
+from ..terminal import detach_terminal
 from ..text import printable
 
 
@@ -58,17 +59,6 @@ def stop_on_signals(out: Path, on_first=None) -> tuple[list[int], dict]:
             on_first()
 
     return stopping, handle_signals(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
-
-
-def detach_terminal() -> None:
-    """After SIGHUP the terminal is gone: point stdin/stdout/stderr at /dev/null so that the
-    rest of the shutdown (snapshot, summary) does not fail on a dead terminal."""
-    try:
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-    except OSError:
-        pass
 
 
 def say(line: str) -> None:

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 from ..errors import TuiprofError
+from ..terminal import detach_terminal
 from ..text import printable
 from ..program.launch import ProgramResult, ProgramSpec, parse_program
-from .common import (Interrupted, detach_terminal, handle_signals, output_path, print_summary,
+from .common import (Interrupted, handle_signals, output_path, print_summary,
                      say, write_outputs)
 from ..sessions.launch import prepare_native
 from .options import sample_every, source_options

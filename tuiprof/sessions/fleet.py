@@ -537,13 +537,8 @@ class FleetSession(ProcessSet):
         else:
             st = SourceStatus(state="loading", live=True,
                               message=f"connecting to {len(self.hosts)} hosts")
+        st = self._with_notice(st)
         now = time.monotonic()
-        if st.message != self._main_msg[0]:
-            self._main_msg = (st.message, now)
-        if self.notices:
-            at, line = self.notices[-1]
-            if at >= self._main_msg[1]:
-                st.message = line
         lost = [h for h in self.hosts if h.state != "attached"]
         if lost:   # a host that is away: said for as long as it is, with how long ago
             st.message = lost[0].line(now) + (f" (and {len(lost) - 1} more hosts)"

@@ -234,10 +234,13 @@ class ProcessSet(SessionControl):
     def status(self) -> SourceStatus:  # type: ignore[override]
         main = self.main_ctl
         st = main.status if main is not None else SourceStatus(state="loading", live=True)
-        st = dataclasses.replace(st, extra=dict(st.extra))
-        now = time.monotonic()
+        return self._with_notice(dataclasses.replace(st, extra=dict(st.extra)))
+
+    def _with_notice(self, st: SourceStatus) -> SourceStatus:
+        """``st`` (a copy) with the latest notice as its message when that came after the
+        main process's message last changed."""
         if st.message != self._main_msg[0]:
-            self._main_msg = (st.message, now)
+            self._main_msg = (st.message, time.monotonic())
         if self.notices:
             at, line = self.notices[-1]
             if at >= self._main_msg[1]:

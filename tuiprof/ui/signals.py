@@ -11,6 +11,8 @@ import signal
 import threading
 from typing import Any
 
+from ..terminal import detach_terminal
+
 
 class SignalQuit:
     """The signal handlers of the app (installed with ``handle_signals=True``)."""
@@ -54,12 +56,7 @@ class SignalQuit:
         self._signalled.append(signum)
         if len(self._signalled) > 1:
             return
-        try:
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-        except OSError:
-            pass
+        detach_terminal()
         threading.Thread(target=self._hangup_stop, args=(signum,), name="tuiprof-hangup",
                          daemon=True).start()
 
