@@ -55,6 +55,9 @@ MISUSE = {
 }
 
 
+_BAD = object()   # an id that cannot be a key (unhashable): said once, nothing recorded
+
+
 @dataclass(slots=True)
 class RequestRow:
     """Everything known about one request. Times are on the session clock (ns)."""
@@ -227,14 +230,21 @@ class RequestBook:
             self._rev += 1
 
     # --------------------------------------------------------------- producers
+    def _live_row(self, rid: Any) -> Any:
+        """(Lock held.) ``rid``'s row in flight, None when none, ``_BAD`` (said as a misuse)
+        for an id that cannot be a key."""
+        try:
+            return self._live.get(rid)
+        except TypeError:
+            self._misuse("bad_id", rid)
+            return _BAD
+
     def warmup(self, rid: Any) -> None:
         """Request ``rid`` is a warm-up: said before it arrives (then it is counted apart from
         its arrival on) or while it is in flight (taken out of the counts it was in)."""
         with self._lock:
-            try:
-                row = self._live.get(rid)
-            except TypeError:
-                self._misuse("bad_id", rid)
+            row = self._live_row(rid)
+            if row is _BAD:
                 return
             if row is None:
                 self._warm_ids[rid] = None
@@ -264,10 +274,8 @@ class RequestBook:
             t = self.clock()
         prompt_tokens = int(prompt_tokens or 0)
         with self._lock:
-            try:
-                row = self._live.get(rid)
-            except TypeError:
-                self._misuse("bad_id", rid)
+            row = self._live_row(rid)
+            if row is _BAD:
                 return
             if row is not None:
                 self._misuse("arrived_twice", rid)
@@ -302,10 +310,8 @@ class RequestBook:
         if t is None:
             t = self.clock()
         with self._lock:
-            try:
-                row = self._live.get(rid)
-            except TypeError:
-                self._misuse("bad_id", rid)
+            row = self._live_row(rid)
+            if row is _BAD:
                 return
             if row is None:
                 self._misuse("token_after_finish" if rid in self._gone else "unknown_id", rid)
