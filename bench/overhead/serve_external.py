@@ -42,15 +42,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
 import random
 import shlex
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -568,10 +571,14 @@ def main(argv: list | None = None) -> int:
     fracs = [float(r) for r in a.rates[5:].split(",")] if auto else []
     rates = [] if auto else [float(r) for r in a.rates.split(",")]
     counts_given = [int(n) for n in a.requests.split(",")]
+    # the sessions' sockets live in the runtime directory: a short path of its own (under a
+    # deep --work, such as a test's temporary directory, a socket path passed the 107
+    # characters a Unix socket may have and the headless server ended at its start)
+    runtime = tempfile.mkdtemp(prefix="se-rt-")
+    atexit.register(shutil.rmtree, runtime, True)
     env = dict(os.environ, HF_HUB_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-               TUIPROF_RUNTIME_DIR=str(work / "runtime"))
-    (work / "runtime").mkdir(mode=0o700, exist_ok=True)
+               TUIPROF_RUNTIME_DIR=runtime)
     # transformers serve's /v1/models scans the hub cache: give it one that exists
     (work / "hf-server" / "hub").mkdir(parents=True, exist_ok=True)
     env["HF_HUB_CACHE"] = str(work / "hf-server" / "hub")
