@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 from tuiprof.analysis.requests import join_requests
 from tuiprof.program import vllm_requests as vr
-from tuiprof.program.transformers_requests import RECEIVED
+from tuiprof.engine import vllm_load
+from tuiprof.program.transformers_requests import READ, RECEIVED
 from tuiprof.store import SessionStore
 
 
@@ -30,7 +31,8 @@ def _out(rid: str, n: int = 1, reason=None) -> SimpleNamespace:
     return SimpleNamespace(request_id=rid, new_token_ids=[7] * n, finish_reason=reason)
 
 
-def _serve(reqs: vr.VllmRequests, clock: Clock, client: str, headers=(), first_bytes=None):
+def _serve(reqs: vr.VllmRequests, clock: Clock, client: str, headers=(), first_bytes=None,
+           read=0):
     """One streaming request through the middleware, as uvicorn runs it: its first bytes
     noted in the context its task is created from, the app adds the request, vLLM's output
     handler (another task) hands out two tokens and the finish, then the response's last
@@ -63,6 +65,7 @@ def _serve(reqs: vr.VllmRequests, clock: Clock, client: str, headers=(), first_b
     async def connection():
         if first_bytes is not None:
             RECEIVED.set(first_bytes)   # uvicorn's data_received, before it makes the task
+            READ.set(read)
         clock.t = 1_100
         await asyncio.create_task(mw({"type": "http", "headers": [
             (b"x-request-id", client.encode()), *headers]}, None, send))
@@ -154,6 +157,55 @@ def test_a_warm_up_request_is_kept_apart_in_the_api_servers_counts_and_the_engin
     engine.requests.arrived(rid, 3, vr.ENGINE, t=1_200, queued_t=1_250)
     j = join_requests(engine.requests.view(), front2.requests.view()).get(rid)
     assert (j.arrival_ns, j.app_ns, j.finish_ns) == (1_050, 1_100, 1_900)
+
+
+def test_the_engine_core_keeps_tuiprof_serves_warm_up_apart_by_its_id():
+    """The engine core has no HTTP headers, only vLLM's request id, made from the client's
+    X-Request-Id: tuiprof serve's warm-up id keeps it apart there, and in the API server even
+    without the header."""
+    assert vllm_load.WARMUP_ID == vr.WARMUP_ID     # the load program spells it apart
+    front, engine, clock = SessionStore(), SessionStore(), Clock()
+    reqs = vr.VllmRequests(front.requests, clock=clock, wall=clock)
+    warm = _serve(reqs, clock, f"{vr.WARMUP_ID}0")
+    load = _serve(reqs, clock, "r0")
+    ereqs = vr.VllmRequests(engine.requests, clock=clock, wall=clock)
+    for rid in (warm, load):
+        ereqs.engine_added(SimpleNamespace(request_id=rid, num_prompt_tokens=3,
+                                           arrival_time=None), 1_250)
+        engine.requests.advance(1_400, [(rid, 2)], [(rid, "length", "finished")])
+    ev = engine.requests.view()
+    assert [r.id for r in ev.rows] == [load] and [r.id for r in ev.warmup] == [warm]
+    assert ev.counts["arrived"] == 1 and ev.counts["warmup"] == 1 and ev.counts["tokens"] == 2
+    fv = front.requests.view()
+    assert [r.id for r in fv.rows] == [load] and [r.id for r in fv.warmup] == [warm]
+    joined = join_requests(ev, fv)
+    assert [r.id for r in joined.rows] == [load] and joined.counts["arrived"] == 1
+
+
+def test_the_kernels_receipt_and_the_loops_read_are_kept_apart():
+    """uvicorn's hook gives the kernel's receipt of the first bytes (the arrival) and the event
+    loop's read of them: the wait between is the request's "in the socket buffer" phase, and
+    "before the app" runs from the read; the join keeps both."""
+    from tuiprof.analysis.requests import phases
+
+    front, engine, clock = SessionStore(), SessionStore(), Clock()
+    rid = _serve(vr.VllmRequests(front.requests, clock=clock, wall=clock), clock, "s",
+                 first_bytes=1_010, read=1_060)
+    r = front.requests.view().get(rid)
+    assert (r.arrival_ns, r.read_ns, r.app_ns) == (1_010, 1_060, 1_100)
+    assert r.in_socket_ms == 50 / 1e6 and r.before_app_ms == 40 / 1e6
+    engine.requests.arrived(rid, 3, vr.ENGINE, t=1_200, queued_t=1_250)
+    j = join_requests(engine.requests.view(), front.requests.view()).get(rid)
+    assert (j.arrival_ns, j.read_ns, j.app_ns) == (1_010, 1_060, 1_100)
+    got = [(n, a, b) for n, a, b in phases(j, 2_000)][:3]
+    assert got == [("request", 1_010, 1_900), ("in the socket buffer", 1_010, 1_060),
+                   ("before the app", 1_060, 1_100)], got
+    # a read that is no later than the arrival is no phase
+    front2, clock2 = SessionStore(), Clock()
+    rid = _serve(vr.VllmRequests(front2.requests, clock=clock2, wall=clock2), clock2, "t",
+                 first_bytes=1_010, read=1_010)
+    r = front2.requests.view().get(rid)
+    assert r.read_ns == 0 and r.in_socket_ms is None and r.before_app_ms == 90 / 1e6
 
 
 def test_a_steps_requests_split_into_prefill_and_decode_tokens():

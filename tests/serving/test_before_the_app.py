@@ -70,9 +70,12 @@ def test_a_requests_time_before_the_app_is_a_phase_of_its_own(tmp_path):
     # arrival: when uvicorn read the first line (after the client sent it); the app saw the
     # request only once the rest came, HOLD_S later
     assert seen["held"]["sent"] <= held["arrival_ns"] < held["app_ns"] < held["queued_ns"]
-    assert held["before_app_ms"] == (held["app_ns"] - held["arrival_ns"]) / 1e6
+    # from uvicorn's read of them (their wait in the socket buffer apart, if the loop was busy)
+    read = held["read_ns"] or held["arrival_ns"]
+    assert held["arrival_ns"] <= read < held["app_ns"]
+    assert held["before_app_ms"] == (held["app_ns"] - read) / 1e6
     # the rest left the client HOLD_S after the first line, which uvicorn may have read late
-    late_ms = (held["arrival_ns"] - seen["held"]["sent"]) / 1e6
+    late_ms = (read - seen["held"]["sent"]) / 1e6
     assert held["before_app_ms"] >= HOLD_S * 1e3 - late_ms, (held, late_ms)
     # the client's TTFT minus tuiprof's is what lies outside the server; measured from the
     # app's entry instead, it would hold the whole wait
@@ -89,5 +92,6 @@ def test_a_requests_time_before_the_app_is_a_phase_of_its_own(tmp_path):
     view = read_snapshot(snap)
     s = story(view, "held")
     assert s.before_app_ms == held["before_app_ms"]
-    names = [n for n, _, _ in phases(view.requests.get("held"), 0)]
+    names = [n for n, _, _ in phases(view.requests.get("held"), 0)
+             if n != "in the socket buffer"]
     assert names[:3] == ["request", "before the app", "queued"], names

@@ -68,7 +68,8 @@ def _ttft_split(view: Any, summaries: Any = None) -> list:
     rows = [r for r in _finished(view) if r.first_token_ns and r.first_step_ns]
     if len(rows) < 2:
         return []
-    # TTFT = before the app (an HTTP server's first bytes to its app; 0 where not known)
+    # TTFT = before the app (the kernel's receipt of an HTTP request's first bytes to its app,
+    #        their wait in the socket buffer included; 0 where not known)
     #      + queue (the app to the first step) + prefill (the first step to the first token)
     b = [(r.app_ns - r.arrival_ns) / 1e6 if r.app_ns else 0.0 for r in rows]
     q = [(r.first_step_ns - (r.app_ns or r.arrival_ns)) / 1e6 for r in rows]
@@ -91,8 +92,8 @@ def _ttft_split(view: Any, summaries: Any = None) -> list:
            "prefill": "TTFT is mostly the prefill itself (including its chunks and the steps "
                       "it shares): shorter prompts, larger prefill chunks, or a faster prefill "
                       "(compile, attention kernel).",
-           "before the app": "TTFT is mostly before the server's app saw the request (reading "
-                             "and parsing it, the event loop's queue): the server's event loop "
+           "before the app": "TTFT is mostly before the server's app saw the request (its "
+                             "bytes in the socket buffer, reading and parsing them, the event loop's queue): the server's event loop "
                              "is busy; keep tokenisation and streaming off it, or add "
                              "workers."}[by]
     nums.update(queue_share_p50=qs, prefill_share_p50=ps)

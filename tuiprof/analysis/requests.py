@@ -187,6 +187,8 @@ class RequestStory:
     itl: dict | None
     kernels: dict                    # steps of it still in view: traced, kernels, kernel ms, top
     outside: bool = False            # seen from outside the engine (a proxy): no queue, no split
+    # the kernel's receipt of its first bytes to the HTTP server reading them (None: unknown)
+    in_socket_ms: float | None = None
 
 
 def story(view: Any, rid: Any) -> RequestStory | None:
@@ -222,7 +224,7 @@ def story(view: Any, rid: Any) -> RequestStory | None:
         len(before), busy_wait, r.prefill_steps,
         (r.first_token_ns - r.first_step_ns) / 1e6 if r.first_token_ns and r.first_step_ns
         else None, r.decode_steps, r.shared / r.decode_steps if r.decode_steps else None,
-        outside, inside, itl_summary(r), kern)
+        outside, inside, itl_summary(r), kern, in_socket_ms=getattr(r, "in_socket_ms", None))
 
 
 def _kernels(view: Any, r: Any, its: list, steps: int) -> dict:
@@ -269,18 +271,24 @@ def _outside_story(view: Any, r: Any, tl: list) -> RequestStory:
     # has the one that was running when it finished
     kern = _kernels(view, r, its, max(len(r.steps), len(its)))
     return RequestStory(r, None, None, None, [], 0, 0.0, 0, None, 0, None, outside, inside,
-                        itl_summary(r), kern, outside=True)
+                        itl_summary(r), kern, outside=True,
+                        in_socket_ms=getattr(r, "in_socket_ms", None))
 
 
 # ------------------------------------------------------------------ exports
 def phases(r: Any, end_ns: int) -> list[tuple[str, int, int]]:
     """A request's life as ranges: ``request`` (arrival to finish, or ``end_ns`` while in
-    flight) holding ``before the app`` (an HTTP server's first bytes of it to its app, where
-    known), ``queued`` (to its first step), ``prefill`` (to its first token) and ``decode``
-    (to its finish); a phase not reached is left out. A request seen from outside the engine
-    (the proxy) holds ``ttft`` (to its first token) and ``decode`` instead."""
+    flight) holding ``in the socket buffer`` (the kernel's receipt of its first bytes to the
+    HTTP server's read of them, where that was later), ``before the app`` (that read to its
+    app, where known), ``queued`` (to its first step), ``prefill`` (to its first token) and
+    ``decode`` (to its finish); a phase not reached is left out. A request seen from outside
+    the engine (the proxy) holds ``ttft`` (to its first token) and ``decode`` instead, after
+    its wait in the socket buffer, if any."""
     end = r.finish_ns or max(end_ns, r.last_token_ns, r.arrival_ns)
     out = [("request", r.arrival_ns, end)]
+    read = getattr(r, "read_ns", 0)
+    if read > r.arrival_ns:
+        out.append(("in the socket buffer", r.arrival_ns, min(read, end)))
     if getattr(r, "outside", False):
         # seen from outside the engine: no queue and no prefill were measured, only the time
         # to its first token ("ttft") and the stream after it
@@ -290,7 +298,7 @@ def phases(r: Any, end_ns: int) -> list[tuple[str, int, int]]:
         return [(n, s, max(s, e)) for n, s, e in out]
     app = getattr(r, "app_ns", 0) or r.arrival_ns
     if app > r.arrival_ns:
-        out.append(("before the app", r.arrival_ns, min(app, end)))
+        out.append(("before the app", min(max(read, r.arrival_ns), end), min(app, end)))
     first_step = r.first_step_ns or (end if not r.first_token_ns else r.first_token_ns)
     out.append(("queued", min(app, end), min(first_step, end)))
     if r.first_step_ns:
@@ -350,6 +358,7 @@ def join_requests(engine: Any, frontend: Any) -> Any:
         j.source = ENGINE_SOURCES[r.source]
         j.arrival_ns = min(f.arrival_ns, r.arrival_ns) if f.arrival_ns else r.arrival_ns
         j.app_ns = getattr(f, "app_ns", 0) or getattr(r, "app_ns", 0)
+        j.read_ns = getattr(f, "read_ns", 0) or getattr(r, "read_ns", 0)
         j.client_id = f.client_id or r.client_id
         j.traceparent = f.traceparent or r.traceparent
         if f.token_ns:

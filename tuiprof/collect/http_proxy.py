@@ -10,15 +10,16 @@ drains (asyncio's flow control: a slow client slows the server, as without the p
 client that goes away closes its upstream connection; an upstream that resets resets the
 client; an upstream that refuses the connection gets the client a ``502`` with a one-line body.
 
-What it records (a copy of the bytes, parsed incrementally after they were forwarded; a
-message it cannot parse leaves the forwarding as it is and is counted): per request to a
-generation path (POST ``…/completions``, ``…/chat/completions``, ``…/completion``,
-``…/responses``, ``…/generate``, ``…/generate_stream``): its arrival (the first byte of the
-request at the proxy), each server-sent event that carries generated text (a token chunk: its
-time), the response's end (its finish), the HTTP status, the prompt and output tokens from the
-server's ``usage`` when it sends one (else the output is the token chunks counted, and the
-row says so), the finish reason, and the client's ``X-Request-Id``. A response that is not a
-stream has its first token at its end.
+What it records (a copy of the bytes, parsed incrementally after they were forwarded; a message
+it cannot parse leaves the forwarding as it is and is counted): per request to a generation
+path (POST ``…/completions``, ``…/chat/completions``, ``…/completion``, ``…/responses``,
+``…/generate``, ``…/generate_stream``): its arrival (when the kernel had the request's first
+bytes, earlier than the proxy's read of them while its loop was busy: :mod:`.socket_arrival`,
+as the hooks inside a server measure it), each server-sent event that carries generated text (a
+token chunk: its time), the response's end (its finish), the HTTP status, the prompt and output
+tokens from the server's ``usage`` when it sends one (else the output is the token chunks
+counted, and the row says so), the finish reason, and the client's ``X-Request-Id``. A response
+that is not a stream has its first token at its end.
 
 Bounded: a request or response head is read up to ``MAX_HEAD``, an event up to ``MAX_EVENT``,
 a non-streaming body up to ``MAX_JSON`` (for its ``usage``), at most ``MAX_PENDING`` requests
@@ -37,6 +38,7 @@ import time
 from typing import Any
 
 from .http_tap import Exchange, Tap, event_facts
+from .socket_arrival import socket_wait_ns
 
 SOURCE = "proxy"
 HIGH_WATER = 64 * 1024     # a side's write buffer above which the other side stops being read
@@ -135,7 +137,8 @@ class ClientSide(asyncio.Protocol):
         self.proxy = proxy
         self.tr: Any = None
         self.up: Any = None
-        self.tap = Tap(proxy)
+        self.sock: Any = None
+        self.tap = Tap(proxy, self._waited)
         self.refused = ""
         self.answered = False
         self.closed = False
@@ -143,6 +146,7 @@ class ClientSide(asyncio.Protocol):
 
     def connection_made(self, tr: Any) -> None:
         self.tr = tr
+        self.sock = tr.get_extra_info("socket")
         no_delay(tr)
         tr.set_write_buffer_limits(HIGH_WATER)
         tr.pause_reading()             # until the upstream connection is there
@@ -166,6 +170,11 @@ class ClientSide(asyncio.Protocol):
             return
         self.up = tr
         self.tr.resume_reading()
+
+    def _waited(self) -> int:
+        """How long the bytes being read waited in the kernel's socket buffer (ns): a request
+        arrives when the kernel had it, as the hooks inside a server measure it."""
+        return socket_wait_ns(self.sock)
 
     def data_received(self, data: bytes) -> None:
         p = self.proxy
@@ -388,7 +397,7 @@ class HttpProxy:
 
     # ----------------------------------------------------------- records
     def new_exchange(self, method: str, path: str, t: int, client_id: str | None,
-                     room: bool) -> Exchange:
+                     room: bool, read: int = 0) -> Exchange:
         last = path.rstrip("/").rsplit("/", 1)[-1]
         rid = None
         if method == "POST" and last in GENERATION:
@@ -402,12 +411,12 @@ class HttpProxy:
                     rid = f"{rid}#{self._n}"
         else:
             self.count("other_requests")
-        ex = Exchange(method, path, t, rid)
+        ex = Exchange(method, path, t, rid, read)
         if rid is not None:
             self._live.add(rid)
             ex.open = True
             try:
-                self.book.arrived(rid, 0, SOURCE, t=t)
+                self.book.arrived(rid, 0, SOURCE, t=t, read_t=read or None)
             except Exception:   # the store's bookkeeping never stops the bytes
                 ex.open = False
         return ex

@@ -136,15 +136,16 @@ def body_of(headers: list, sink: Any = None, default: str = "none") -> Body:
 class Exchange:
     """One request and its response, as seen passing."""
 
-    __slots__ = ("rid", "method", "path", "arrival", "status", "reason", "stream", "chunks",
+    __slots__ = ("rid", "method", "path", "arrival", "read", "status", "reason", "stream", "chunks",
                  "prompt", "output", "json", "jsize", "event", "line", "data", "open",
                  "content_type")
 
-    def __init__(self, method: str, path: str, arrival: int, rid: Any) -> None:
+    def __init__(self, method: str, path: str, arrival: int, rid: Any, read: int = 0) -> None:
         self.rid = rid              # the store's id, None: not a generation request
         self.method = method
         self.path = path
-        self.arrival = arrival
+        self.arrival = arrival      # the kernel had its first bytes
+        self.read = read            # the proxy read them, where later (0: at its arrival)
         self.status = 0
         self.reason = ""
         self.stream = False
@@ -211,12 +212,16 @@ def event_facts(obj: Any) -> tuple[bool, str, int | None, int | None, str]:
 class Tap:
     """One client connection's requests and responses, parsed from copies of what passed."""
 
-    def __init__(self, proxy: Any) -> None:
+    def __init__(self, proxy: Any, waited: Callable[[], int] | None = None) -> None:
         # the HttpProxy it records for: its clock, count, new_exchange, event and finish
         self.proxy = proxy
+        # how long the bytes being read waited in the kernel's socket buffer (ns), asked at a
+        # request's first bytes only (tuiprof.collect.socket_arrival)
+        self.waited = waited
         self.off = False
         self.req_head = bytearray()
         self.req_t = 0
+        self.req_read = 0
         self.req_body: Body | None = None
         self.resp_head = bytearray()
         self.resp_body: Body | None = None
@@ -243,7 +248,9 @@ class Tap:
                         i += 1
                     if i == n:
                         return
-                    self.req_t = t      # the request's first byte
+                    # the request's first bytes: when the kernel had them, and this read
+                    wait = self.waited() if self.waited is not None else 0
+                    self.req_t, self.req_read = t - wait, (t if wait > 0 else 0)
                 self.req_head += data[i:]
                 k = self.req_head.find(b"\r\n\r\n")
                 if k < 0:
@@ -272,7 +279,7 @@ class Tap:
             self.req_body = None
         path = target.split("?", 1)[0]
         ex = self.proxy.new_exchange(method, path, self.req_t, header(headers, "x-request-id"),
-                                     len(self.pending) < MAX_PENDING)
+                                     len(self.pending) < MAX_PENDING, self.req_read)
         self.pending.append(ex)
         if method == "CONNECT" or (header(headers, "upgrade") is not None):
             pass   # a 101 or a CONNECT's 2xx turns the connection into a tunnel (response side)

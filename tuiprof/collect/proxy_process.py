@@ -23,8 +23,8 @@ class PipeBook:
         self.clock = time.time_ns
 
     def arrived(self, rid: Any, prompt_tokens: int = 0, source: str = SOURCE,
-                t: int | None = None) -> None:
-        self.conn.send(("arrived", rid, prompt_tokens, source, t))
+                t: int | None = None, read_t: int | None = None) -> None:
+        self.conn.send(("arrived", rid, prompt_tokens, source, t, read_t))
 
     def tokens(self, rid: Any, n: int = 1, t: int | None = None) -> None:
         self.conn.send(("tokens", rid, n, t))
@@ -138,7 +138,8 @@ class ProxyProcess:
                     if kind == "tokens":
                         book.tokens(msg[1], msg[2], t=msg[3] + off)
                     elif kind == "arrived":
-                        book.arrived(msg[1], msg[2], msg[3], t=msg[4] + off)
+                        book.arrived(msg[1], msg[2], msg[3], t=msg[4] + off,
+                                     read_t=msg[5] + off if msg[5] else None)
                     elif kind == "finished":
                         book.finished(msg[1], msg[2], msg[3] + off, msg[4], **msg[5])
                 except Exception:   # the store's bookkeeping never stops the records

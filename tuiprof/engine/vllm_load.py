@@ -7,9 +7,11 @@ arrivals at ``--rate``) or a closed one (``--concurrency`` in flight), ``--reque
 ``--duration``, prompt and output lengths drawn per request. Each request is a streaming
 ``/v1/completions`` whose prompt is a list of token ids (so its length is exact whatever the
 tokenizer) with ``ignore_eos`` (so its output length is the drawn one), sent with the
-standard library's HTTP client and an ``X-Request-Id`` (``warmup…`` for the warm-up ones, then
-``r0``, ``r1``, …); the warm-up ones also send ``X-Tuiprof-Warmup: 1``, which keeps them
-apart from every count (:mod:`tuiprof.program.vllm_requests`). Standard library only, besides
+standard library's HTTP client and an ``X-Request-Id`` (``tuiprof-warmup-0``, … for the warm-up ones,
+then ``r0``, ``r1``, …); the warm-up ones also send ``X-Tuiprof-Warmup: 1``. Both keep them
+apart from every count (:mod:`tuiprof.program.vllm_requests`): the header in the API server,
+the id in the engine core too (vLLM's request id is made from it, and the engine core sees no
+header). Standard library only, besides
 vLLM in the server's process: it runs in the Python that has vLLM (``TUIPROF_VLLM_PYTHON``)."""
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ from pathlib import Path
 from .lengths import default_load, parse_lengths
 
 READY = "tuiprof-serve: load starts"
+# the X-Request-Id prefix of the warm-up requests (tuiprof.program.vllm_requests.WARMUP_ID; this
+# program runs in vLLM's Python without tuiprof's session modules, so it is spelled here)
+WARMUP_ID = "tuiprof-warmup-"
 UP_TIMEOUT_S = 600
 
 
@@ -167,7 +172,7 @@ def run(args: argparse.Namespace) -> dict:
         client = Client(args.port, args.model, vocab, args.seed, args.prompt_len,
                         args.output_len)
         for i in range(max(0, args.warmup)):
-            client.submit(f"warmup{i}", warmup=True)
+            client.submit(f"{WARMUP_ID}{i}", warmup=True)
         client.collect(max(0, args.warmup))
         print(READY, flush=True)
         t0 = time.monotonic()
@@ -198,7 +203,7 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         status = stop(proc)
     n = client.n - max(0, args.warmup)
-    e2e = sorted(v[1] for k, v in client.seen.items() if not k.startswith("warmup"))
+    e2e = sorted(v[1] for k, v in client.seen.items() if not k.startswith(WARMUP_ID))
     return {"requests": n, "failed": client.failed, "wall_s": wall,
             "requests_per_s": n / wall if wall else 0.0, "server_status": status,
             "client_e2e_p50_ms": e2e[len(e2e) // 2] if e2e else None,

@@ -44,7 +44,7 @@ REQUEST_FIELDS = ("source", "status", "reason", "arrival_ns", "queued_ns", "firs
                   "prompt_tokens", "output_tokens", "kv_blocks", "prefill_steps",
                   "decode_steps", "shared", "preemptions", "model_ns", "traceparent",
                   "app_ns", "client_id", "http_status", "tokens_from", "wire_first_ns",
-                  "wire_end_ns")
+                  "wire_end_ns", "read_ns")
 TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow))
 
 

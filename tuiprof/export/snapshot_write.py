@@ -208,7 +208,7 @@ def request_dict(r: RequestRow) -> dict:
 
     d = {"id": _request_id(r.id), **{k: getattr(r, k) for k in REQUEST_FIELDS},
          "token_ns": list(r.token_ns), "steps": list(r.steps),
-         "before_app_ms": r.before_app_ms, "after_engine_ms": r.after_engine_ms,
+         "in_socket_ms": r.in_socket_ms, "before_app_ms": r.before_app_ms, "after_engine_ms": r.after_engine_ms,
          "queue_ms": r.queue_ms, "ttft_ms": r.ttft_ms, "e2e_ms": r.e2e_ms,
          "outside_ms": outside_ms(r), "itl_ms": itl_summary(r)}
     if r.warmup:    # served before the load: apart from every count (docs/serving.md)

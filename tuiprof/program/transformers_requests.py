@@ -38,6 +38,8 @@ import json
 from collections import OrderedDict
 from typing import Any, Callable
 
+from ..collect.socket_arrival import socket_wait_ns, transport_socket
+
 HTTP = "transformers serve"
 BATCHING = "transformers"
 GENERATE = "generate"
@@ -62,10 +64,14 @@ def header_traceparent(scope: Any) -> str:
             except (AttributeError, UnicodeDecodeError):
                 return ""
     return ""
-# when the HTTP server first had the request's bytes: uvicorn's protocol sets it in
-# ``data_received``, in the context the request's ASGI task is then created from (uvicorn makes
-# the task while parsing those bytes, and a task copies the context it was created in)
+# when the HTTP server's host first had the request's bytes (the kernel's receipt of them,
+# :mod:`tuiprof.collect.socket_arrival`): uvicorn's protocol sets it in ``data_received``, in
+# the context the request's ASGI task is then created from (uvicorn makes the task while parsing
+# those bytes, and a task copies the context it was created in)
 RECEIVED: contextvars.ContextVar = contextvars.ContextVar("tuiprof_http_received", default=0)
+# when the server's event loop read those bytes (``data_received``); later than RECEIVED by the
+# time they waited in the kernel's socket buffer for the loop
+READ: contextvars.ContextVar = contextvars.ContextVar("tuiprof_http_read", default=0)
 # uvicorn's HTTP protocols (module, class): whichever the server runs
 UVICORN_PROTOCOLS = (("uvicorn.protocols.http.h11_impl", "H11Protocol"),
                      ("uvicorn.protocols.http.httptools_impl", "HttpToolsProtocol"))
@@ -74,9 +80,11 @@ UVICORN_PROTOCOLS = (("uvicorn.protocols.http.h11_impl", "H11Protocol"),
 def received_hook(orig: Callable, clock: Callable[[], int], hooks: Any = None) -> Callable:
     """``data_received`` of a uvicorn HTTP protocol, noting when a request's first bytes came:
     bytes that arrive with no request in progress on the connection (no cycle yet, or the last
-    one's response complete) begin a new one. What comes before (the TCP accept, the event
-    loop's delay in reading the socket) stays outside. ``hooks``: the session's
-    :class:`~tuiprof.collect.own_cost.HookClock` (this runs on the server's event loop)."""
+    one's response complete) begin a new one. They came when the kernel received them (one
+    ``TCP_INFO`` read of the connection's socket: :func:`socket_wait_ns`), which is earlier
+    than this read when the event loop was busy; both times are kept. The TCP accept stays
+    outside. ``hooks``: the session's :class:`~tuiprof.collect.own_cost.HookClock` (this runs
+    on the server's event loop)."""
     def data_received(self: Any, data: bytes) -> Any:
         h = hooks.enter() if hooks is not None else 0.0
         try:
@@ -86,8 +94,15 @@ def received_hook(orig: Callable, clock: Callable[[], int], hooks: Any = None) -
                 # the first read's time holds until a new cycle starts
                 mark = getattr(self, "_tuiprof_first", None)
                 if mark is None or mark[1] is not cycle:
-                    mark = self._tuiprof_first = (clock(), cycle)
+                    sock = getattr(self, "_tuiprof_sock", False)
+                    if sock is False:
+                        sock = self._tuiprof_sock = transport_socket(
+                            getattr(self, "transport", None))
+                    wait = socket_wait_ns(sock)      # before the clock: never too early
+                    now = clock()
+                    mark = self._tuiprof_first = (now - wait, cycle, now)
                 RECEIVED.set(mark[0])
+                READ.set(mark[2])
         except Exception:  # never in the server's way
             pass
         finally:
@@ -96,6 +111,17 @@ def received_hook(orig: Callable, clock: Callable[[], int], hooks: Any = None) -
         return orig(self, data)
     data_received.__wrapped__ = orig  # type: ignore[attr-defined]
     return data_received
+
+
+def first_bytes(app: int) -> tuple[int, int]:
+    """(arrival, read) of the HTTP request whose app was entered at ``app``, from its task's
+    context: when the kernel had its first bytes, and when the event loop read them (0: at
+    its arrival, or not known); (``app``, 0) when no first bytes came before the app's entry
+    (they belong to another request, or no protocol was patched)."""
+    got, read = RECEIVED.get(), READ.get()
+    if not 0 < got <= app:
+        return app, 0
+    return got, (read if got < read <= app else 0)
 
 
 def patch_uvicorn(replace: Callable[[Any, str, Any], None], clock: Callable[[], int],
@@ -237,9 +263,7 @@ class TransformersRequests:
         """An HTTP request reached ``transformers serve``'s handler."""
         try:
             app = ARRIVAL.get() or self.clock()
-            got = RECEIVED.get()
-            # the first bytes' time belongs to this request only if it came before the app's
-            self._http[request_id] = (got if 0 < got <= app else app, app)
+            self._http[request_id] = (*first_bytes(app), app)
             tp = TRACEPARENT.get()
             if tp:
                 self._trace[request_id] = tp
@@ -275,8 +299,8 @@ class TransformersRequests:
         if t_http is None:
             self.book.arrived(rid, n, BATCHING, t=t, queued_t=t)
         else:
-            self.book.arrived(rid, n, HTTP, t=t_http[0], queued_t=t, app_t=t_http[1],
-                              traceparent=tp)
+            self.book.arrived(rid, n, HTTP, t=t_http[0], queued_t=t, app_t=t_http[2],
+                              traceparent=tp, read_t=t_http[1] or None)
 
     def step_info(self, proc: Any, manager: Any) -> dict | None:
         """The requests of the batch about to run, for the step's record."""

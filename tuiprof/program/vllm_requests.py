@@ -45,7 +45,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from ..store.requests import valid_traceparent
-from .transformers_requests import RECEIVED, header_traceparent
+from .transformers_requests import first_bytes, header_traceparent
 
 FRONTEND = "vllm"            # the API server's (or LLM.generate's) record of a request
 ENGINE = "vllm engine"       # the EngineCore's record of it, joined to its steps
@@ -53,11 +53,20 @@ HTTP_KEEP = 4096    # HTTP requests (by X-Request-Id, by vLLM's id) waiting for 
 # a request header that marks a warm-up request (tuiprof serve's load sends it on its warm-up
 # requests; a client of one's own may too): kept apart from every count
 WARMUP_HEADER = b"x-tuiprof-warmup"
+# the X-Request-Id prefix of tuiprof serve's warm-up requests: vLLM makes its request id from
+# the client's X-Request-Id (below), and that id is all the engine core has of a request, so a
+# warm-up is kept apart there by it (and in the API server by it or by the header)
+WARMUP_ID = "tuiprof-warmup-"
 # vLLM's ids of an HTTP request from its X-Request-Id (OpenAIServing._base_request_id):
 # "cmpl-<id>-<prompt index>" (completions), "chatcmpl-<id>" (chat), "<kind>-<id>" (others)
 _BASE = re.compile(r"^[A-Za-z]+-(.*?)(?:-\d+)?$")
 # vllm/v1/engine/__init__.py FinishReason (an IntEnum): STOP, LENGTH, ABORT, ERROR, REPETITION
 FINISH_STATUS = {"abort": "cancelled", "error": "failed"}
+
+
+def is_warmup_id(rid: Any) -> bool:
+    """Whether vLLM's request id (or a client's X-Request-Id) is one of a warm-up request."""
+    return isinstance(rid, str) and WARMUP_ID in rid
 
 
 class HttpRequest:
@@ -67,10 +76,12 @@ class HttpRequest:
     last bytes have been handed to the HTTP server (``sent``), so that its end is where the
     client's is."""
 
-    __slots__ = ("first", "app", "client", "trace", "warmup", "done", "sent")
+    __slots__ = ("first", "read", "app", "client", "trace", "warmup", "done", "sent")
 
-    def __init__(self, first: int, app: int, client: str, trace: str, warmup: bool) -> None:
+    def __init__(self, first: int, app: int, client: str, trace: str, warmup: bool,
+                 read: int = 0) -> None:
         self.first, self.app, self.client, self.trace = first, app, client, trace
+        self.read = read        # when the event loop read them, where later than ``first``
         self.warmup = warmup
         self.done: list = []
         self.sent = 0
@@ -98,7 +109,6 @@ class ArrivalMiddleware:
             return
         clock, owner = self.clock, self.owner
         t = clock()
-        got = RECEIVED.get()
         rid, warm = "", False
         for k, v in scope.get("headers") or ():
             k = k.lower()
@@ -106,8 +116,8 @@ class ArrivalMiddleware:
                 rid = v.decode("latin-1")[:200]
             elif k == WARMUP_HEADER:
                 warm = v.strip() not in (b"", b"0")
-        # the first bytes' time belongs to this request only if it came before the app's
-        box = HttpRequest(got if 0 < got <= t else t, t, rid, header_traceparent(scope), warm)
+        first, read = first_bytes(t)
+        box = HttpRequest(first, t, rid, header_traceparent(scope), warm, read)
         HTTP.set(box)
         if owner is not None and rid:
             owner.http_seen(rid, box)
@@ -197,23 +207,28 @@ class VllmRequests:
         tp = box.trace if box is not None else ""
         if not tp:       # vLLM's own trace context (kept when its OTLP tracing is on)
             tp = _trace_header(getattr(request, "trace_headers", None))
+        read = 0
         if box is not None:
-            arrival, app, client = box.first, box.app, box.client
+            arrival, app, client, read = box.first, box.app, box.client, box.read
             if not box.sent:
                 held = self.held
                 held[rid] = box
                 if len(held) > HTTP_KEEP:
                     held.popitem(last=False)
-            if box.warmup:
+            if box.warmup or is_warmup_id(box.client):
                 self.book.warmup(rid)
         else:
             arrival = wall_ns(getattr(request, "arrival_time", None), self.clock,
                               self.wall) or t
             app, client = 0, ""
+            if is_warmup_id(rid):
+                self.book.warmup(rid)
         client = client or ext
-        self.book.arrived(rid, n, FRONTEND, t=min(arrival, t), queued_t=t,
-                          app_t=app if app and app > min(arrival, t) else None,
-                          client_id=str(client), traceparent=tp or None)
+        arrival = min(arrival, t)
+        self.book.arrived(rid, n, FRONTEND, t=arrival, queued_t=t,
+                          app_t=app if app and app > arrival else None,
+                          client_id=str(client), traceparent=tp or None,
+                          read_t=read if arrival < read <= t else None)
 
     def _client_of(self, ext: str) -> str:
         """The X-Request-Id that vLLM made ``ext`` from, if the middleware saw it."""
@@ -281,6 +296,8 @@ class VllmRequests:
         if rid is None:
             return
         n = int(getattr(request, "num_prompt_tokens", 0) or 0)
+        if is_warmup_id(rid):   # the engine core has no HTTP headers: its id says so
+            self.book.warmup(rid)
         arrival = wall_ns(getattr(request, "arrival_time", None), self.clock, self.wall) or t
         self.book.arrived(rid, n, ENGINE, t=min(arrival, t), queued_t=t)
 

@@ -69,6 +69,9 @@ class RequestRow:
     # the server's app saw it (an HTTP server: its ASGI app's entry), where ``arrival_ns`` is
     # when the HTTP server first had its bytes; 0: unknown or the same
     app_ns: int = 0
+    # the HTTP server's event loop read its first bytes, where ``arrival_ns`` is earlier: when
+    # the kernel had them (they waited in its socket buffer for the loop); 0: unknown or the same
+    read_ns: int = 0
     first_step_ns: int = 0      # start of the first model step that advanced it
     first_step_seq: int = -1
     first_token_ns: int = 0
@@ -103,10 +106,17 @@ class RequestRow:
         return self.status in DONE_STATES
 
     @property
+    def in_socket_ms(self) -> float | None:
+        """From the kernel's receipt of its first bytes to the HTTP server's event loop reading
+        them (they waited in the socket buffer while the loop was busy), or None where not
+        known or none."""
+        return (self.read_ns - self.arrival_ns) / 1e6 if self.read_ns else None
+
+    @property
     def before_app_ms(self) -> float | None:
-        """From the HTTP server's first bytes of it to its app's entry (accept, reading,
-        parsing, the event loop's queue), or None where not known."""
-        return (self.app_ns - self.arrival_ns) / 1e6 if self.app_ns else None
+        """From the HTTP server's read of its first bytes to its app's entry (parsing, the event
+        loop's queue), or None where not known."""
+        return (self.app_ns - (self.read_ns or self.arrival_ns)) / 1e6 if self.app_ns else None
 
     @property
     def after_engine_ms(self) -> float | None:
@@ -263,13 +273,15 @@ class RequestBook:
     def arrived(self, rid: Any, prompt_tokens: int = 0, source: str = "api",
                 t: int | None = None, queued_t: int | None = None,
                 traceparent: str | None = None, app_t: int | None = None,
-                client_id: str = "") -> None:
+                client_id: str = "", read_t: int | None = None) -> None:
         """Request ``rid`` arrived at ``t`` (default now) with ``prompt_tokens``; ``queued_t``:
         when it entered the engine's queue (after the server's own work: parsing,
         tokenisation), if the producer knows; ``traceparent``: the W3C trace context it came
         with (kept only when well formed); ``app_t``: when the server's app saw it, where
         ``t`` is earlier (an HTTP server's first bytes of it); ``client_id``: the id its
-        client gave (an HTTP ``X-Request-Id``) when the server's own id differs."""
+        client gave (an HTTP ``X-Request-Id``) when the server's own id differs; ``read_t``:
+        when the HTTP server read its first bytes, where ``t`` is the kernel's earlier receipt
+        of them."""
         if t is None:
             t = self.clock()
         prompt_tokens = int(prompt_tokens or 0)
@@ -293,6 +305,8 @@ class RequestBook:
                 row.traceparent = valid_traceparent(traceparent)
             if app_t is not None and app_t > t:
                 row.app_ns = app_t
+            if read_t is not None and read_t > t and (not row.app_ns or read_t <= row.app_ns):
+                row.read_ns = read_t
             if client_id:
                 row.client_id = str(client_id)
             self._live[rid] = row

@@ -38,14 +38,20 @@ def render_story(s: Any) -> Table:
                  f"max {fmt.ms(s.itl['max'], 1)}" if s.itl else ""))
     t.add_row("", "")
     if getattr(s, "outside", False):
-        t.add_row("seen", Text("from outside the engine, through the proxy: arrival is its "
-                               "first byte at the proxy, its first token the first streamed "
+        t.add_row("seen", Text("from outside the engine, through the proxy: arrival is when "
+                               "the proxy's host received its first bytes, its first token the first streamed "
                                "chunk with text; the server does not say when it was queued "
                                "or which steps advanced it, so there is no queue wait and no "
                                "prefill split", "yellow"))
+    sock = getattr(s, "in_socket_ms", None)
+    if sock is not None:
+        t.add_row("socket buffer", f"{fmt.ms(sock, 1)} from the kernel's receipt of its bytes "
+                  "to the HTTP server reading them (the server's event loop was busy)")
+    if getattr(s, "outside", False):
+        pass
     elif s.before_app_ms is not None:
-        t.add_row("before the app", f"{fmt.ms(s.before_app_ms, 2)} from the HTTP server's first "
-                  "bytes of it to its app (reading, parsing, the event loop's queue)")
+        t.add_row("before the app", f"{fmt.ms(s.before_app_ms, 2)} from the HTTP server's read "
+                  "of its first bytes to its app (parsing, the event loop's queue)")
     if s.server_ms is not None and not getattr(s, "outside", False):
         t.add_row("server", f"{fmt.ms(s.server_ms, 2)} from the app to the engine's queue "
                   "(the server's own parsing and tokenisation)")
