@@ -180,6 +180,9 @@ def test_the_engine_core_keeps_tuiprof_serves_warm_up_apart_by_its_id():
     assert [r.id for r in fv.rows] == [load] and [r.id for r in fv.warmup] == [warm]
     joined = join_requests(ev, fv)
     assert [r.id for r in joined.rows] == [load] and joined.counts["arrived"] == 1
+    w = joined.warmup[0]     # joined with the API server's record, kept apart
+    assert (w.id, w.client_id, w.source, w.warmup) == (warm, f"{vr.WARMUP_ID}0", "vllm", True)
+    assert joined.sources == {"vllm": 1}
 
 
 def test_the_kernels_receipt_and_the_loops_read_are_kept_apart():

@@ -49,18 +49,24 @@ def test_serve_engine_vllm_records_every_request_of_its_load(tmp_path):
     doc = json.loads(snap.read_text())
     engine = next(r for r in doc["ranks"] if r["meta"].get("step_source") == "vllm")
     reqs = {r["client_id"]: r for r in engine["requests"]}
-    assert sorted(reqs) == ["r0", "r1", "r2", "r3", "warmup0"]
+    warm = "tuiprof-warmup-0"    # its X-Request-Id, which vLLM's request id is made from
+    assert sorted(reqs) == ["r0", "r1", "r2", "r3", warm]
     for r in reqs.values():
         assert r["status"] == "finished" and r["output_tokens"] == 6 and r["steps"]
         assert 8 <= r["prompt_tokens"] <= 12
     # the warm-up request is kept whole and marked, and apart from every count: in the engine
     # core's record (joined with the API server's) as in the API server's own
-    assert reqs["warmup0"]["warmup"] is True
-    assert not any(r.get("warmup") for k, r in reqs.items() if k != "warmup0")
+    assert reqs[warm]["warmup"] is True
+    assert not any(r.get("warmup") for k, r in reqs.items() if k != warm)
     api = next(r for r in doc["ranks"] if r is not engine
                and any(q["source"] == "vllm" for q in r.get("requests") or ()))
     for rank in (engine, api):
         c = rank["request_stats"]["counts"]
         assert (c["arrived"], c["finished"], c["warmup"]) == (4, 4, 1), c
-        assert c["tokens"] == 4 * 6 and rank["request_stats"]["stats"]["e2e_ms"]["count"] == 4
+        stats = rank["request_stats"]["stats"]
+        assert c["tokens"] == 4 * 6 and stats["e2e_ms"]["count"] == 4
+    # the engine core's own statistics (its queue wait, the prompts) leave the warm-up out:
+    # it knew it by its id (it sees no HTTP header)
+    stats = engine["request_stats"]["stats"]
+    assert stats["queue_ms"]["count"] == stats["prompt_tokens"]["count"] == 4, stats
     assert doc["ranks"][0]["meta"]["load"]["generator"] == "tuiprof.engine.vllm_load"

@@ -347,35 +347,25 @@ def join_requests(engine: Any, frontend: Any) -> Any:
             front[r.id] = r
     if not front:
         return engine
-    rows, warm = [], list(getattr(engine, "warmup", ()) or ())
+    rows, warm = [], []
+    for r in getattr(engine, "warmup", ()) or ():   # the engine knew it (its id said so)
+        f = front.get(r.id) if r.source in ENGINE_SOURCES else None
+        warm.append(r if f is None else _joined(r, f))
     counts = dict(engine.counts)
+    moved = 0     # rows the API process's warm-ups take out of the engine's counts
     for r in engine.rows:
         f = front.get(r.id) if r.source in ENGINE_SOURCES else None
         if f is None:
             rows.append(r)
             continue
-        j = copy.copy(r)
-        j.source = ENGINE_SOURCES[r.source]
-        j.arrival_ns = min(f.arrival_ns, r.arrival_ns) if f.arrival_ns else r.arrival_ns
-        j.app_ns = getattr(f, "app_ns", 0) or getattr(r, "app_ns", 0)
-        j.read_ns = getattr(f, "read_ns", 0) or getattr(r, "read_ns", 0)
-        j.client_id = f.client_id or r.client_id
-        j.traceparent = f.traceparent or r.traceparent
-        if f.token_ns:
-            j.token_ns = array("q", f.token_ns)
-            j.first_token_ns, j.last_token_ns = f.first_token_ns, f.last_token_ns
-            j.output_tokens = f.output_tokens
-        if f.done:
-            j.finish_ns, j.status, j.reason = f.finish_ns, f.status, f.reason or r.reason
-        elif r.done:   # the engine finished it; the API process has not handed it on yet
-            j.status = "decode" if j.token_ns else r.status
-            j.finish_ns = 0
+        j = _joined(r, f)
         if r.id in warm_ids and not r.warmup:
             # a warm-up the API process knows of (its client said so): apart from the
             # engine's counts too, as a store keeps its own warm-ups
             j.warmup = True
             _uncount(counts, r)
             warm.append(j)
+            moved += 1
             continue
         rows.append(j)
     stats = dict(engine.stats)
@@ -386,12 +376,32 @@ def join_requests(engine: Any, frontend: Any) -> Any:
     for k, v in list(sources.items()):
         if k in ENGINE_SOURCES:
             sources[ENGINE_SOURCES[k]] = sources.pop(k)
-    if len(warm) > len(getattr(engine, "warmup", ()) or ()):
-        for r in warm:
-            if r.source in sources:
-                sources[r.source] = max(0, sources[r.source] - 1)
+    for r in warm[len(warm) - moved:]:
+        if r.source in sources:
+            sources[r.source] = max(0, sources[r.source] - 1)
     return dataclasses.replace(engine, rows=tuple(rows), stats=stats, counts=counts,
                                misuse=dict(engine.misuse), sources=sources, warmup=tuple(warm))
+
+
+def _joined(r: Any, f: Any) -> Any:
+    """The engine's row ``r`` with the client's side from the API process's row ``f``."""
+    j = copy.copy(r)
+    j.source = ENGINE_SOURCES[r.source]
+    j.arrival_ns = min(f.arrival_ns, r.arrival_ns) if f.arrival_ns else r.arrival_ns
+    j.app_ns = getattr(f, "app_ns", 0) or getattr(r, "app_ns", 0)
+    j.read_ns = getattr(f, "read_ns", 0) or getattr(r, "read_ns", 0)
+    j.client_id = f.client_id or r.client_id
+    j.traceparent = f.traceparent or r.traceparent
+    if f.token_ns:
+        j.token_ns = array("q", f.token_ns)
+        j.first_token_ns, j.last_token_ns = f.first_token_ns, f.last_token_ns
+        j.output_tokens = f.output_tokens
+    if f.done:
+        j.finish_ns, j.status, j.reason = f.finish_ns, f.status, f.reason or r.reason
+    elif r.done:   # the engine finished it; the API process has not handed it on yet
+        j.status = "decode" if j.token_ns else r.status
+        j.finish_ns = 0
+    return j
 
 
 def _uncount(counts: dict, r: Any) -> None:
