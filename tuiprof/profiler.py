@@ -374,7 +374,11 @@ class Profiler(OwnCostReport, SessionControl):
                 c.announce()
         # next_seq() is this token's: the previous token was begun in its token_launched
         rerecord = False
-        if c is None:
+        native = None if c is not None else getattr(self.collectors.get("native"), "traced_at",
+                                                    None)
+        if native is not None:  # a native binary: traced when the step began in a burst
+            sampled = native(start_ns)
+        elif c is None:
             sampled = not self._compiling
         elif self._compiling:
             sampled = c.quiet_token()
@@ -394,7 +398,7 @@ class Profiler(OwnCostReport, SessionControl):
             batch, config = self._batch, self._batch
         else:  # a program: its batch may change step by step, so one configuration for all
             config = PROGRAM_CONFIG
-        attached = c is not None and c.attached
+        attached = c.attached if c is not None else (sampled if native is not None else False)
         self._todo.append((self._begin, (phase, mode, start_ns, step, cycle, sampled, batch,
                                          config, self._compiling, positions, rerecord, None,
                                          attached)))

@@ -94,6 +94,11 @@ class ProfilerOptions:
     # (docs/performance.md#cupti-and-cuda-graphs); every step's device time comes from its
     # CUDA-event pair instead.
     graphs: bool = False
+    # A native program's CUDA graphs (tuiprof run -- BINARY, --cuda-graph-trace): "node", every
+    # kernel of every graph launch (CUPTI instruments each node at the launch, ~0.7 µs a node
+    # on an H200); "graph", one record per launch and none of its kernels, for the program's
+    # life (docs/native.md#llamacpp)
+    cuda_graph_trace: str = "node"
     # CUPTI attached only around its sampling bursts (and a prefill due to be traced) and
     # finalized between them: an attached CUPTI, even with every kind off, cost eager decode
     # 15-30 % and compiled 2-15 % on the H100 (docs/performance.md). In compiled mode the CUDA

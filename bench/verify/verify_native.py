@@ -59,8 +59,9 @@ def program_line(text: str) -> tuple[list[str], dict]:
 def tuiprof(out: Path, binary: str, *args: str, options=(), timeout=300):
     json_path = out
     json_path.unlink(missing_ok=True)   # a run that writes nothing must not read an old one
+    # every step traced: the kernel totals are compared with nsys's whole run
     cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--json", str(json_path),
-           *options, "--", binary, *args, *EXTRA]
+           "--sample-every", "1", *options, "--", binary, *args, *EXTRA]
     proc = sh(cmd, timeout=timeout)
     doc = json.loads(json_path.read_text()) if json_path.exists() else None
     return proc, doc

@@ -13,7 +13,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent / "fake"
 KERNEL, MEMCPY, MEMSET, DRIVER, RUNTIME, MARKER, MEMORY2 = 10, 1, 2, 4, 5, 12, 49
+GRAPH_TRACE = 51
 LAUNCH, MEMCPY_ASYNC = 211, 41   # cudaLaunchKernel_v7000, cudaMemcpyAsync_v3020 (runtime cbids)
+GRAPH_LAUNCH = 311               # cudaGraphLaunch_v10000 (runtime cbid)
 
 
 @dataclass
@@ -53,7 +55,7 @@ def dtypes():
     return {KERNEL: _kernel_dtype(cupti), MEMCPY: cupti.activity_memcpy6_dtype,
             MEMSET: cupti.activity_memset4_dtype, MEMORY2: cupti.activity_memory4_dtype,
             RUNTIME: cupti.activity_api_dtype, DRIVER: cupti.activity_api_dtype,
-            MARKER: cupti.activity_marker2_dtype}
+            MARKER: cupti.activity_marker2_dtype, GRAPH_TRACE: cupti.activity_graph_trace2_dtype}
 
 
 def _kernel_dtype(cupti):
@@ -98,6 +100,11 @@ class Script:
                   block_y=block[1], block_z=block[2], registers_per_thread=regs,
                   static_shared_memory=smem[0], dynamic_shared_memory=smem[1],
                   stream_id=stream, graph_id=graph)
+
+    def graph(self, graph_id: int, start: int, end: int, corr: int, stream: int = 7) -> None:
+        """A graph-level launch record (``CUpti_ActivityGraphTrace2``): one per graph launch."""
+        self._rec(GRAPH_TRACE, graph_id=graph_id, start=start, end=end, correlation_id=corr,
+                  stream_id=stream, device_id=0, context_id=1)
 
     def api(self, cbid: int, start: int, end: int, corr: int, runtime: bool = True) -> None:
         self._rec(RUNTIME if runtime else DRIVER, cbid=cbid, start=start, end=end,

@@ -31,8 +31,10 @@ def _env(**extra) -> dict:
 
 def tuiprof(tmp_path: Path, *program: str, options=(), env=None, timeout=120):
     out = tmp_path / "snap.json"
+    # every step traced (the native default samples by time, and the stand-in emits its
+    # records before any burst: tests/native/test_graphs_and_bursts.py covers the sampling)
     cmd = [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json", str(out),
-           *options, "--", *program]
+           "--sample-every", "1", *options, "--", *program]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
                           env=env or _env())
     doc = json.loads(out.read_text()) if out.exists() else None
@@ -119,7 +121,7 @@ def _start(tmp_path, native, mode):
     out = tmp_path / "snap.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "tuiprof", "run", "--headless", "--no-nvml", "--json", str(out),
-         "--", str(native.driver), mode, str(script), "2000"], cwd=tmp_path,
+         "--sample-every", "1", "--", str(native.driver), mode, str(script), "2000"], cwd=tmp_path,
         env=_env(TUIPROF_CUPTI_LIB=str(native.fake)), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

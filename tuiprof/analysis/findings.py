@@ -20,7 +20,8 @@ from .request_rules import REQUEST_RULES
 from .model import model_config
 from .model_split import COVERAGE_OK, model_split
 from .roofline import match_gemms, model_roofline
-from ..store.records import API, K_CORR, K_END, K_GRAPH, K_NAME, K_START, K_STREAM, KERNEL, KIND, R_NAME
+from ..store.records import (API, GRAPH_KERNEL, K_CORR, K_END, K_GRAPH, K_NAME, K_START, K_STREAM,
+                             KERNEL, KIND, R_NAME)
 from .tokens import mode_summaries, steady_tokens, token_timing, traced_tokens
 
 __all__ = ["Finding", "find", "SEVERITIES"]
@@ -568,8 +569,13 @@ def _dominant(view, mode: str) -> list:
         return []
     ntok = _tokens_per_mode(view, mode)
     by: dict = {}
+    whole = [0.0, 0]   # graph-level launches (--cuda-graph-trace graph): ns, count
     for (name, ph, md), agg in view.kernels.items():
         if ph != "decode" or md != mode:
+            continue
+        if name == GRAPH_KERNEL:
+            whole[0] += agg.stats.total
+            whole[1] += agg.stats.count
             continue
         info = kernel_info(name)
         b = by.setdefault(info.short, {"ns": 0.0, "n": 0, "info": info, "cfg": {}, "graph": 0})
@@ -580,6 +586,8 @@ def _dominant(view, mode: str) -> list:
             b["cfg"][(cfg, agg.registers, agg.shared_mem)] = b["cfg"].get(
                 (cfg, agg.registers, agg.shared_mem), 0) + n
     total = sum(b["ns"] for b in by.values())
+    if whole[1] and ntok and (not by or whole[0] > total):
+        return [_graph_level(whole, ntok, mode, total)]
     if not by or not ntok or total <= 0:
         return []
     short, top = max(by.items(), key=lambda kv: kv[1]["ns"])
@@ -629,6 +637,22 @@ def _dominant(view, mode: str) -> list:
            "The GPU is kept busy: the dominant kernel's own speed (its bytes against the memory "
            "bandwidth, its grid against the SMs) sets the step.")
     return [Finding("decode-profile", title, "info", None, top["ns"] / total, nums, ev, adv)]
+
+
+def _graph_level(whole: list, ntok: int, mode: str, other_ns: float) -> Finding:
+    """The decode step of a native program traced at graph level: its graph launches hold most
+    of its GPU time and their kernels are not seen, so no kernel can be named."""
+    ns, n = whole
+    share = ns / (ns + other_ns)
+    nums = {"mode": mode, "graph_launches_per_token": n / ntok, "graph_launch_mean_us": ns / n / 1e3,
+            "graph_share": share, "kernel": None}
+    title = (f"{mode} decode: {n / ntok:g} CUDA graph launch(es) a step, {ns / n / 1e3:.1f} µs "
+             f"of GPU time each ({share:.0%} of it); its kernels untraced (graph level)")
+    ev = (f"Graphs traced at graph level (--cuda-graph-trace graph): one record per launch, "
+          f"{ns / n / 1e3:.1f} µs each, {n / ntok:g} a token; no kernel inside them is seen.")
+    adv = ("To see which kernel dominates the step, run with --cuda-graph-trace node (every "
+           "kernel of every launch, at CUPTI's cost per node: docs/native.md).")
+    return Finding("decode-profile", title, "info", None, share, nums, ev, adv)
 
 
 MODE_RULES = (_launch_or_idle, _small_grids, _fusable, _below_roof, _allocs, _dominant)

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..store.records import GRAPH_KERNEL
 from .demangle import base_name, demangle
 
 # Libraries
@@ -22,6 +23,9 @@ NCCL = "NCCL"
 GGML = "ggml (llama.cpp)"
 OTHER_LIB = "other"
 LIBRARIES = (CUBLAS, CUTLASS, CUDNN, FLASH, ATEN, TRITON, NCCL, GGML, OTHER_LIB)
+
+# What a graph-level launch record is called: the whole launch, its kernels not traced
+GRAPH_LAUNCH = "CUDA graph launch (its kernels untraced)"
 
 # Categories
 GEMM = "GEMM/GEMV"
@@ -54,6 +58,8 @@ class KernelInfo:
 @lru_cache(maxsize=8192)
 def kernel_info(raw: str) -> KernelInfo:
     """Classify one raw (mangled) kernel name; memoised."""
+    if raw == GRAPH_KERNEL:  # a whole CUDA-graph launch, traced at graph level
+        return KernelInfo(raw, raw, GRAPH_LAUNCH, OTHER_LIB, OTHER)
     dem = demangle(raw)
     if raw.startswith("triton_"):
         return _triton(raw)

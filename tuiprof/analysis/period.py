@@ -36,6 +36,12 @@ twice in one graph launch repeats *inside* a step (a layer of a graph-captured f
 proposes no period: a decode step that is one graph launch plus a few kernels is never cut into
 its layers, even before three steps have run (then no loop shows yet).
 
+**Graph-level trace.** A native program traced with ``--cuda-graph-trace graph`` shows each
+CUDA-graph launch as one record (``GRAPH_KERNEL``) and none of its kernels, so a decode step
+that is one graph launch may be a single entry, a period of 1 that no spacing proposes. When no
+other loop shows, each launch of the graph begins a step: the consensus is the sequence seen
+most often from one launch to the next (the launch and the few kernels around it).
+
 **Confidence** = share of the steps in a run that match the consensus (decode steps among
 decode and unmatched ones), times ``min(1, decode steps / 8)``: three clean steps are not yet a
 loop. ``identical`` counts the decode steps whose name sequence is exactly the consensus.
@@ -49,6 +55,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+
+from ..store.records import GRAPH_KERNEL
 
 MIN_STEPS = 3          # launches of a name before it proposes a period
 TOL = 0.10             # spacing tolerance, share of the period
@@ -347,13 +355,13 @@ def find_loop(names: Sequence[str], starts: Sequence[int] | None = None,
     lids = np.asarray(launches, dtype=np.int64) if launches is not None else None
     cands = _candidates(ids, lids)
     if not cands:
-        return None
+        return graph_loop(names, stream)
     idle = None
     if starts is not None and ends is not None:
         idle = _idle(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
     picked = _pick(ids, _groups(cands), idle)
     if picked is None:
-        return None
+        return graph_loop(names, stream)
     c, offset = picked
     seg = _consensus(ids, c)
     period = len(seg)
@@ -365,6 +373,20 @@ def find_loop(names: Sequence[str], starts: Sequence[int] | None = None,
     inv = {v: k for k, v in table.items()}
     return Loop(period, inv[c.name], lead, tuple(inv[i] for i in step), offset is not None,
                 stream)
+
+
+def graph_loop(names: Sequence[str], stream: int | None = None) -> Loop | None:
+    """A step per graph launch (graph-level trace, see the module docstring), or None: the
+    launches must repeat ``MIN_STEPS`` times and the sequence between two of them be the same
+    in at least ``UNIFORM`` of the cases."""
+    pos = [i for i, n in enumerate(names) if n == GRAPH_KERNEL]
+    if len(pos) <= MIN_STEPS:
+        return None
+    segs = Counter(tuple(names[a:b]) for a, b in zip(pos, pos[1:]))
+    seg, count = segs.most_common(1)[0]
+    if count < MIN_STEPS or count < UNIFORM * (len(pos) - 1):
+        return None
+    return Loop(len(seg), GRAPH_KERNEL, 0, seg, False, stream)
 
 
 # --------------------------------------------------------------------------- cut
@@ -539,11 +561,15 @@ def detect(names: Sequence[str], starts: Sequence[int] | None = None,
             en = [ends[i] for i in idx] if ends is not None else None
             la = [launches[i] for i in idx] if launches is not None else None
         loop = find_loop(nm, st, en, stream, la)
-        if loop is None:
-            continue
-        c = cut(nm, loop, st, en)
-        c.indices = idx
-        cuts.append(c)
+        loops = [loop] if loop is not None else []
+        if loop is not None and loop.anchor != GRAPH_KERNEL:
+            loops.append(graph_loop(nm, stream))
+        for lp in loops:
+            if lp is None:
+                continue
+            c = cut(nm, lp, st, en)
+            c.indices = idx
+            cuts.append(c)
     if not cuts:
         return Cut(None, reason=f"no kernel sequence repeats in {n} kernels")
 
@@ -551,6 +577,10 @@ def detect(names: Sequence[str], starts: Sequence[int] | None = None,
         return sum(s.end - s.first for s in c.steps if s.phase == DECODE)
 
     usable = [c for c in cuts if c.usable]
+    # graph-level trace: a graph launched once a step, over and over, is the decode loop (its
+    # launches are single entries, so fewer "kernels" than a prompt's eager forwards)
+    graphs = [c for c in usable if c.loop.anchor == GRAPH_KERNEL and c.decode >= FULL_STEPS]
+    usable = graphs or usable
     best = max(usable or cuts, key=lambda c: (kernels_in_decode(c), c.confidence)
                if usable else (c.confidence, kernels_in_decode(c)))
     best.others = [{"stream": c.loop.stream, "kernels_per_step": c.loop.period,

@@ -59,12 +59,16 @@ def program_options(args: argparse.Namespace, headless: bool):
                            sample_every=se, alloc_every=args.alloc_every
                            if args.alloc_every == "auto" else int(args.alloc_every),
                            compiled_api_kinds_stay_on=False,
-                           detach_between_bursts=not args.cupti_attached)
+                           detach_between_bursts=not args.cupti_attached,
+                           cuda_graph_trace=getattr(args, "cuda_graph_trace", "node"))
 
 
 def _check_native(spec: ProgramSpec, args: argparse.Namespace) -> None:
     """A native program: refuse the options of step sources that only see Python programs."""
     if spec.kind != "native":
+        if getattr(args, "cuda_graph_trace", "node") != "node":
+            raise TuiprofError("--cuda-graph-trace applies to native binaries; a Python "
+                               "program's CUDA graphs are traced in sampling bursts")
         return
     from ..program.registry import STEP_SOURCES  # noqa: PLC0415
 

@@ -123,7 +123,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "bursts of 4 in every 256 in eager mode, 4 in every 4096 in compiled "
                         "mode, in the live app and --headless alike (measured overhead, "
                         "docs/performance.md); live: the same as auto; 1: every token (a "
-                        "traced step runs slower: its time is marked traced)")
+                        "traced step runs slower: its time is marked traced). A native "
+                        "binary is sampled by time: kernels traced 250 ms in every N x 250 ms "
+                        "(auto: every 8 s; docs/native.md)")
+    p.add_argument("--cuda-graph-trace", choices=("node", "graph"), default="node",
+                   help="a native binary's CUDA graphs: node (default), every kernel of every "
+                        "graph launch, which CUPTI pays for at each launch (~0.7 µs a node on "
+                        "an H200); graph, one record per launch with its GPU time and none of "
+                        "its kernels, for the program's whole run (CUPTI cannot switch back)")
     p.add_argument("--ring-tokens", type=int, default=64,
                    help="raw records kept for the last N tokens (aggregates keep the rest)")
     p.add_argument("--alloc-every", default="auto",

@@ -20,7 +20,14 @@ length`` and ``length`` bytes.
 - session → program: CONFIG (``u32 accept, flags, buffer bytes, max buffers, flush period ms,
   exit wait ms, runtime ids, driver ids``, then the callback ids of the API subset); FLUSH
   (no payload: before the session signals the program, whose default action would end it
-  without its exit flush), answered with FLUSHED (STATS' payload) once every buffer is sent.
+  without its exit flush), answered with FLUSHED (STATS' payload) once every buffer is sent;
+  TRACE (``u32 on``: a sampling burst begins or ends), answered with TRACED (``u32 on, u32 0,
+  u64 CUPTI time of the switch``).
+
+Flags: API, MEMORY, MARKERS (what to collect), GRAPHS (graph-level trace: one GRAPH_TRACE
+record per CUDA-graph launch and no record of its kernels, chosen for the program's life since
+CUPTI does not go back to node-level trace), SAMPLED (the kernel-level kinds start off; the
+session's TRACE frames switch them for bursts, :class:`BurstSchedule`).
 
 Bounded: the program's pool holds ``max_buffers`` buffers of ``buffer_bytes``; here one frame
 is read at a time (at most ``MAX_FRAME`` bytes), and the string tables hold what the program's
@@ -41,16 +48,19 @@ from pathlib import Path
 
 from ..errors import safe_text
 from ..store import SessionStore
-from ..store.records import KERNEL, KIND
+from ..store.records import (G_CORR, G_END, G_GRAPH, G_START, G_STREAM, GRAPH, GRAPH_KERNEL,
+                             KERNEL, KIND)
+from .native_sampling import BurstSchedule, TracedWindows
 from .cupti_collector import DRIVER_APIS, RUNTIME_APIS, MarkerSink, _short_api
 from .cupti_raw import Layout, LayoutError, LibraryResolver, NameCache, parse_buffer
 
 MAGIC = 0x46525054
-PROTO = 1
+PROTO = 2
 MSG_HELLO, MSG_STRINGS, MSG_SIZES, MSG_BUFFER = 1, 2, 3, 4
 MSG_STATS, MSG_ERROR, MSG_END, MSG_CONFIG = 5, 6, 7, 8
-MSG_FLUSH, MSG_FLUSHED = 9, 10
-FLAG_API, FLAG_MEMORY, FLAG_MARKERS = 1, 2, 4
+MSG_FLUSH, MSG_FLUSHED, MSG_TRACE, MSG_TRACED = 9, 10, 11, 12
+FLAG_API, FLAG_MEMORY, FLAG_MARKERS, FLAG_GRAPHS, FLAG_SAMPLED = 1, 2, 4, 8, 16
+TRACED = struct.Struct("=IIQ")
 HEADER = struct.Struct("=IIQ")
 CONFIG = struct.Struct("=8I")
 STATS = struct.Struct("=5Q")
@@ -81,7 +91,8 @@ class NativeCollector:
                  memory: bool = True,
                  buffer_bytes: int = BUFFER_BYTES, max_buffers: int = MAX_BUFFERS,
                  flush_period_ms: int = FLUSH_PERIOD_MS, exit_wait_ms: int = EXIT_WAIT_MS,
-                 program: str = "the program") -> None:
+                 program: str = "the program", graphs: str = "node",
+                 schedule: BurstSchedule | None = None) -> None:
         self.store = store
         self.cupti_lib = str(cupti_lib)
         self.sink = sink   # every parsed buffer's markers and records go through it
@@ -90,6 +101,9 @@ class NativeCollector:
         self.buffer_bytes, self.max_buffers = int(buffer_bytes), int(max_buffers)
         self.flush_period_ms, self.exit_wait_ms = int(flush_period_ms), int(exit_wait_ms)
         self.program = program      # the binary's name, in messages
+        self.graphs = graphs        # "node": every kernel of a graph; "graph": one record a launch
+        self.schedule = schedule    # sampling bursts (None: every kernel traced, all along)
+        self.traced = TracedWindows(always=schedule is None)
         ids: dict = {}
         if include is not None:
             from ..injection.build import callback_ids  # noqa: PLC0415
@@ -119,6 +133,7 @@ class NativeCollector:
         self.flushed = threading.Event()     # FLUSHED received (after a FLUSH)
         self.errors: list[str] = []
         self.refused_processes = 0
+        self.bursts = 0
         self.buffers = 0
         self.records = 0
         self.kernels = 0
@@ -172,6 +187,20 @@ class NativeCollector:
         except OSError:
             return False
         return self.flushed.wait(timeout)
+
+    def traced_at(self, ts: int) -> bool:
+        """Whether the program's kernels were traced at CUPTI time ``ts`` (a step starting
+        then is a traced step; the others are seen by their graph records, if at all)."""
+        return self.traced.at(ts)
+
+    def _trace(self, on: bool) -> None:
+        conn = self._conn
+        if conn is None or self.closed.is_set():
+            return
+        try:
+            conn.sendall(HEADER.pack(MAGIC, MSG_TRACE, 4) + struct.pack("=I", int(on)))
+        except OSError:
+            pass
 
     def wait_end(self, timeout: float) -> bool:
         """Wait until the program's connection is over; True if its END came."""
@@ -228,6 +257,10 @@ class NativeCollector:
                     self._say_error(f"the channel from {self.program} broke: {exc}")
                     self._conn_over()
             now = time.monotonic()
+            if self.schedule is not None and self._conn is not None and self.connected.is_set():
+                want = self.schedule.due(now)
+                if want is not None:
+                    self._trace(want)
             if self.sink is not None and now - tick >= 0.5:  # held records whose time came
                 tick = now
                 self._fold(self.sink.feed([], []))
@@ -284,6 +317,12 @@ class NativeCollector:
                 self.ended.set()
             elif kind == MSG_FLUSHED:
                 self.flushed.set()
+        elif kind == MSG_TRACED:
+            if len(data) >= TRACED.size:
+                on, _, ts = TRACED.unpack_from(data)
+                self.traced.switched(bool(on), int(ts))
+                if on:
+                    self.bursts += 1
         elif kind == MSG_ERROR:
             self._say_error(f"in {self.program}: " + safe_text(data.decode("utf-8", "replace"),
                                                             300))
@@ -303,7 +342,9 @@ class NativeCollector:
         self.offset_ns = int(cupti_ts) - int(realtime)
         self._libraries = LibraryResolver(f"/proc/{pid}/maps", self._read)
         flags = ((FLAG_API if self.api else 0) | (FLAG_MEMORY if self.memory else 0)
-                 | (FLAG_MARKERS if self.nvtx else 0))
+                 | (FLAG_MARKERS if self.nvtx else 0)
+                 | (FLAG_GRAPHS if self.graphs == "graph" else 0)
+                 | (FLAG_SAMPLED if self.schedule is not None else 0))
         ids = self._runtime + self._driver
         payload = CONFIG.pack(1, flags, self.buffer_bytes, self.max_buffers,
                               self.flush_period_ms, self.exit_wait_ms, len(self._runtime),
@@ -314,7 +355,12 @@ class NativeCollector:
         self.store.set_collector("cupti", True, f"CUPTI in {self.program} (pid {pid}, injected): "
                                  "kernels, memcpy, memset, memory" + (", API subset" if self.api
                                                                        else "")
-                                 + "; every step traced")
+                                 + ("; CUDA graphs: one record a launch" if self.graphs == "graph"
+                                    else "")
+                                 + ("; " + self.schedule.words() if self.schedule is not None
+                                    else "; every step traced"))
+        if self.schedule is not None:
+            self.schedule.start(time.monotonic())
         self.connected.set()
 
     def _strings_frame(self, data: bytes) -> None:
@@ -345,6 +391,8 @@ class NativeCollector:
         self.buffers += 1
         self.records += len(records)
         self.kernels += sum(1 for r in records if r[KIND] == KERNEL)
+        if self.graphs == "graph":
+            records = graph_kernels(records)
         if markers is not None:
             records = self.sink.feed(markers, records)
         self.store.add_records(records)
@@ -383,7 +431,24 @@ class NativeCollector:
         return {"buffers": buffers, "bytes": nbytes, "dropped": dropped, "refused": refused,
                 "lost": lost, "parsed_buffers": self.buffers, "records": self.records,
                 "kernels": self.kernels, "refused_processes": self.refused_processes,
-                "end_received": self.ended.is_set()}
+                "end_received": self.ended.is_set(), "graphs": self.graphs,
+                "bursts": self.bursts, "traced_s": round(self.traced.seconds(), 3)}
+
+
+def graph_kernels(records: list) -> list:
+    """Graph-level trace: beside each CUDA-graph launch record, a kernel-shaped record of the
+    whole launch (``GRAPH_KERNEL``, the launch's stream, correlation and graph ids, no launch
+    configuration), so that the kernel stream, the step detector and the kernels pane see the
+    launch as one unit of the step's work. The graph record itself stays (the step's graph span)."""
+    if not any(r[KIND] == GRAPH for r in records):
+        return records
+    out = []
+    for r in records:
+        out.append(r)
+        if r[KIND] == GRAPH and (r[G_START] or r[G_END]):  # 0, 0: CUPTI had no times for it
+            out.append((KERNEL, GRAPH_KERNEL, r[G_START], r[G_END], 0, 0, 0, 0, 0, 0, 0, 0,
+                        r[G_STREAM], r[G_CORR], r[G_GRAPH]))
+    return out
 
 
 def _recv_exact(conn: socket.socket, n: int, eof_ok: bool = False) -> bytes | None:

@@ -39,7 +39,7 @@ META_KEYS = frozenset({
     "model_params", "test_tp_delay",
     "max_batch", "step_time_sources",
     "process", "job", "cuda",
-    "native", "auto_steps",
+    "native", "auto_steps", "cuda_graph_trace",
     "request_sources", "load", "proxy",
     "feeds",
     "vllm",

@@ -44,7 +44,7 @@
 
 /* --- protocol (the same numbers are in tuiprof/collect/cupti_channel.py) --- */
 #define TP_MAGIC 0x46525054u /* "TPRF" */
-#define TP_PROTO 1
+#define TP_PROTO 2
 #define TP_MSG_HELLO 1
 #define TP_MSG_STRINGS 2
 #define TP_MSG_SIZES 3
@@ -55,9 +55,13 @@
 #define TP_MSG_CONFIG 8
 #define TP_MSG_FLUSH 9   /* session -> program: flush CUPTI now (before it signals the program) */
 #define TP_MSG_FLUSHED 10
+#define TP_MSG_TRACE 11  /* session -> program: u32 on; kernel tracing on (a burst) or off */
+#define TP_MSG_TRACED 12 /* program -> session: u32 on, u32 0, u64 CUPTI time of the switch */
 #define TP_FLAG_API 1u
 #define TP_FLAG_MEMORY 2u
 #define TP_FLAG_MARKERS 4u
+#define TP_FLAG_GRAPHS 8u   /* graph-level trace: one GRAPH_TRACE record per graph launch */
+#define TP_FLAG_SAMPLED 16u /* kernel tracing starts off; the session's TRACE frames switch it */
 
 /* Field offsets read by the sender: the same in every CUPTI 12.x/13.x record version (and
  * those tuiprof/collect/cupti_raw.py reads). */
@@ -99,6 +103,7 @@ struct tp_config {
 /* --- CUPTI entry points, resolved at run time --- */
 static __typeof__(cuptiActivityRegisterCallbacks) *p_register;
 static __typeof__(cuptiActivityEnable) *p_enable;
+static __typeof__(cuptiActivityDisable) *p_disable;
 static __typeof__(cuptiActivityFlushAll) *p_flush_all;
 static __typeof__(cuptiActivityFlushPeriod) *p_flush_period;
 static __typeof__(cuptiActivityGetNextRecord) *p_next_record;
@@ -135,6 +140,11 @@ static uint64_t seen[TP_SEEN_SLOTS];
 static int n_seen;
 static uint32_t kind_size[TP_MAX_KIND];
 static struct timespec last_stats;
+static uint32_t cfg_flags;
+static uint32_t *api_ids;      /* the API subset (runtime ids, then driver ids), kept for bursts */
+static uint32_t n_rt_ids, n_drv_ids;
+static int tracing;            /* the kernel-level kinds are on */
+static int graph_between;      /* TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS=1: GRAPH_TRACE between bursts */
 
 /* --- writing frames --- */
 static int write_all(const struct iovec *iov_in, int n) {
@@ -341,21 +351,38 @@ static void send_buffer(uint8_t *buf, size_t valid) {
     }
 }
 
-/* A FLUSH from the session (it is about to signal the program): CUPTI's buffers are completed
- * here, queued, sent by this thread, then FLUSHED says so. */
-static int flush_asked(void) {
+static int read_all(void *p, size_t n);
+static void set_tracing(int on);
+
+/* A frame from the session, read by the sender thread: FLUSH (it is about to signal the
+ * program: CUPTI's buffers are completed here, queued, sent by this thread, then FLUSHED says
+ * so; returns 1) or TRACE (a sampling burst begins or ends: the kinds are switched here, on
+ * this thread, never on one of the program's, and TRACED gives the switch's CUPTI time). */
+static int control_frame(void) {
     struct tp_header h;
     ssize_t n = recv(sock, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK);
     if (n < (ssize_t)sizeof h) return 0;
     if (recv(sock, &h, sizeof h, MSG_DONTWAIT) != (ssize_t)sizeof h) return 0;
-    return h.magic == TP_MAGIC && h.type == TP_MSG_FLUSH;
+    if (h.magic != TP_MAGIC) return 0;
+    if (h.type == TP_MSG_TRACE && h.length == 4) {
+        uint32_t on = 0;
+        struct timeval tv = {2, 0};  /* the payload follows its header at once */
+        setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        int bad = read_all(&on, sizeof on);
+        struct timeval none = {0, 0};
+        setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+        if (bad) return 0;
+        set_tracing(on != 0);
+        return 0;
+    }
+    return h.type == TP_MSG_FLUSH;
 }
 
 static void *sender_main(void *arg) {
     (void)arg;
     int flushed_due = 0;
     for (;;) {
-        if (!broken && sock >= 0 && flush_asked()) {
+        if (!broken && sock >= 0 && control_frame()) {
             p_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
             flushed_due = 1;
         }
@@ -503,6 +530,7 @@ static int resolve(void *lib) {
     } while (0)
     TP_SYM(p_register, "cuptiActivityRegisterCallbacks");
     TP_SYM(p_enable, "cuptiActivityEnable");
+    TP_SYM(p_disable, "cuptiActivityDisable");
     TP_SYM(p_flush_all, "cuptiActivityFlushAll");
     TP_SYM(p_flush_period, "cuptiActivityFlushPeriod");
     TP_SYM(p_next_record, "cuptiActivityGetNextRecord");
@@ -565,6 +593,39 @@ static int api_subset(const uint32_t *ids, uint32_t n, int runtime) {
         (runtime ? p_enable_runtime : p_enable_driver)(cb, want[cb]);
     free(want);
     return 0;
+}
+
+/* The kernel-level kinds, switched together: kernels, copies, sets and the API subset (the API
+ * kinds delivered alone give every call, so the subset is applied again at each switch on). A
+ * burst of a sampled program turns them on and off; memory and NVTX records stay on, and so
+ * does GRAPH_TRACE in graph-level mode. CUPTI documents that once GRAPH_TRACE is enabled the
+ * session traces graphs at graph level, and that disabling it does not bring node-level
+ * tracing back (cupti_activity.h, CUDA 13.5): so the graph-level mode is chosen at the start,
+ * for the program's life. TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS=1 tries the switch anyway
+ * (GRAPH_TRACE off for each burst, on between), to see what a given CUPTI does. */
+static void set_tracing(int on) {
+    if (on == tracing || !p_disable) return;
+    if (on && graph_between) p_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+    static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                               CUPTI_ACTIVITY_KIND_MEMCPY,
+                                               CUPTI_ACTIVITY_KIND_MEMSET};
+    uint64_t ts = 0;
+    if (!on) p_timestamp(&ts);  /* the burst's end: before its kinds go */
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        (on ? p_enable : p_disable)(kinds[i]);
+    if (cfg_flags & TP_FLAG_API) {
+        (on ? p_enable : p_disable)(CUPTI_ACTIVITY_KIND_RUNTIME);
+        (on ? p_enable : p_disable)(CUPTI_ACTIVITY_KIND_DRIVER);
+        if (on && api_ids) {
+            api_subset(api_ids, n_rt_ids, 1);
+            api_subset(api_ids + n_rt_ids, n_drv_ids, 0);
+        }
+    }
+    if (on) p_timestamp(&ts);   /* the burst's start: once its kinds are on */
+    if (!on && graph_between) p_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+    tracing = on;
+    struct { uint32_t on, pad; uint64_t ts; } msg = {(uint32_t)on, 0, ts};
+    send_frame(TP_MSG_TRACED, &msg, sizeof msg, NULL, 0);
 }
 
 __attribute__((visibility("default"))) int InitializeInjection(void) {
@@ -640,18 +701,30 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
         return 1;
     }
     int bad = 0;
-    bad |= enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "CONCURRENT_KERNEL");
-    bad |= enable(CUPTI_ACTIVITY_KIND_MEMCPY, "MEMCPY");
-    bad |= enable(CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET");
+    cfg_flags = cfg.flags;
+    const char *gb = getenv("TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS");
+    graph_between = gb && *gb == '1' && (cfg.flags & TP_FLAG_SAMPLED) &&
+                    !(cfg.flags & TP_FLAG_GRAPHS);
+    /* graph-level first: it selects how the session traces graphs before any kernel kind */
+    if (cfg.flags & TP_FLAG_GRAPHS) bad |= enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, "GRAPH_TRACE");
+    if (graph_between) bad |= enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, "GRAPH_TRACE");
+    if (!(cfg.flags & TP_FLAG_SAMPLED)) {
+        bad |= enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "CONCURRENT_KERNEL");
+        bad |= enable(CUPTI_ACTIVITY_KIND_MEMCPY, "MEMCPY");
+        bad |= enable(CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET");
+        tracing = 1;
+    }
     if (cfg.flags & TP_FLAG_MEMORY) bad |= enable(CUPTI_ACTIVITY_KIND_MEMORY2, "MEMORY2");
     if (cfg.flags & TP_FLAG_MARKERS) bad |= enable(CUPTI_ACTIVITY_KIND_MARKER, "MARKER");
-    if (cfg.flags & TP_FLAG_API) {
+    if ((cfg.flags & TP_FLAG_API) && !(cfg.flags & TP_FLAG_SAMPLED)) {
         bad |= enable(CUPTI_ACTIVITY_KIND_RUNTIME, "RUNTIME");
         bad |= enable(CUPTI_ACTIVITY_KIND_DRIVER, "DRIVER");
         api_subset(ids, cfg.n_runtime, 1);
         api_subset(ids + cfg.n_runtime, cfg.n_driver, 0);
     }
-    free(ids);
+    api_ids = ids;  /* kept: each burst applies the subset again */
+    n_rt_ids = cfg.n_runtime;
+    n_drv_ids = cfg.n_driver;
     (void)bad;  /* what CUPTI refused was said; the rest is collected */
     if (cfg.flush_period_ms) p_flush_period(cfg.flush_period_ms);
     clock_gettime(CLOCK_MONOTONIC, &last_stats);

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..collect.cupti_channel import EXIT_WAIT_MS, NativeCollector
+from ..collect.native_sampling import BurstSchedule
 from ..errors import TuiprofError
 from .launch import ProgramResult
 from .binary_child import NativeRun, no_gpu_line
@@ -50,12 +51,15 @@ class NativeSide:
             build = build_library()
         prof.options.cupti = False        # this process traces nothing itself
         prof.start_collectors()
+        graphs = getattr(prof.options, "cuda_graph_trace", "node")
+        schedule = None
         if inject:
-            # CUPTI runs in the binary for its whole life: every step is traced, whatever the
-            # sampling policy the collectors above were started with says
-            store.meta["sample_every"] = 1
-            store.meta["tracing"] = ("every step traced (CUPTI in the program: a native binary "
-                                     "is not sampled)")
+            # CUPTI runs in the binary; --sample-every switches its kernel tracing in bursts
+            # of time (a native binary's steps are known only once their records arrive)
+            schedule = BurstSchedule.from_option(prof.options.sample_every)
+            store.meta["sample_every"] = schedule.every if schedule is not None else 1
+            store.meta["tracing"] = native_tracing_words(schedule, graphs)
+            store.meta["cuda_graph_trace"] = graphs
         if prof.nvml is not None and prof.nvml.info.get("name"):
             store.meta["device_name"] = prof.nvml.info["name"]
         store.meta.setdefault("device", "cuda (the program's)")
@@ -64,7 +68,7 @@ class NativeSide:
         if build is not None:
             c = NativeCollector(store, cupti_lib=str(build.cupti.lib),
                                 include=str(build.cupti.include), sink=sink, nvtx=nvtx,
-                                program=s.spec.name)
+                                program=s.spec.name, graphs=graphs, schedule=schedule)
             try:
                 c.start()
             except OSError as exc:
@@ -126,3 +130,20 @@ class NativeSide:
         status = self.session.prof.status
         status.state = "paused" if self.run_.paused else "running"
         return msg
+
+
+def native_tracing_words(schedule: BurstSchedule | None, graphs: str) -> str:
+    """``meta.tracing`` of a native program: which steps' kernels are traced, and what is seen
+    of the others (the snapshot and the header say it)."""
+    if schedule is None:
+        head = "every step traced (--sample-every 1: CUPTI's kernel tracing on all along)"
+    else:
+        head = (f"{schedule.words()}; steps that start in a burst are traced, their time "
+                "marked so")
+    if graphs == "graph":
+        return head + ("; CUDA graphs at graph level: one record a launch (its GPU time), "
+                       "none of its kernels" + ("; between bursts every graph launch is still "
+                                               "seen" if schedule is not None else ""))
+    if schedule is not None:
+        return head + "; between bursts no kernel is seen: steps are found in bursts only"
+    return head

@@ -59,6 +59,9 @@ LIBRARY_FILES = (("libc10_cuda", 1), ("libtorch", 1), ("libc10", 1), ("libcublas
 R_NAME, R_START, R_END, R_CORR = 1, 2, 3, 4
 # Graph tuple indices.
 G_START, G_END, G_CORR, G_GRAPH, G_STREAM = 1, 2, 3, 4, 5
+# The kernel name a native program's graph-level launch record takes in the kernel stream
+# (``--cuda-graph-trace graph``): one unit of a step's work whose own kernels are not traced.
+GRAPH_KERNEL = "[CUDA graph launch]"
 
 # CUPTI copy kinds (CUpti_ActivityMemcpyKind) and the direction names used in the UI/exports.
 COPY_KINDS = {

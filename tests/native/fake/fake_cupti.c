@@ -29,10 +29,28 @@ CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequest
     return CUPTI_SUCCESS;
 }
 
+/* Every kind switched, in order, one line each to FAKE_CUPTI_LOG when it names a file: what a
+ * sampled program's bursts did. */
+static void switch_log(const char *what, CUpti_ActivityKind kind) {
+    const char *path = getenv("FAKE_CUPTI_LOG");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    fprintf(f, "%s %d\n", what, (int)kind);
+    fclose(f);
+}
+
 CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
     const char *refuse = getenv("FAKE_CUPTI_REFUSE");
     if (refuse && atoi(refuse) == (int)kind) return CUPTI_ERROR_NOT_COMPATIBLE;
     if ((unsigned)kind < 128) enabled[kind] = 1;
+    switch_log("on", kind);
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind) {
+    if ((unsigned)kind < 128) enabled[kind] = 0;
+    switch_log("off", kind);
     return CUPTI_SUCCESS;
 }
 
