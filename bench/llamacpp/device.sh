@@ -31,15 +31,28 @@ for f in "$TMX"/*.deb; do dpkg -x "$f" /tmp/tmxroot; done
 W=/tmp/llw
 mkdir -p $W/models
 cd $W
-tar xJf "$A/llama.tar.xz"
+# A machine still warm from an earlier call of this session keeps /tmp: its sources, build and
+# models are used again (a build takes 205-328 s of a call's 10 minutes)
+[ -f $W/llama.cpp/CMakeLists.txt ] || tar xJf "$A/llama.tar.xz"
 # the models are written while the build runs (one core against ninja's sixteen)
-(PYTHONPATH=$W/llama.cpp/gguf-py python3 "$here/gguf_model.py" $W/models/qwen3-0.6b-f16.gguf \
-   --shape qwen3-0.6b > $W/models/gguf.log 2>&1;
- PYTHONPATH=$W/llama.cpp/gguf-py python3 "$here/gguf_model.py" $W/models/tiny-f16.gguf \
-   --shape tiny >> $W/models/gguf.log 2>&1) &
+if [ -s $W/models/qwen3-0.6b-f16.gguf ] && [ -s $W/models/tiny-f16.gguf ]; then
+  true &
+else
+  (PYTHONPATH=$W/llama.cpp/gguf-py python3 "$here/gguf_model.py" $W/models/qwen3-0.6b-f16.gguf \
+     --shape qwen3-0.6b > $W/models/gguf.log 2>&1;
+   PYTHONPATH=$W/llama.cpp/gguf-py python3 "$here/gguf_model.py" $W/models/tiny-f16.gguf \
+     --shape tiny >> $W/models/gguf.log 2>&1) &
+fi
 gg=$!
 B=$W/build/bin
-if [ -n "$BIN" ]; then
+have=1
+for t in ${LLAMA_TARGETS:-llama-bench llama-server llama-simple llama-quantize}; do
+  [ -x $B/$t ] || have=0
+done
+if [ $have = 1 ] && [ -z "$BIN" ]; then
+  echo "reused the build of an earlier call on this machine: $(ls $B | tr '\n' ' ')" > "$OUT/build.log"
+  cat "$OUT/build.log"
+elif [ -n "$BIN" ]; then
   mkdir -p $B && tar xJf "$BIN" -C $B
   echo "binaries from $BIN" > "$OUT/build.log"
 else
@@ -63,6 +76,7 @@ cat $W/models/gguf.log
 [ -x $B/llama-bench ] || { echo "no llama-bench built: see build.log"; exit 1; }
 export LD_LIBRARY_PATH=$B:${LD_LIBRARY_PATH:-}
 for q in Q8_0 ${LLAMA_QUANTS:-Q4_K_M}; do
+  [ -s $W/models/qwen3-0.6b-$(echo $q | tr A-Z a-z).gguf ] && continue
   s=$(date +%s)
   $B/llama-quantize $W/models/qwen3-0.6b-f16.gguf $W/models/qwen3-0.6b-$(echo $q | tr A-Z a-z).gguf \
     $q > $W/models/quant_$q.log 2>&1

@@ -11,8 +11,13 @@ Phases (``--only a,b``; default all but ``live``):
   simple   llama-simple (a prompt, then 48 greedy tokens) under tuiprof, graphs on and off, every
            step's records kept (the CPU tests' recordings)
   types    llama-bench of the f16 and Q4_K_M files under tuiprof (their kernels' names)
-  overhead llama-bench's own pp128 / tg128 tokens/s alone, under tuiprof and under tuiprof
-           --no-cupti, interleaved rounds (graphs on; every third round off)
+  overhead llama-bench's own pp128 / tg128 tokens/s in interleaved rounds: alone, under tuiprof
+           as it samples by default (live), with every step traced (--sample-every 1), with
+           graph-level trace (--cuda-graph-trace graph) and with --no-cupti (graphs on)
+  graphs   one llama-bench run under each tracing choice (node every step, graph level, the
+           live default, the graph-between-bursts try): records, steps, bursts, findings
+  gputests bench/verify/verify_native.py --only steps,nvtx,cpu (the native path's GPU checks
+           that need no nsys, and tests/native on the GPU machine)
   plan     what the earlier calls left open, most needed first, against --deadline
   server   llama-server -np 8 under tuiprof (headless), 32 streamed requests 8 at a time
   live     the same in the live app, in tmux at 200x50 and 80x24
@@ -78,11 +83,14 @@ class Run:
                   tail=(p.stdout + p.stderr)[-300:])
         return p
 
-    def tuiprof(self, name: str, argv: list, env=None, ring: int | None = None, timeout=240):
+    def tuiprof(self, name: str, argv: list, env=None, ring: int | None = None, timeout=240,
+                tracing=("--sample-every", "1")):
+        """``tracing``: every step traced by default (what nsys is compared with); () for the
+        native default (kernels traced in bursts of time)."""
         snap = self.res / f"{name}.json"
         opts = ["--ring-tokens", str(ring)] if ring else []
         return self.sh(name, [sys.executable, "-m", "tuiprof", "run", "--headless", "--json",
-                              str(snap), *opts, "--", *argv], env=env, timeout=timeout)
+                              str(snap), *opts, *tracing, "--", *argv], env=env, timeout=timeout)
 
     def nsys(self, name: str, argv: list, env=None):
         nsys = next((p for p in NSYS_CANDIDATES if Path(p).exists()), None)
@@ -192,30 +200,34 @@ class Run:
                      self.bench_argv(str(self.models / "tiny-f16.gguf"), reps=1))
         self.pack()
 
-    def overhead(self, est: float = 22):
-        """llama-bench's own tokens/s alone, under tuiprof (every kernel traced) and under
-        tuiprof without kernel records (``--no-cupti``: NVML and the program only), in rounds
-        whose order turns; graphs on, then (every third round) off."""
+    ARMS = {"alone": None, "live": (), "every": ("--sample-every", "1"),
+            "graph": ("--cuda-graph-trace", "graph"), "nocupti": ("--no-cupti",)}
+
+    def overhead(self, est: float = 40):
+        """llama-bench's own tokens/s in rounds whose order turns: alone, under tuiprof as it
+        samples by default (live), with every step traced, with graph-level trace, and with
+        --no-cupti; graphs on (llama.cpp's default). Then, while the deadline allows, rounds
+        with graphs off (GGML_CUDA_DISABLE_GRAPHS=1)."""
         rounds = []
-        arms = ("alone", "tuiprof", "nocupti")
-        for r in range(self.a.rounds):
+        arms = list(self.ARMS)
+        plan = [("g1", r) for r in range(self.a.rounds)] + [("g0", r) for r in range(self.a.g0_rounds)]
+        for g, r in plan:
             if est and self.elapsed() + est > self.a.deadline:
-                self.note("skipped", reason="deadline", round=r)
+                self.note("skipped", reason="deadline", round=r, graphs=g)
                 break
-            g = "g0" if r % 3 == 2 else "g1"
             env = {"GGML_CUDA_DISABLE_GRAPHS": "1"} if g == "g0" else {}
-            order = arms[r % 3:] + arms[:r % 3]
+            k = r % len(arms)
+            order = arms[k:] + arms[:k]
             for which in order:
                 argv = self.bench_argv(self.q8, reps=5)
-                name = f"overhead_{r}_{g}_{which}"
-                if which == "alone":
+                name = f"overhead_{g}_{r}_{which}"
+                opts = self.ARMS[which]
+                if opts is None:
                     p = self.sh(name, argv, env=env)
-                elif which == "tuiprof":
-                    p = self.tuiprof(name, argv, env=env, timeout=120)
                 else:
                     p = self.sh(name, [sys.executable, "-m", "tuiprof", "run", "--headless",
-                                       "--no-cupti", "--json", str(self.res / f"{name}.json"),
-                                       "--", *argv], env=env, timeout=120)
+                                       "--json", str(self.res / f"{name}.json"), *opts, "--",
+                                       *argv], env=env, timeout=120)
                 rows = [json.loads(x) for x in (p.stdout if p else "").splitlines()
                         if x.startswith("{") and "avg_ts" in x]
                 rounds.append({"round": r, "which": which, "graphs": g,
@@ -224,6 +236,45 @@ class Run:
                                           "samples_ts": x.get("samples_ts")} for x in rows]})
                 (self.res / "overhead.json").write_text(json.dumps(rounds, indent=1))
             self.pack()
+        print(overhead_table(rounds), flush=True)
+
+    def graphs(self):
+        """One llama-bench run under each tracing choice, graphs on: every node traced (the
+        reference), graph level, the live default, and the live default trying graph records
+        between bursts (TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS=1); then llama-simple at graph level
+        (every token a step?)."""
+        argv = self.bench_argv(self.q8)
+        simple = [str(self.bin / "llama-simple"), "-m", self.q8, "-n", "48", PROMPT]
+        jobs = [
+            (8, lambda: self.tuiprof("graphs_node_every", argv)),
+            (8, lambda: self.tuiprof("graphs_graph_every", argv,
+                                     tracing=("--sample-every", "1", "--cuda-graph-trace", "graph"))),
+            (8, lambda: self.tuiprof("graphs_node_live", argv, tracing=())),
+            (8, lambda: self.tuiprof("graphs_graph_live", argv,
+                                     tracing=("--cuda-graph-trace", "graph"))),
+            (8, lambda: self.tuiprof("graphs_between_live", argv, tracing=(),
+                                     env={"TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS": "1"})),
+            (6, lambda: self.tuiprof("graphs_simple_graph", simple, ring=400,
+                                     tracing=("--sample-every", "1", "--cuda-graph-trace", "graph"))),
+            (6, lambda: self.tuiprof("graphs_simple_live", simple, ring=400, tracing=())),
+        ]
+        self.run_jobs(jobs)
+        print(snapshot_table(self.res, "graphs_"), flush=True)
+
+    def gputests(self):
+        """The native path's GPU checks that need no nsys (decode_like's steps, automatic and
+        NVTX) and tests/native on this machine (its compiler, CUPTI headers, libcupti)."""
+        out = self.res / "verify"
+        out.mkdir(exist_ok=True)
+        self.sh("gputests", [sys.executable, "bench/verify/verify_native.py", "--out", str(out),
+                             "--only", "steps,nvtx,cpu"], timeout=max(60, self.a.deadline - self.elapsed() - 10))
+        for f in out.glob("*"):
+            if f.is_file():
+                try:
+                    (Path(self.a.out) / f"verify_{f.name}").write_bytes(f.read_bytes()) \
+                        if f.name.endswith(".json") else None
+                except OSError:
+                    pass
 
     def _client(self, n: int, conc: int, max_tokens: int, port: int | None = None,
                 tag: str = "c") -> list:
@@ -300,7 +351,7 @@ class Run:
         snap = self.res / "server_tuiprof.json"
         logf = open(self.res / "server_tuiprof.log", "w")
         p = subprocess.Popen([sys.executable, "-m", "tuiprof", "run", "--headless", "--json",
-                              str(snap), "--ring-tokens", "300", "--proxy",
+                              str(snap), "--ring-tokens", "300", "--sample-every", "1", "--proxy",
                               f"127.0.0.1:{PROXY}=127.0.0.1:{PORT}", "--",
                               *self.server_argv()], stdout=logf,
                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -390,6 +441,59 @@ class Run:
         self.pack()
 
 
+def _median(xs: list) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def overhead_table(rounds: list) -> str:
+    """Per graphs setting, test and arm: median, min-max of llama-bench's own avg_ts over the
+    rounds, and the ratio of totals (sum over rounds) against alone."""
+    by: dict = {}
+    for r in rounds:
+        for t in r["tests"]:
+            test = f"pp{t['n_prompt']}" if t["n_prompt"] else f"tg{t['n_gen']}"
+            by.setdefault((r["graphs"], test), {}).setdefault(r["which"], []).append(t["avg_ts"])
+    lines = ["graphs test  arm      n  median    min-max            ratio_of_totals"]
+    for (g, test), arms in sorted(by.items()):
+        base = sum(arms.get("alone", [])) or None
+        for arm, xs in arms.items():
+            ratio = (sum(xs) / base * len(arms["alone"]) / len(xs)) if base else None
+            lines.append(f"{g:6} {test:5} {arm:8} {len(xs):2} {_median(xs):9.1f} "
+                         f"{min(xs):9.1f}-{max(xs):<9.1f} "
+                         + (f"{ratio:.4f}" if ratio else "-"))
+    return "\n".join(lines)
+
+
+def snapshot_table(res: Path, prefix: str) -> str:
+    """One line per snapshot: kernel records, graph records, steps found, bursts, traced
+    seconds, the decode-profile finding's title, llama-bench's own tg/pp tokens/s."""
+    lines = []
+    for f in sorted(res.glob(prefix + "*.json")):
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        m = d.get("meta", {})
+        ch = (m.get("native") or {}).get("channel", {})
+        auto = m.get("auto_steps", {})
+        cnt = d.get("counters", {})
+        dp = [x.get("title") for x in d.get("findings", []) if x.get("id") == "decode-profile"]
+        toks = [t for t in d.get("tokens", []) if t.get("phase") == "decode"]
+        lines.append(json.dumps({
+            "run": f.stem, "kernels": ch.get("kernels"), "graphs": cnt.get("graphs"),
+            "bursts": ch.get("bursts"), "traced_s": ch.get("traced_s"),
+            "decode_steps": auto.get("decode_steps"), "prefill_steps": auto.get("prefill_steps"),
+            "kernels_per_step": auto.get("kernels_per_step"),
+            "decode_traced_in_series": sum(1 for t in toks if t.get("sampled")),
+            "decode_untraced_in_series": sum(1 for t in toks if not t.get("sampled")),
+            "tracing": m.get("tracing"), "decode_profile": dp[:1]})[:900])
+    return "\n".join(lines)
+
+
 def main() -> int:
     global PORT, PROXY
     ap = argparse.ArgumentParser()
@@ -399,7 +503,10 @@ def main() -> int:
     ap.add_argument("--t0", type=float, default=time.time())
     ap.add_argument("--nsys-importer-lib", default="")
     ap.add_argument("--tmux-root", default="/tmp/tmxroot")
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--g0-rounds", type=int, default=0, help="overhead rounds with graphs off")
+    ap.add_argument("--skip-done", action="store_true",
+                    help="skip the phases an earlier call on this (warm) machine finished")
     ap.add_argument("--only", default="bench,simple,types,overhead,server")
     ap.add_argument("--deadline", type=float, default=560, help="seconds since t0: no new phase after")
     ap.add_argument("--port", type=int, default=PORT, help="llama-server's (the proxy's: +1)")
@@ -411,13 +518,20 @@ def main() -> int:
                         "clocks.max.sm", "--format=csv"], check=False)
     except OSError:     # a CPU machine (the phases' plumbing tried there)
         print("no nvidia-smi")
+    done_dir = Path("/tmp/llw/done")   # phases an earlier call on this warm machine finished
+    done_dir.mkdir(parents=True, exist_ok=True)
     for phase in a.only.split(","):
+        if a.skip_done and (done_dir / phase).exists():
+            r.note("skipped", phase=phase, reason="done by an earlier call on this machine")
+            continue
         if r.elapsed() > a.deadline:
             r.note("skipped", phase=phase, reason="deadline")
             continue
         r.note("phase", phase=phase)
         try:
             getattr(r, phase)()
+            if r.elapsed() <= a.deadline:
+                (done_dir / phase).touch()
         except Exception as x:  # noqa: BLE001 - the next phase still runs
             r.note("phase_error", phase=phase, error=repr(x)[:500])
         r.pack()

@@ -206,3 +206,22 @@ def test_no_cupti_runs_the_binary_plainly(tmp_path):
                         options=("--no-cupti",))
     assert proc.returncode == 0 and doc["output"] == ["-none"]
     assert "gpu" not in doc["meta"]["program"]
+
+
+def test_a_binary_with_no_decode_loop_gets_windows_of_its_records(native, tmp_path):
+    """A server whose steps change with every batch shows no loop: its kernels still fall into
+    windows of --window-ms on the records' clock, as the stream's source promises."""
+    import random
+
+    rnd = random.Random(5)
+    s = Script()
+    t = 1_000_000_000
+    for i in range(600):                        # 600 kernels over ~600 ms, no repeating order
+        s.kernel(f"k{rnd.randrange(200)}", t, t + 500_000, i + 1)
+        t += 1_000_000
+    proc, doc = tuiprof(tmp_path, str(native.driver), "run", str(s.write(tmp_path / "s.bin")),
+                        "2000", "0", env=_env(TUIPROF_CUPTI_LIB=str(native.fake)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert doc["meta"]["step_source"] == "windows"
+    toks = [t for t in doc["tokens"] if t["done"]]
+    assert 5 <= len(toks) <= 7 and sum(t["kernels"] for t in toks) == 600

@@ -271,3 +271,24 @@ def test_graph_launches_are_the_decode_loop_over_prompt_forwards_that_repeat_too
     c = detect(names, starts, ends, [7] * len(names), list(range(len(names))))
     assert c.usable and c.loop.anchor == GRAPH_KERNEL and c.loop.period == 1
     assert (c.decode, c.prefill) == (258, 2)
+
+
+def test_a_burst_drops_what_straddled_its_start_and_its_first_graph_launch():
+    """The records CUPTI gave wrong times on the H200 (a graph launch traced as kernel tracing
+    came on: each kernel ~160 ms long) never reach the steps: a kernel starting before its
+    burst, and the burst's first graph launch; eager kernels and later launches stay."""
+    from tuiprof.collect.native_sampling import BurstFilter
+
+    w = TracedWindows()
+    w.switched(True, 1_000)
+    f = BurstFilter(w)
+    assert not f.keep(900, 7, 3)            # began before the burst: straddled
+    assert not f.keep(1_100, 8, 3)          # the burst's first graph launch: warm-up
+    assert not f.keep(1_500, 8, 3)          # ... all of its kernels
+    assert f.keep(1_200, 9, 0)              # an eager kernel
+    assert f.keep(2_000, 10, 3)             # the next launch
+    w.switched(False, 5_000)
+    assert not f.keep(6_000, 11, 3)         # after the burst
+    w.switched(True, 9_000)
+    assert not f.keep(9_100, 12, 3) and f.keep(9_900, 13, 3)   # each burst has its warm-up
+    assert (f.straddled, f.warmup) == (2, 3)

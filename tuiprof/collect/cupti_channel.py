@@ -49,8 +49,8 @@ from pathlib import Path
 from ..errors import safe_text
 from ..store import SessionStore
 from ..store.records import (G_CORR, G_END, G_GRAPH, G_START, G_STREAM, GRAPH, GRAPH_KERNEL,
-                             KERNEL, KIND)
-from .native_sampling import BurstSchedule, TracedWindows
+                             K_CORR, K_GRAPH, K_START, KERNEL, KIND)
+from .native_sampling import BurstFilter, BurstSchedule, TracedWindows
 from .cupti_collector import DRIVER_APIS, RUNTIME_APIS, MarkerSink, _short_api
 from .cupti_raw import Layout, LayoutError, LibraryResolver, NameCache, parse_buffer
 
@@ -104,6 +104,7 @@ class NativeCollector:
         self.graphs = graphs        # "node": every kernel of a graph; "graph": one record a launch
         self.schedule = schedule    # sampling bursts (None: every kernel traced, all along)
         self.traced = TracedWindows(always=schedule is None)
+        self.burst_filter = BurstFilter(self.traced) if schedule is not None else None
         ids: dict = {}
         if include is not None:
             from ..injection.build import callback_ids  # noqa: PLC0415
@@ -391,6 +392,10 @@ class NativeCollector:
         self.buffers += 1
         self.records += len(records)
         self.kernels += sum(1 for r in records if r[KIND] == KERNEL)
+        f = self.burst_filter
+        if f is not None:
+            records = [r for r in records if r[KIND] != KERNEL
+                       or f.keep(r[K_START], r[K_CORR], r[K_GRAPH])]
         if self.graphs == "graph":
             records = graph_kernels(records)
         if markers is not None:
@@ -432,7 +437,9 @@ class NativeCollector:
                 "lost": lost, "parsed_buffers": self.buffers, "records": self.records,
                 "kernels": self.kernels, "refused_processes": self.refused_processes,
                 "end_received": self.ended.is_set(), "graphs": self.graphs,
-                "bursts": self.bursts, "traced_s": round(self.traced.seconds(), 3)}
+                "bursts": self.bursts, "traced_s": round(self.traced.seconds(), 3),
+                "burst_straddled": self.burst_filter.straddled if self.burst_filter else 0,
+                "burst_warmup": self.burst_filter.warmup if self.burst_filter else 0}
 
 
 def graph_kernels(records: list) -> list:

@@ -95,6 +95,43 @@ class TracedWindows:
                 return end is None or ts < end
         return False
 
+    def burst_of(self, ts: int) -> int | None:
+        """The start of the burst that holds ``ts`` (its key), or None."""
+        for start, end in reversed(self._w):
+            if start <= ts:
+                return start if end is None or ts < end else None
+        return None
+
     def seconds(self) -> float:
         """Time traced in bursts that ended."""
         return sum(b - a for a, b in self._w if b is not None) / 1e9
+
+
+class BurstFilter:
+    """Kernel records a burst must not keep: one that starts before its burst (it straddled the
+    switch on), and every record of the burst's first CUDA-graph launch (its correlation id).
+    On an H200, the first graph launch traced after kernel tracing came on carried wrong
+    timestamps (each of its kernels ~160 ms long), as the Python path's warm-up token does; the
+    first launch of each burst is therefore a warm-up, its records dropped and counted."""
+
+    def __init__(self, windows: TracedWindows) -> None:
+        self.windows = windows
+        self._first: dict[int, int] = {}   # burst start -> its first graph launch's correlation
+        self.straddled = 0
+        self.warmup = 0
+
+    def keep(self, start: int, corr: int, graph: int) -> bool:
+        burst = self.windows.burst_of(start)
+        if burst is None:
+            self.straddled += 1
+            return False
+        if graph:
+            first = self._first.get(burst)
+            if first is None:
+                if len(self._first) > 64:
+                    self._first.pop(next(iter(self._first)))
+                first = self._first[burst] = corr
+            if corr == first:
+                self.warmup += 1
+                return False
+        return True

@@ -78,7 +78,10 @@ class ProgramSession:
             source = factory(spec)(self)
             if source is not None:
                 self.sources[spec.name] = source
-        self.recorder.enabled = frozenset(self.sources)
+        enabled = set(self.sources)
+        if "auto" in enabled:  # the kernel stream's source cuts windows itself until a loop shows
+            enabled.add("windows")
+        self.recorder.enabled = frozenset(enabled)
         # relayed: fds 1 and 2 are another process's pipes, which keeps the log and the lines
         self.capture = RelayedOutput() if relayed else OutputCapture(prof.store, log_path, tee=tee)
         self.captures = GraphCaptures()
