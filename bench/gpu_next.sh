@@ -5,10 +5,8 @@
 #
 #   bash bench/gpu_next.sh NAME
 #
-# Queued (the issues' open points, each named in the case): llamacpp, llamacpp-server (what the
-# llama.cpp work has not measured yet, docs/results.md#llamacpp, for want of device time;
-# they carry .llama: `echo /.llama/ >> .git/info/exclude; bash bench/llamacpp/source.sh .llama`,
-# plus .whl, .dw and .tmx). Also here:
+# Queued: none of the issues' open points now (llamacpp and llamacpp-server ran on 2026-11-29,
+# docs/history §51; bench/llamacpp/device.sh runs them again). Also here:
 # gpu-tests (the whole GPU suite) and test-data (the suite's recordings). To queue a run, add a case below that runs the scripts of bench/README.md with a
 # timeout each, writes at most 8 files to $OUT (what the device tool brings back) and prints a
 # short table; once it has run, record its figures in docs/results.md (and the run in
@@ -40,24 +38,6 @@ gpu-tests)
 test-data)
   # the test suite's recordings (tests/data/README.md)
   bash tests/data/record.sh "$OUT" 2>&1 | tail -4 ;;
-llamacpp)
-  # llama-bench Q8_0's own tg128 / pp128 tokens/s alone, under tuiprof (every kernel traced)
-  # and under tuiprof --no-cupti, in 6 interleaved rounds (graphs on; every third round off):
-  # the overhead of the native path, never measured in rounds (a build takes 205-328 s, so
-  # the rounds have a call of their own; the graphs-off nsys comparison and the steps after
-  # the fix ran on 2026-11-29, docs/history §48)
-  LLAMA_ASSETS=.llama LLAMA_TARGETS="llama-bench llama-quantize" LLAMA_QUANTS=" " OUT=$OUT \
-    timeout 560 bash bench/llamacpp/device.sh --only overhead --rounds 6 --deadline 520 \
-    >/dev/null 2>&1
-  tail -30 "$OUT/measure.txt" | cut -c1-300 ;;
-llamacpp-server)
-  # llama-server -np 8 -cb under tuiprof, its requests through tuiprof's proxy (32 streamed
-  # completions 8 at a time, each with its X-Request-ID): headless, then the live app in tmux
-  # at 200x50 and 80x24 (captures in $OUT/live_screens.txt; never run on the GPU yet, tried on
-  # the CPU against a stand-in server)
-  LLAMA_ASSETS=.llama LLAMA_TARGETS="llama-server llama-quantize" LLAMA_QUANTS=" " OUT=$OUT \
-    timeout 560 bash bench/llamacpp/device.sh --only server,live --deadline 500 >/dev/null 2>&1
-  tail -30 "$OUT/measure.txt" | cut -c1-300 ;;
 house-after)
   # after the house was rebuilt (ran 2026-11-29: docs/results.md#gpu-tests; kept to run again
   # after the next move): the whole GPU suite (16 passed before it, 287-385 s on the H100; collection and
@@ -72,5 +52,5 @@ house-after)
   app_capture house_80x24 80x24 "$keys" 130 /tmp/exp80
   ls "$OUT" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh gpu-tests|house-after|test-data|llamacpp|llamacpp-server"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh gpu-tests|house-after|test-data"; exit 2 ;;
 esac
