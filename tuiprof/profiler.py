@@ -353,7 +353,7 @@ class Profiler(OwnCostReport, SessionControl):
             self.hook_clock.leave(t0)
 
     def _token_started(self, phase: str, mode: str, step: int, cycle: int, start_ns: int,
-                       batch: int | None, positions: int, host: bool) -> None:
+                       batch: int | None = None, positions: int = 1, host: bool = True) -> None:
         if self._windows_first is not None:
             self._first_steps(phase)
         c = self.collectors.get("cupti")  # the property, once a step
@@ -520,6 +520,12 @@ class Profiler(OwnCostReport, SessionControl):
         if eng is not None:
             self.status.want_batch = eng.want_batch
 
+    def unspanned_hooks(self) -> "_Unspanned":
+        """The step hooks without their own spans of :attr:`hook_clock`, for a caller that calls
+        them inside a span of that clock (``StepRecorder``): the outer span counts them, and
+        nested spans would cost a step several calls for nothing."""
+        return _Unspanned(self._token_started, self._token_launched, self._token_finished)
+
     def token_launched(self, model_ns: tuple[int, int] | None = None) -> None:
         t0 = self.hook_clock.enter()
         try:
@@ -657,6 +663,15 @@ class Profiler(OwnCostReport, SessionControl):
             self.store.meta["startup"] = self.tracker.progress.as_dict()
         elif state == "error":
             self.tracker.end("prefill")
+
+
+class _Unspanned:
+    """A listener's step hooks as :meth:`Profiler.unspanned_hooks` hands them out."""
+
+    __slots__ = ("token_started", "token_launched", "token_finished")
+
+    def __init__(self, started: Callable, launched: Callable, finished: Callable) -> None:
+        self.token_started, self.token_launched, self.token_finished = started, launched, finished
 
 
 def _sync_device() -> None:

@@ -11,6 +11,10 @@ it is the host bookkeeping alone, on a CPU or a GPU machine alike::
 
     python bench/overhead/step_cost.py                 # 8 rounds of 20,000 steps
     python bench/overhead/step_cost.py --steps 5000 --rounds 4
+    python bench/overhead/step_cost.py --clock cpu     # the thread's CPU time, not wall time
+
+``--clock cpu`` times both loops by the thread's CPU clock (``time.thread_time``): on a shared
+machine, time the thread spent waiting for a core no longer counts as the hooks' cost.
 
 ``--events`` (a GPU): CUDA initialised, the same hooked loop with each step's CUDA-event pair
 (:mod:`tuiprof.program.step_gpu_time`: two records, a query, an elapsed time and the store's late
@@ -43,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="a GPU: the CUDA-event pair of every step against none")
     p.add_argument("--check", action="store_true",
                    help=f"with --events: exit 1 above {EVENTS_TARGET_US} µs a step")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: perf_counter; cpu: this thread's CPU time (a shared machine)")
     a = p.parse_args(argv)
+    now = time.perf_counter if a.clock == "wall" else time.thread_time
 
     from tuiprof.cli.program import program_options
     from tuiprof.cli.run import run_defaults as _run_defaults
@@ -76,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     with_events = StepRecorder(prof_events, prof_events.clock, ("transformers",))
 
     def hooked(n: int, rec: StepRecorder = without) -> float:
-        t0 = time.perf_counter()
+        t0 = now()
         rec.enter_scope("transformers")
         rec.begin("transformers", PREFILL, positions=16)
         rec.launched("transformers")
@@ -84,16 +91,16 @@ def main(argv: list[str] | None = None) -> int:
             rec.begin("transformers", DECODE)
             rec.launched("transformers")
         rec.exit_scope("transformers")
-        return time.perf_counter() - t0
+        return now() - t0
 
     def events(n: int) -> float:
         return hooked(n, with_events)
 
     def bare(n: int) -> float:
-        t0 = time.perf_counter()
+        t0 = now()
         for _ in range(n):
             pass
-        return time.perf_counter() - t0
+        return now() - t0
 
     if a.events:
         pair, name = (events, hooked), "events"

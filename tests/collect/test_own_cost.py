@@ -121,3 +121,66 @@ def test_the_method_names_what_is_not_counted():
     assert all(len(t) <= 140 for t in (bursts, every, attached, some))
     # the header shows what is not counted (the part after "; "): short
     assert all(len(t.split("; ", 1)[1]) <= 80 for t in (bursts, every, attached, some))
+
+
+def test_spans_of_many_threads_add_up_and_ended_threads_fold_into_one_total():
+    clock = HookClock()
+    go = threading.Event()
+
+    def run():
+        for _ in range(3):
+            t = clock.enter()
+            inner = clock.enter()          # nested: counted by the outer span only
+            time.sleep(0.001)
+            clock.leave(inner)
+            clock.leave(t)
+        go.wait(30)
+
+    threads = [threading.Thread(target=run, name=f"server-{i}") for i in range(4)]
+    for th in threads:
+        th.start()
+    while clock.spans < 12:                # read on this thread while they run
+        time.sleep(0.005)
+    alive = clock.total_s
+    assert alive >= 12 * 0.001
+    go.set()
+    for th in threads:
+        th.join()
+    assert clock.spans == 12 and clock.total_s == alive   # folded: nothing lost
+    assert len(clock._threads) == 0                       # ended threads' records kept as sums
+    clock.reset()
+    assert clock.spans == 0 and clock.seconds == 0.0
+    t = clock.enter()
+    clock.leave(t)
+    assert clock.spans == 1
+
+
+def test_a_recorded_step_costs_two_spans_and_its_listener_hooks_nest_in_them():
+    import argparse
+
+    from tuiprof.cli.program import program_options
+    from tuiprof.cli.run import run_defaults
+    from tuiprof.profiler import Profiler
+    from tuiprof.program.step_gpu_time import StepTimer
+    from tuiprof.program.steps import DECODE, PREFILL, StepRecorder
+    from tuiprof.store import SessionStore
+
+    class NoEvents(StepTimer):
+        def start(self):
+            return None
+
+    args = argparse.Namespace(**run_defaults())
+    prof = Profiler(SessionStore(ring_tokens=64), program_options(args, headless=False))
+    rec = StepRecorder(prof, prof.clock, ("transformers",), timer=NoEvents())
+    rec.enter_scope("transformers")
+    rec.begin("transformers", PREFILL, positions=4)
+    rec.launched("transformers")
+    for _ in range(10):
+        rec.begin("transformers", DECODE)
+        rec.launched("transformers")
+    rec.exit_scope("transformers")
+    # begin and launched a step, the scope's end once: the profiler's own hooks ran inside
+    assert prof.hook_clock.spans == 2 * 11 + 1
+    assert prof.hooks_s > 0 and prof.store.view().counters.get("tokens") == 11
+    prof.token_launched(None)              # called by an engine directly: a span of its own
+    assert prof.hook_clock.spans == 24

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from time import perf_counter_ns
 
 # threads of the session that do the profiled work itself, not tuiprof's: the built-in engine
 # decodes, loads and compiles its model on these (the workload, not its overhead)
@@ -27,37 +28,73 @@ WORKLOAD_THREADS = ("tuiprof-engine", "tuiprof-loader", "tuiprof-compile")
 OWN_PREFIX = "tuiprof"
 
 
-class HookClock:
-    """Wall time in tuiprof's code on the profiled program's threads (thread-safe)."""
+class _ThreadSpans:
+    """One thread's spans: written by that thread alone (no lock on the hot path), read and
+    summed by the session's thread (``HookClock.seconds``)."""
 
-    __slots__ = ("_local", "_lock", "total_s", "excluded_s", "spans")
+    __slots__ = ("depth", "own", "ns", "excluded_ns", "spans", "thread")
+
+    def __init__(self, own: bool, thread: threading.Thread) -> None:
+        self.depth = 0
+        self.own = own
+        self.ns = 0             # the outermost spans' wall time, integer ns
+        self.excluded_ns = 0    # parts of those spans counted elsewhere (CUPTI switches)
+        self.spans = 0
+        self.thread = thread
+
+
+class HookClock:
+    """Wall time in tuiprof's code on the profiled program's threads (thread-safe).
+
+    Its spans sit on the program's hot path (several a step), so a span costs one clock read at
+    each boundary and nothing else: each thread adds integer nanoseconds to its own record, with
+    no lock and no allocation; the session's thread sums the records when it reads the figure,
+    folding ended threads' records into one total so that the records stay bounded."""
+
+    __slots__ = ("_local", "_lock", "_threads", "_ended", "_base")
 
     def __init__(self) -> None:
         self._local = threading.local()
         self._lock = threading.Lock()
-        self.total_s = 0.0      # the outermost spans' wall time
-        self.excluded_s = 0.0   # parts of those spans counted elsewhere (CUPTI switches)
-        self.spans = 0
+        self._threads: list[_ThreadSpans] = []
+        self._ended = [0, 0, 0]   # ended threads' (ns, excluded ns, spans)
+        self._base = (0, 0, 0)    # the sums at the last reset
 
-    def enter(self) -> float:
-        """Open a span on this thread; returns the token for :meth:`leave` (0.0 inside a span:
+    def _mine(self) -> _ThreadSpans:
+        """This thread's record, made at its first span (a session thread's time is its CPU's:
+        its spans count nothing)."""
+        t = threading.current_thread()
+        rec = self._local.rec = _ThreadSpans(session_thread(t), t)
+        with self._lock:
+            self._threads.append(rec)
+        return rec
+
+    def enter(self) -> int:
+        """Open a span on this thread; returns the token for :meth:`leave` (0 inside a span:
         the outer one counts it)."""
-        loc = self._local
-        depth = getattr(loc, "depth", None)
-        if depth is None:  # a thread's first span: a session thread's time is its CPU's
-            depth, loc.own = 0, session_thread(threading.current_thread())
-        loc.depth = depth + 1
-        return 0.0 if depth or loc.own else time.perf_counter()
+        try:
+            rec = self._local.rec
+        except AttributeError:
+            rec = self._mine()
+        d = rec.depth
+        rec.depth = d + 1
+        return 0 if d or rec.own else perf_counter_ns()
 
-    def leave(self, token: float) -> None:
+    def leave(self, token: int) -> None:
         """Close the span :meth:`enter` opened."""
-        loc = self._local
-        loc.depth = max(0, getattr(loc, "depth", 1) - 1)
         if token:
-            dt = time.perf_counter() - token
-            with self._lock:
-                self.total_s += dt
-                self.spans += 1
+            dt = perf_counter_ns() - token
+            rec = self._local.rec
+            rec.ns += dt
+            rec.spans += 1
+            rec.depth = 0
+        else:
+            try:
+                rec = self._local.rec
+            except AttributeError:
+                return
+            if rec.depth:
+                rec.depth -= 1
 
     def call(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` timed as a span."""
@@ -69,20 +106,53 @@ class HookClock:
 
     def exclude(self, seconds: float) -> None:
         """``seconds`` of the current span are counted by another part of the figure."""
-        loc = self._local
-        if getattr(loc, "depth", 0) and not loc.own:
-            with self._lock:
-                self.excluded_s += seconds
+        rec = getattr(self._local, "rec", None)
+        if rec is not None and rec.depth and not rec.own:
+            rec.excluded_ns += int(seconds * 1e9)
+
+    def _sums(self) -> tuple[int, int, int]:
+        """(ns, excluded ns, spans) of every thread so far; ended threads' records are folded
+        into one total (they can no longer change)."""
+        with self._lock:
+            ended = self._ended
+            live = []
+            ns, ex, spans = ended
+            for rec in self._threads:
+                ns += rec.ns
+                ex += rec.excluded_ns
+                spans += rec.spans
+                if rec.thread.is_alive():
+                    live.append(rec)
+                else:
+                    ended[0] += rec.ns
+                    ended[1] += rec.excluded_ns
+                    ended[2] += rec.spans
+            self._threads = live
+        b = self._base
+        return ns - b[0], ex - b[1], spans - b[2]
+
+    @property
+    def total_s(self) -> float:
+        """The outermost spans' wall time."""
+        return self._sums()[0] / 1e9
+
+    @property
+    def excluded_s(self) -> float:
+        return self._sums()[1] / 1e9
+
+    @property
+    def spans(self) -> int:
+        return self._sums()[2]
 
     @property
     def seconds(self) -> float:
-        return max(0.0, self.total_s - self.excluded_s)
+        ns, ex, _spans = self._sums()
+        return max(0.0, (ns - ex) / 1e9)
 
     def reset(self) -> None:
         """Count from now (the built-in engine: once its model is loaded)."""
-        with self._lock:
-            self.total_s = self.excluded_s = 0.0
-            self.spans = 0
+        self._base = (0, 0, 0)
+        self._base = self._sums()
 
 
 def session_thread(t: threading.Thread, workload: tuple[str, ...] = WORKLOAD_THREADS) -> bool:

@@ -79,6 +79,12 @@ class StepRecorder:
         # tuiprof's time on the program's threads: the session's overhead counts it (the
         # listener's own, nested in these, once)
         self.hooks: HookClock = getattr(listener, "hook_clock", None) or HookClock()
+        # inside this recorder's spans the listener's step hooks need no spans of their own
+        # (they would only nest): a listener that shares the clock hands over its hooks
+        # without them, and a step pays one clock read at each of its two boundaries
+        inner = getattr(listener, "unspanned_hooks", None)
+        self._in = (inner() if inner is not None and self.hooks is getattr(
+            listener, "hook_clock", None) else listener)
         self.timer = timer if timer is not None else StepTimer()
         self._gpu_sink = getattr(listener, "token_gpu_time", None)
         self.clock = clock
@@ -154,7 +160,7 @@ class StepRecorder:
             if prev is not None:
                 self._finish(t)
                 if not prev.launched:  # no busy-device moment: its bookkeeping is done at its end
-                    self.listener.token_launched(prev.model_window(t))
+                    self._in.token_launched(prev.model_window(t))
             if phase == PREFILL:
                 if not self._fresh:
                     self._new_cycle()
@@ -165,7 +171,7 @@ class StepRecorder:
             op = self._open = _Open(source, phase, mode, t, step, max(0, self._cycle))
             self.counts[source] += 1
             host = source in HOST_SOURCES
-            self.listener.token_started(phase, mode, step, max(0, self._cycle), t,
+            self._in.token_started(phase, mode, step, max(0, self._cycle), t,
                                         batch=max(0, int(batch)),
                                         positions=max(0, int(positions)), host=host)
             if host:  # after token_started, as in the engine: a CUPTI switch there is not the step's
@@ -191,8 +197,8 @@ class StepRecorder:
             op = self._open
             if op is not None and op.source == source and not op.launched:
                 op.launched = True
-                self.listener.token_launched(op.model_window(self.clock()) if op.model_start
-                                             else None)
+                self._in.token_launched(op.model_window(self.clock()) if op.model_start
+                                        else None)
                 self._read_gpu_times()  # the steps before, off the step's critical path
 
     def device_done(self, source: str) -> None:
@@ -244,11 +250,18 @@ class StepRecorder:
                 t = self.clock() if end_ns is None else end_ns
                 self._finish(t)
                 # no next step to wait for: store it now
-                self.listener.token_launched(None if op.launched else op.model_window(t))
+                self._in.token_launched(None if op.launched else op.model_window(t))
 
     def close(self) -> None:
         """End whatever step is open (the program ended) and read the last steps' GPU times
         (waiting for them is harmless now)."""
+        t0 = self.hooks.enter()
+        try:
+            self._close()
+        finally:
+            self.hooks.leave(t0)
+
+    def _close(self) -> None:
         with self._lock:
             op, window = self._open, None
             if op is not None:
@@ -256,7 +269,7 @@ class StepRecorder:
                 self._finish(t)
                 window = None if op.launched else op.model_window(t)
             self._read_gpu_times(wait=True)
-            self.listener.token_launched(window)
+            self._in.token_launched(window)
 
     def _finish(self, t: int) -> None:
         op = self._open
@@ -264,7 +277,7 @@ class StepRecorder:
         t = max(t, op.start_ns)
         if op.gpu is not None:
             self.timer.finished(self._tokens, op.gpu)
-        self.listener.token_finished(TokenEvent(
+        self._in.token_finished(TokenEvent(
             self._tokens, op.step, op.phase, op.mode, None, op.start_ns, t,
             (t - op.start_ns) / 1e6, None, op.cycle))
         self._tokens += 1
@@ -294,14 +307,18 @@ class StepRecorder:
         self._resume.set()
 
     def _wait_resumed(self, source: str) -> None:
-        with self._lock:
-            op = self._open
-            if op is not None and op.source == source:
-                t = self.clock()
-                self._finish(t)
-                self.listener.token_launched(None if op.launched else op.model_window(t))
-            self._state = "paused"
-            self.listener.state_changed("paused")
+        t0 = self.hooks.enter()
+        try:
+            with self._lock:
+                op = self._open
+                if op is not None and op.source == source:
+                    t = self.clock()
+                    self._finish(t)
+                    self._in.token_launched(None if op.launched else op.model_window(t))
+                self._state = "paused"
+                self.listener.state_changed("paused")
+        finally:
+            self.hooks.leave(t0)
         # short waits: a signal (Ctrl-C) still reaches a program paused on its main thread
         while not self._resume.wait(0.1):
             pass
