@@ -98,6 +98,7 @@ SYSTEM_FILES = {
     "tests/sessions/test_fleet.py",
     "tests/export/test_prometheus.py",
     "tests/engine/test_compile_helper.py",
+    "tests/engine/test_precompiled_engine.py",
     "tests/sessions/test_torchrun.py",
     "tests/test_wheel.py",
 }

@@ -1,8 +1,8 @@
 """A step's bookkeeping cost (``step_cost.py``) across source trees, interleaved in rounds.
 
 Each round runs this checkout's ``bench/overhead/step_cost.py`` once per tree, each in a fresh
-process importing that tree's tuiprof (the script is copied into the tree as
-``bench/overhead/.step_cost_ab.py`` and run from there) (the order rotates a round, so a busy moment of a shared machine
+process importing that tree's tuiprof (the script is copied into the tree's bench folder under
+a dot name, :data:`COPY`, and run from there) (the order rotates a round, so a busy moment of a shared machine
 falls on every tree alike), and reads its median µs a step. The table gives each round's
 figures, each tree's median of rounds and its ratio to the first tree's, and the ratios of
 each round's pairs (median and range)::
@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().with_name("step_cost.py")
+COPY = ".step_cost_ab_copy.py"   # the script's copy inside each tree (it imports its own tree)
 ROW = re.compile(r"^\|\s*\d+\s*\|\s*\d+\s*\|\s*(-?[\d.]+)")
 
 
@@ -31,7 +32,7 @@ def one(tree: Path, steps: int, inner: int, clock: str) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree))
     # this checkout's script (the same measurement for every tree), run as a copy inside the
     # tree: the script puts its own tree first on sys.path
-    script = tree / "bench/overhead/.step_cost_ab.py"
+    script = tree / "bench" / "overhead" / COPY
     script.write_text(SCRIPT.read_text())
     out = subprocess.run([sys.executable, str(script), "--steps", str(steps),
                           "--rounds", str(inner), "--clock", clock],

@@ -4,8 +4,8 @@ The app runs in tmux at 200x50 as a user runs it. Per run: wait for the first to
 eager for ``--eager-s`` seconds (the rate before `c`), press `c`, poll the header every 0.5 s
 until it says ``mode compiled`` with no compile running; then `b` the same way (batch 2).
 The screen is captured every 5 s. From the header's step counter it reports: seconds from `c`
-to compiled mode, eager steps/s before `c` and beside the compile (whole window and per 5 s),
-and the same for `b`.
+to compiled mode, eager steps/s before `c` and beside the compile (whole window, per 5 s and
+the slowest 5 s window), and the same for `b`.
 
 "cold": a fresh, empty inductor cache; "warm": the same cache again (the second session on the
 machine). ``--code after`` is this tree's default (cold: a helper process fills the persistent
@@ -144,10 +144,14 @@ def switch(run: Run, tmux: Tmux, name: str, key: str, batch: int, timeout: float
     end = t_done if t_done is not None else time.monotonic() - run.t0
     res[f"{key}_rate"] = rate(run.samples, t0, end)
     res[f"{key}_per_5s"] = per_5s(run.samples, t0, end)
+    # the worst 5 s window beside the compile (a mean hides the moments decoding nearly stops)
+    windows = [r for r in res[f"{key}_per_5s"] if r is not None]
+    res[f"{key}_min_5s"] = min(windows) if windows else None
     return t_done
 
 
-def one(tmux: Tmux, args, code: str, kind: str, env: dict, screens: list[str]) -> dict:
+def one(tmux: Tmux, args, code: str, kind: str, env: dict, screens: list[str],
+        cache: Path | None = None) -> dict:
     name = f"cl-{code}-{kind}"
     tmux("kill-session", "-t", name)
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
@@ -174,6 +178,16 @@ def one(tmux: Tmux, args, code: str, kind: str, env: dict, screens: list[str]) -
     if t_done is not None:
         run.wait(lambda s, a, b: time.monotonic() - run.t0 >= t_done + 5, 8, "compiled")
         res["compiled_rate"] = rate(run.samples, t_done + 1, t_done + 5)
+        if args.wait_saved and cache is not None and kind == "cold":
+            # a cold compile's helper saves the compiled step for the next session after it
+            # (tuiprof/engine/precompiled.py); a session that quits first stops it
+            end = time.monotonic() + args.wait_saved
+            while time.monotonic() < end and not list(cache.glob("*/precompiled/*.bin")):
+                time.sleep(0.5)
+            found = list(cache.glob("*/precompiled/*.bin"))
+            res["saved_after_s"] = (round(min(p.stat().st_mtime for p in found) - time.time()
+                                          + (time.monotonic() - run.t0) - t_done, 1)
+                                    if found else None)
         if args.batch:
             switch(run, tmux, name, "b", 2, args.compile_timeout, res)
     lines = tmux.screen(name)
@@ -208,6 +222,9 @@ def main() -> int:
                     help="KEY=VALUE for the app (e.g. TUIPROF_COMPILE_OVERLAP=0, "
                          "TUIPROF_WARM_COMPILE=beside); repeatable")
     ap.add_argument("--tag", default="", help="appended to the output files' names")
+    ap.add_argument("--wait-saved", type=float, default=0.0, metavar="S",
+                    help="after compiled mode, wait up to S s for the helper to save the compiled "
+                         "step (the next session's `c` loads it) before quitting")
     args = ap.parse_args()
     out = Path(os.environ.get("OUT", ".")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -227,24 +244,29 @@ def main() -> int:
     results = []
     t_all = time.monotonic()
     for kind in args.kinds.split(","):
-        r = one(tmux, args, args.code, kind, env, screens)
+        r = one(tmux, args, args.code, kind, env, screens, cache)
         results.append(r)
         print(json.dumps({k: v for k, v in r.items() if k not in ("samples", "env")}), flush=True)
     tmux("kill-session", "-t", "cl-keep")
     print(f"\n{args.model}, code {args.code} (cache {cache}); total {time.monotonic() - t_all:.0f} s")
     print("| code | cache | `c` → compiled s | eager before tok/s | eager beside tok/s (share) | "
-          "compiled tok/s | `b` → compiled s | beside `b` tok/s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "beside `c`: min over 5 s windows (share) | compiled tok/s | `b` → compiled s | "
+          "beside `b` tok/s (min 5 s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['code']} | {r['kind']} | {r.get('c_to_compiled_s')} | {r.get('eager_rate')} | "
-              f"{r.get('c_rate')} ({r.get('beside_share')}) | {r.get('compiled_rate')} | "
-              f"{r.get('b_to_compiled_s')} | {r.get('b_rate')} |")
+        low, before = r.get("c_min_5s"), r.get("eager_rate")
+        low_share = round(low / before, 3) if low is not None and before else None
+        print(f"| {r['code']} | {r['kind']} | {r.get('c_to_compiled_s')} | {before} | "
+              f"{r.get('c_rate')} ({r.get('beside_share')}) | {low} ({low_share}) | "
+              f"{r.get('compiled_rate')} | {r.get('b_to_compiled_s')} | {r.get('b_rate')} "
+              f"({r.get('b_min_5s')}) |")
     for r in results:
         print(f"{r['code']} {r['kind']}: per 5 s beside `c` {r.get('c_per_5s')}; "
               f"beside `b` {r.get('b_per_5s')}; helpers left {r.get('helpers_left')}; "
               f"quit {r.get('quit_s')} s; kernels/step {r.get('kernels')}; "
               f"status: {r.get('status_line')}")
-        print(f"{r['code']} {r['kind']}: `c` said {r.get('c_status')!r}; `b` said {r.get('b_status')!r}")
+        print(f"{r['code']} {r['kind']}: `c` said {r.get('c_status')!r}; `b` said {r.get('b_status')!r}; "
+              f"compiled step saved {r.get('saved_after_s')} s after compiled mode")
     (out / f"compile_live_{tag}.json").write_text(json.dumps(results, indent=1))
     (out / f"compile_live_{tag}_screens.txt").write_text("\n".join(screens))
     return 0

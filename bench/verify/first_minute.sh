@@ -11,6 +11,12 @@
 #   bash bench/verify/first_minute.sh 3   # the same with the one-process compile as before (~6 min)
 #   bash bench/verify/first_minute.sh 4   # kernel parity (1,839 eager / 522 compiled) and the GPU
 #                                  # collection tests on this tree (~4 min)
+#   bash bench/verify/first_minute.sh 5   # the first minute's rest: a first start (empty bytecode
+#                                  # tree, -X importtime) and second starts, whole process, of a
+#                                  # tree in .before (the code before) and this one; `c` cold (its
+#                                  # helper saves the compiled step) then warm (the step loaded),
+#                                  # eager's slowest 5 s beside the cold compile, kernels per
+#                                  # step of each (~5 min)
 #
 # Each prints its table; files go to $OUT (at most 8).
 set -u
@@ -45,6 +51,14 @@ case "${1:-}" in
   timeout 280 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_collect_gpu.py \
     >"$OUT/gpu_collect_tests.txt" 2>&1
   tail -5 "$OUT/gpu_collect_tests.txt" ;;
+5)
+  tmx
+  timeout 150 python bench/verify/first_token_whole.py --trees before=.before,this=. --rounds 2 \
+    --first --importtime >"$OUT/first_token_whole.txt" 2>&1
+  tail -7 "$OUT/first_token_whole.txt"
+  timeout 250 python bench/verify/compile_live.py --tmux "$T" --code after --no-batch --eager-s 12 \
+    --wait-saved 60 --tag saved >"$OUT/compile_saved.txt" 2>&1
+  tail -9 "$OUT/compile_saved.txt" ;;
 *)
-  sed -n 2,14p "$0" ;;
+  sed -n 2,20p "$0" ;;
 esac

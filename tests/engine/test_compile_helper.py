@@ -100,7 +100,10 @@ def cache_root(tmp_path_factory):
 
 
 def _scenario(name: str, cache_root: Path, **extra: str) -> dict:
+    # the helper and inductor's cache as such: no compiled steps kept across sessions (those
+    # skip inductor's cache; tests/engine/test_precompiled_engine.py has them)
     env = dict(os.environ, TUIPROF_INDUCTOR_CACHE=str(cache_root), TUIPROF_COMPILE_HELPER="on",
+               TUIPROF_PRECOMPILE="off",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                **extra)
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)

@@ -85,6 +85,21 @@ def exit_if_busy(prof, code: int) -> int:
     os._exit(code)
 
 
+_END_AT_ONCE: list[bool] = []
+
+
+def end_at_once() -> None:
+    """This command's work is done and written: the process may end without the interpreter's
+    teardown (torch's modules, the CUDA context, the session's idle threads: about a second of
+    a one-token headless run that a user waits for). Only ``python -m tuiprof`` acts on it
+    (:func:`ending_at_once`); a caller of ``main()`` in its own process is left alone."""
+    _END_AT_ONCE.append(True)
+
+
+def ending_at_once() -> bool:
+    return bool(_END_AT_ONCE)
+
+
 def write_outputs(view, out: Path, record: str | None) -> Path:
     """Write the snapshot (and the recording); returns where the snapshot went."""
     from ..export.snapshot import write_snapshot  # noqa: PLC0415

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import TuiprofError
 from ..phases import EAGER, MODES
 from ..text import printable
-from .common import (Interrupted, exit_if_busy, output_path, print_summary, say,
+from .common import (Interrupted, end_at_once, exit_if_busy, output_path, print_summary, say,
                      stop_on_signals, write_or_fallback, write_outputs)
 from .sessions import add_run_arguments as add_session_arguments
 from .sessions import hold, start_detached
@@ -291,6 +291,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print_summary(view, prof)
     for line in feeds.summary():
         say(f"tuiprof: {line}")
+    end_at_once()   # the built-in engine's headless run: written, nothing left to wait for
     if stopping:
         return exit_if_busy(prof, 128 + stopping[0])
     return exit_if_busy(prof, 1 if prof.status.state == "error" else 0)

@@ -69,6 +69,7 @@ class CompileHelper:
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
         self._stopped = threading.Event()
+        self.saves = threading.Event()   # set once it saved its step (or ended)
         self.lines: list[str] = []
 
     @property
@@ -125,7 +126,13 @@ class CompileHelper:
             if line.startswith("compiled "):
                 compiled.append(int(line.split()[1]))
             elif line == "done":
-                self._close(proc)
+                if self.request.get("precompile"):
+                    # it saves the compiled step for the next session now: read its lines
+                    # until it has, then close it (the session's close stops it before)
+                    threading.Thread(target=self._finish, args=(proc,), daemon=True,
+                                     name="tuiprof-helper-save").start()
+                else:
+                    self._close(proc)
                 return HelperResult(True, seconds=time.perf_counter() - t0, compiled=compiled)
             elif line.startswith("error "):
                 self._close(proc)
@@ -138,6 +145,23 @@ class CompileHelper:
         how = f"signal {-code}" if code < 0 else f"exit status {code}"
         return HelperResult(False, f"compile helper ended ({how}) before it had compiled",
                             time.perf_counter() - t0, compiled)
+
+    def _finish(self, proc: subprocess.Popen) -> None:
+        """After ``done``: the helper's ``saved``/``unsaved`` lines until ``finished``, kept in
+        :attr:`lines` (``saves`` is set at the end, whatever happened)."""
+        try:
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").strip()
+                self.lines.append(line)
+                del self.lines[:-32]
+                if line == "finished":
+                    break
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.saves.set()
+            if not self._stopped.is_set():
+                self._close(proc)
 
     def stop(self) -> None:
         """End the helper and its compile workers (its process group); waits a little."""

@@ -36,6 +36,35 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
+def _save_steps(engine, pre: dict, batches: list[int]) -> None:
+    """Compile each graph of ``batches`` ahead of time and save it where the session's next
+    compile looks (:mod:`.precompiled`); says ``saved <graph> <seconds>`` or ``unsaved <graph>
+    <why>`` each, then ``finished``. The session stops this process when it ends; a file is
+    written whole or not at all."""
+    from pathlib import Path
+
+    from .precompiled import PrecompiledSteps, graph_of, mode_options
+
+    steps = PrecompiledSteps(Path(pre["dir"]), pre["fields"])
+    seen: set = set()
+    for batch in batches:
+        graph = graph_of(batch)
+        if graph in seen or steps.whole_refused(graph) or steps.path(graph).exists():
+            continue
+        seen.add(graph)
+        t0 = time.perf_counter()
+        try:
+            fn, note = steps.compile(graph, engine.adapter.decode, engine.adapter,
+                                     engine.compile_args(batch), mode_options(engine.compile_mode))
+        except BaseException as exc:
+            fn, note = None, f"{type(exc).__name__}: {one_line(exc, 120)}"
+        if fn is not None and not note:
+            _say(f"saved {graph} {time.perf_counter() - t0:.2f}")
+        else:
+            _say(f"unsaved {graph} {note}")
+    _say("finished")
+
+
 def main(argv: list[str]) -> int:
     family, device = (argv + ["-", "cpu"])[:2]
     t0 = time.perf_counter()
@@ -88,6 +117,9 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # one line for the session's note
         _say(f"error {type(exc).__name__}: {one_line(exc, 160)}")
         return 1
+    pre = request.get("precompile")
+    if pre:  # the session goes on with the cache filled; this saves the step for the next one
+        _save_steps(engine, pre, [int(b) for b in request["batches"]])
     # stay until the session has read "done" and closed the pipe (the watcher ends us)
     threading.Event().wait(60)
     return 0

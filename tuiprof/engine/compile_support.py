@@ -23,9 +23,27 @@ class CompiledStep:
     reuses that graph (CUDA graph trees still record one graph per batch size). Batch 1 gets a
     static graph of its own (dynamo specialises size 1). ``batches``: those already run."""
 
-    fn: Callable
+    dynamo: Callable                            # torch.compile's function
     batches: set = field(default_factory=set)
     order: list = field(default_factory=list)   # the batches in the order they were compiled
+    # a graph ("b1", "dyn": precompiled.graph_of) -> its step compiled ahead of time, loaded
+    # from the cache or saved there (tuiprof/engine/precompiled.py)
+    aot: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)   # one line each: what the saved steps did
+
+    @property
+    def fn(self) -> Callable:
+        """What the engine calls: dynamo's function, or, once a graph was compiled ahead of
+        time, a step that takes that graph's function for its batch (dynamo's for the rest)."""
+        aot = self.aot
+        if not aot:
+            return self.dynamo
+        dynamo = self.dynamo
+
+        def step(*args: Any) -> Any:
+            f = aot.get("b1" if args[0].shape[0] == 1 else "dyn")
+            return (f or dynamo)(*args)
+        return step
 
     def add(self, batch: int) -> None:
         if batch not in self.batches:
@@ -50,6 +68,8 @@ class _CompileJob:
     helper_done: threading.Event = field(default_factory=threading.Event)
     parts: dict = field(default_factory=dict)  # seconds in dynamo and inductor (_compile_times)
     gated_s: float = 0.0            # inductor's part spent waiting for the helper (overlap)
+    saved_step: str = ""            # "loaded" / "saved": the graph's step kept across sessions
+    notes: list = field(default_factory=list)   # one line each from the saved steps
     noted: bool = False
     cancelled: bool = False
 
@@ -173,6 +193,9 @@ def _took(job: _CompileJob, graphs_s: float | None = None, graphs: str = "") -> 
         parts.append(f"{graphs} {graphs_s:.1f} s")
     if job.helper_s is not None and not job.helper_note:
         parts.append(f"{job.helper_s:.1f} s in a helper process")
+    if job.saved_step:
+        parts.append("saved step loaded" if job.saved_step == "loaded"
+                     else "step saved for the next session")
     return f"{total:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
 
 

@@ -97,6 +97,8 @@ class Engine(Switching):
         self.compile_s: float | None = None
         self.compile_helper_s: float | None = None   # the helper's part of the last compile
         self.compile_parts: dict = {}   # the last compile_batch's dynamo and inductor seconds
+        self.saved_step = ""            # the last compile_batch's saved step: loaded, saved or ""
+        self._helper_saves = False      # the compile's helper process saves its step
         self.graphs_s: float | None = None  # the last switch's warm-up and CUDA-graph recording
         self.compile_cache_hits: dict = {}   # inductor's cache hits/misses in the last compile
         self.error: str | None = None
@@ -334,7 +336,11 @@ class Engine(Switching):
                                            end_ns, (t1 - t0) * 1e3, gpu_ms, self.cycle,
                                            live.batch, self._compiling, token_ids))
         self.tokens += 1
-        if self.tokens == 1 and self.background_compile and self.compile_helper is not None:
+        # the helper is prestarted for a session that decodes on until its user asks for
+        # compiled mode (the live app loops); a bounded run (headless) compiles in the
+        # foreground or never, and a helper started then is only stopped again at its end
+        if (self.tokens == 1 and self.loop and self.background_compile
+                and self.compile_helper is not None):
             prestart = getattr(self.compile_helper, "prestart", None)
             if prestart is not None:  # its imports take seconds: done before a compile is asked
                 try:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ..errors import TuiprofError
 from ..startup import in_thread, note, phase
-from . import compile_cache, compile_helper
+from . import compile_cache, compile_helper, precompiled
 from .events import EngineListener
 from .model_defs import DTYPE_BYTES
 from .source import ModelSource, resolve_model
@@ -418,6 +418,8 @@ class CompileSetup:
         self.cache_dir: Path | None = None
         self._idle = None             # a prestarted helper, waiting
         self._prepared = False
+        self._precompiled = None      # PrecompiledSteps, or False when there are none
+        self._saving: list = []       # helpers that save the compiled step after their compile
 
     def prepare(self) -> None:
         """Before this process's first compile (or helper): the key directory, pointed at (and
@@ -471,11 +473,29 @@ class CompileSetup:
         except OSError:
             pass
 
+    def precompiled(self):
+        """The compiled steps kept across sessions in this model's cache directory
+        (:mod:`tuiprof.engine.precompiled`), for this engine's shapes; None when off."""
+        if self._precompiled is None:
+            self.prepare()
+            pre = False
+            if self.cache_dir is not None and precompiled.supported():
+                adapter = type(self.loaded.adapter)
+                pre = precompiled.PrecompiledSteps(self.cache_dir, {
+                    "max_len": self.max_len, "prompt_len": self.prompt_len,
+                    "compile_mode": getattr(self.engine, "compile_mode", ""),
+                    "adapter": f"{adapter.__module__}.{adapter.__qualname__}"})
+            self._precompiled = pre
+        return self._precompiled or None
+
     def close(self) -> None:
         """The session ends: an idle helper goes with it."""
         idle, self._idle = self._idle, None
         if idle is not None:
             idle.stop()
+        saving, self._saving = self._saving, []
+        for h in saving:   # still saving a compiled step: the file is written whole or not
+            h.stop()
 
     def __call__(self, batches: list[int]):
         """A helper compiling ``batches`` in order (the prestarted one if it still runs); None
@@ -500,6 +520,9 @@ class CompileSetup:
                    "prompt_len": self.prompt_len, "weights": self.weights,
                    "trust_remote_code": self.trust, "batches": [int(b) for b in batches],
                    "compile_mode": getattr(self.engine, "compile_mode", None)}
+        pre = self.precompiled()
+        if pre is not None:  # after its compile, it saves the step for the next session
+            request["precompile"] = {"dir": str(self.cache_dir), "fields": pre.fields}
         h, self._idle = self._idle, None
         if h is None or not h.alive:
             h = self._new_helper()
@@ -509,6 +532,8 @@ class CompileSetup:
             h.stop()
             h = self._new_helper()
             h.send(request)
+        if pre is not None:
+            self._saving = [x for x in self._saving if x.alive] + [h]
         return h
 
     def _new_helper(self):

@@ -34,6 +34,7 @@ from .compile_support import (COMPILE_SWITCH_INTERVAL_S, CompiledStep, _CompileJ
                               _warm_foreground, compile_overlap)
 from .lockstep import PAUSE_POLL_S
 from .memory import is_oom, memory_figures
+from .precompiled import graph_of, mode_options
 
 
 def extend_prompt(prompt: torch.Tensor, batch: int, vocab_size: int, seed: int) -> torch.Tensor:
@@ -282,6 +283,8 @@ class Switching:
         torch.set_grad_enabled(False)
         try:
             self.compile_parts = {}
+            self.saved_step = ""
+            self._helper_saves = job.helper is not None
             if job.helper is None:
                 self.compile_batch(job.batch, job.cache)
             elif compile_overlap():
@@ -297,6 +300,10 @@ class Switching:
             job.error = exc
         finally:
             job.parts = dict(self.compile_parts)
+            job.saved_step = self.saved_step
+            step = self._compiled.get(self.compile_mode)
+            if isinstance(step, CompiledStep):
+                job.notes, step.notes[:] = list(step.notes), []
             job.seconds = time.perf_counter() - job.t0
             job.done.set()
             with self._cond:
@@ -324,16 +331,10 @@ class Switching:
         cache of that batch, made here when None), without recording CUDA graphs. The compile
         helper process calls this too, so that both compile the very same graphs."""
         step = self._compiled_step()
-        cache = self.adapter.new_cache(batch) if cache is None else cache
-        tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
-        plen = self.prompt_ids.shape[1]
-        pos = torch.tensor([plen], device=self.device)
-        masks = self._decode_masks(cache, batch)
-        args = (tok, pos, cache) if masks is None else (tok, pos, cache, masks.at(pos, plen))
-        if batch > 1:  # one graph for every batch >= 2 (batch 1 keeps its own)
-            self._mark_batch_dynamic(tok, cache, args[3:])
+        args = self.compile_args(batch, cache)
         before, times = _cache_counters(), _compile_times()
         with _no_cudagraphs(self.cuda):
+            self._ahead_of_time(step, batch, args)
             step.fn(*args)
         if self.cuda:
             torch.cuda.synchronize(self.device)
@@ -341,6 +342,45 @@ class Switching:
         self.compile_cache_hits = {k: after[k] - before.get(k, 0) for k in after}
         self.compile_parts = {k: v - times.get(k, 0.0) for k, v in _compile_times().items()}
         step.add(batch)
+
+    def compile_args(self, batch: int, cache: Any = None) -> tuple:
+        """The decode step's arguments a compile for ``batch`` traces with (``cache``: a scratch
+        cache of that batch, made here when None), the batch dimension marked dynamic above 1:
+        one graph for every batch >= 2 (batch 1 keeps its own)."""
+        cache = self.adapter.new_cache(batch) if cache is None else cache
+        tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
+        plen = self.prompt_ids.shape[1]
+        pos = torch.tensor([plen], device=self.device)
+        masks = self._decode_masks(cache, batch)
+        args = (tok, pos, cache) if masks is None else (tok, pos, cache, masks.at(pos, plen))
+        if batch > 1:
+            self._mark_batch_dynamic(tok, cache, args[3:])
+        return args
+
+    def _ahead_of_time(self, step: CompiledStep, batch: int, args: tuple) -> None:
+        """The graph of ``batch`` from a step saved by an earlier session, else compiled whole
+        ahead of time and saved for the next one (:mod:`tuiprof.engine.precompiled`); nothing
+        when this session keeps none (the helper process, a TP group, a torch without it): the
+        call that follows compiles it with dynamo then."""
+        saved = getattr(self.compile_helper, "precompiled", None)
+        pre = saved() if saved is not None else None
+        graph = graph_of(batch)
+        if pre is None or graph in step.aot:
+            return
+        fn, note = pre.load(graph, self.adapter, args)
+        how = "loaded" if fn is not None else ""
+        # a helper process compiling this graph saves it too, after its compile (the session's
+        # compile finds its kernels in the cache and needs no second trace of its own)
+        if fn is None and not self._helper_saves and not pre.whole_refused(graph):
+            fn, saved_note = pre.compile(graph, self.adapter.decode, self.adapter, args,
+                                         mode_options(self.compile_mode))
+            note = "; ".join(x for x in (note, saved_note) if x)
+            how = "saved" if fn is not None and not saved_note else ""
+        if note:
+            step.notes.append(note)
+        if fn is not None:
+            step.aot[graph] = fn
+        self.saved_step = how
 
     def _mark_batch_dynamic(self, tok: torch.Tensor, cache: Any, masks: tuple = ()) -> None:
         """Compile the batch dimension as dynamic from the start: a later batch (>= 2) then
@@ -363,6 +403,8 @@ class Switching:
             return
         self.compile_s = job.seconds
         self.compile_helper_s = job.helper_s
+        for note in job.notes:  # a saved step that could not be used or kept: one line each
+            self._note(note)
         record = getattr(self.compile_helper, "compiled", None)
         if record is not None:  # the next session of this model finds it in the cache
             step = self._compiled.get(self.compile_mode)
