@@ -2,9 +2,12 @@
 the test driver emits a decode loop's records in chunks, one chunk every ``ms`` milliseconds,
 through tuiprof's injection library and the stand-in libcupti.
 
-    python3 -m tests.native.live_demo DIR [CHUNKS] [MS]
+    python3 -m tests.native.live_demo DIR [CHUNKS] [MS] [graphs]
 
-builds everything in DIR and prints the command to run (with TUIPROF_CUPTI_LIB set)."""
+builds everything in DIR and prints the command to run (with TUIPROF_CUPTI_LIB set).
+``graphs``: each decode step is one CUDA-graph launch record (what ``--cuda-graph-trace graph``
+gets from CUPTI), on the stand-in's clock (the wall clock), so the sampled default's bursts
+fall on some of them."""
 from __future__ import annotations
 
 import sys
@@ -22,6 +25,18 @@ def main() -> None:
     n = compile_native(d)
     t = time.time_ns() + 2_000_000_000
     corr = 1
+    if len(sys.argv) > 4 and sys.argv[4] == "graphs":
+        from .test_graphs_and_bursts import _graph_decode
+
+        for i in range(chunks):
+            s = Script()
+            _graph_decode(s, 20, t0=t, corr=corr)
+            s.write(d / f"chunk.{i}")
+            corr += 200
+            t += ms * 1_000_000
+        print(f"TUIPROF_CUPTI_LIB={n.fake} python3 -m tuiprof run --cuda-graph-trace graph -- "
+              f"{n.driver} drip {d / 'chunk'} {chunks} 100000 {ms}")
+        return
     for i in range(chunks):
         s = Script()
         # 20 decode steps a chunk (a prefill every 10 chunks): ~0.33 ms a step on the stand-in

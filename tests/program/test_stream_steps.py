@@ -217,3 +217,31 @@ def test_a_python_program_in_windows_hears_of_the_loop_in_its_kernels(prof):
     assert loop["kernels_per_step"] == len(STEP) and loop["confidence_label"] == "high"
     assert f"its kernels repeat a loop of {len(STEP)} kernels" in f.evidence
     assert "docs/native.md" in f.advice
+
+
+def test_graph_level_steps_are_cut_live_despite_the_pauses_between_runs_of_launches(prof):
+    """Graph-level trace, sampled: between bursts only the graph launches arrive, one a decode
+    step, in runs with the program's waits between them. Such a wait is no layer boundary of a
+    longer step (a launch is a step's whole graph), so the live search cuts a step per launch
+    at once instead of waiting for 20,000 launches."""
+    from tuiprof.store.records import GRAPH_KERNEL
+
+    clock, sink = auto_sink(prof)
+    t, corr, store = 1_000_000_000, 0, prof.store
+    for run in range(6):
+        recs = []
+        for _ in range(20):                       # 20 tokens, one graph launch each
+            t += 60_000
+            corr += 1
+            recs.append(("R", "cudaGraphLaunch", t - 5_000, t - 1_000, corr))
+            recs.append(("K", GRAPH_KERNEL, t, t + 1_200_000, 0, 0, 0, 0, 0, 0, 0, 0, 7, corr,
+                          12))
+            t += 1_200_000
+        t += 400_000_000                          # the program waits before its next run
+        clock[0] += 1.5
+        store.add_records(sink.feed([], recs))
+    assert sink.loop is not None and sink.loop.anchor == GRAPH_KERNEL   # found before the end
+    assert sink.counts["decode"] >= 60            # steps already cut, live
+    store.add_records(sink.drain())
+    sink.recorder.close()
+    assert sink.counts["decode"] == 120

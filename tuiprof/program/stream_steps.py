@@ -22,8 +22,9 @@ from bisect import bisect_left
 from collections import OrderedDict, deque
 
 from ..analysis.period import DECODE, Cut, Loop, cut, detect, unexplained_pauses
-from ..store.records import (API, C_END, K_CORR, K_END, K_NAME, K_START, K_STREAM, KERNEL, KIND,
-                             MEMCPY, R_CORR, R_END, R_START, record_start)
+from ..store.records import (API, C_END, GRAPH_KERNEL, K_CORR, K_END, K_NAME, K_START,
+                             K_STREAM, KERNEL, KIND, MEMCPY, R_CORR, R_END, R_START,
+                             record_start)
 from .steps import WINDOW, StepRecorder
 
 SOURCE = "auto"
@@ -130,9 +131,11 @@ class StreamSteps:
                            [k[3] for k in part], [k[4] for k in part])
             if found.usable or len(part) < 256:
                 break
-        if found.usable and not final and len(ks) < SEARCH_KERNELS and unexplained_pauses(
-                [k[0] for k in part], [k[1] for k in part], found):
+        if found.usable and not final and len(ks) < SEARCH_KERNELS \
+                and found.loop.anchor != GRAPH_KERNEL and unexplained_pauses(
+                    [k[0] for k in part], [k[1] for k in part], found):
             # the pauses of a longer step, not yet seen three times: a later search decides
+            # (a step per graph launch is no layer of a longer step: its kernels are one launch)
             return
         if not found.usable:
             if final or self.found is None:
