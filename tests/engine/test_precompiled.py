@@ -49,7 +49,7 @@ def test_saved_then_loaded_the_same_numbers_and_the_weights_read_at_each_call(sa
     with torch.no_grad():
         eager = tiny.decode(*args)
         assert torch.allclose(fn(*args), eager, atol=1e-6)
-        loaded, note = steps.load("b1", tiny, args)
+        loaded, note = steps.load("b1", tiny, args, pc.mode_options("default"))
         assert note == "" and loaded is not None
         assert torch.allclose(loaded(*args), eager, atol=1e-6)
         tiny.lin.weight.mul_(2.0)            # not kept in the file: read from the module
@@ -123,6 +123,31 @@ def test_bounded_least_recently_used_first(tmp_path):
     removed = steps.prune()
     assert set(removed) == {files[0], files[1]}
     assert files[2].exists() and files[3].exists() and (steps.dir / "b1-0000.not-whole").exists()
+
+
+def test_loading_follows_the_compile_modes_cuda_graph_switch(saved, monkeypatch, tmp_path):
+    """inductor reads ``triton.cudagraphs`` when a saved graph is loaded: the load runs with the
+    compile mode's options in force (reduce-overhead: CUDA graphs), and leaves them as they were."""
+    import torch._inductor.config as inductor_config
+
+    saved_steps, tiny, args, _fn, _note = saved
+    steps = pc.PrecompiledSteps(tmp_path, FIELDS)    # a copy: a load that fails removes it
+    steps.dir.mkdir()
+    data = saved_steps.path("b1").read_bytes()
+    steps.path("b1").write_bytes(data)
+    seen = []
+    real = torch.compiler.load_compiled_function
+
+    def spy(fh, *a, **k):
+        seen.append(inductor_config.triton.cudagraphs)
+        return real(fh, *a, **k)
+
+    monkeypatch.setattr(torch.compiler, "load_compiled_function", spy)
+    before = inductor_config.triton.cudagraphs
+    for mode in ("reduce-overhead", "default"):
+        steps.path("b1").write_bytes(data)
+        steps.load("b1", tiny, args, pc.mode_options(mode))
+    assert seen == [True, before] and inductor_config.triton.cudagraphs == before
 
 
 def test_the_switch_and_the_graphs(monkeypatch):

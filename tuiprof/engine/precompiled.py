@@ -70,17 +70,21 @@ class PrecompiledSteps:
         return self.dir / f"{graph}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.bin"
 
     # ----------------------------------------------------------------- loading
-    def load(self, graph: str, bind: Any, args: tuple) -> tuple[Callable | None, str]:
+    def load(self, graph: str, bind: Any, args: tuple,
+             options: dict | None = None) -> tuple[Callable | None, str]:
         """The saved step of ``graph`` as a callable of the step's arguments (``bind`` first:
         the adapter whose method was compiled), checked against ``args``; (None, "") when none
-        is saved, (None, one line) when the file was unusable (then removed)."""
+        is saved, (None, one line) when the file was unusable (then removed). ``options``: the
+        compile's (:func:`mode_options`), in force while it loads: inductor decides there
+        whether the loaded graph records CUDA graphs (``reduce-overhead``), from its config."""
         path = self.path(graph)
         if not path.exists():
             return None, ""
         try:
             import torch
 
-            with open(path, "rb") as fh:
+            config = {k: v for k, v in (options or {}).items() if k != "guard_filter_fn"}
+            with open(path, "rb") as fh, torch._inductor.config.patch(config):
                 fn = torch.compiler.load_compiled_function(fh)
             if not fn.guard_check(bind, *args):
                 raise ValueError("its guards refuse this model's inputs")

@@ -367,13 +367,13 @@ class Switching:
         graph = graph_of(batch)
         if pre is None or graph in step.aot:
             return
-        fn, note = pre.load(graph, self.adapter, args)
+        options = mode_options(self.compile_mode)
+        fn, note = pre.load(graph, self.adapter, args, options)
         how = "loaded" if fn is not None else ""
         # a helper process compiling this graph saves it too, after its compile (the session's
         # compile finds its kernels in the cache and needs no second trace of its own)
         if fn is None and not self._helper_saves and not pre.whole_refused(graph):
-            fn, saved_note = pre.compile(graph, self.adapter.decode, self.adapter, args,
-                                         mode_options(self.compile_mode))
+            fn, saved_note = pre.compile(graph, self.adapter.decode, self.adapter, args, options)
             note = "; ".join(x for x in (note, saved_note) if x)
             how = "saved" if fn is not None and not saved_note else ""
         if note:
