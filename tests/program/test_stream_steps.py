@@ -245,3 +245,39 @@ def test_graph_level_steps_are_cut_live_despite_the_pauses_between_runs_of_launc
     store.add_records(sink.drain())
     sink.recorder.close()
     assert sink.counts["decode"] == 120
+
+
+def test_a_server_whose_batches_change_gets_a_step_per_graph_launch_with_its_batch(prof):
+    """llama-server's shape: every step one CUDA-graph launch (its kernels share the launch's
+    correlation id), the batched GEMV's column count following the slots in use (1, 2, … 8 and
+    back), the sampler's kernels launched one by one after each launch. No kernel sequence
+    repeats, yet each launch is a step, and its batch is the GEMV's columns."""
+    clock, sink = auto_sink(prof)
+    t, corr, store = 1_000_000_000, 0, prof.store
+    gemv = ("_Z13mul_mat_vec_qIL9ggml_type8ELi{}ELb0ELb0ELb0EEvPKvS2_PKi31ggml_cuda_mm_fusion_"
+            "args_devicePfj5uint3jjjS7_jjjS7_jjjj")   # as CUPTI named it on the H200
+    batches = [1, 2, 3, 5, 8, 8, 7, 8, 6, 4, 8, 8, 2, 1, 3, 8, 8, 8, 5, 2] * 2
+    recs = []
+    for step, b in enumerate(batches):
+        corr += 1
+        t += 80_000
+        recs.append(("R", "cudaGraphLaunch", t - 8_000, t - 1_000, corr))
+        for layer in range(4 + step % 3):        # the graph's shape changes too
+            for name in ("_Z12rms_norm_f32ILi1024EEvPKfPf", gemv.format(b), "k_bin_bcast_add"):
+                recs.append(("K", name, t, t + 4_000, 1, 1, 1, 128, 1, 1, 32, 0, 7, corr, 5))
+                t += 5_000
+        corr += 1
+        recs.append(("R", "cudaLaunchKernel", t + 1_000, t + 2_000, corr))
+        recs.append(("K", f"sampler_{step % 4}", t + 3_000, t + 6_000, 1, 1, 1, 32, 1, 1, 16, 0,
+                     7, corr, 0))
+        t += 6_000
+    for i in range(0, len(recs), 97):
+        clock[0] += 0.5
+        store.add_records(sink.feed([], recs[i:i + 97]))
+    assert sink.by_launch                          # found live, before the end
+    store.add_records(sink.drain())
+    sink.recorder.close()
+    toks = rows(prof)
+    assert [t.batch for t in toks] == batches
+    assert [t.kernels for t in toks] == [3 * (4 + s % 3) + 1 for s in range(len(batches))]
+    assert prof.store.meta["auto_steps"]["loop"].startswith("a step per CUDA-graph launch")

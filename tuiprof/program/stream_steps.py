@@ -10,6 +10,12 @@ if no loop ever shows, the held records older than ``hold_s`` (of record time) a
 fixed windows of ``window_ms`` (source ``windows``) on the records' own clock, so that a live
 display lags the program by at most about ``hold_s``.
 
+**A step per graph launch.** A server's steps change with every batch (llama-server's GEMVs
+take as many columns as slots are decoding), so no kernel sequence repeats. When none is found
+and nearly every kernel ran inside a CUDA graph, each graph launch (its kernels share the
+launch's correlation id) is a step, with the kernels launched one by one after it; the step's
+batch is the column count of its batched GEMVs (``×N tokens`` in ggml's names).
+
 A step's boundary is the launch (the runtime/driver API record's start) of its first kernel
 when that launch came after every kernel of the step before had started; else the kernel's
 own start. So every kernel of a step is in the step's window, and with a host that waits for
@@ -21,8 +27,11 @@ import time
 from bisect import bisect_left
 from collections import OrderedDict, deque
 
+import re
+
+from ..analysis.kernels import kernel_info
 from ..analysis.period import DECODE, Cut, Loop, cut, detect, unexplained_pauses
-from ..store.records import (API, C_END, GRAPH_KERNEL, K_CORR, K_END, K_NAME, K_START,
+from ..store.records import (API, C_END, GRAPH_KERNEL, K_CORR, K_END, K_GRAPH, K_NAME, K_START,
                              K_STREAM, KERNEL, KIND, MEMCPY, R_CORR, R_END, R_START,
                              record_start)
 from .steps import WINDOW, StepRecorder
@@ -36,6 +45,10 @@ MIN_NEW = 64              # new kernels before another search
 LAUNCHES = 65_536         # launch times kept (correlation id -> API start)
 MAX_PENDING = 200_000     # kernels of the loop's stream waiting for a boundary
 IDLE_STEPS = 10           # a gap after a step longer than this many median steps ends it early
+LAUNCH_SHARE = 0.8        # share of the searched kernels inside graph launches: a step a launch
+MIN_LAUNCHES = 16         # graph launches seen before a step per launch is taken
+BY_LAUNCH = Loop(0, "[a CUDA-graph launch]", 0, (), False, None)   # that mode's loop
+_TOKENS = re.compile(r" ×(\d+) tokens")
 
 
 class StreamSteps:
@@ -65,6 +78,7 @@ class StreamSteps:
         self._searched_at = -1e18
         self.counts = {"decode": 0, "prefill": 0, "identical": 0, "varying": 0, "windows": 0}
         self._durations: deque = deque(maxlen=64)   # recent decode steps' lengths (ns)
+        self.by_launch = False         # a step per graph launch (no repeating sequence)
 
     @property
     def markers(self) -> "StreamSteps":
@@ -81,7 +95,8 @@ class StreamSteps:
         for rec in records:
             kind = rec[KIND]
             if kind == KERNEL:
-                k = (rec[K_START], rec[K_END], rec[K_NAME], rec[K_STREAM], rec[K_CORR])
+                k = (rec[K_START], rec[K_END], rec[K_NAME], rec[K_STREAM], rec[K_CORR],
+                     rec[K_GRAPH])
                 self._hist.append(k)
                 if self.loop is not None and (self.loop.stream is None
                                               or rec[K_STREAM] == self.loop.stream):
@@ -140,6 +155,10 @@ class StreamSteps:
         if not found.usable:
             if final or self.found is None:
                 self.found = found
+            if self._launches_usable(ks):
+                self.loop, self.by_launch = BY_LAUNCH, True
+                self._pending = [k for k in ks if k[0] >= self._watermark]
+                self._describe()
             return
         self.found, self.loop = found, found.loop
         self._after_decode = False
@@ -149,9 +168,54 @@ class StreamSteps:
         self._describe()
 
     # -------------------------------------------------------------------- cut
+    @staticmethod
+    def _launches_usable(ks: list) -> bool:
+        graphed = [k for k in ks if k[5]]
+        return (len(graphed) >= LAUNCH_SHARE * len(ks)
+                and len({k[4] for k in graphed}) >= MIN_LAUNCHES)
+
+    def _cut_launches(self, final: bool) -> None:
+        """A step per graph launch (see the module docstring); the last launch waits for the
+        next one (its eager kernels may still come) unless ``final``."""
+        pend = self._pending
+        pend.sort()
+        bounds, last = [], None
+        for i, k in enumerate(pend):
+            if k[5] and k[4] != last:
+                bounds.append(i)
+                last = k[4]
+        if not bounds:
+            return
+        edges = bounds + [len(pend)]
+        n = len(bounds) if final else len(bounds) - 1
+        for j in range(n):
+            a, b = edges[j], edges[j + 1]
+            start = self._boundary(pend, a)
+            end = self._boundary(pend, b) if b < len(pend) else pend[b - 1][1] + 1
+            durs = sorted(self._durations)
+            if b < len(pend) and durs and end - pend[b - 1][1] > IDLE_STEPS * durs[len(durs) // 2]:
+                end = pend[b - 1][1] + 1     # the server waited after this step
+            if start < self._watermark:
+                continue
+            self._windows(start, final=True)
+            end = max(end, start + 1)
+            batch = max([int(m.group(1)) for m in map(_TOKENS.search, (
+                kernel_info(k[2]).short for k in pend[a:b])) if m] or [1])
+            step = self.recorder.begin(SOURCE, DECODE, start_ns=start, batch=batch)
+            if step is not None:
+                self.recorder.end(SOURCE, end_ns=end - 1, step=step)
+                self.counts["decode"] += 1
+                self.counts["varying"] += 1
+                self._durations.append(end - start)
+            self._watermark = end
+        del pend[:edges[n] if n < len(bounds) else len(pend)]
+
     def _cut(self, final: bool) -> None:
         pend = self._pending
         if not pend:
+            return
+        if self.by_launch:
+            self._cut_launches(final)
             return
         pend.sort()
         lp = self.loop
@@ -256,6 +320,10 @@ class StreamSteps:
         """``meta.auto_steps``: the loop found (from the search that found it) and the steps
         cut so far."""
         info = self.found.describe() if self.found is not None else {"found": False}
+        if self.by_launch:
+            info = {"found": True, "loop": "a step per CUDA-graph launch (no kernel sequence "
+                    "repeats: its batches change)", "kernels_per_step": None,
+                    "confidence_label": "by launch", "decode_steps": 0}
         c = self.counts
         if info.get("found"):
             info["searched_decode_steps"] = info.pop("decode_steps")
