@@ -201,7 +201,11 @@ class Run:
         self.pack()
 
     ARMS = {"alone": None, "live": (), "every": ("--sample-every", "1"),
-            "graph": ("--cuda-graph-trace", "graph"), "nocupti": ("--no-cupti",)}
+            "graph": ("--cuda-graph-trace", "graph"), "nocupti": ("--no-cupti",),
+            # CUPTI's records in pinned host memory: nothing reserved on the device, the
+            # program's buffers where they land with no tool (docs/native.md, "Placement")
+            "live_pinned": ((), {"TUIPROF_CUPTI_HOST_PINNED": "1"}),
+            "graph_pinned": (("--cuda-graph-trace", "graph"), {"TUIPROF_CUPTI_HOST_PINNED": "1"})}
 
     def overhead(self, est: float = 40):
         """llama-bench's own tokens/s in rounds whose order turns: alone, under tuiprof as it
@@ -209,7 +213,7 @@ class Run:
         --no-cupti; graphs on (llama.cpp's default). Then, while the deadline allows, rounds
         with graphs off (GGML_CUDA_DISABLE_GRAPHS=1)."""
         rounds = []
-        arms = list(self.ARMS)
+        arms = self.a.arms.split(",")
         plan = [("g1", r) for r in range(self.a.rounds)] + [("g0", r) for r in range(self.a.g0_rounds)]
         for g, r in plan:
             if est and self.elapsed() + est > self.a.deadline:
@@ -222,12 +226,15 @@ class Run:
                 argv = self.bench_argv(self.q8, reps=5)
                 name = f"overhead_{g}_{r}_{which}"
                 opts = self.ARMS[which]
+                extra = {}
+                if isinstance(opts, tuple) and len(opts) == 2 and isinstance(opts[1], dict):
+                    opts, extra = opts
                 if opts is None:
                     p = self.sh(name, argv, env=env)
                 else:
                     p = self.sh(name, [sys.executable, "-m", "tuiprof", "run", "--headless",
                                        "--json", str(self.res / f"{name}.json"), *opts, "--",
-                                       *argv], env=env, timeout=120)
+                                       *argv], env=dict(env, **extra), timeout=120)
                 rows = [json.loads(x) for x in (p.stdout if p else "").splitlines()
                         if x.startswith("{") and "avg_ts" in x]
                 rounds.append({"round": r, "which": which, "graphs": g,
@@ -505,6 +512,8 @@ def main() -> int:
     ap.add_argument("--tmux-root", default="/tmp/tmxroot")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--g0-rounds", type=int, default=0, help="overhead rounds with graphs off")
+    ap.add_argument("--arms", default="alone,live,every,graph,nocupti",
+                    help="the overhead phase's arms (of Run.ARMS), in the first round's order")
     ap.add_argument("--skip-done", action="store_true",
                     help="skip the phases an earlier call on this (warm) machine finished")
     ap.add_argument("--only", default="bench,simple,types,overhead,server")
