@@ -412,25 +412,35 @@ class Run:
 
         if up:
             res: dict = {}
+            # 160 requests of 128 tokens, 8 at a time, keep the slots busy for about 25 s:
+            # the captures below (after the sampled default's first bursts, one every 8 s)
+            # are of a server still under load
             th = threading.Thread(target=lambda: res.setdefault(
-                "r", self._client(48, 8, 128, tag="live")))
+                "r", self._client(160, 8, 128, tag="live")))
             th.start()
-            time.sleep(5)
+            time.sleep(10)
             cap("200x50_serving")
             keys("7")
             cap("200x50_requests")
             keys("2")
             cap("200x50_kernels")
+            keys("1")
+            cap("200x50_latency")
             subprocess.run([*t, "resize-window", "-t", "ll", "-x", "80", "-y", "24"], env=env)
             time.sleep(2)
             cap("80x24_serving")
             keys("7")
             cap("80x24_requests")
+            keys("Enter")
+            cap("80x24_request_story")
+            keys("Escape")
             keys("2")
             cap("80x24_kernels")
+            keys("1")
+            cap("80x24_latency")
             keys("5")
             cap("80x24_findings")
-            th.join(90)
+            th.join(120)
             (self.res / "live_client.json").write_text(json.dumps(res.get("r"), indent=1))
             subprocess.run([*t, "resize-window", "-t", "ll", "-x", "200", "-y", "50"], env=env)
             time.sleep(3)
