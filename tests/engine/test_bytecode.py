@@ -189,3 +189,41 @@ def test_the_model_built_through_the_tree_is_the_same(tmp_path):
         assert builds[0].keys() == other.keys()
         for key, t in builds[0].items():
             assert torch.equal(t, other[key]), key
+
+
+def test_tuiprofs_own_modules_keep_their_bytecode_where_torch_has_none_either(tmp_path):
+    """tuiprof from a checkout without bytecode, beside a package without any (torch, in an
+    image built so), where Python may write none: ``keep_own`` (what ``python -m tuiprof`` calls
+    first) keeps tuiprof's own modules' bytecode in the tree, and nothing beside the sources;
+    where the package has its bytecode, nothing changes."""
+    import shutil
+
+    _package(tmp_path)
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tuiprof", src / "tuiprof",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    code = ("import json, sys\n"
+            "from tuiprof.engine import bytecode\n"
+            "kept = bytecode.keep_own(['--help'], probes=('tuiprof', 'probepkg'))\n"
+            "import tuiprof.cli.run\n"
+            "print(json.dumps({'kept': kept, 'prefix': sys.pycache_prefix}))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(PYTHONDONTWRITEBYTECODE="1", TUIPROF_PYCACHE=str(tmp_path / "tree"),
+               PYTHONPATH=f"{tmp_path / 'site'}{os.pathsep}{src}")
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["kept"] == out["prefix"] == str(tmp_path / "tree")
+    kept = {p.name.split(".")[0] for p in (tmp_path / "tree").rglob("*.pyc")
+            if "tuiprof" in p.parts and "cli" in p.parts}
+    assert {"__init__", "run", "common"} <= kept, sorted(kept)
+    assert not list(src.rglob("__pycache__"))          # nothing beside the sources
+    # the package with its bytecode (its own __pycache__): the tree would add nothing
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tmp_path / "site")],
+                   check=True, env={**env, "PYTHONDONTWRITEBYTECODE": ""}, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"kept": None, "prefix": None}
+    # a command that runs a user's program is left alone
+    assert bytecode.keep_own(["run", "--", "python", "x.py"]) is None

@@ -78,6 +78,30 @@ def missing(probe: str = "torch") -> str | None:
     return None  # Python writes it beside the sources on this start
 
 
+def keep_own(argv: list[str], probes: tuple[str, ...] = ("tuiprof", "torch")) -> str | None:
+    """``python -m tuiprof`` for the built-in engine, before the command's imports: tuiprof's
+    own modules (and what its command line imports) keep their bytecode in the tree too, where
+    neither tuiprof nor torch has any and none may be written (an image built without bytecode,
+    ``PYTHONDONTWRITEBYTECODE=1``): the engine would use the tree for torch anyway (:func:`keep`),
+    and without this every start compiles tuiprof's own modules again. Where torch has its
+    bytecode nothing changes (the tree would be filled with what it already has). This process
+    only (:func:`keep` passes it on to the engine's other processes); a command that runs a
+    user's program (``-- PROGRAM``) is left alone. Returns the tree's path or None."""
+    where = root()
+    if "--" in argv or where is None or any(missing(p) is None for p in probes):
+        return None
+    try:
+        where.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _bound(where)
+        if not os.access(where, os.W_OK):
+            return None
+    except OSError:
+        return None
+    sys.pycache_prefix = str(where)
+    sys.dont_write_bytecode = False
+    return str(where)
+
+
 def keep(probe: str = "torch") -> str | None:
     """Keep bytecode under :func:`root` from now on, where :func:`missing` says the install
     would compile again at every start. Returns the tree's path when it did, else None.
@@ -86,7 +110,11 @@ def keep(probe: str = "torch") -> str | None:
     for the processes this one starts (the compile helper, inductor's workers): only for a
     process of tuiprof's own engine, never a user's program."""
     where = root()
-    if where is None or missing(probe) is None:
+    if where is None:
+        return None
+    # the tree already in use for tuiprof's own modules (keep_own): passed on as well
+    own = sys.pycache_prefix is not None and sys.pycache_prefix == str(where)
+    if not own and missing(probe) is None:
         return None
     try:
         where.mkdir(parents=True, exist_ok=True, mode=0o700)
