@@ -1,11 +1,11 @@
 """A step's bookkeeping cost (``step_cost.py``) across source trees, interleaved in rounds.
 
-Each round runs this checkout's ``bench/overhead/step_cost.py`` once per tree, each in a fresh
-process importing that tree's tuiprof (the script is copied into the tree's bench folder under
-a dot name, :data:`COPY`, and run from there) (the order rotates a round, so a busy moment of a shared machine
-falls on every tree alike), and reads its median µs a step. The table gives each round's
-figures, each tree's median of rounds and its ratio to the first tree's, and the ratios of
-each round's pairs (median and range)::
+Each round runs this checkout's ``bench/overhead/step_cost.py`` once per tree, each in a
+fresh process importing that tree's tuiprof (the script is copied into the tree's bench folder
+under a dot name, :data:`COPY`, and run from there); the order rotates a round, so a busy moment
+of a shared machine falls on every tree alike. It reads each process's median µs a step. The
+table gives each round's figures, each tree's median of rounds and its ratio to the first
+tree's, and the ratios of each round's pairs (median and range)::
 
     python bench/overhead/step_cost_ab.py --trees OLD_CHECKOUT,. --rounds 8 --steps 10000
 

@@ -89,8 +89,8 @@ def main() -> int:
             w = statistics.median(r["whole_s"] for r in rs)
             f = statistics.median(r["first_token_s"] for r in rs)
             tail = statistics.median(r["whole_s"] - r["first_token_s"] for r in rs)
-            print(f"| {name} | {kind} | {len(rs)} | {w:.2f} ({', '.join(str(r['whole_s']) for r in rs)}) "
-                  f"| {f:.2f} | {tail:.2f} |")
+            each = ", ".join(str(r["whole_s"]) for r in rs)
+            print(f"| {name} | {kind} | {len(rs)} | {w:.2f} ({each}) | {f:.2f} | {tail:.2f} |")
     return 0
 
 

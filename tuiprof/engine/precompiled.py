@@ -171,10 +171,18 @@ def mode_options(mode: str | None) -> dict:
     import torch
 
     opts = dict(torch._inductor.list_mode_options(mode or "default"))
-    keep = getattr(torch.compiler, "keep_portable_guards_unsafe", None)
-    if keep is not None:
-        opts["guard_filter_fn"] = keep
+    opts["guard_filter_fn"] = portable_guards
     return opts
+
+
+def portable_guards(entries: Any) -> list[bool]:
+    """The guards a saved step keeps (``torch.compiler.keep_portable_guards_unsafe``'s rule,
+    here for the torch versions that lack it): global state (grad mode, autocast), dynamic
+    shapes and the inputs' tensors (shape, dtype, device, strides); not the identity of
+    objects (the model, its modules), which no other process shares."""
+    kinds = [(getattr(g, "guard_type", ""), getattr(g, "is_global", True)) for g in entries]
+    return [kind in ("GLOBAL_STATE", "SHAPE_ENV") or (kind == "TENSOR_MATCH" and not glob)
+            for kind, glob in kinds]
 
 
 def _mtime(p: Path) -> float:
