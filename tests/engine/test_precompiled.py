@@ -158,3 +158,14 @@ def test_the_switch_and_the_graphs(monkeypatch):
     assert (pc.graph_of(1), pc.graph_of(2), pc.graph_of(64)) == ("b1", "dyn", "dyn")
     opts = pc.mode_options("reduce-overhead")
     assert opts.get("triton.cudagraphs") is True and callable(opts.get("guard_filter_fn"))
+
+
+def test_a_step_that_fails_at_its_first_call_is_discarded_and_marked(saved, tmp_path):
+    steps, _tiny, _args, _fn, _note = saved
+    bad = pc.PrecompiledSteps(tmp_path, FIELDS)
+    bad.dir.mkdir()
+    bad.path("b1").write_bytes(steps.path("b1").read_bytes())
+    note = bad.discard("b1", RuntimeError("an unexpected call\nsecond line"))
+    assert not bad.path("b1").exists() and bad.whole_refused("b1")
+    assert note.startswith("compiled step ahead of time failed (RuntimeError: an unexpected call")
+    assert note.endswith("compiling as before") and "\n" not in note

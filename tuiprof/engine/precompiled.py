@@ -86,9 +86,12 @@ class PrecompiledSteps:
             config = {k: v for k, v in (options or {}).items() if k != "guard_filter_fn"}
             with open(path, "rb") as fh, torch._inductor.config.patch(config):
                 fn = torch.compiler.load_compiled_function(fh)
-            if not fn.guard_check(bind, *args):
+            check = getattr(fn, "guard_check", None)
+            if check is not None and not check(bind, *args):
                 raise ValueError("its guards refuse this model's inputs")
-            fn.disable_guard_check()   # checked once here; the engine calls it with these shapes
+            off = getattr(fn, "disable_guard_check", None)
+            if off is not None:   # checked once here; the engine calls it with these shapes
+                off()
         except Exception as exc:  # stale, corrupt, another torch: a fresh compile instead
             _remove(path)
             return None, (f"saved compiled step unusable ({type(exc).__name__}: "
@@ -98,6 +101,14 @@ class PrecompiledSteps:
         except OSError:
             pass
         return _Bound(fn, bind), ""
+
+    def discard(self, graph: str, exc: BaseException) -> str:
+        """The step of ``graph`` failed at its first call: its file goes, a marker stops later
+        sessions trying again (the ordinary compile then); one line saying so."""
+        _remove(self.path(graph))
+        self._mark(self.path(graph).with_suffix(NOT_WHOLE), exc)
+        return (f"compiled step ahead of time failed ({type(exc).__name__}: "
+                f"{one_line(exc, 90)}); compiling as before")
 
     # --------------------------------------------------------------- compiling
     def whole_refused(self, graph: str) -> bool:

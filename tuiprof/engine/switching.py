@@ -335,7 +335,20 @@ class Switching:
         before, times = _cache_counters(), _compile_times()
         with _no_cudagraphs(self.cuda):
             self._ahead_of_time(step, batch, args)
-            step.fn(*args)
+            try:
+                step.fn(*args)
+            except Exception as exc:
+                graph = graph_of(batch)
+                if is_oom(exc) or graph not in step.aot:
+                    raise
+                # the step compiled ahead of time does not run here: dynamo's compile instead
+                del step.aot[graph]
+                self.saved_step = ""
+                saved = getattr(self.compile_helper, "precompiled", None)
+                pre = saved() if saved is not None else None
+                if pre is not None:
+                    step.notes.append(pre.discard(graph, exc))
+                step.fn(*args)
         if self.cuda:
             torch.cuda.synchronize(self.device)
         after = _cache_counters()
