@@ -10,6 +10,12 @@ Each figure is the best of 7 repeats, per token; arrival and finish are included
 over the request's tokens (64 here).
 
     python bench/overhead/request_cost.py [--batch 32] [--tokens 64] [--requests 200]
+
+``--arrival``: what uvicorn's ``data_received`` hook costs per request (its first read) with
+the kernel's receipt read from ``TCP_INFO`` (one ``getsockopt`` on a real loopback socket,
+``tuiprof/collect/socket_arrival.py``) and without it (the read's time only), interleaved
+A/B: blocks of each in turn, the median of the blocks' per-call times and the median of the
+rounds' differences.
 """
 from __future__ import annotations
 
@@ -104,6 +110,57 @@ def step_record(steps: int, batch: int) -> float:
     return (time.perf_counter() - t0) / (steps * batch)
 
 
+def arrival(rounds: int = 21, calls: int = 5000) -> dict:
+    """uvicorn's data_received hook per request, with and without the TCP_INFO read,
+    interleaved (the order alternating a round)."""
+    import socket  # noqa: PLC0415
+    import statistics  # noqa: PLC0415
+
+    from tuiprof.program import transformers_requests as tr  # noqa: PLC0415
+
+    ls = socket.create_server(("127.0.0.1", 0))
+    c = socket.create_connection(ls.getsockname())
+    s, _ = ls.accept()
+    c.sendall(b"x")
+
+    class Transport:
+        def get_extra_info(self, name):
+            return s if name == "socket" else None
+
+    class Proto:
+        cycle = None
+
+        def __init__(self):
+            self.transport = Transport()
+
+    def noop(self, data):
+        return None
+
+    with_info = tr.received_hook(noop, time.time_ns)
+    real = tr.socket_wait_ns
+    times: dict = {"tcp_info": [], "read_only": []}
+    try:
+        for r in range(rounds):
+            for arm in (("tcp_info", "read_only") if r % 2 == 0 else ("read_only", "tcp_info")):
+                tr.socket_wait_ns = real if arm == "tcp_info" else (lambda sock: 0)
+                p = Proto()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    p._tuiprof_first = None          # each call: a new request's first read
+                    with_info(p, b"")
+                times[arm].append((time.perf_counter() - t0) / calls)
+    finally:
+        tr.socket_wait_ns = real
+        for x in (c, s, ls):
+            x.close()
+    diffs = [a - b for a, b in zip(times["tcp_info"], times["read_only"])]
+    return {"tcp_info_us": statistics.median(times["tcp_info"]) * 1e6,
+            "read_only_us": statistics.median(times["read_only"]) * 1e6,
+            "difference_us": statistics.median(diffs) * 1e6,
+            "difference_spread_us": [min(diffs) * 1e6, max(diffs) * 1e6], "rounds": rounds,
+            "calls": calls}
+
+
 def best(fn, *a) -> float:
     return min(fn(*a) for _ in range(7))
 
@@ -113,7 +170,17 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--requests", type=int, default=256)
+    ap.add_argument("--arrival", action="store_true",
+                    help="the request's arrival from TCP_INFO: its cost per request, A/B")
     args = ap.parse_args()
+    if args.arrival:
+        a = arrival()
+        print(f"uvicorn's data_received hook per request ({a['rounds']} interleaved rounds of "
+              f"{a['calls']} calls, medians): with the TCP_INFO read {a['tcp_info_us']:.2f} "
+              f"µs, the read's time only {a['read_only_us']:.2f} µs; the difference "
+              f"{a['difference_us']:.2f} µs (rounds {a['difference_spread_us'][0]:.2f} to "
+              f"{a['difference_spread_us'][1]:.2f})")
+        return 0
     print(f"{platform.python_implementation()} {platform.python_version()} on "
           f"{platform.machine()}; {args.requests} requests x {args.tokens} tokens, batch "
           f"{args.batch}; best of 7, per output token")

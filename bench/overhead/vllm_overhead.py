@@ -11,6 +11,19 @@ against the client's, and whether every request is there with the client's outpu
 
   python bench/overhead/vllm_overhead.py --model DIR --rounds 3 --out results.json
 
+``--together``: both servers up at once (bare on PORT, under tuiprof on PORT+1), so a round
+costs no start-up and many short cells fit where a few restarts did: each round sends one
+seeded open-loop Poisson schedule (``--rate`` requests/s, ``--requests`` a cell; the same
+arrival gaps, prompt and output lengths for both arms of a round, a new schedule each round)
+to one server, then to the other (the order alternating a round). Per round: the arms' e2e
+and TTFT p50 and the ratio of their totals (the same requests, so paired); over all rounds:
+the ratio of totals, the median of the rounds' ratios and their spread (min, quartiles, max),
+the load average, and the idle server's CPU during the other's cell (tuiprof's own work in
+the idle server taxes the bare cells too: the figure bounds that bias).
+
+  python bench/overhead/vllm_overhead.py --model DIR --together --rounds 12 --requests 40 \
+      --rate 4 --out results.json
+
 ``--breakdown S``: where tuiprof's cost goes, measured inside the server's processes rather
 than by an A/B (on a loaded machine the bare runs alone spread several-fold). One run under
 ``tuiprof run``, ``S`` seconds of load; for that window:
@@ -122,7 +135,7 @@ def one_run(args, under: bool, port: int, tmp: Path) -> dict:
            "load_average_1min": [load0, os.getloadavg()[0]],
            "e2e_p50_ms": statistics.median(e2e), "ttft_p50_ms": statistics.median(ttft)}
     if under:
-        out.update(agreement(snap, client.seen))
+        out.update(agreement(snap, client.seen, client.wall))
     return out
 
 
@@ -294,7 +307,7 @@ def breakdown(args, port: int, tmp: Path) -> dict:
     return out
 
 
-def agreement(snap: Path, seen: dict) -> dict:
+def agreement(snap: Path, seen: dict, wall: dict | None = None) -> dict:
     doc = json.loads(snap.read_text())
     ranks = doc.get("ranks") or [doc]
     engine = next((r for r in ranks if r["meta"].get("step_source") == "vllm"), None)
@@ -302,6 +315,7 @@ def agreement(snap: Path, seen: dict) -> dict:
         return {"agreement": "no vLLM steps in the snapshot"}
     rows = {r["client_id"]: r for r in engine["requests"]}
     diffs, worst_share, missing, tokens_equal, within = [], 0.0, [], True, []
+    outside: list = []
     for rid, (_ttft, e2e, _chunks) in seen.items():
         r = rows.get(rid)
         if r is None or r.get("e2e_ms") is None:
@@ -311,7 +325,21 @@ def agreement(snap: Path, seen: dict) -> dict:
         diffs.append(d)
         worst_share = max(worst_share, abs(d) / e2e)
         within.append(abs(d) <= max(20.0, 0.05 * e2e))
+        w = (wall or {}).get(rid)
+        if w and not within[-1]:   # where the difference lies, on the host's one clock
+            outside.append({"id": rid, "client_minus_tuiprof_ms": round(d, 2),
+                            "client_e2e_ms": round(e2e, 2),
+                            "before_the_arrival_ms": round((r["arrival_ns"] - w[0]) / 1e6, 2),
+                            "after_the_end_ms": round((w[1] - r["finish_ns"]) / 1e6, 2),
+                            "in_socket_ms": r.get("in_socket_ms")})
     steps = [t for t in engine["tokens"] if t.get("requests")]
+    split = {}
+    for key in ("before_the_arrival_ms", "after_the_end_ms"):
+        xs = sorted(o[key] for o in outside)
+        if xs:
+            split[key] = {"p50": statistics.median(xs), "max": xs[-1],
+                          "share_of_difference": sum(xs) / sum(
+                              o["client_minus_tuiprof_ms"] for o in outside)}
     return {"tuiprof_requests": len(rows), "missing": missing,
             "client_minus_tuiprof_e2e_ms": {
                 "p50": statistics.median(diffs) if diffs else None,
@@ -319,9 +347,118 @@ def agreement(snap: Path, seen: dict) -> dict:
             "worst_share": worst_share,
             "within_5pct_or_20ms": all(within) and not missing,
             "within_share": sum(within) / len(within) if within else None,
+            # the requests outside 5 % or 20 ms: how much of each one's difference lies
+            # before tuiprof's arrival (the client's connect and send, a jiffy of the kernel's
+            # clock) and after its end (the client's reading), on the same clock
+            "outside_split": split, "outside": outside[:200],
             "steps": len(steps), "max_batch": max((t["batch"] for t in steps), default=0),
             "tokens_equal": tokens_equal,
             "engine_line": engine["meta"]["process"].get("line", "")}
+
+
+def _quartiles(xs: list) -> list:
+    xs = sorted(xs)
+    if len(xs) < 2:
+        return xs * 3
+    q = statistics.quantiles(xs, n=4)
+    return [xs[0], q[0], q[1], q[2], xs[-1]]
+
+
+def poisson_cell(client: Client, rate: float, n: int, seed: int) -> dict:
+    """``n`` requests sent on a seeded Poisson schedule at ``rate``/s; what the client saw
+    (id -> (ttft, e2e, chunks)) once all came back."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    gaps = [rng.expovariate(rate) for _ in range(n)]
+    t0 = time.monotonic()
+    at = 0.0
+    for g in gaps:
+        at += g
+        delay = t0 + at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        client.submit()
+    client.collect(n)
+    return {"wall_s": time.monotonic() - t0}
+
+
+def together(args, tmp: Path) -> dict:
+    """Both servers up at once; rounds of one seeded Poisson schedule to each (see
+    ``--together`` in the module docstring)."""
+    snap = tmp / "together.json"
+    port_b, port_t = args.port, args.port + 1
+    vocab = int(json.loads((Path(args.model) / "config.json").read_text())["vocab_size"])
+    rounds: list = []
+    seen_t: dict = {}
+    wall_t: dict = {}
+    with serving(vllm_command(args, port_b, None), port_b, tmp / "bare.log") as pb, \
+            serving(vllm_command(args, port_t, snap), port_t, tmp / "tuiprof.log") as pt:
+        trees = {False: _tree(pb.pid), True: _tree(pt.pid)}
+        for under, port in ((False, port_b), (True, port_t)):   # warm both up
+            c = Client(port, args.model, vocab, args.seed, parse_lengths(args.prompt_len),
+                       parse_lengths(args.output_len))
+            for i in range(2):
+                c.submit(f"warmup{i}", warmup=True)
+            c.collect(2)
+        time.sleep(args.settle)     # both servers past their start-up's last work
+        for i in range(args.rounds):
+            seed = args.seed * 1000 + i
+            row: dict = {"round": i, "seed": seed}
+            for under in ((False, True) if i % 2 == 0 else (True, False)):
+                port = port_t if under else port_b
+                client = Client(port, args.model, vocab, seed, parse_lengths(args.prompt_len),
+                                parse_lengths(args.output_len))
+                client.k = (i + 1) * 100000          # ids apart from the other rounds'
+                idle = trees[not under]
+                c0 = sum(v[1] for v in thread_cpu(idle).values())
+                load0 = os.getloadavg()[0]
+                cell = poisson_cell(client, args.rate, args.requests, seed)
+                c1 = sum(v[1] for v in thread_cpu(idle).values())
+                seen = client.seen
+                e2e = [seen[k][1] for k in sorted(seen, key=lambda k: int(k[1:]))]
+                ttft = [seen[k][0] for k in seen if seen[k][0] is not None]
+                arm = "tuiprof" if under else "bare"
+                row[arm] = {"e2e_p50_ms": statistics.median(e2e),
+                            "ttft_p50_ms": statistics.median(ttft), "e2e_total_ms": sum(e2e),
+                            "e2e_ms": e2e, "failed": client.failed,
+                            "requests": len(seen), "wall_s": cell["wall_s"],
+                            "load_average_1min": [load0, os.getloadavg()[0]],
+                            "idle_other_cpu_s": round(c1 - c0, 3)}
+                if under:
+                    seen_t.update(seen)
+                    wall_t.update(client.wall)
+                time.sleep(args.pause)
+            b, t = row["bare"], row["tuiprof"]
+            row["e2e_total_ratio"] = t["e2e_total_ms"] / b["e2e_total_ms"]
+            row["e2e_p50_ratio"] = t["e2e_p50_ms"] / b["e2e_p50_ms"]
+            row["ttft_p50_ratio"] = t["ttft_p50_ms"] / b["ttft_p50_ms"]
+            rounds.append(row)
+            print(json.dumps({k: (v if not isinstance(v, dict) else
+                                  {x: y for x, y in v.items() if x != "e2e_ms"})
+                              for k, v in row.items()}), flush=True)
+    tot_b = sum(r["bare"]["e2e_total_ms"] for r in rounds)
+    tot_t = sum(r["tuiprof"]["e2e_total_ms"] for r in rounds)
+    loads = [x for r in rounds for a in ("bare", "tuiprof") for x in r[a]["load_average_1min"]]
+    out = {"mode": "together", "e2e_total_ratio": tot_t / tot_b,
+           "e2e_overhead": tot_t / tot_b - 1,
+           "round_e2e_total_ratio_median": statistics.median(r["e2e_total_ratio"]
+                                                             for r in rounds),
+           "round_e2e_total_ratio_spread": _quartiles([r["e2e_total_ratio"] for r in rounds]),
+           "round_e2e_p50_ratio_median": statistics.median(r["e2e_p50_ratio"] for r in rounds),
+           "round_e2e_p50_ratio_spread": _quartiles([r["e2e_p50_ratio"] for r in rounds]),
+           "round_ttft_p50_ratio_median": statistics.median(r["ttft_p50_ratio"]
+                                                            for r in rounds),
+           "bare_e2e_p50_ms_spread": _quartiles([r["bare"]["e2e_p50_ms"] for r in rounds]),
+           "load_average_1min": [min(loads), max(loads)],
+           "idle_tuiprof_server_cpu_s_per_bare_cell": statistics.median(
+               r["bare"]["idle_other_cpu_s"] for r in rounds),
+           "idle_bare_server_cpu_s_per_tuiprof_cell": statistics.median(
+               r["tuiprof"]["idle_other_cpu_s"] for r in rounds),
+           "cell_wall_s_median": statistics.median(r["bare"]["wall_s"] for r in rounds)}
+    out.update(agreement(snap, seen_t, wall_t))
+    out.update({"rounds": rounds, "args": vars(args), "logs": str(tmp)})
+    return out
 
 
 def main() -> int:
@@ -338,8 +475,22 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--breakdown", type=float, default=None, metavar="S",
                     help="one run under tuiprof with S seconds of load: where the time goes")
+    ap.add_argument("--together", action="store_true",
+                    help="both servers up at once, rounds of a seeded Poisson schedule each")
+    ap.add_argument("--rate", type=float, default=4.0,
+                    help="--together: requests/s of the Poisson schedule")
+    ap.add_argument("--pause", type=float, default=2.0,
+                    help="--together: seconds between two cells")
+    ap.add_argument("--settle", type=float, default=15.0,
+                    help="--together: seconds after the warm-ups before the first cell")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="vllm-overhead-"))
+    if args.together:
+        res = together(args, tmp)
+        print(json.dumps({k: v for k, v in res.items() if k != "rounds"}, indent=1))
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+        return 0
     if args.breakdown:
         res = breakdown(args, args.port, tmp)
         res["logs"] = str(tmp)

@@ -87,6 +87,29 @@ def test_a_request_runs_from_its_first_bytes_to_its_last_chunk_sent():
     assert r.client_id == "a"
 
 
+def test_the_end_is_when_the_last_bytes_are_handed_over_not_after_the_send():
+    """The server's send may return late (its loop busy with other requests) while the client
+    has already read the bytes: the request ends as they are handed over."""
+    store, clock = SessionStore(), Clock()
+    reqs = vr.VllmRequests(store.requests, clock=clock, wall=clock)
+    rid = "cmpl-d-0-ab12cd34"
+
+    async def app(scope, receive, send):
+        reqs.frontend_added(_request(rid, "d"), 1_300)
+        reqs.frontend_outputs([_out(rid, 1, "stop")], 1_500)
+        clock.t = 1_900
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n",
+                    "more_body": False})
+
+    async def slow_send(message):
+        clock.t += 700        # the task runs again 0.7 µs later on this clock
+
+    asyncio.run(vr.ArrivalMiddleware(app, clock=clock, owner=reqs)(
+        {"type": "http", "headers": [(b"x-request-id", b"d")]}, None, slow_send))
+    r = {x.id: x for x in store.requests.view().rows}[rid]
+    assert r.finish_ns == 1_900
+
+
 def test_bytes_of_an_earlier_request_are_not_this_ones_arrival():
     store, clock = SessionStore(), Clock()
     reqs = vr.VllmRequests(store.requests, clock=clock, wall=clock)

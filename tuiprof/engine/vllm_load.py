@@ -82,6 +82,9 @@ class Client:
         self.prompt, self.output = prompt, output
         self.lock = threading.Lock()
         self.seen: dict[str, tuple] = {}
+        # id -> (wall-clock ns before connecting, after the last read): where a request's
+        # time lies against a profiler's records on the same host's clock
+        self.wall: dict[str, tuple] = {}
         self.failed = 0
         self.n = 0          # requests sent
         self.k = 0          # ids given (r0, r1, ...; warm-up requests are named apart)
@@ -104,6 +107,7 @@ class Client:
                            "stream": True, "ignore_eos": True, "temperature": 0.0})
         try:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+            w0 = time.time_ns()
             t0 = time.perf_counter()
             headers = {"Content-Type": "application/json", "X-Request-Id": rid}
             if warmup:
@@ -118,8 +122,10 @@ class Client:
                     first = first or time.perf_counter()
                     chunks += 1
             t1 = time.perf_counter()
+            w1 = time.time_ns()
             conn.close()
             with self.lock:
+                self.wall[rid] = (w0, w1)
                 self.seen[rid] = ((first - t0) * 1e3 if first else None, (t1 - t0) * 1e3,
                                   chunks)
         except Exception:

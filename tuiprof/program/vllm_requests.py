@@ -123,10 +123,14 @@ class ArrivalMiddleware:
             owner.http_seen(rid, box)
 
         async def send_(message: Any) -> None:
+            # the last bytes' time is taken as they are handed over: the client may read them
+            # before this task runs again after the send (the loop busy with others)
+            last = (owner is not None and message.get("type") == "http.response.body"
+                    and not message.get("more_body", False))
+            t_last = clock() if last else 0
             await send(message)
-            if (owner is not None and message.get("type") == "http.response.body"
-                    and not message.get("more_body", False)):
-                owner.responded(box, clock())
+            if last:
+                owner.responded(box, t_last)
 
         try:
             await self.app(scope, receive, send_)
