@@ -201,7 +201,11 @@ class VllmSteps:
             pass
 
     def _patch_core(self, mod: Any) -> None:
-        self._patch_end(getattr(mod, "EngineCore", None), "EngineCore")
+        cls = getattr(mod, "EngineCore", None)
+        self._patch_end(cls, "EngineCore")
+        if cls is not None:
+            self._patches.wrap(cls, "__init__", self._failed, "EngineCore.__init__",
+                               before=lambda *a, **k: die_with_parent())
 
     def _patch_executor(self, mod: Any) -> None:
         self._patch_end(getattr(mod, "WorkerProc", None), "WorkerProc")
@@ -286,6 +290,33 @@ class VllmSteps:
             return app
 
         self._replace(mod, "build_app", build_app)
+
+PR_SET_PDEATHSIG = 1     # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """In an engine core process (vLLM spawned it: a child of the API server, or of the
+    program under ``LLM.generate``): ask the kernel for SIGTERM when its parent goes, which
+    vLLM's engine core takes as a request to shut down (``run_engine_core``'s signal handler:
+    it ends its busy loop and stops its workers). The parent stops it itself at a normal
+    shutdown; but a parent that ends at once (the live app's ``q`` ends the session process,
+    and the program running in it, with ``os._exit``; a kill -9) used to leave the engine core
+    and its worker running as orphans. An engine core in the program's own process (vLLM
+    without multiprocessing) is left alone. The signal follows the parent's thread that
+    started the process (vLLM starts its engine cores from the thread that builds the engine,
+    the main one in its server)."""
+    import multiprocessing  # noqa: PLC0415
+
+    if multiprocessing.parent_process() is None:
+        return
+    import ctypes  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):   # not Linux: vLLM's own shutdown only
+        pass
+
 
 def _vllm_version() -> str:
     import sys  # noqa: PLC0415
