@@ -33,7 +33,8 @@ def _traceparent(rid: str) -> str:
     return f"00-{hashlib.md5(rid.encode()).hexdigest()}-{'1' * 16}-01"
 
 
-def _stream(port: int, model: str, rid: str, prompt: str, out: dict) -> None:
+def _stream(port: int, model: str, rid: str, prompt: str, out: dict,
+            first_token: threading.Event | None = None) -> None:
     """One streaming /v1/completions request with the standard library's HTTP client:
     (ttft ms, e2e ms, output tokens) as the client saw them (vLLM merges tokens into one
     chunk when its client reads slower than they come: the count is the usage's)."""
@@ -58,6 +59,8 @@ def _stream(port: int, model: str, rid: str, prompt: str, out: dict) -> None:
         doc = json.loads(line[5:])
         if doc["choices"] and doc["choices"][0].get("text") is not None:
             first = first or time.perf_counter()
+            if first_token is not None:
+                first_token.set()
         if doc.get("usage"):   # the last chunk: the tokens the server says it sent
             tokens = doc["usage"]["completion_tokens"]
     t1 = time.perf_counter()
@@ -89,12 +92,21 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
         except SystemExit as exc:
             pytest.fail(f"{exc}\n{''.join(lines)[-3000:]}")
         _stream(port, model, "warmup", prompt_words(8, seed=99, size=1024), seen)
-        go = threading.Barrier(N)   # the N requests leave together: they overlap in vLLM
+        # The short requests leave together (they overlap in vLLM: batch > 1); the long one
+        # leaves once one of them has its first token, so that its chunked prefill runs
+        # while they decode (mixed steps). Left to leave with them, on a loaded machine its
+        # prefill sometimes ran before any decode, and the mixed step was a matter of timing.
+        go = threading.Barrier(N - 1)
+        decoding = threading.Event()
 
         def client(i: int) -> None:
+            if i == 0:
+                decoding.wait(120)
+                _stream(port, model, "req0", prompt_words(LONG, seed=0, size=1024), seen)
+                return
             go.wait(60)
-            _stream(port, model, f"req{i}", prompt_words(LONG if i == 0 else 12, seed=i,
-                                                         size=1024), seen)
+            _stream(port, model, f"req{i}", prompt_words(12, seed=i, size=1024), seen,
+                    first_token=decoding)
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(N)]
         for t in threads:
