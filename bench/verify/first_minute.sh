@@ -58,7 +58,10 @@ case "${1:-}" in
   tail -7 "$OUT/first_token_whole.txt"
   timeout 250 python bench/verify/compile_live.py --tmux "$T" --code after --no-batch --eager-s 12 \
     --wait-saved 60 --tag saved >"$OUT/compile_saved.txt" 2>&1
-  tail -9 "$OUT/compile_saved.txt" ;;
+  tail -9 "$OUT/compile_saved.txt"
+  # why a step was not saved (the marker's one line) and the helper's own output
+  cat /tmp/tuiprof-inductor-after-*/*/precompiled/*.not-whole 2>/dev/null
+  tail -5 /tmp/tuiprof-inductor-after-*/*/helper.log 2>/dev/null ;;
 *)
   sed -n 2,20p "$0" ;;
 esac
