@@ -214,3 +214,32 @@ def test_a_warm_up_is_marked_in_the_snapshot_and_read_back_apart(tmp_path):
     assert [r.id for r in v.requests.warmup] == ["w"]
     assert "w" not in {r.id for r in v.requests.rows}
     assert write_snapshot(v, tmp_path / "again.json").read_bytes() == path.read_bytes()
+
+
+def test_a_proxied_request_learns_the_steps_that_reach_the_store_after_it_finished():
+    """A native program's steps come from its kernel stream, behind its requests: on an H200
+    a llama-server's 33 proxied requests all finished before any of their steps reached the
+    store, and each read 100 % "outside model steps". The steps that ran while a finished
+    request was in flight join it when they come, and its time outside the steps enters the
+    aggregates once the stream has passed its finish (a later step or an empty window)."""
+    book = RequestBook()
+    book.arrived("p1", source="proxy", t=100 * MS)
+    book.finished("p1", t=200 * MS, output_tokens=4)
+    book.arrived("p2", source="proxy", t=150 * MS)
+    book.finished("p2", t=260 * MS, output_tokens=4)
+    row = book.view().rows[0]
+    assert row.outside and list(row.steps) == [] and row.model_ns == 0   # nothing yet
+    # the view is whole meanwhile: both rows' time outside so far
+    assert book.view().stats["outside_ms"].count == 2
+    book.step_interval(120 * MS, 140 * MS, 0)    # steps of p1's (and p2's) interval, late
+    book.step_interval(160 * MS, 190 * MS, 1)
+    assert book.stats["outside_ms"].count == 0   # the stream has not passed their finish
+    book.step_interval(250 * MS, 270 * MS, 2)    # begins after p1's finish: p1 is whole
+    p1, p2 = book.view().rows
+    assert list(p1.steps) == [0, 1] and p1.model_ns == 50 * MS
+    assert list(p2.steps) == [1, 2] and p2.model_ns == 30 * MS + 10 * MS
+    assert book.stats["outside_ms"].count == 1 and book.stats["outside_ms"].max == 50.0
+    book.steps_until(300 * MS)                   # an empty window after p2's finish
+    st = book.stats["outside_ms"]
+    assert st.count == 2 and sorted([st.min, st.max]) == [50.0, 70.0]
+    assert book.counts["finished"] == 2          # counted at their finish, as always

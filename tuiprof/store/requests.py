@@ -38,6 +38,9 @@ DONE_STATES = frozenset({FINISHED, FAILED, "cancelled"})
 MAX_TOKEN_TIMES = 8192     # token times kept per request (the rest are counted)
 MAX_STEPS = 8192           # step numbers kept per request
 STEP_INTERVALS = 65536     # recent model steps (start, end) kept to split a request's time
+LATE_ROWS = 1024           # finished requests seen from outside whose steps may still come
+LATE_NS = 5_000_000_000    # how long they wait for them (a native program's steps come from
+                           # its kernel stream, a CUPTI buffer or more behind its requests)
 OUTSIDE_SOURCES = frozenset({"proxy"})   # producers that see requests from outside the engine
 GONE_IDS = 1024            # ids of finished requests remembered (to tell a second finish)
 STAT_NAMES = ("ttft_ms", "itl_ms", "queue_ms", "e2e_ms", "outside_ms", "prompt_tokens",
@@ -227,6 +230,9 @@ class RequestBook:
 
     def _reset_finished(self) -> None:
         self._done: OrderedDict[Any, RequestRow] = OrderedDict()
+        # outside rows finished whose time outside the steps is not yet in the aggregates
+        # (steps that ran in their interval may still come)
+        self._late: deque[RequestRow] = deque()
         self.stats = {k: RunningStats() for k in STAT_NAMES}
         self.counts = {"arrived": 0, "finished": 0, "failed": 0, "cancelled": 0, "tokens": 0,
                        "preempted": 0, "warmup": 0}
@@ -422,8 +428,12 @@ class RequestBook:
             row.status = status if status in DONE_STATES else FINISHED
             row.reason = str(reason or "")
             row.model_ns = self._inside(row.arrival_ns, row.finish_ns)
+            late = row.outside and not row.warmup and row.model_ns >= 0
             if not row.warmup:
-                self._fold(row)
+                self._fold(row, outside=not late)
+            if late:
+                self._late.append(row)
+                self._release_late(t - LATE_NS)
             self._done[rid] = row
             self._gone[rid] = None
             if len(self._gone) > GONE_IDS:
@@ -448,7 +458,9 @@ class RequestBook:
             row.wire_end_ns = int(end_t or 0)
             self._touch(row)
 
-    def _fold(self, row: RequestRow) -> None:
+    def _fold(self, row: RequestRow, outside: bool = True) -> None:
+        """Fold a finished row into the aggregates; ``outside``: its time outside the steps
+        too (a row seen from outside the engine folds it once its steps are in: _release_late)."""
         key = {FINISHED: "finished", FAILED: "failed"}.get(row.status, "cancelled")
         self.counts[key] += 1
         self.totals[key] += 1
@@ -468,16 +480,35 @@ class RequestBook:
         e2e = row.finish_ns - arr
         st["e2e_ms"].add(e2e / 1e6)
         bk["e2e_ms"].add(e2e / 1e6)
-        if row.model_ns >= 0:
-            v = max(0, e2e - row.model_ns) / 1e6
-            st["outside_ms"].add(v)
-            bk["outside_ms"].add(v)
+        if outside:
+            self._fold_outside(row, st, bk)
         itl = row.itls_ms()
         if itl:
             st["itl_ms"].add_many(itl)
             bk["itl_ms"].add_many(itl)
         st["prompt_tokens"].add(row.prompt_tokens)
         st["output_tokens"].add(row.output_tokens)
+
+    @staticmethod
+    def _fold_outside(row: RequestRow, st: dict, bk: dict) -> None:
+        if row.status == FINISHED and row.model_ns >= 0:
+            v = max(0, row.finish_ns - row.arrival_ns - row.model_ns) / 1e6
+            st["outside_ms"].add(v)
+            bk["outside_ms"].add(v)
+
+    def _release_late(self, until_ns: int) -> None:
+        """(Lock held.) Fold the outside rows that finished before ``until_ns`` (the steps of
+        their interval are in) and those past ``LATE_ROWS``."""
+        late = self._late
+        while late and (late[0].finish_ns <= until_ns or len(late) > LATE_ROWS):
+            self._fold_outside(late.popleft(), self.stats, self.buckets)
+
+    def steps_until(self, t_ns: int) -> None:
+        """The step source has given every step that began before ``t_ns`` (a time window with
+        no step, from a program's stream): requests seen from outside that finished before it
+        have all their steps."""
+        with self._lock:
+            self._release_late(t_ns)
 
     def step(self, seq: int, start_ns: int, prefill: tuple = (), decode: tuple = (),
              blocks: dict | None = None) -> None:
@@ -516,10 +547,22 @@ class RequestBook:
 
     def step_interval(self, start_ns: int, end_ns: int, seq: int = -1) -> None:
         """Model step ``seq`` ran from ``start_ns`` to ``end_ns`` (steps do not overlap)."""
+        end_ns = max(start_ns, end_ns)
         with self._lock:
             self._steps_start.append(start_ns)
-            self._steps_end.append(max(start_ns, end_ns))
+            self._steps_end.append(end_ns)
             self._steps_seq.append(seq)
+            # requests seen from outside that finished before this step reached the store (a
+            # native program's steps come from its kernel stream, behind its requests) learn
+            # it now: the steps that ran while they were in flight, by time
+            for row in self._late:
+                if row.arrival_ns < end_ns and start_ns < row.finish_ns:
+                    if seq >= 0 and len(row.steps) < MAX_STEPS:
+                        row.steps.append(seq)
+                    row.model_ns += min(end_ns, row.finish_ns) - max(start_ns, row.arrival_ns)
+                    self._touch(row)
+            if self._late:
+                self._release_late(start_ns)
 
     def _steps_between(self, t0: int, t1: int) -> array:
         """The numbers of the recent model steps that ran during [t0, t1] (at most
@@ -579,10 +622,13 @@ class RequestBook:
         with self._lock:
             rows = [_copy(r) for r in self._done.values()]
             rows += [_copy(r) for r in self._live.values()]
-            return RequestsView(tuple(r for r in rows if not r.warmup),
-                                {k: s.copy() for k, s in self.stats.items()},
+            stats = {k: s.copy() for k, s in self.stats.items()}
+            buckets = self._buckets_copy()
+            for r in self._late:   # whole in a copy: their steps so far
+                self._fold_outside(r, stats, buckets)
+            return RequestsView(tuple(r for r in rows if not r.warmup), stats,
                                 dict(self.counts), dict(self.misuse), dict(self.sources),
-                                self.keep, self._buckets_copy(), dict(self.totals),
+                                self.keep, buckets, dict(self.totals),
                                 tuple(r for r in rows if r.warmup))
 
     def _buckets_copy(self) -> dict:
@@ -598,6 +644,11 @@ class RequestBook:
         the rows changed since ``since_rev``; ``delta["ids"]``: every kept id in order, sent
         only when rows left the kept set since ``since_evicted``."""
         with self._lock:
+            if self._late:   # a server gone idle: no step or finish comes to release them
+                n = len(self._late)
+                self._release_late(self.clock() - LATE_NS)
+                if len(self._late) != n:
+                    self._rev += 1
             if since_rev == self._rev and since_evicted == self._evicted:
                 return None, self._rev, self._evicted
             rows = [_copy(r) for r in self._done.values() if r.rev > since_rev]

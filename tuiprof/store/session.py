@@ -241,6 +241,7 @@ class SessionStore(RecordIngest):
             self._count_step(row, host_ms)
             if row.phase == "window":  # a program's fixed window (no step marked then)
                 self._counters["window_steps"] += 1
+                self.requests.steps_until(row.start_ns)
             else:  # a model step: requests in flight now are inside one
                 self.requests.step_interval(row.start_ns, end_ns, seq)
             part = self._part(row.config)
