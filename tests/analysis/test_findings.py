@@ -161,3 +161,17 @@ def test_findings_are_json_ready(eager_view):
 
 def test_empty_view():
     assert find(SessionStore().view()) == []
+
+
+def test_a_native_programs_fusion_advice_names_no_pytorch_remedy(eager_view):
+    """On an H200 a llama-server's findings advised torch.compile for its elementwise kernels:
+    a native program has no compiled mode to try."""
+    import dataclasses  # noqa: PLC0415
+
+    def fusable(view):
+        return next(f for f in find(view) if f.id == "fusable-kernels")
+
+    assert "torch.compile" in fusable(eager_view).advice
+    native = dataclasses.replace(eager_view, meta={**eager_view.meta, "native": True})
+    adv = fusable(native).advice
+    assert "torch.compile" not in adv and "compiled mode" not in adv and "ggml" in adv

@@ -232,10 +232,15 @@ def _fusable(view, mode: str) -> list:
           f"GPU time: {launches / ntok:.0f} launches, {impact:.2f} ms per token")
     adv = ("Small elementwise and cast kernels each read and write the whole tensor; fusing them "
            "into their neighbours removes most of that traffic and the launches. ")
-    adv += ("Try compiled mode (torch.compile fuses them into Triton kernels); keep the model in "
-            "one dtype to avoid casts." if mode != "compiled" else
-            "Look for graph breaks that stop Inductor from fusing (TORCH_LOGS=graph_breaks) and "
-            "keep the model in one dtype to avoid casts.")
+    if view.meta.get("native"):   # a native program has no compiled mode to try
+        adv += ("Fuse them into their neighbours in the program's own kernels (ggml fuses "
+                "some pairs already, e.g. rms_norm·mul·rope) and keep the activations in one "
+                "dtype.")
+    else:
+        adv += ("Try compiled mode (torch.compile fuses them into Triton kernels); keep the "
+                "model in one dtype to avoid casts." if mode != "compiled" else
+                "Look for graph breaks that stop Inductor from fusing "
+                "(TORCH_LOGS=graph_breaks) and keep the model in one dtype to avoid casts.")
     return [Finding("fusable-kernels", f"Elementwise and cast kernels take {share:.0%} of GPU "
                     f"time ({mode})", _severity(impact, _median_ms(view, mode)), impact, share,
                     nums, ev + " (impact: an upper bound, all of that time)", adv)]
