@@ -10,7 +10,7 @@ from collections import deque
 from typing import Any
 
 from ..store import NVML, ConfigData, SessionStore, StoreView, compose_view
-from ..store.requests import RequestsMirror
+from ..store.requests_mirror import RequestsMirror
 
 
 class Mirror:
