@@ -77,6 +77,11 @@ def exit_if_busy(prof, code: int) -> int:
     if not prof.busy:
         return code
     say("tuiprof: a model load or torch.compile was still running; exiting without waiting for it")
+    exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """End the process now, its output flushed, with no interpreter teardown."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

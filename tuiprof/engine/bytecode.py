@@ -78,6 +78,16 @@ def missing(probe: str = "torch") -> str | None:
     return None  # Python writes it beside the sources on this start
 
 
+def _ready(where: Path) -> bool:
+    """The tree made (private), kept within its bound and writable; False where it cannot be."""
+    try:
+        where.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _bound(where)
+        return os.access(where, os.W_OK)
+    except OSError:
+        return False
+
+
 def keep_own(argv: list[str], probes: tuple[str, ...] = ("tuiprof", "torch")) -> str | None:
     """``python -m tuiprof`` for the built-in engine, before the command's imports: tuiprof's
     own modules (and what its command line imports) keep their bytecode in the tree too, where
@@ -90,12 +100,7 @@ def keep_own(argv: list[str], probes: tuple[str, ...] = ("tuiprof", "torch")) ->
     where = root()
     if "--" in argv or where is None or any(missing(p) is None for p in probes):
         return None
-    try:
-        where.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _bound(where)
-        if not os.access(where, os.W_OK):
-            return None
-    except OSError:
+    if not _ready(where):
         return None
     sys.pycache_prefix = str(where)
     sys.dont_write_bytecode = False
@@ -116,12 +121,7 @@ def keep(probe: str = "torch") -> str | None:
     own = sys.pycache_prefix is not None and sys.pycache_prefix == str(where)
     if not own and missing(probe) is None:
         return None
-    try:
-        where.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _bound(where)
-        if not os.access(where, os.W_OK):
-            return None
-    except OSError:
+    if not _ready(where):
         return None  # no cache: the imports run as they did, slower
     sys.pycache_prefix = str(where)
     sys.dont_write_bytecode = False
