@@ -15,15 +15,9 @@ import time
 
 import torch
 
+from compile_scenario import wait  # run as a script: its folder is on the path
+
 from tuiprof.engine.load import load_engine
-
-
-def wait(cond, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def main(batch: int) -> dict:
