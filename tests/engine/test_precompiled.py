@@ -169,3 +169,36 @@ def test_a_step_that_fails_at_its_first_call_is_discarded_and_marked(saved, tmp_
     assert not bad.path("b1").exists() and bad.whole_refused("b1")
     assert note.startswith("compiled step ahead of time failed (RuntimeError: an unexpected call")
     assert note.endswith("compiling as before") and "\n" not in note
+
+
+def test_compiled_ahead_of_time_where_dynamos_switch_is_off_by_default(tmp_path, monkeypatch):
+    """torch 2.11 keeps ``enable_aot_compile`` off by default: ``torch.compile``'s result then
+    has no ``aot_compile``. The compile turns it on for its own call (and leaves it as it was)."""
+    import torch._dynamo.config as dynamo_config
+
+    if not hasattr(dynamo_config, "enable_aot_compile"):
+        pytest.skip("this torch has no enable_aot_compile switch")
+    monkeypatch.setattr(dynamo_config, "enable_aot_compile", False)
+    tiny = Tiny().eval()
+    args = (torch.randn(2, 16), torch.tensor([2.0]))
+    steps = pc.PrecompiledSteps(tmp_path, FIELDS)
+    with torch.no_grad():
+        fn, note = steps.compile("b1", tiny.decode, tiny, args, pc.mode_options("default"))
+        assert fn is not None and note == "", note
+        assert steps.path("b1").exists() and not steps.whole_refused("b1")
+        assert torch.allclose(fn(*args), tiny.decode(*args), atol=1e-6)
+    assert dynamo_config.enable_aot_compile is False
+
+
+def test_a_marker_of_an_earlier_format_is_not_this_ones(tmp_path, monkeypatch):
+    """Markers written before a format change (say, "cannot be compiled ahead of time" from a
+    tuiprof that never turned the switch on) do not stop this one trying."""
+    steps = pc.PrecompiledSteps(tmp_path, FIELDS)
+    now = steps.path("b1")
+    monkeypatch.setattr(pc, "FORMAT", pc.FORMAT - 1)
+    old = steps.path("b1")
+    assert old != now and old.parent == now.parent
+    old.parent.mkdir(parents=True)
+    old.with_suffix(pc.NOT_WHOLE).write_text("AttributeError: no aot_compile\n")
+    monkeypatch.setattr(pc, "FORMAT", pc.FORMAT + 1)
+    assert not steps.whole_refused("b1")

@@ -12,8 +12,12 @@ traced bytecode, its guards and inductor's compiled graph. One file per graph of
 The directory is the one :mod:`tuiprof.engine.compile_cache` keys by model, configuration,
 dtype, torch, transformers, device name and compile mode (bounded with it); ``<key>`` adds what
 a file also depends on: the graph, the cache's length and the prompt's, the adapter's class, the
-torch and Python versions (pickled bytecode is the interpreter's own). At most :data:`KEEP`
-files a directory, the least recently used removed first.
+torch and Python versions (pickled bytecode is the interpreter's own) and :data:`FORMAT`. At
+most :data:`KEEP` files a directory, the least recently used removed first.
+
+torch 2.11 has the API but gives ``torch.compile``'s result its ``aot_compile`` only while
+``torch._dynamo.config.enable_aot_compile`` is on (off by default there, on from 2.12): the
+compile here turns it on for its own call.
 
 A file that does not load (truncated, written by another torch, its guards refused for these
 inputs) is removed, the session says so in one line and compiles afresh (which saves a new
@@ -36,6 +40,9 @@ ENV = "TUIPROF_PRECOMPILE"
 DIR = "precompiled"
 KEEP = 16
 NOT_WHOLE = ".not-whole"   # suffix of a marker: this graph cannot be compiled ahead of time
+# in every key: raised when what an earlier tuiprof wrote must not be trusted (its markers said
+# "cannot be compiled ahead of time" on torch 2.11 only because the switch below was off)
+FORMAT = 2
 
 
 def supported() -> bool:
@@ -65,7 +72,8 @@ class PrecompiledSteps:
     def path(self, graph: str) -> Path:
         import torch
 
-        blob = json.dumps({**self.fields, "graph": graph, "torch": str(torch.__version__),
+        blob = json.dumps({**self.fields, "graph": graph, "format": FORMAT,
+                           "torch": str(torch.__version__),
                            "python": sys.version.split()[0]}, sort_keys=True, default=str)
         return self.dir / f"{graph}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.bin"
 
@@ -123,7 +131,8 @@ class PrecompiledSteps:
 
         path = self.path(graph)
         try:
-            compiled = torch.compile(method, fullgraph=True, options=options)
+            with _aot_enabled(torch):
+                compiled = torch.compile(method, fullgraph=True, options=options)
             aot = compiled.aot_compile((args, {}))
         except Exception as exc:  # a graph break, or a step dynamo cannot package
             self._mark(path.with_suffix(NOT_WHOLE), exc)
@@ -194,6 +203,18 @@ def portable_guards(entries: Any) -> list[bool]:
     kinds = [(getattr(g, "guard_type", ""), getattr(g, "is_global", True)) for g in entries]
     return [kind in ("GLOBAL_STATE", "SHAPE_ENV") or (kind == "TENSOR_MATCH" and not glob)
             for kind, glob in kinds]
+
+
+def _aot_enabled(torch: Any):
+    """``torch.compile`` gives its result ``aot_compile`` only while dynamo's
+    ``enable_aot_compile`` is on: off by default in torch 2.11 (the wrapper then has no such
+    method), on in later versions, absent in earlier ones."""
+    from contextlib import nullcontext
+
+    config = torch._dynamo.config
+    if not hasattr(config, "enable_aot_compile"):
+        return nullcontext()
+    return config.patch(enable_aot_compile=True)
 
 
 def _mtime(p: Path) -> float:
