@@ -130,6 +130,18 @@ def kernels_by_config(path: Path) -> dict:
     return out
 
 
+def kernel_names(path: Path, mode: str = "compiled") -> list[str]:
+    """The names of the kernels ``mode``'s decode steps launched, every configuration of the
+    snapshot: a step loaded from the file a cold compile saved must launch the same ones."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    parts = [doc, *doc.get("configurations", [])]
+    return sorted({k["name"] for p in parts for k in p.get("kernels", [])
+                   if k.get("mode") == mode and k.get("phase") == "decode"})
+
+
 def switch(run: Run, tmux: Tmux, name: str, key: str, batch: int, timeout: float,
            res: dict) -> float | None:
     """Press ``key``, wait for compiled mode at ``batch``; into ``res``: ``<key>_to_compiled_s``,
@@ -204,6 +216,7 @@ def one(tmux: Tmux, args, code: str, kind: str, env: dict, screens: list[str],
     res["helpers_left"] = len(helpers)
     snaps = sorted(exp.glob("tuiprof-*.json"))
     res["kernels"] = kernels_by_config(snaps[-1]) if snaps else None
+    res["compiled_kernel_names"] = kernel_names(snaps[-1]) if snaps else []
     res["samples"] = run.samples
     return res
 
@@ -267,6 +280,12 @@ def main() -> int:
               f"status: {r.get('status_line')}")
         print(f"{r['code']} {r['kind']}: `c` said {r.get('c_status')!r}; `b` said {r.get('b_status')!r}; "
               f"compiled step saved {r.get('saved_after_s')} s after compiled mode")
+    named = {r["kind"]: r.get("compiled_kernel_names") or [] for r in results}
+    if named.get("cold") and named.get("warm"):
+        cold, warm = set(named["cold"]), set(named["warm"])
+        print(f"compiled kernel names, cold vs warm: {len(cold)} / {len(warm)}, "
+              + ("the same" if cold == warm else
+                 f"only cold {sorted(cold - warm)[:8]}, only warm {sorted(warm - cold)[:8]}"))
     (out / f"compile_live_{tag}.json").write_text(json.dumps(results, indent=1))
     (out / f"compile_live_{tag}_screens.txt").write_text("\n".join(screens))
     return 0
