@@ -245,6 +245,81 @@ class Run:
             self.pack()
         print(overhead_table(rounds), flush=True)
 
+    # What an attached CUPTI costs llama-bench's graph launches between bursts, one switch at
+    # a time (tuiprof/injection/inject.c says what each does); "noburst" traces nothing and is
+    # a probe only, never the chosen variant.
+    IDLE = {"live": {}, "pinned": {"TUIPROF_CUPTI_HOST_PINNED": "1"},
+            "nomem": {"TUIPROF_CUPTI_MEMORY_BURSTS": "1"},
+            "apiclear": {"TUIPROF_CUPTI_API_CLEAR": "1"},
+            "between": {"TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS": "1"},
+            "all": {"TUIPROF_CUPTI_HOST_PINNED": "1", "TUIPROF_CUPTI_MEMORY_BURSTS": "1",
+                    "TUIPROF_CUPTI_API_CLEAR": "1"},
+            "noburst": {"TUIPROF_CUPTI_NO_BURSTS": "1"}}
+
+    def _idle_run(self, name: str, which: str) -> dict:
+        argv = self.bench_argv(self.q8, reps=5)
+        if which == "alone":
+            p = self.sh(name, argv)
+        else:
+            p = self.sh(name, [sys.executable, "-m", "tuiprof", "run", "--headless", "--json",
+                               str(self.res / f"{name}.json"), "--", *argv],
+                        env=self.IDLE[which], timeout=120)
+        rows = [json.loads(x) for x in (p.stdout if p else "").splitlines()
+                if x.startswith("{") and "avg_ts" in x]
+        snap = {}
+        try:
+            d = json.loads((self.res / f"{name}.json").read_text())
+            ch = (d.get("meta", {}).get("native") or {}).get("channel", {})
+            snap = {"kernels": ch.get("kernels"), "bursts": ch.get("bursts"),
+                    "decode_steps": d.get("meta", {}).get("auto_steps", {}).get("decode_steps")}
+        except (OSError, ValueError):
+            pass
+        return {"which": which, "snap": snap,
+                "tests": [{"n_prompt": x.get("n_prompt"), "n_gen": x.get("n_gen"),
+                           "avg_ts": x.get("avg_ts"), "samples_ts": x.get("samples_ts")}
+                          for x in rows]}
+
+    def idle(self):
+        """Between bursts: each switch of IDLE once in two screening rounds (their order
+        turns), alone in each; the variant with the best tg128 that still traced kernels in its
+        burst is then run against alone (and the default) in --rounds interleaved rounds."""
+        rounds: list = []
+        out = self.res / "idle.json"
+        names = list(self.IDLE)
+        for r in range(2):
+            order = ["alone"] + (names if r == 0 else names[::-1])
+            for which in order:
+                if self.elapsed() + 6 > self.a.deadline:
+                    break
+                rounds.append(dict(self._idle_run(f"idle_screen{r}_{which}", which),
+                                   round=r, stage="screen", graphs="g1"))
+                out.write_text(json.dumps(rounds, indent=1))
+
+        def tg(which: str) -> float:
+            xs = [t["avg_ts"] for x in rounds if x["which"] == which and x["stage"] == "screen"
+                  for t in x["tests"] if t["n_gen"]]
+            return sum(xs) / len(xs) if xs else 0.0
+        ok = [w for w in names if w != "noburst" and all(
+            (x["snap"].get("kernels") or 0) > 0 for x in rounds if x["which"] == w)]
+        best = max(ok, key=tg) if ok else "live"
+        self.note("idle_screen", best=best, tg={w: round(tg(w), 1) for w in ["alone"] + names})
+        arms = ["alone", "live"] + ([best] if best != "live" else [])
+        for r in range(self.a.rounds):
+            if self.elapsed() + 5 * len(arms) > self.a.deadline:
+                self.note("skipped", reason="deadline", round=r)
+                break
+            k = r % len(arms)
+            for which in arms[k:] + arms[:k]:
+                rounds.append(dict(self._idle_run(f"idle_round{r}_{which}", which),
+                                   round=r, stage="rounds", graphs="g1"))
+                out.write_text(json.dumps(rounds, indent=1))
+        table = overhead_table([x for x in rounds if x["stage"] == "rounds"])
+        (self.res / "idle_table.txt").write_text(table + "\n")
+        for f in (out, self.res / "idle_table.txt"):
+            (Path(self.a.out) / f.name).write_bytes(f.read_bytes())
+        print(overhead_table([x for x in rounds if x["stage"] == "screen"]), flush=True)
+        print(table, flush=True)
+
     def graphs(self):
         """One llama-bench run under each tracing choice, graphs on: every node traced (the
         reference), graph level, the live default, and the live default trying graph records
@@ -352,33 +427,49 @@ class Run:
         return [str(self.bin / "llama-server"), "-m", self.q8, "-np", "8", "-cb", "-c", "16384",
                 "-ngl", "99", "--host", "127.0.0.1", "--port", str(PORT), "--no-webui"]
 
-    def server(self):
+    def server(self, name: str = "server", tracing=("--sample-every", "1"), n: int = 32,
+               max_tokens: int = 64, ring: int = 300):
         """llama-server -np 8 -cb under tuiprof, its requests through tuiprof's proxy: 32
         streamed completions, 8 at a time (each with its X-Request-ID)."""
-        snap = self.res / "server_tuiprof.json"
-        logf = open(self.res / "server_tuiprof.log", "w")
+        snap = self.res / f"{name}_tuiprof.json"
+        logf = open(self.res / f"{name}_tuiprof.log", "w")
         p = subprocess.Popen([sys.executable, "-m", "tuiprof", "run", "--headless", "--json",
-                              str(snap), "--ring-tokens", "300", "--sample-every", "1", "--proxy",
+                              str(snap), "--ring-tokens", str(ring), *tracing, "--proxy",
                               f"127.0.0.1:{PROXY}=127.0.0.1:{PORT}", "--",
                               *self.server_argv()], stdout=logf,
                              stderr=subprocess.STDOUT, start_new_session=True)
         up = self._wait_health()
-        self.note("server_up", ok=up)
+        self.note(f"{name}_up", ok=up)
         if up:
             t = time.time()
             self._client(1, 1, 8, tag="warm")       # the first request loads the graphs
-            reqs = self._client(32, 8, 64)
-            (self.res / "server_client.json").write_text(json.dumps(reqs, indent=1))
-            self.note("server_client", seconds=round(time.time() - t, 1),
-                      ok=sum(1 for r in reqs if r["status"] == 200), n=len(reqs))
+            reqs = self._client(n, 8, max_tokens)
+            (self.res / f"{name}_client.json").write_text(json.dumps(reqs, indent=1))
+            self.note(f"{name}_client", seconds=round(time.time() - t, 1),
+                      ok=sum(1 for r in reqs if r["status"] == 200), n=len(reqs),
+                      tokens=sum((r.get("usage") or {}).get("completion_tokens", 0)
+                                 for r in reqs))
         os.killpg(p.pid, signal.SIGINT)
         try:
             p.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
         logf.close()
-        self.note("server_done", rc=p.returncode)
+        self.note(f"{name}_done", rc=p.returncode)
+        try:
+            summary = server_summary(json.loads(snap.read_text()))
+        except (OSError, ValueError) as x:
+            summary = {"error": repr(x)[:200]}
+        (Path(self.a.out) / f"{name}_summary.json").write_text(json.dumps(summary, indent=1))
+        print(json.dumps(summary)[:3000], flush=True)
         self.pack()
+
+    def sampled(self):
+        """llama-server under the sampled default (kernels in bursts of 250 ms every 8 s),
+        160 streamed requests of 128 tokens 8 at a time (~20 s, two or three bursts): every
+        kernel's time after the bursts (a burst's wrong-timed graph launch shows as kernels of
+        the whole launch's length)."""
+        self.server("sampled", tracing=(), n=160, max_tokens=128, ring=2000)
 
     def live(self):
         root = self.a.tmux_root
@@ -509,6 +600,38 @@ def snapshot_table(res: Path, prefix: str) -> str:
             "decode_untraced_in_series": sum(1 for t in toks if not t.get("sampled")),
             "tracing": m.get("tracing"), "decode_profile": dp[:1]})[:900])
     return "\n".join(lines)
+
+
+def server_summary(d: dict) -> dict:
+    """What a server snapshot says of steps, requests and kernel times (the raw snapshot is
+    tens of MB): steps by phase, batch and kernels, requests joined to steps, the tokens the
+    decode steps hold against the requests', the channel's counts, and each kernel's count,
+    mean and max (a wrong-timed launch shows as a max far above the mean)."""
+    toks = d.get("tokens", [])
+    dec = [t for t in toks if t.get("phase") == "decode"]
+    count = lambda xs: {str(k): xs.count(k) for k in sorted(set(xs))}  # noqa: E731
+    reqs = [r for r in d.get("requests", []) if not r.get("warmup")]
+    ks = sorted(d.get("kernels", []), key=lambda k: -k["stats"]["total"])
+    ch = (d.get("meta", {}).get("native") or {}).get("channel", {})
+    return {
+        "phases": count([t.get("phase") for t in toks]),
+        "decode_batch": count([t.get("batch") for t in dec]),
+        "decode_kernels_per_step": count([t.get("kernels") for t in dec]),
+        "decode_sampled": sum(1 for t in dec if t.get("sampled")),
+        "decode_tokens_in_steps": sum(t.get("batch") or 0 for t in dec),
+        "requests": len(reqs), "request_tokens": sum(r.get("output_tokens") or 0 for r in reqs),
+        "requests_with_steps": sum(1 for r in reqs if r.get("steps")),
+        "request_steps_p50": _median([len(r.get("steps") or ()) for r in reqs]),
+        "request_stats": d.get("request_stats", {}).get("counts"),
+        "auto_steps": {k: v for k, v in d.get("meta", {}).get("auto_steps", {}).items()
+                       if k != "consensus"},
+        "channel": ch, "tracing": d.get("meta", {}).get("tracing"),
+        "kernels": [{"name": k["name"][:60], "phase": k.get("phase"), "mode": k.get("mode"),
+                     "count": k["stats"]["count"], "total_ms": k["stats"]["total"] / 1e6,
+                     "mean_us": k["stats"]["mean"] / 1e3, "max_us": k["stats"]["max"] / 1e3}
+                    for k in ks[:14]],
+        "findings": [f.get("title") for f in d.get("findings", [])][:8],
+    }
 
 
 def main() -> int:

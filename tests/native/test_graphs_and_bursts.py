@@ -168,8 +168,9 @@ def _wait(cond, limit: float = 20.0) -> bool:
     return cond()
 
 
-def test_a_sampled_program_starts_untraced_and_switches_its_kernel_kinds_in_bursts(
-        native, tmp_path):
+def _one_burst(native, tmp_path, **env_extra) -> tuple:
+    """A sampled driver through one burst: (the kinds on at its start, the kinds switched on,
+    off, the collector)."""
     s = Script()
     s.kernel("k", 10, 20, 1)
     log = tmp_path / "switches.log"
@@ -178,14 +179,14 @@ def test_a_sampled_program_starts_untraced_and_switches_its_kernel_kinds_in_burs
                         include=str(native.build.cupti.include), program="driver",
                         schedule=sched)
     c.start()
-    env = dict(os.environ, **c.env(str(native.build.path)), FAKE_CUPTI_LOG=str(log))
+    env = dict(os.environ, **c.env(str(native.build.path)), FAKE_CUPTI_LOG=str(log),
+               **env_extra)
     proc = subprocess.Popen([str(native.driver), "wait", str(s.write(tmp_path / "s.bin")), "4"],
                             env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert _wait(lambda: c.connected.is_set())
         first = proc.stdout.readline() + proc.stdout.readline()   # "driver: wait", the report
         kinds = set(map(int, first.split("kinds")[1].split(";")[0].split()))
-        assert not kinds & KERNEL_KINDS and 49 in kinds    # memory records on, kernels off
         assert not c.traced_at(c.clock())
         sched.want = True
         assert _wait(lambda: c.bursts == 1)
@@ -198,10 +199,29 @@ def test_a_sampled_program_starts_untraced_and_switches_its_kernel_kinds_in_burs
         proc.send_signal(signal.SIGINT)
         proc.wait(20)
         c.stop()
-    lines = log.read_text().split("\n")
-    on = {int(x.split()[1]) for x in lines if x.startswith("on ")}
+    lines = log.read_text().split("\n") if log.exists() else []
+    on = [int(x.split()[1]) for x in lines if x.startswith("on ")]
     off = {int(x.split()[1]) for x in lines if x.startswith("off ")}
-    assert KERNEL_KINDS <= on and off == KERNEL_KINDS
+    return kinds, on, off, c
+
+
+def test_a_sampled_program_starts_untraced_and_switches_its_kernel_kinds_in_bursts(
+        native, tmp_path):
+    kinds, on, off, c = _one_burst(native, tmp_path)
+    assert not kinds & KERNEL_KINDS and 49 in kinds    # memory records on, kernels off
+    assert KERNEL_KINDS <= set(on) and off == KERNEL_KINDS
+    assert c.stats()["bursts"] == 1
+
+
+def test_the_idle_cost_probes_switch_what_they_say(native, tmp_path):
+    """What CUPTI attached costs between bursts is probed on the GPU by switches of the
+    library: memory records in bursts only, and no kind switched at all (TRACE answered)."""
+    kinds, on, off, _ = _one_burst(native, tmp_path, TUIPROF_CUPTI_MEMORY_BURSTS="1")
+    assert not kinds & (KERNEL_KINDS | {49})          # nothing on between bursts
+    assert KERNEL_KINDS | {49} <= set(on) and off == KERNEL_KINDS | {49}
+    (tmp_path / "switches.log").unlink()
+    kinds, on, off, c = _one_burst(native, tmp_path, TUIPROF_CUPTI_NO_BURSTS="1")
+    assert 49 in kinds and not set(on) - {49} and not off   # (MEMORY2 on at the start)
     assert c.stats()["bursts"] == 1
 
 
@@ -273,22 +293,77 @@ def test_graph_launches_are_the_decode_loop_over_prompt_forwards_that_repeat_too
     assert (c.decode, c.prefill) == (258, 2)
 
 
+def _k(start: int, end: int, corr: int, graph: int) -> tuple:
+    """A parsed kernel record (tuiprof/store/records.py's layout)."""
+    return ("K", "k", start, end, 1, 1, 1, 128, 1, 1, 32, 0, 7, corr, graph)
+
+
 def test_a_burst_drops_what_straddled_its_start_and_its_first_graph_launch():
-    """The records CUPTI gave wrong times on the H200 (a graph launch traced as kernel tracing
-    came on: each kernel ~160 ms long) never reach the steps: a kernel starting before its
-    burst, and the burst's first graph launch; eager kernels and later launches stay."""
+    """A kernel starting before its burst never reaches the steps, nor the burst's first
+    graph launch (a warm-up); eager kernels and later launches stay."""
     from tuiprof.collect.native_sampling import BurstFilter
 
     w = TracedWindows()
     w.switched(True, 1_000)
     f = BurstFilter(w)
-    assert not f.keep(900, 7, 3)            # began before the burst: straddled
-    assert not f.keep(1_100, 8, 3)          # the burst's first graph launch: warm-up
-    assert not f.keep(1_500, 8, 3)          # ... all of its kernels
-    assert f.keep(1_200, 9, 0)              # an eager kernel
-    assert f.keep(2_000, 10, 3)             # the next launch
+    recs = [_k(900, 950, 7, 3), _k(1_100, 1_200, 8, 3), _k(1_500, 1_600, 8, 3),
+            _k(1_200, 1_300, 9, 0), _k(2_000, 2_100, 10, 3)]
+    assert f.filter(recs) == [recs[3], recs[4]]
     w.switched(False, 5_000)
-    assert not f.keep(6_000, 11, 3)         # after the burst
+    assert f.filter([_k(6_000, 6_100, 11, 3)]) == []         # after the burst
     w.switched(True, 9_000)
-    assert not f.keep(9_100, 12, 3) and f.keep(9_900, 13, 3)   # each burst has its warm-up
-    assert (f.straddled, f.warmup) == (2, 3)
+    recs = [_k(9_100, 9_200, 12, 3), _k(9_900, 9_950, 13, 3)]
+    assert f.filter(recs) == [recs[1]]                        # each burst has its warm-up
+    assert (f.straddled, f.warmup, f.overlapping) == (2, 3, 0)
+
+
+def test_a_graph_launch_caught_by_a_switch_never_reaches_the_kernel_times():
+    """The H200's llama-server under the sampled default: a burst's kernels were right, then
+    one graph launch came back with each of its kernels ~89 ms long (the launch takes 1.2 ms)
+    and every kernel of the pane read 1.23 ms a launch. Records in CUPTI's layout, parsed and
+    filtered as the channel does with each buffer: that launch, a launch running as the burst
+    ended (its kernels end after the switch), and the burst's first launch never reach the
+    store; every kernel's time stays its own."""
+    on, off = 10_000_000_000, 10_250_000_000
+    names = [f"ggml_k{i}" for i in range(11)]
+
+    def launch(s: Script, t: int, corr: int, shape: str = "right") -> int:
+        """One graph launch of 11 kernels of 100 us each, one after another."""
+        for i, n in enumerate(names):
+            a, b = t + i * 110_000, t + i * 110_000 + 100_000
+            if shape == "switch":      # CUPTI's times for a launch a switch caught
+                a, b = t - 88_000_000, b
+            s.kernel(n, a, b, corr, graph=5)
+        return t + len(names) * 110_000 + 50_000
+
+    s1, s2, s3 = Script(), Script(), Script()
+    t, corr = on + 200_000, 100
+    for _ in range(20):                       # the first (a warm-up) and 19 right ones
+        t = launch(s1, t, corr)
+        corr += 1
+    t = launch(s2, on + 120_000_000, corr, "switch")   # inside the burst, every kernel ~89 ms
+    corr += 1
+    t = launch(s2, t, corr)
+    corr += 1
+    last = launch(s3, off - 500_000, corr + 1)   # running as the burst ended: its records
+    s3.kernel(names[0], off + 100_000, off + 200_000, corr + 1, graph=5)   # come after it
+    c = NativeCollector(SessionStore(), cupti_lib="unused", program="llama-server",
+                        schedule=BurstSchedule(32))
+    c._layout.sizes.update({k: d.itemsize for k, d in s1.dt.items()})
+    c._strings.update({i + 1: n for i, n in enumerate(s1.names)})
+    c.traced.switched(True, on)
+    for s in (s1, s2):
+        c._buffer(b"".join(s.records))
+    c.traced.switched(False, off)
+    s3.names = s1.names
+    c._buffer(b"".join(s3.records))
+    assert last > off
+    kept = c.store.view().kernels
+    mine = [a for a in kept.values() if a.name in names]
+    assert mine and {a.stats.count for a in mine} == {20}     # 19 right launches, and the next
+    assert max(a.stats.max for a in mine) == 100_000          # no kernel longer than its own
+    st = c.stats()
+    assert st["burst_overlapping"] == 1 and st["burst_overlapped"] == 11
+    assert st["burst_warmup"] == 11 and st["burst_straddled"] == 12   # 11 + 1 records
+    assert [d["why"] for d in st["burst_dropped"]] == ["kernels overlapping beyond any real run",
+                                                       "straddled a switch"]

@@ -281,3 +281,70 @@ def test_a_server_whose_batches_change_gets_a_step_per_graph_launch_with_its_bat
     assert [t.batch for t in toks] == batches
     assert [t.kernels for t in toks] == [3 * (4 + s % 3) + 1 for s in range(len(batches))]
     assert prof.store.meta["auto_steps"]["loop"].startswith("a step per CUDA-graph launch")
+
+
+def _server_launches(steps: int, kernels: int, t: int = 1_000_000_000, corr: int = 0,
+                     eager: tuple = ()) -> list:
+    """llama-server's stream: a graph launch a step (733 kernels on the H200, here
+    ``kernels``), the GEMV's columns following the slots in use; the steps in ``eager`` ran
+    their kernels one by one (llama.cpp runs a step eagerly when its graph's shape changed)."""
+    gemv = "_Z13mul_mat_vec_qIL9ggml_type8ELi{}ELb0ELb0ELb0EEvPKvS2_PKi"
+    layer = ("_Z8k_get_rowsIfEvPKv", "_Z12rms_norm_f32ILi1024EEvPKfPf", gemv,
+             "k_bin_bcast_add", "_Z8k_get_rowsIfEvPKv")
+    recs = []
+    for step in range(steps):
+        b = 8 - step % 3
+        corr += 1
+        t += 60_000
+        graphed = step not in eager
+        recs.append(("R", "cudaGraphLaunch" if graphed else "cudaLaunchKernel", t - 8_000,
+                     t - 1_000, corr))
+        for i in range(kernels):
+            name = layer[0] if i == 0 else layer[1 + i % 3].format(b)
+            if i == kernels - 1:
+                name = layer[4]                  # the head's name once more in the step
+            if not graphed and i:
+                corr += 1
+                recs.append(("R", "cudaLaunchKernel", t - 800, t - 200, corr))
+            recs.append(("K", name, t, t + 4_000, 1, 1, 1, 128, 1, 1, 32, 0, 7, corr,
+                         5 if graphed else 0))
+            t += 5_000
+    return recs
+
+
+def test_a_server_s_steps_found_after_many_kernels_are_cut_from_the_first_held(prof):
+    """On the H200 the search ran once a second while llama-server made ~100,000 kernels a
+    second: the step per launch was found with far more kernels held than the search looks
+    at (its newest 20,000), and the older ones became windows (142 steps of ~257). Every
+    launch held is a step."""
+    clock, sink = auto_sink(prof)
+    recs = _server_launches(200, 250)            # 50,000 kernels in 1 s of record time
+    store = prof.store
+    for i in range(0, len(recs), 1_000):
+        clock[0] += 0.02                         # the next search a second later
+        store.add_records(sink.feed([], recs[i:i + 1_000]))
+    assert sink.by_launch
+    store.add_records(sink.drain())
+    sink.recorder.close()
+    toks = rows(prof)
+    assert len(toks) == 200 and {t.kernels for t in toks} == {250}
+    assert [t.batch for t in toks] == [8 - s % 3 for s in range(200)]
+    assert prof.store.meta["auto_steps"]["windows"] == 0
+
+
+def test_a_server_s_steps_run_eagerly_between_launches_are_steps_of_their_own(prof):
+    """llama.cpp runs a step kernel by kernel while its graph's shape settles (a slot joined
+    or left): on the H200 those steps were taken into the launch before them (steps of 4 and 5
+    steps' kernels). Each is a step of its own, cut at the launch's first kernel."""
+    clock, sink = auto_sink(prof)
+    recs = _server_launches(60, 40, eager=(20, 21, 22, 40))
+    store = prof.store
+    for i in range(0, len(recs), 97):
+        clock[0] += 0.5
+        store.add_records(sink.feed([], recs[i:i + 97]))
+    store.add_records(sink.drain())
+    sink.recorder.close()
+    toks = rows(prof)
+    assert [t.kernels for t in toks] == [40] * 60
+    assert [t.batch for t in toks] == [8 - s % 3 for s in range(60)]
+    assert sum(t.graph_kernels for t in toks) == 56 * 40

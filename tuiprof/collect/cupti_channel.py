@@ -49,7 +49,7 @@ from pathlib import Path
 from ..errors import safe_text
 from ..store import SessionStore
 from ..store.records import (G_CORR, G_END, G_GRAPH, G_START, G_STREAM, GRAPH, GRAPH_KERNEL,
-                             K_CORR, K_GRAPH, K_START, KERNEL, KIND)
+                             KERNEL, KIND)
 from .native_sampling import BurstFilter, BurstSchedule, TracedWindows
 from .cupti_collector import DRIVER_APIS, RUNTIME_APIS, MarkerSink, _short_api
 from .cupti_raw import Layout, LayoutError, LibraryResolver, NameCache, parse_buffer
@@ -394,8 +394,7 @@ class NativeCollector:
         self.kernels += sum(1 for r in records if r[KIND] == KERNEL)
         f = self.burst_filter
         if f is not None:
-            records = [r for r in records if r[KIND] != KERNEL
-                       or f.keep(r[K_START], r[K_CORR], r[K_GRAPH])]
+            records = f.filter(records)
         if self.graphs == "graph":
             records = graph_kernels(records)
         if markers is not None:
@@ -439,7 +438,10 @@ class NativeCollector:
                 "end_received": self.ended.is_set(), "graphs": self.graphs,
                 "bursts": self.bursts, "traced_s": round(self.traced.seconds(), 3),
                 "burst_straddled": self.burst_filter.straddled if self.burst_filter else 0,
-                "burst_warmup": self.burst_filter.warmup if self.burst_filter else 0}
+                "burst_warmup": self.burst_filter.warmup if self.burst_filter else 0,
+                "burst_overlapping": self.burst_filter.overlapping if self.burst_filter else 0,
+                "burst_overlapped": self.burst_filter.overlapped if self.burst_filter else 0,
+                "burst_dropped": list(self.burst_filter.dropped) if self.burst_filter else []}
 
 
 def graph_kernels(records: list) -> list:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..store.records import GRAPH_KERNEL  # noqa: F401 - the kernel stream's name for a launch
+from ..store.records import K_CORR, K_END, K_GRAPH, K_START, KERNEL, KIND
 
 BURST_S = 0.25        # one burst's length: ~100-200 decode steps of a small model
 AUTO_NATIVE = 32      # auto: a burst in every 8 s (llama-bench traced ~3 % of its time)
@@ -95,6 +96,13 @@ class TracedWindows:
                 return end is None or ts < end
         return False
 
+    def window_of(self, ts: int) -> tuple | None:
+        """(start, end or None while it runs) of the burst that holds ``ts``, or None."""
+        for start, end in reversed(self._w):
+            if start <= ts:
+                return (start, end) if end is None or ts < end else None
+        return None
+
     def burst_of(self, ts: int) -> int | None:
         """The start of the burst that holds ``ts`` (its key), or None."""
         for start, end in reversed(self._w):
@@ -107,31 +115,101 @@ class TracedWindows:
         return sum(b - a for a, b in self._w if b is not None) / 1e9
 
 
+STRADDLED = "straddled a switch"
+OVERLAPPING = "kernels overlapping beyond any real run"
+WARMUP = "warm-up"
+
+
 class BurstFilter:
-    """Kernel records a burst must not keep: one that starts before its burst (it straddled the
-    switch on), and every record of the burst's first CUDA-graph launch (its correlation id).
-    On an H200, the first graph launch traced after kernel tracing came on carried wrong
-    timestamps (each of its kernels ~160 ms long), as the Python path's warm-up token does; the
-    first launch of each burst is therefore a warm-up, its records dropped and counted."""
+    """Kernel records a burst must not keep, one buffer at a time (:meth:`filter`):
+
+    - a kernel that starts before its burst, or ends after the burst ended (it straddled a
+      switch), and with it every record of its CUDA-graph launch (the rest is part of a step);
+    - every record of a graph launch whose kernels overlap one another beyond any real run:
+      summed, they take more than ``MAX_OVERLAP`` times the launch's span. On an H200 the
+      launches caught by a switch came back so: each kernel of a launch as long as the whole
+      launch and more (169 kernels of ~160 ms each in llama-bench; in llama-server all 733
+      kernels of one launch ~89 ms each, where the launch takes 1.2 ms), while a decode graph
+      captured from one stream runs its kernels one after another;
+    - every record of the burst's first graph launch (its correlation id), a warm-up, as the
+      Python path's warm-up token is.
+
+    Each is counted (``straddled`` and ``warmup`` in records, ``overlapping`` in launches), and
+    the last launches dropped are described in :attr:`dropped` (the snapshot's meta)."""
+
+    MAX_OVERLAP = 4     # kernels of one launch running at once, on average over its span
+    BAD = 256           # correlation ids of dropped launches remembered (their later records)
 
     def __init__(self, windows: TracedWindows) -> None:
         self.windows = windows
         self._first: dict[int, int] = {}   # burst start -> its first graph launch's correlation
-        self.straddled = 0
-        self.warmup = 0
+        self._bad: dict[int, str] = {}     # dropped launches -> why (insertion-ordered, bounded)
+        self.straddled = 0      # records
+        self.warmup = 0         # records
+        self.overlapping = 0    # launches
+        self.overlapped = 0     # their records
+        self.dropped: deque = deque(maxlen=16)
 
-    def keep(self, start: int, corr: int, graph: int) -> bool:
-        burst = self.windows.burst_of(start)
-        if burst is None:
-            self.straddled += 1
-            return False
-        if graph:
-            first = self._first.get(burst)
-            if first is None:
-                if len(self._first) > 64:
-                    self._first.pop(next(iter(self._first)))
-                first = self._first[burst] = corr
-            if corr == first:
+    def filter(self, records: list) -> list:
+        """``records`` (one parsed buffer) without the kernels above; other kinds stay."""
+        launches: dict[int, list] = {}
+        edge: set = set()
+        for r in records:
+            if r[KIND] != KERNEL:
+                continue
+            w = self.windows.window_of(r[K_START])
+            if w is None or (w[1] is not None and r[K_END] > w[1]):
+                edge.add(id(r))
+            if r[K_GRAPH]:
+                launches.setdefault(r[K_CORR], []).append(r)
+        why: dict[int, str] = {}
+        for corr, ks in launches.items():
+            if corr in self._bad:
+                why[corr] = self._bad[corr]
+            elif any(id(k) in edge for k in ks):
+                why[corr] = self._drop(corr, ks, STRADDLED)
+            elif len(ks) > 1 and sum(k[K_END] - k[K_START] for k in ks) > self.MAX_OVERLAP * max(
+                    1, max(k[K_END] for k in ks) - min(k[K_START] for k in ks)):
+                self.overlapping += 1
+                why[corr] = self._drop(corr, ks, OVERLAPPING)
+            else:
+                burst = self.windows.burst_of(ks[0][K_START])
+                first = self._first.get(burst)
+                if first is None:
+                    if len(self._first) > 64:
+                        self._first.pop(next(iter(self._first)))
+                    first = self._first[burst] = corr
+                if corr == first:
+                    why[corr] = WARMUP
+        out = []
+        for r in records:
+            if r[KIND] != KERNEL:
+                out.append(r)
+                continue
+            reason = why.get(r[K_CORR]) if r[K_GRAPH] else (STRADDLED if id(r) in edge else None)
+            if reason is None:
+                out.append(r)
+            elif reason == WARMUP:
                 self.warmup += 1
-                return False
-        return True
+            elif reason == STRADDLED:
+                self.straddled += 1
+            else:
+                self.overlapped += 1
+        return out
+
+    def _drop(self, corr: int, ks: list, why: str) -> str:
+        self._bad[corr] = why
+        if len(self._bad) > self.BAD:
+            self._bad.pop(next(iter(self._bad)))
+        w = self.windows.window_of(ks[0][K_START]) or (None, None)
+        start = min(k[K_START] for k in ks)
+        self.dropped.append({
+            "why": why, "correlation": corr, "kernels": len(ks),
+            "span_us": round((max(k[K_END] for k in ks) - start) / 1e3, 1),
+            "kernel_us_median": round(sorted(k[K_END] - k[K_START] for k in ks)[len(ks) // 2]
+                                      / 1e3, 1),
+            "starts": len({k[K_START] for k in ks}), "ends": len({k[K_END] for k in ks}),
+            "after_burst_start_us": None if w[0] is None else round((start - w[0]) / 1e3, 1),
+            "before_burst_end_us": None if w[1] is None else round(
+                (w[1] - max(k[K_END] for k in ks)) / 1e3, 1)})
+        return why

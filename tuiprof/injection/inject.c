@@ -145,6 +145,9 @@ static uint32_t *api_ids;      /* the API subset (runtime ids, then driver ids),
 static uint32_t n_rt_ids, n_drv_ids;
 static int tracing;            /* the kernel-level kinds are on */
 static int graph_between;      /* TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS=1: GRAPH_TRACE between bursts */
+static int memory_bursts;      /* TUIPROF_CUPTI_MEMORY_BURSTS=1: MEMORY2 only in bursts */
+static int api_clear;          /* TUIPROF_CUPTI_API_CLEAR=1: the API subset's ids off between bursts */
+static int no_bursts;          /* TUIPROF_CUPTI_NO_BURSTS=1: TRACE frames answered, no kind switched */
 
 /* --- writing frames --- */
 static int write_all(const struct iovec *iov_in, int n) {
@@ -602,9 +605,26 @@ static int api_subset(const uint32_t *ids, uint32_t n, int runtime) {
  * session traces graphs at graph level, and that disabling it does not bring node-level
  * tracing back (cupti_activity.h, CUDA 13.5): so the graph-level mode is chosen at the start,
  * for the program's life. TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS=1 tries the switch anyway
- * (GRAPH_TRACE off for each burst, on between), to see what a given CUPTI does. */
+ * (GRAPH_TRACE off for each burst, on between), to see what a given CUPTI does.
+ * What an attached CUPTI costs a program between bursts is probed by three more switches:
+ * TUIPROF_CUPTI_MEMORY_BURSTS=1 (MEMORY2 on in bursts only), TUIPROF_CUPTI_API_CLEAR=1 (every
+ * API id switched off at a burst's end, not only the API kinds) and TUIPROF_CUPTI_NO_BURSTS=1
+ * (TRACE frames answered, nothing switched: CUPTI attached with no kernel kind ever on). */
+static int env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && *v == '1';
+}
+
 static void set_tracing(int on) {
     if (on == tracing || !p_disable) return;
+    if (no_bursts) {  /* what CUPTI attached costs with no burst at all (an overhead probe) */
+        uint64_t now = 0;
+        p_timestamp(&now);
+        tracing = on;
+        struct { uint32_t on, pad; uint64_t ts; } m = {(uint32_t)on, 0, now};
+        send_frame(TP_MSG_TRACED, &m, sizeof m, NULL, 0);
+        return;
+    }
     if (on && graph_between) p_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
     static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                                CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -619,8 +639,13 @@ static void set_tracing(int on) {
         if (on && api_ids) {
             api_subset(api_ids, n_rt_ids, 1);
             api_subset(api_ids + n_rt_ids, n_drv_ids, 0);
+        } else if (!on && api_clear) {  /* no id left asked for between bursts */
+            api_subset(NULL, 0, 1);
+            api_subset(NULL, 0, 0);
         }
     }
+    if (memory_bursts && (cfg_flags & TP_FLAG_MEMORY))
+        (on ? p_enable : p_disable)(CUPTI_ACTIVITY_KIND_MEMORY2);
     if (on) p_timestamp(&ts);   /* the burst's start: once its kinds are on */
     if (!on && graph_between) p_enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
     tracing = on;
@@ -714,7 +739,11 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
         bad |= enable(CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET");
         tracing = 1;
     }
-    if (cfg.flags & TP_FLAG_MEMORY) bad |= enable(CUPTI_ACTIVITY_KIND_MEMORY2, "MEMORY2");
+    memory_bursts = env_on("TUIPROF_CUPTI_MEMORY_BURSTS") && (cfg.flags & TP_FLAG_SAMPLED);
+    api_clear = env_on("TUIPROF_CUPTI_API_CLEAR");
+    no_bursts = env_on("TUIPROF_CUPTI_NO_BURSTS") && (cfg.flags & TP_FLAG_SAMPLED);
+    if ((cfg.flags & TP_FLAG_MEMORY) && !memory_bursts)
+        bad |= enable(CUPTI_ACTIVITY_KIND_MEMORY2, "MEMORY2");
     if (cfg.flags & TP_FLAG_MARKERS) bad |= enable(CUPTI_ACTIVITY_KIND_MARKER, "MARKER");
     if ((cfg.flags & TP_FLAG_API) && !(cfg.flags & TP_FLAG_SAMPLED)) {
         bad |= enable(CUPTI_ACTIVITY_KIND_RUNTIME, "RUNTIME");

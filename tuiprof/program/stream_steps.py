@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 
 import re
 
@@ -79,6 +79,8 @@ class StreamSteps:
         self.counts = {"decode": 0, "prefill": 0, "identical": 0, "varying": 0, "windows": 0}
         self._durations: deque = deque(maxlen=64)   # recent decode steps' lengths (ns)
         self.by_launch = False         # a step per graph launch (no repeating sequence)
+        self._heads: Counter = Counter()   # launches' first kernels (their head)
+        self._per: Counter = Counter()     # the head's count in a launch
 
     @property
     def markers(self) -> "StreamSteps":
@@ -157,15 +159,22 @@ class StreamSteps:
                 self.found = found
             if self._launches_usable(ks):
                 self.loop, self.by_launch = BY_LAUNCH, True
-                self._pending = [k for k in ks if k[0] >= self._watermark]
+                self._pending = self._unstepped()
                 self._describe()
             return
         self.found, self.loop = found, found.loop
         self._after_decode = False
         lp = self.loop
-        self._pending = [k for k in ks if k[0] >= self._watermark
-                         and (lp.stream is None or k[3] == lp.stream)]
+        self._pending = [k for k in self._unstepped() if lp.stream is None or k[3] == lp.stream]
         self._describe()
+
+    def _unstepped(self) -> list:
+        """Every kernel held that no step or window took yet, in time order. The search sees
+        the newest ``SEARCH_KERNELS`` only: a loop found after more kernels than that arrived
+        (a server's first second: ~100,000 kernels) is cut from the first one it holds, not
+        from the searched ones (on an H200 the older ones became windows: 142 of ~257 steps)."""
+        return sorted((r[K_START], r[K_END], r[K_NAME], r[K_STREAM], r[K_CORR], r[K_GRAPH])
+                      for r in self._held if r[KIND] == KERNEL and r[K_START] >= self._watermark)
 
     # -------------------------------------------------------------------- cut
     @staticmethod
@@ -186,6 +195,7 @@ class StreamSteps:
                 last = k[4]
         if not bounds:
             return
+        bounds = self._eager_steps(pend, bounds)
         edges = bounds + [len(pend)]
         n = len(bounds) if final else len(bounds) - 1
         for j in range(n):
@@ -209,6 +219,39 @@ class StreamSteps:
                 self._durations.append(end - start)
             self._watermark = end
         del pend[:edges[n] if n < len(bounds) else len(pend)]
+
+    def _eager_steps(self, pend: list, bounds: list) -> list:
+        """``bounds`` with the steps that ran eagerly after a launch cut apart. llama.cpp runs
+        a step kernel by kernel while its graph's shape settles (a slot joined or left): those
+        kernels follow the launch before, and were taken into its step (on an H200, steps of
+        4 and 5 steps' kernels). A launch's first kernel (its head; ``per`` times in each
+        launch) begins an eager step as it begins a launch: every ``per``-th head launched
+        alone after a launch starts a step."""
+        edges = bounds + [len(pend)]
+        done = list(zip(edges, edges[1:]))[:-1]    # the last launch may still be arriving
+        self._heads.update(pend[a][2] for a, _ in done)
+        if not self._heads:
+            return bounds
+        head = self._heads.most_common(1)[0][0]
+        self._per.update(sum(1 for k in pend[a:b] if k[5] and k[2] == head)
+                         for a, b in done if pend[a][2] == head)
+        if not self._per:
+            return bounds
+        per = max(1, self._per.most_common(1)[0][0])
+        out = []
+        # the kernels before the first launch held: eager steps too when they begin with the
+        # head (the step cut last ended there)
+        for a, b in ([(0, bounds[0])] if bounds[0] else []) + list(zip(edges, edges[1:])):
+            seen = 0
+            if pend[a][5]:
+                out.append(a)
+                a += 1
+            for i in range(a, b):
+                if not pend[i][5] and pend[i][2] == head:
+                    if seen % per == 0:
+                        out.append(i)
+                    seen += 1
+        return out
 
     def _cut(self, final: bool) -> None:
         pend = self._pending
