@@ -21,6 +21,9 @@ Phases (``--only a,b``; default all but ``live``):
   plan     what the earlier calls left open, most needed first, against --deadline
   server   llama-server -np 8 under tuiprof (headless), 32 streamed requests 8 at a time
   live     the same in the live app, in tmux at 200x50 and 80x24
+  sampled  the server under the sampled default, 160 requests: kernel times after bursts
+  idle     what an attached CUPTI costs between bursts: each switch of Run.IDLE screened in
+           two rounds, the best against alone in --rounds interleaved rounds
 """
 from __future__ import annotations
 
@@ -247,14 +250,17 @@ class Run:
 
     # What an attached CUPTI costs llama-bench's graph launches between bursts, one switch at
     # a time (tuiprof/injection/inject.c says what each does); "noburst" traces nothing and is
-    # a probe only, never the chosen variant.
+    # a probe only (CUPTI attached, no kernel kind ever on), and "detached" never attaches it.
     IDLE = {"live": {}, "pinned": {"TUIPROF_CUPTI_HOST_PINNED": "1"},
             "nomem": {"TUIPROF_CUPTI_MEMORY_BURSTS": "1"},
             "apiclear": {"TUIPROF_CUPTI_API_CLEAR": "1"},
             "between": {"TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS": "1"},
+            "lazy": {"TUIPROF_CUPTI_LAZY": "1"},
             "all": {"TUIPROF_CUPTI_HOST_PINNED": "1", "TUIPROF_CUPTI_MEMORY_BURSTS": "1",
-                    "TUIPROF_CUPTI_API_CLEAR": "1"},
-            "noburst": {"TUIPROF_CUPTI_NO_BURSTS": "1"}}
+                    "TUIPROF_CUPTI_API_CLEAR": "1", "TUIPROF_CUPTI_LAZY": "1"},
+            "noburst": {"TUIPROF_CUPTI_NO_BURSTS": "1"},
+            "detached": {"TUIPROF_CUPTI_NO_BURSTS": "1", "TUIPROF_CUPTI_LAZY": "1"}}
+    PROBES = ("noburst", "detached")   # trace nothing: never the chosen variant
 
     def _idle_run(self, name: str, which: str) -> dict:
         argv = self.bench_argv(self.q8, reps=5)
@@ -268,10 +274,13 @@ class Run:
                 if x.startswith("{") and "avg_ts" in x]
         snap = {}
         try:
-            d = json.loads((self.res / f"{name}.json").read_text())
+            f = self.res / f"{name}.json"
+            d = json.loads(f.read_text())
+            f.unlink()          # packed, a snapshot a run makes the call's packing slow
             ch = (d.get("meta", {}).get("native") or {}).get("channel", {})
-            snap = {"kernels": ch.get("kernels"), "bursts": ch.get("bursts"),
-                    "decode_steps": d.get("meta", {}).get("auto_steps", {}).get("decode_steps")}
+            snap = {k: ch.get(k) for k in ("kernels", "bursts", "burst_warmup", "burst_straddled",
+                                           "burst_overlapping", "burst_dropped")}
+            snap["decode_steps"] = d.get("meta", {}).get("auto_steps", {}).get("decode_steps")
         except (OSError, ValueError):
             pass
         return {"which": which, "snap": snap,
@@ -280,16 +289,17 @@ class Run:
                           for x in rows]}
 
     def idle(self):
-        """Between bursts: each switch of IDLE once in two screening rounds (their order
-        turns), alone in each; the variant with the best tg128 that still traced kernels in its
-        burst is then run against alone (and the default) in --rounds interleaved rounds."""
+        """Between bursts: each switch of IDLE once in --screen-rounds rounds (their order
+        turns), alone in each; the two variants with the best tg128 that still traced kernels
+        in their burst are then run against alone and the default in --rounds interleaved
+        rounds."""
         rounds: list = []
-        out = self.res / "idle.json"
+        out = Path(self.a.out) / "idle.json"      # written as it grows: a cut call keeps it
         names = list(self.IDLE)
-        for r in range(2):
-            order = ["alone"] + (names if r == 0 else names[::-1])
+        for r in range(self.a.screen_rounds):
+            order = ["alone"] + (names if r % 2 == 0 else names[::-1])
             for which in order:
-                if self.elapsed() + 6 > self.a.deadline:
+                if self.elapsed() + 6 > self.a.deadline - self.a.reserve:
                     break
                 rounds.append(dict(self._idle_run(f"idle_screen{r}_{which}", which),
                                    round=r, stage="screen", graphs="g1"))
@@ -299,13 +309,13 @@ class Run:
             xs = [t["avg_ts"] for x in rounds if x["which"] == which and x["stage"] == "screen"
                   for t in x["tests"] if t["n_gen"]]
             return sum(xs) / len(xs) if xs else 0.0
-        ok = [w for w in names if w != "noburst" and all(
+        ok = [w for w in names if w not in self.PROBES and all(
             (x["snap"].get("kernels") or 0) > 0 for x in rounds if x["which"] == w)]
-        best = max(ok, key=tg) if ok else "live"
+        best = sorted(ok, key=tg, reverse=True)[:2] or ["live"]
         self.note("idle_screen", best=best, tg={w: round(tg(w), 1) for w in ["alone"] + names})
-        arms = ["alone", "live"] + ([best] if best != "live" else [])
+        arms = ["alone", "live"] + [w for w in best if w != "live"]
         for r in range(self.a.rounds):
-            if self.elapsed() + 5 * len(arms) > self.a.deadline:
+            if self.elapsed() + 5 * len(arms) > self.a.deadline - self.a.reserve:
                 self.note("skipped", reason="deadline", round=r)
                 break
             k = r % len(arms)
@@ -316,7 +326,8 @@ class Run:
         table = overhead_table([x for x in rounds if x["stage"] == "rounds"])
         (self.res / "idle_table.txt").write_text(table + "\n")
         for f in (out, self.res / "idle_table.txt"):
-            (Path(self.a.out) / f.name).write_bytes(f.read_bytes())
+            (self.res / f.name).write_bytes(f.read_bytes()) if f.parent != self.res else \
+                (Path(self.a.out) / f.name).write_bytes(f.read_bytes())
         print(overhead_table([x for x in rounds if x["stage"] == "screen"]), flush=True)
         print(table, flush=True)
 
@@ -461,6 +472,8 @@ class Run:
         except (OSError, ValueError) as x:
             summary = {"error": repr(x)[:200]}
         (Path(self.a.out) / f"{name}_summary.json").write_text(json.dumps(summary, indent=1))
+        (self.res / f"{name}_summary.json").write_text(json.dumps(summary, indent=1))
+        snap.unlink(missing_ok=True)    # tens of MB: too big to come back, slow to pack
         print(json.dumps(summary)[:3000], flush=True)
         self.pack()
 
@@ -609,7 +622,7 @@ def server_summary(d: dict) -> dict:
     mean and max (a wrong-timed launch shows as a max far above the mean)."""
     toks = d.get("tokens", [])
     dec = [t for t in toks if t.get("phase") == "decode"]
-    count = lambda xs: {str(k): xs.count(k) for k in sorted(set(xs))}  # noqa: E731
+    count = lambda xs: {str(k): xs.count(k) for k in sorted(set(xs), key=str)}  # noqa: E731
     reqs = [r for r in d.get("requests", []) if not r.get("warmup")]
     ks = sorted(d.get("kernels", []), key=lambda k: -k["stats"]["total"])
     ch = (d.get("meta", {}).get("native") or {}).get("channel", {})
@@ -650,6 +663,9 @@ def main() -> int:
     ap.add_argument("--skip-done", action="store_true",
                     help="skip the phases an earlier call on this (warm) machine finished")
     ap.add_argument("--only", default="bench,simple,types,overhead,server")
+    ap.add_argument("--screen-rounds", type=int, default=1, help="the idle phase's screening")
+    ap.add_argument("--reserve", type=float, default=0,
+                    help="seconds the idle phase leaves before --deadline (for phases after it)")
     ap.add_argument("--deadline", type=float, default=560, help="seconds since t0: no new phase after")
     ap.add_argument("--port", type=int, default=PORT, help="llama-server's (the proxy's: +1)")
     a = ap.parse_args()

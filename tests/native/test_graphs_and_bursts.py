@@ -223,6 +223,13 @@ def test_the_idle_cost_probes_switch_what_they_say(native, tmp_path):
     kinds, on, off, c = _one_burst(native, tmp_path, TUIPROF_CUPTI_NO_BURSTS="1")
     assert 49 in kinds and not set(on) - {49} and not off   # (MEMORY2 on at the start)
     assert c.stats()["bursts"] == 1
+    (tmp_path / "switches.log").unlink()
+    kinds, on, off, c = _one_burst(native, tmp_path, TUIPROF_CUPTI_LAZY="1")
+    assert not kinds and on[0] == 49 and KERNEL_KINDS <= set(on)   # attached at the burst
+    (tmp_path / "switches.log").unlink(missing_ok=True)
+    kinds, on, off, c = _one_burst(native, tmp_path, TUIPROF_CUPTI_LAZY="1",
+                                   TUIPROF_CUPTI_NO_BURSTS="1")
+    assert not kinds and not on and not off and c.stats()["bursts"] == 1   # never attached
 
 
 def test_every_step_traced_keeps_todays_kinds_and_marks_its_steps_traced(native, tmp_path):

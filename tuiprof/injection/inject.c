@@ -148,6 +148,10 @@ static int graph_between;      /* TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS=1: GRAPH_TR
 static int memory_bursts;      /* TUIPROF_CUPTI_MEMORY_BURSTS=1: MEMORY2 only in bursts */
 static int api_clear;          /* TUIPROF_CUPTI_API_CLEAR=1: the API subset's ids off between bursts */
 static int no_bursts;          /* TUIPROF_CUPTI_NO_BURSTS=1: TRACE frames answered, no kind switched */
+static int lazy;               /* TUIPROF_CUPTI_LAZY=1: CUPTI attached at the first burst */
+static int attached;           /* CUPTI's buffer callbacks registered, the lasting kinds on */
+static void *cupti_handle;
+static uint32_t flush_ms;
 
 /* --- writing frames --- */
 static int write_all(const struct iovec *iov_in, int n) {
@@ -386,7 +390,7 @@ static void *sender_main(void *arg) {
     int flushed_due = 0;
     for (;;) {
         if (!broken && sock >= 0 && control_frame()) {
-            p_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+            if (attached) p_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
             flushed_due = 1;
         }
         pthread_mutex_lock(&mu);
@@ -439,7 +443,7 @@ static void *sender_main(void *arg) {
 static void finish(void) {
     if (!active || finished || getpid() != owner) return;
     finished = 1;
-    p_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  /* completes every buffer: queued now */
+    if (attached) p_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  /* every buffer queued now */
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += exit_wait_ms / 1000;
@@ -609,7 +613,32 @@ static int api_subset(const uint32_t *ids, uint32_t n, int runtime) {
  * What an attached CUPTI costs a program between bursts is probed by three more switches:
  * TUIPROF_CUPTI_MEMORY_BURSTS=1 (MEMORY2 on in bursts only), TUIPROF_CUPTI_API_CLEAR=1 (every
  * API id switched off at a burst's end, not only the API kinds) and TUIPROF_CUPTI_NO_BURSTS=1
- * (TRACE frames answered, nothing switched: CUPTI attached with no kernel kind ever on). */
+ * (TRACE frames answered, nothing switched: CUPTI attached with no kernel kind ever on);
+ * with TUIPROF_CUPTI_LAZY=1 too, CUPTI is never attached at all. */
+static void lasting(void) {  /* the kinds on all run, after any kernel kind */
+    if ((cfg_flags & TP_FLAG_MEMORY) && !memory_bursts)
+        enable(CUPTI_ACTIVITY_KIND_MEMORY2, "MEMORY2");
+    if (cfg_flags & TP_FLAG_MARKERS) enable(CUPTI_ACTIVITY_KIND_MARKER, "MARKER");
+    if (flush_ms) p_flush_period(flush_ms);
+}
+
+/* CUPTI's buffer callbacks and the kinds that stay on all run (memory, NVTX markers), with
+ * the device buffers' placement and the flush period: at InitializeInjection, or at the first
+ * burst with TUIPROF_CUPTI_LAZY=1 (a probe: what CUPTI attached costs a program before it). */
+static int attach(void) {
+    if (attached) return 0;
+    device_buffer_attrs(cupti_handle);
+    CUptiResult r = p_register(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+        send_error("CUPTI refused its buffer callbacks: %s (another profiler holds CUPTI?)",
+                   result_text(r));
+        return -1;
+    }
+    attached = 1;
+    if (lazy) lasting();
+    return 0;
+}
+
 static int env_on(const char *name) {
     const char *v = getenv(name);
     return v && *v == '1';
@@ -625,6 +654,7 @@ static void set_tracing(int on) {
         send_frame(TP_MSG_TRACED, &m, sizeof m, NULL, 0);
         return;
     }
+    if (on && attach()) return;
     if (on && graph_between) p_disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
     static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                                CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -712,11 +742,15 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
     struct timeval tv = {0, 0};
     setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 
-    device_buffer_attrs(lib);
-    CUptiResult r = p_register(buffer_requested, buffer_completed);
-    if (r != CUPTI_SUCCESS) {
-        send_error("CUPTI refused its buffer callbacks: %s (another profiler holds CUPTI?)",
-                   result_text(r));
+    cfg_flags = cfg.flags;
+    cupti_handle = lib;
+    flush_ms = cfg.flush_period_ms;
+    memory_bursts = env_on("TUIPROF_CUPTI_MEMORY_BURSTS") && (cfg.flags & TP_FLAG_SAMPLED);
+    api_clear = env_on("TUIPROF_CUPTI_API_CLEAR");
+    no_bursts = env_on("TUIPROF_CUPTI_NO_BURSTS") && (cfg.flags & TP_FLAG_SAMPLED);
+    lazy = env_on("TUIPROF_CUPTI_LAZY") && (cfg.flags & TP_FLAG_SAMPLED) &&
+           !(cfg.flags & TP_FLAG_GRAPHS);
+    if (!lazy && attach()) {
         free(ids);
         return 1;
     }
@@ -726,10 +760,9 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
         return 1;
     }
     int bad = 0;
-    cfg_flags = cfg.flags;
     const char *gb = getenv("TUIPROF_CUPTI_GRAPH_BETWEEN_BURSTS");
     graph_between = gb && *gb == '1' && (cfg.flags & TP_FLAG_SAMPLED) &&
-                    !(cfg.flags & TP_FLAG_GRAPHS);
+                    !(cfg.flags & TP_FLAG_GRAPHS) && !lazy;
     /* graph-level first: it selects how the session traces graphs before any kernel kind */
     if (cfg.flags & TP_FLAG_GRAPHS) bad |= enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, "GRAPH_TRACE");
     if (graph_between) bad |= enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, "GRAPH_TRACE");
@@ -739,12 +772,6 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
         bad |= enable(CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET");
         tracing = 1;
     }
-    memory_bursts = env_on("TUIPROF_CUPTI_MEMORY_BURSTS") && (cfg.flags & TP_FLAG_SAMPLED);
-    api_clear = env_on("TUIPROF_CUPTI_API_CLEAR");
-    no_bursts = env_on("TUIPROF_CUPTI_NO_BURSTS") && (cfg.flags & TP_FLAG_SAMPLED);
-    if ((cfg.flags & TP_FLAG_MEMORY) && !memory_bursts)
-        bad |= enable(CUPTI_ACTIVITY_KIND_MEMORY2, "MEMORY2");
-    if (cfg.flags & TP_FLAG_MARKERS) bad |= enable(CUPTI_ACTIVITY_KIND_MARKER, "MARKER");
     if ((cfg.flags & TP_FLAG_API) && !(cfg.flags & TP_FLAG_SAMPLED)) {
         bad |= enable(CUPTI_ACTIVITY_KIND_RUNTIME, "RUNTIME");
         bad |= enable(CUPTI_ACTIVITY_KIND_DRIVER, "DRIVER");
@@ -755,7 +782,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
     n_rt_ids = cfg.n_runtime;
     n_drv_ids = cfg.n_driver;
     (void)bad;  /* what CUPTI refused was said; the rest is collected */
-    if (cfg.flush_period_ms) p_flush_period(cfg.flush_period_ms);
+    if (!lazy) lasting();
     clock_gettime(CLOCK_MONOTONIC, &last_stats);
     active = 1;
     atexit(finish);
