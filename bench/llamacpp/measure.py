@@ -22,8 +22,8 @@ Phases (``--only a,b``; default all but ``live``):
   server   llama-server -np 8 under tuiprof (headless), 32 streamed requests 8 at a time
   live     the same in the live app, in tmux at 200x50 and 80x24
   sampled  the server under the sampled default, 160 requests: kernel times after bursts
-  idle     what an attached CUPTI costs between bursts: each switch of Run.IDLE screened in
-           two rounds, the best against alone in --rounds interleaved rounds
+  idle     what an attached CUPTI costs between bursts: each switch of Run.IDLE screened,
+           the best against alone in --rounds interleaved rounds
 """
 from __future__ import annotations
 
@@ -290,9 +290,8 @@ class Run:
 
     def idle(self):
         """Between bursts: each switch of IDLE once in --screen-rounds rounds (their order
-        turns), alone in each; the two variants with the best tg128 that still traced kernels
-        in their burst are then run against alone and the default in --rounds interleaved
-        rounds."""
+        turns), alone in each; the variant with the best tg128 that still traced kernels in its
+        burst is then run against alone and the default in --rounds interleaved rounds."""
         rounds: list = []
         out = Path(self.a.out) / "idle.json"      # written as it grows: a cut call keeps it
         names = list(self.IDLE)
@@ -311,7 +310,7 @@ class Run:
             return sum(xs) / len(xs) if xs else 0.0
         ok = [w for w in names if w not in self.PROBES and all(
             (x["snap"].get("kernels") or 0) > 0 for x in rounds if x["which"] == w)]
-        best = sorted(ok, key=tg, reverse=True)[:2] or ["live"]
+        best = sorted(ok, key=tg, reverse=True)[:1] or ["live"]
         self.note("idle_screen", best=best, tg={w: round(tg(w), 1) for w in ["alone"] + names})
         arms = ["alone", "live"] + [w for w in best if w != "live"]
         for r in range(self.a.rounds):
