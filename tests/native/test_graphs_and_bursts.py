@@ -305,55 +305,61 @@ def _k(start: int, end: int, corr: int, graph: int) -> tuple:
     return ("K", "k", start, end, 1, 1, 1, 128, 1, 1, 32, 0, 7, corr, graph)
 
 
-def test_a_burst_drops_what_straddled_its_start_and_its_first_graph_launch():
-    """A kernel starting before its burst never reaches the steps, nor the burst's first
-    graph launch (a warm-up); eager kernels and later launches stay."""
+def test_a_burst_drops_what_straddled_its_edges_and_kernels_running_over_one_another():
+    """A kernel starting before its burst or ending after it never reaches the steps, nor a
+    chain of kernels on one stream running over one another beyond any real run; kernels one
+    after another stay, whatever their correlation ids (the H200 gave a burst's launches one)."""
     from tuiprof.collect.native_sampling import BurstFilter
 
     w = TracedWindows()
     w.switched(True, 1_000)
     f = BurstFilter(w)
-    recs = [_k(900, 950, 7, 3), _k(1_100, 1_200, 8, 3), _k(1_500, 1_600, 8, 3),
-            _k(1_200, 1_300, 9, 0), _k(2_000, 2_100, 10, 3)]
-    assert f.filter(recs) == [recs[3], recs[4]]
-    w.switched(False, 5_000)
-    assert f.filter([_k(6_000, 6_100, 11, 3)]) == []         # after the burst
-    w.switched(True, 9_000)
-    recs = [_k(9_100, 9_200, 12, 3), _k(9_900, 9_950, 13, 3)]
-    assert f.filter(recs) == [recs[1]]                        # each burst has its warm-up
-    assert (f.straddled, f.warmup, f.overlapping) == (2, 3, 0)
+    seq = [_k(1_100 + 100 * i, 1_190 + 100 * i, 8, 3) for i in range(5)]   # one after another
+    recs = [_k(900, 950, 7, 3)] + seq + [_k(1_600, 1_650, 9, 0)]
+    assert f.filter(recs) == recs[1:]                # only the straddler goes
+    bad = [_k(2_000, 9_000 + i, 10, 3) for i in range(6)]   # six at once, 7 us each
+    two = [_k(10_000, 10_500, 11, 3), _k(10_100, 10_400, 11, 3)]   # two branches at once
+    assert f.filter(bad + two) == two
+    assert f.filter([_k(8_000, 9_500, 10, 3), _k(9_600, 9_700, 12, 3)]) == [
+        _k(9_600, 9_700, 12, 3)]                     # the chain's rest, in the next buffer
+    w.switched(False, 20_000)
+    assert f.filter([_k(19_900, 20_100, 13, 3), _k(21_000, 21_100, 14, 3)]) == []
+    assert (f.straddled, f.overlapping, f.overlapped) == (3, 1, 7)
+    assert f.dropped[-1]["kernels"] == 6 and f.dropped[-1]["starts"] == 1
 
 
-def test_a_graph_launch_caught_by_a_switch_never_reaches_the_kernel_times():
+@pytest.mark.parametrize("one_id", [True, False], ids=["one-correlation-id", "one-a-launch"])
+def test_a_graph_launch_caught_by_a_switch_never_reaches_the_kernel_times(one_id):
     """The H200's llama-server under the sampled default: a burst's kernels were right, then
     one graph launch came back with each of its kernels ~89 ms long (the launch takes 1.2 ms)
     and every kernel of the pane read 1.23 ms a launch. Records in CUPTI's layout, parsed and
-    filtered as the channel does with each buffer: that launch, a launch running as the burst
-    ended (its kernels end after the switch), and the burst's first launch never reach the
-    store; every kernel's time stays its own."""
+    filtered as the channel does with each buffer, every launch of the burst under one
+    correlation id as the H200 gave them (or one a launch, as CUPTI documents): that launch and
+    what ran past the burst's end never reach the store, every other kernel does, each with its
+    own time."""
     on, off = 10_000_000_000, 10_250_000_000
     names = [f"ggml_k{i}" for i in range(11)]
 
-    def launch(s: Script, t: int, corr: int, shape: str = "right") -> int:
+    corr = [1017]
+
+    def launch(s: Script, t: int, shape: str = "right") -> int:
         """One graph launch of 11 kernels of 100 us each, one after another."""
+        corr[0] += 0 if one_id else 1
         for i, n in enumerate(names):
             a, b = t + i * 110_000, t + i * 110_000 + 100_000
             if shape == "switch":      # CUPTI's times for a launch a switch caught
-                a, b = t - 88_000_000, b
-            s.kernel(n, a, b, corr, graph=5)
+                a = t - 88_000_000
+            s.kernel(n, a, b, corr[0], graph=5)
         return t + len(names) * 110_000 + 50_000
 
     s1, s2, s3 = Script(), Script(), Script()
-    t, corr = on + 200_000, 100
-    for _ in range(20):                       # the first (a warm-up) and 19 right ones
-        t = launch(s1, t, corr)
-        corr += 1
-    t = launch(s2, on + 120_000_000, corr, "switch")   # inside the burst, every kernel ~89 ms
-    corr += 1
-    t = launch(s2, t, corr)
-    corr += 1
-    last = launch(s3, off - 500_000, corr + 1)   # running as the burst ended: its records
-    s3.kernel(names[0], off + 100_000, off + 200_000, corr + 1, graph=5)   # come after it
+    t = on + 200_000
+    for _ in range(20):
+        t = launch(s1, t)
+    t = launch(s2, on + 120_000_000, "switch")   # inside the burst, every kernel ~89 ms
+    t = launch(s2, t)
+    last = launch(s3, off - 500_000)    # running as the burst ended: its records come after
+    s3.kernel(names[0], off + 100_000, off + 200_000, corr[0], graph=5)
     c = NativeCollector(SessionStore(), cupti_lib="unused", program="llama-server",
                         schedule=BurstSchedule(32))
     c._layout.sizes.update({k: d.itemsize for k, d in s1.dt.items()})
@@ -365,12 +371,10 @@ def test_a_graph_launch_caught_by_a_switch_never_reaches_the_kernel_times():
     s3.names = s1.names
     c._buffer(b"".join(s3.records))
     assert last > off
-    kept = c.store.view().kernels
-    mine = [a for a in kept.values() if a.name in names]
-    assert mine and {a.stats.count for a in mine} == {20}     # 19 right launches, and the next
-    assert max(a.stats.max for a in mine) == 100_000          # no kernel longer than its own
+    kept = {a.name: a for a in c.store.view().kernels.values() if a.name in names}
+    assert [kept[n].stats.count for n in names] == [22] * 4 + [21] * 7   # 4 ended in the burst
+    assert max(a.stats.max for a in kept.values()) == 100_000   # no kernel longer than its own
     st = c.stats()
     assert st["burst_overlapping"] == 1 and st["burst_overlapped"] == 11
-    assert st["burst_warmup"] == 11 and st["burst_straddled"] == 12   # 11 + 1 records
-    assert [d["why"] for d in st["burst_dropped"]] == ["kernels overlapping beyond any real run",
-                                                       "straddled a switch"]
+    assert st["burst_straddled"] == 8
+    assert st["burst_dropped"][0]["kernels"] == 11 and st["burst_dropped"][0]["starts"] == 1

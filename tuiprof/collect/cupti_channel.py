@@ -438,7 +438,6 @@ class NativeCollector:
                 "end_received": self.ended.is_set(), "graphs": self.graphs,
                 "bursts": self.bursts, "traced_s": round(self.traced.seconds(), 3),
                 "burst_straddled": self.burst_filter.straddled if self.burst_filter else 0,
-                "burst_warmup": self.burst_filter.warmup if self.burst_filter else 0,
                 "burst_overlapping": self.burst_filter.overlapping if self.burst_filter else 0,
                 "burst_overlapped": self.burst_filter.overlapped if self.burst_filter else 0,
                 "burst_dropped": list(self.burst_filter.dropped) if self.burst_filter else []}

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..store.records import GRAPH_KERNEL  # noqa: F401 - the kernel stream's name for a launch
-from ..store.records import K_CORR, K_END, K_GRAPH, K_START, KERNEL, KIND
+from ..store.records import K_CORR, K_END, K_GRAPH, K_START, K_STREAM, KERNEL, KIND
 
 BURST_S = 0.25        # one burst's length: ~100-200 decode steps of a small model
 AUTO_NATIVE = 32      # auto: a burst in every 8 s (llama-bench traced ~3 % of its time)
@@ -115,101 +115,87 @@ class TracedWindows:
         return sum(b - a for a, b in self._w if b is not None) / 1e9
 
 
-STRADDLED = "straddled a switch"
-OVERLAPPING = "kernels overlapping beyond any real run"
-WARMUP = "warm-up"
-
-
 class BurstFilter:
     """Kernel records a burst must not keep, one buffer at a time (:meth:`filter`):
 
-    - a kernel that starts before its burst, or ends after the burst ended (it straddled a
-      switch), and with it every record of its CUDA-graph launch (the rest is part of a step);
-    - every record of a graph launch whose kernels overlap one another beyond any real run:
-      summed, they take more than ``MAX_OVERLAP`` times the launch's span. On an H200 the
-      launches caught by a switch came back so: each kernel of a launch as long as the whole
-      launch and more (169 kernels of ~160 ms each in llama-bench; in llama-server all 733
-      kernels of one launch ~89 ms each, where the launch takes 1.2 ms), while a decode graph
-      captured from one stream runs its kernels one after another;
-    - every record of the burst's first graph launch (its correlation id), a warm-up, as the
-      Python path's warm-up token is.
+    - a kernel that starts before its burst or ends after it (it straddled a switch);
+    - kernels that run over one another beyond any real run: on one stream, a chain of
+      overlapping kernels whose summed time is more than ``MAX_OVERLAP`` times the chain's span.
+      On an H200 the records a switch caught came back so: 169 kernels of one llama-bench graph
+      launch ~160 ms long each, and in llama-server all 733 kernels of one launch ~89 ms each
+      (the launch takes 1.2 ms; every kernel of the pane then read 1.23 ms a launch). Kernels on
+      a stream run one after another, a graph's branches a few at once; the chain's later
+      records in the next buffer (those starting before its end) go with it.
 
-    Each is counted (``straddled`` and ``warmup`` in records, ``overlapping`` in launches), and
-    the last launches dropped are described in :attr:`dropped` (the snapshot's meta)."""
+    Nothing here relies on correlation ids: in llama-server's bursts on the H200 every graph
+    launch of a burst came with one (18,024 kernels over 195 ms under one id), so a rule by
+    launch (b97003b dropped each burst's first launch) dropped whole bursts. Counted:
+    ``straddled`` and ``overlapped`` (records), ``overlapping`` (chains, the last described in
+    :attr:`dropped` for the snapshot's meta)."""
 
-    MAX_OVERLAP = 4     # kernels of one launch running at once, on average over its span
-    BAD = 256           # correlation ids of dropped launches remembered (their later records)
+    MAX_OVERLAP = 4     # kernels running at once on one stream, on average over their chain
 
     def __init__(self, windows: TracedWindows) -> None:
         self.windows = windows
-        self._first: dict[int, int] = {}   # burst start -> its first graph launch's correlation
-        self._bad: dict[int, str] = {}     # dropped launches -> why (insertion-ordered, bounded)
-        self.straddled = 0      # records
-        self.warmup = 0         # records
-        self.overlapping = 0    # launches
-        self.overlapped = 0     # their records
+        self._until: dict[int, int] = {}   # stream -> end of its last dropped chain
+        self.straddled = 0
+        self.overlapping = 0
+        self.overlapped = 0
         self.dropped: deque = deque(maxlen=16)
 
     def filter(self, records: list) -> list:
         """``records`` (one parsed buffer) without the kernels above; other kinds stay."""
-        launches: dict[int, list] = {}
-        edge: set = set()
+        bad: set = set()
+        streams: dict[int, list] = {}
         for r in records:
             if r[KIND] != KERNEL:
                 continue
             w = self.windows.window_of(r[K_START])
             if w is None or (w[1] is not None and r[K_END] > w[1]):
-                edge.add(id(r))
-            if r[K_GRAPH]:
-                launches.setdefault(r[K_CORR], []).append(r)
-        why: dict[int, str] = {}
-        for corr, ks in launches.items():
-            if corr in self._bad:
-                why[corr] = self._bad[corr]
-            elif any(id(k) in edge for k in ks):
-                why[corr] = self._drop(corr, ks, STRADDLED)
-            elif len(ks) > 1 and sum(k[K_END] - k[K_START] for k in ks) > self.MAX_OVERLAP * max(
-                    1, max(k[K_END] for k in ks) - min(k[K_START] for k in ks)):
-                self.overlapping += 1
-                why[corr] = self._drop(corr, ks, OVERLAPPING)
-            else:
-                burst = self.windows.burst_of(ks[0][K_START])
-                first = self._first.get(burst)
-                if first is None:
-                    if len(self._first) > 64:
-                        self._first.pop(next(iter(self._first)))
-                    first = self._first[burst] = corr
-                if corr == first:
-                    why[corr] = WARMUP
-        out = []
-        for r in records:
-            if r[KIND] != KERNEL:
-                out.append(r)
-                continue
-            reason = why.get(r[K_CORR]) if r[K_GRAPH] else (STRADDLED if id(r) in edge else None)
-            if reason is None:
-                out.append(r)
-            elif reason == WARMUP:
-                self.warmup += 1
-            elif reason == STRADDLED:
+                bad.add(id(r))
                 self.straddled += 1
             else:
-                self.overlapped += 1
-        return out
+                streams.setdefault(r[K_STREAM], []).append(r)
+        for stream, ks in streams.items():
+            ks.sort(key=lambda k: k[K_START])
+            until = self._until.get(stream, 0)
+            chain: list = []
+            end = 0
+            for k in ks + [None]:
+                if k is not None and k[K_START] < until:     # a chain dropped before goes on
+                    bad.add(id(k))
+                    self.overlapped += 1
+                    until = max(until, k[K_END])
+                    continue
+                if k is not None and chain and k[K_START] < end:
+                    chain.append(k)
+                    end = max(end, k[K_END])
+                    continue
+                if len(chain) > 1 and sum(c[K_END] - c[K_START] for c in chain) > \
+                        self.MAX_OVERLAP * (end - chain[0][K_START]):
+                    self._drop(chain, end)
+                    bad.update(map(id, chain))
+                    until = max(until, end)
+                if k is not None:
+                    chain, end = [k], k[K_END]
+            if until:
+                self._until[stream] = until
+                if len(self._until) > 64:
+                    self._until.pop(next(iter(self._until)))
+        if not bad:
+            return records
+        return [r for r in records if id(r) not in bad]
 
-    def _drop(self, corr: int, ks: list, why: str) -> str:
-        self._bad[corr] = why
-        if len(self._bad) > self.BAD:
-            self._bad.pop(next(iter(self._bad)))
-        w = self.windows.window_of(ks[0][K_START]) or (None, None)
-        start = min(k[K_START] for k in ks)
+    def _drop(self, chain: list, end: int) -> None:
+        self.overlapping += 1
+        self.overlapped += len(chain)
+        start = chain[0][K_START]
+        w = self.windows.window_of(start) or (None, None)
+        durs = sorted(k[K_END] - k[K_START] for k in chain)
         self.dropped.append({
-            "why": why, "correlation": corr, "kernels": len(ks),
-            "span_us": round((max(k[K_END] for k in ks) - start) / 1e3, 1),
-            "kernel_us_median": round(sorted(k[K_END] - k[K_START] for k in ks)[len(ks) // 2]
-                                      / 1e3, 1),
-            "starts": len({k[K_START] for k in ks}), "ends": len({k[K_END] for k in ks}),
-            "after_burst_start_us": None if w[0] is None else round((start - w[0]) / 1e3, 1),
-            "before_burst_end_us": None if w[1] is None else round(
-                (w[1] - max(k[K_END] for k in ks)) / 1e3, 1)})
-        return why
+            "kernels": len(chain), "span_us": round((end - start) / 1e3, 1),
+            "kernel_us_median": round(durs[len(durs) // 2] / 1e3, 1),
+            "starts": len({k[K_START] for k in chain}), "ends": len({k[K_END] for k in chain}),
+            "correlations": len({k[K_CORR] for k in chain}),
+            "graph": bool(chain[0][K_GRAPH]),
+            "after_burst_start_us": None if w[0] is None else round((start - w[0]) / 1e3, 1)})
