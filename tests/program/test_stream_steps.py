@@ -348,3 +348,20 @@ def test_a_server_s_steps_run_eagerly_between_launches_are_steps_of_their_own(pr
     assert [t.kernels for t in toks] == [40] * 60
     assert [t.batch for t in toks] == [8 - s % 3 for s in range(60)]
     assert sum(t.graph_kernels for t in toks) == 56 * 40
+
+
+def test_the_headless_summary_names_a_step_per_launch_in_words(capsys):
+    """Headless, a server's steps per graph launch are said as such (on the H200 the line read
+    "a decode loop of None kernels … confidence None by launch")."""
+    from types import SimpleNamespace
+
+    from tuiprof.cli.common import print_steps
+
+    loop = "a step per CUDA-graph launch (no kernel sequence repeats: its batches change)"
+    view = SimpleNamespace(token_stats={}, meta={
+        "step_source": "auto", "step_sources": {"auto": 274, "windows": 8},
+        "auto_steps": {"found": True, "loop": loop, "confidence_label": "by launch",
+                       "kernels_per_step": None}})
+    print_steps(view)
+    out = capsys.readouterr().out
+    assert f"steps: {loop}" in out and "None" not in out

@@ -254,7 +254,9 @@ def print_steps(view) -> None:
         print("steps: none (the program ended before any step)")
     else:
         auto = meta.get("auto_steps") or {}
-        if src == "auto" and auto.get("found"):  # a native program's loop, from its kernels
+        if src == "auto" and auto.get("confidence_label") == "by launch":
+            print(f"steps: {printable(auto.get('loop', ''), 120)}")
+        elif src == "auto" and auto.get("found"):  # a native program's loop, from its kernels
             print(f"steps: a decode loop of {auto.get('kernels_per_step')} kernels found in the "
                   f"kernel stream (confidence {auto.get('confidence')} "
                   f"{auto.get('confidence_label')}; boundary: {auto.get('boundary')}; "
