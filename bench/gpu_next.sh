@@ -5,9 +5,9 @@
 #
 #   bash bench/gpu_next.sh NAME
 #
-# Queued (the issues' open points, each named in the case): llamacpp-idle-cost (llamacpp and
-# llamacpp-server ran on 2026-11-29, docs/history §51; bench/llamacpp/device.sh runs them
-# again). Also here:
+# Queued (the issues' open points, each named in the case): llamacpp-sampled-server
+# (llamacpp-idle-cost ran on 2026-11-29, docs/history §54; bench/llamacpp/device.sh --only idle
+# runs it again). Also here:
 # gpu-tests (the whole GPU suite) and test-data (the suite's recordings). To queue a run, add a case below that runs the scripts of bench/README.md with a
 # timeout each, writes at most 8 files to $OUT (what the device tool brings back) and prints a
 # short table; once it has run, record its figures in docs/results.md (and the run in
@@ -39,17 +39,16 @@ gpu-tests)
 test-data)
   # the test suite's recordings (tests/data/README.md)
   bash tests/data/record.sh "$OUT" 2>&1 | tail -4 ;;
-llamacpp-idle-cost)
-  # issue 54's open point: what an attached CUPTI costs llama.cpp's graph launches between
-  # bursts (the sampled default ran llama-bench's tg128 at 0.83 of alone, graph level 0.91,
-  # --no-cupti 1.01; docs/history §51): the same rounds with CUPTI's records in pinned host
-  # memory (nothing reserved on the device), to tell placement from CUPTI's own work. Carry
-  # .llama, .whl; a build takes 205-328 s, so the rounds fit one call only on a machine
-  # another call just warmed (device.sh reuses its build), else in a call of their own.
-  LLAMA_ASSETS=.llama LLAMA_TARGETS="llama-bench llama-quantize" LLAMA_QUANTS=" " OUT=$OUT \
-    timeout 560 bash bench/llamacpp/device.sh --only overhead --rounds 5 --deadline 520 \
-    --arms alone,live,live_pinned,graph,graph_pinned,nocupti --skip-done >/dev/null 2>&1
-  tail -30 "$OUT/measure.txt" | cut -c1-300 ;;
+llamacpp-sampled-server)
+  # issue 54's open points after docs/history §54: llama-server under the sampled default with
+  # the burst rules by shape (nothing by correlation id): every kernel's time right after several
+  # bursts, how many records each rule dropped (meta: burst_straddled, burst_overlapping), and
+  # whether a step per launch can be cut from a burst (one correlation id for a burst's launches
+  # in §54); then the live app in tmux. Carry .llama, .whl, .tmx; a build takes 237-328 s.
+  LLAMA_ASSETS=.llama LLAMA_TARGETS="llama-bench llama-server llama-quantize" LLAMA_QUANTS=" " \
+    OUT=$OUT timeout 560 bash bench/llamacpp/device.sh --only sampled,live --deadline 500 \
+    >/dev/null 2>&1
+  tail -c 3000 "$OUT/sampled_summary.json"; tail -30 "$OUT/measure.txt" | cut -c1-300 ;;
 house-after)
   # after the house was rebuilt (ran 2026-11-29: docs/results.md#gpu-tests; kept to run again
   # after the next move): the whole GPU suite (16 passed before it, 287-385 s on the H100; collection and
@@ -64,5 +63,5 @@ house-after)
   app_capture house_80x24 80x24 "$keys" 130 /tmp/exp80
   ls "$OUT" ;;
 *)
-  echo "usage: bash bench/gpu_next.sh gpu-tests|house-after|test-data|llamacpp-idle-cost"; exit 2 ;;
+  echo "usage: bash bench/gpu_next.sh gpu-tests|house-after|test-data|llamacpp-sampled-server"; exit 2 ;;
 esac
