@@ -195,3 +195,37 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+PREIMPORT = """
+import sys, threading
+from tuiprof.engine.load import CompileSetup, load_model
+loaded = load_model("qwen3-tiny", device="cpu", seed=0, max_len=64)
+setup = CompileSetup(loaded, "qwen3-tiny", seed=0, max_len=64, prompt_len=8, weights=None,
+                     trust_remote_code=False, info={"batch": 1})
+before = "torch._inductor.compile_fx" in sys.modules
+setup.prepare()
+if sys.argv[1] == "warm":
+    setup.compiled([1])          # an earlier session compiled batch 1 with this cache
+setup.prestart()
+for t in threading.enumerate():
+    if t.name == "tuiprof-compile-imports":
+        t.join(300)
+print(before, "torch._inductor.compile_fx" in sys.modules, setup._idle is not None, flush=True)
+setup.close()
+"""
+
+
+@pytest.mark.parametrize("cache", ["warm", "cold"])
+def test_a_warm_cache_has_inductor_imported_ahead_instead_of_a_helper(tmp_path, cache):
+    """A session whose first compile is cached compiles (or loads its saved step) in its own
+    process: inductor's modules are imported beside eager decoding, before `c` asks for
+    them; a cold cache gets the prestarted helper instead."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               TUIPROF_INDUCTOR_CACHE=str(tmp_path), TUIPROF_COMPILE_HELPER="prestart")
+    r = subprocess.run([sys.executable, "-c", PREIMPORT, cache], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before, imported, helper = r.stdout.split()
+    assert before == "False"
+    assert (imported, helper) == (("True", "False") if cache == "warm" else ("False", "True"))

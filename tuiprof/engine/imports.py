@@ -32,9 +32,11 @@ PROBED_ONLY = ("sklearn", "scipy")
 #: modelling module (``transformers.models.qwen3.modeling_qwen3``) rather than through the
 #: package's lazy ``__getattr__``; ``cuda-thread``: run ``torch.cuda.init()`` on the context
 #: thread too, beside the import; ``warm-blas``: run the prefill's matrix shapes once on that
-#: thread (cuBLAS/cuBLASLt handles, heuristics, kernel modules) while transformers imports.
-WAYS = ("hide", "direct", "cuda-thread", "warm-blas")
-DEFAULT_WAYS = ("hide", "direct", "cuda-thread", "warm-blas")
+#: thread (cuBLAS/cuBLASLt handles, heuristics, kernel modules) while transformers imports;
+#: ``structure``: transformers' table of its lazy modules read from tuiprof's cache rather than
+#: parsed from every model's source (:mod:`tuiprof.engine.import_structure`).
+WAYS = ("hide", "direct", "cuda-thread", "warm-blas", "structure")
+DEFAULT_WAYS = ("hide", "direct", "cuda-thread", "warm-blas", "structure")
 ENV = "TUIPROF_IMPORTS"
 
 _lock = threading.Lock()
@@ -71,6 +73,19 @@ def hidden(names: Iterable[str]) -> Iterator[list[str]]:
                     del sys.modules[n]
 
 
+@contextmanager
+def kept_structure(w: frozenset[str] | None = None) -> Iterator[bool]:
+    """transformers imported inside the block reads its import structure from tuiprof's cache
+    (way ``structure``); yields whether the cache is in use."""
+    from . import import_structure
+
+    on = "structure" in (ways() if w is None else w) and import_structure.install()
+    try:
+        yield on
+    finally:
+        import_structure.remove()
+
+
 def import_model_classes(family: str) -> tuple[type, type]:
     """``(ConfigClass, ForCausalLMClass)`` of a transformers family (``qwen3``), imported the
     ways in force (:func:`ways`)."""
@@ -79,7 +94,7 @@ def import_model_classes(family: str) -> tuple[type, type]:
     # Once transformers is imported its probes may have answered (some are cached): hiding a
     # package then would only break the import that the probe allows.
     hide = "hide" in w and "transformers" not in sys.modules
-    with hidden(PROBED_ONLY if hide else ()):
+    with hidden(PROBED_ONLY if hide else ()), kept_structure(w):
         if "direct" in w:
             import importlib
 

@@ -441,7 +441,11 @@ class CompileSetup:
             return
         self.prepare()
         if self.warm([int(self.info.get("batch") or 1)]):
-            return  # the likely first compile is cached: no helper to wait for it
+            # the likely first compile is cached: no helper to wait for it, but this process
+            # compiles (or loads the saved step) itself then, and inductor's modules take a
+            # second to import: done now, beside eager decoding, not after `c`
+            in_thread(precompiled.preimport, "tuiprof-compile-imports")
+            return
         if self._idle is None or not self._idle.alive:
             self._idle = self._new_helper()
 

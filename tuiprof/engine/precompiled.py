@@ -56,6 +56,19 @@ def supported() -> bool:
     return hasattr(getattr(torch, "compiler", None), "load_compiled_function")
 
 
+def preimport() -> None:
+    """Import what loading a saved step (or compiling from the warm cache) needs: inductor's
+    compile path and its code cache (with triton on CUDA), about a second on the GPU machine.
+    Called on a thread of its own when a warm compile is likely; errors are the compile's to
+    report, not this."""
+    try:
+        import torch._dynamo.aot_compile  # noqa: F401
+        import torch._inductor.codecache  # noqa: F401
+        import torch._inductor.compile_fx  # noqa: F401
+    except Exception:
+        pass
+
+
 def graph_of(batch: int) -> str:
     """The step's graph a batch runs: batch 1's own, or the one every batch >= 2 shares."""
     return "b1" if batch == 1 else "dyn"

@@ -20,8 +20,12 @@ def param_count(config: Mapping[str, Any]) -> int:
 
 
 def preload() -> None:
-    """Import transformers' auto classes (seconds), timed and overlapped at start-up."""
-    from transformers import AutoModelForCausalLM  # noqa: F401
+    """Import transformers' auto classes (seconds), timed and overlapped at start-up, its
+    import structure from tuiprof's cache (:mod:`tuiprof.engine.imports`)."""
+    from ..imports import kept_structure
+
+    with kept_structure():
+        from transformers import AutoModelForCausalLM  # noqa: F401
 
 
 def build(model_def: Any, *, device: torch.device | str, dtype: torch.dtype | str, seed: int,

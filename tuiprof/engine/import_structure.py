@@ -1,0 +1,182 @@
+"""transformers' import structure kept across processes, so that importing it does not read
+every model's source at every start.
+
+``import transformers`` (5.x) builds its lazy module's table by reading and parsing every file
+under ``transformers/models`` (``create_import_structure_from_path``: some 2,000 files, looking
+for ``__all__`` and ``@requires``), and ``transformers.models`` does it a second time with
+another key of its ``lru_cache``. That is about a second of every start of the engine's
+processes (the session's and the compile helper's), spent before any model code runs. The
+table depends only on those files; so here it is kept in tuiprof's cache
+(``$XDG_CACHE_HOME/tuiprof/transformers-imports``, mode 0700), keyed by the directory and the
+name, size and modification time of every file under it (a walk of stat calls: tens of
+milliseconds), and read back instead of parsing the files again. Any change to a file gives
+another key, as a ``.pyc`` is invalidated by its source; an unreadable entry is ignored and
+written again; the directory keeps the :data:`KEEP` entries used last.
+
+It works by wrapping that one function of ``transformers.utils.import_utils`` right after the
+module has run (an import hook that removes itself), before ``transformers/__init__`` calls
+it; nothing else of transformers changes, and nothing happens where transformers is imported
+already, or in a user's program (only the engine's model-code import installs it).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+import threading
+from importlib.abc import MetaPathFinder
+from importlib.machinery import PathFinder
+from pathlib import Path
+from typing import Any, Callable
+
+from .compile_cache import tuiprof_cache
+
+TARGET = "transformers.utils.import_utils"
+FUNCTION = "create_import_structure_from_path"
+DIR = "transformers-imports"
+KEEP = 8
+FORMAT = 1
+
+
+def cache_dir() -> Path:
+    return tuiprof_cache() / DIR
+
+
+def key_of(module_path: str) -> str:
+    """What the structure of ``module_path`` depends on: every file's name, size and mtime."""
+    h = hashlib.sha256(f"{FORMAT}\0{sys.version_info[:2]}\0{module_path}\0".encode())
+    for root, dirs, files in os.walk(module_path):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            try:
+                st = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            h.update(f"{os.path.relpath(os.path.join(root, name), module_path)}\0{st.st_size}"
+                     f"\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:32]
+
+
+def cached(original: Callable[[Any], Any], where: Path | None = None) -> Callable[[Any], Any]:
+    """``original`` (``create_import_structure_from_path``) with its result for a directory
+    kept on disk; its recursive calls for subdirectories go to ``original`` itself."""
+    memo: dict = {}
+    busy = threading.local()
+
+    def structure(module_path: Any) -> Any:
+        if getattr(busy, "on", False):           # inside the original's own recursion
+            return original(module_path)
+        path = os.path.abspath(os.fspath(module_path))
+        if os.path.isfile(path):
+            path = os.path.dirname(path)
+        if path in memo:
+            return memo[path]
+        folder = where if where is not None else cache_dir()
+        try:
+            entry = folder / f"{key_of(path)}.pickle"
+        except OSError:
+            entry = None
+        value = _read(entry) if entry is not None else None
+        if value is None:
+            busy.on = True
+            try:
+                value = original(module_path)
+            finally:
+                busy.on = False
+            if entry is not None:
+                _write(entry, value)
+        else:
+            try:
+                os.utime(entry)                  # "used last": what pruning orders by
+            except OSError:
+                pass
+        memo[path] = value
+        return value
+
+    structure.__wrapped__ = original             # type: ignore[attr-defined]
+    structure.tuiprof_kept = True                # type: ignore[attr-defined]
+    return structure
+
+
+def _read(entry: Path) -> Any:
+    try:
+        with open(entry, "rb") as fh:
+            value = pickle.load(fh)
+    except Exception:   # absent, cut short, another format: parsed again and written anew
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write(entry: Path, value: Any) -> None:
+    tmp = entry.with_name(f".{entry.name}.{os.getpid()}")
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(tmp, "wb") as fh:
+            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, entry)
+    except Exception:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        return
+    prune(entry.parent)
+
+
+def prune(folder: Path, keep: int = KEEP) -> list[Path]:
+    """Keep the ``keep`` entries used last; returns what was removed."""
+    try:
+        files = sorted(folder.glob("*.pickle"), key=lambda p: -p.stat().st_mtime)
+    except OSError:
+        return []
+    for p in files[keep:]:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    return files[keep:]
+
+
+class _Hook(MetaPathFinder):
+    """Finds ``transformers.utils.import_utils`` as the path finder does and wraps its
+    function once the module has run; then leaves ``sys.meta_path``."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+        if fullname != TARGET:
+            return None
+        remove()
+        spec = PathFinder.find_spec(fullname, path)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            original = getattr(module, FUNCTION, None)
+            if callable(original):
+                setattr(module, FUNCTION, cached(original))
+
+        loader.exec_module = exec_module          # this loader object serves this module only
+        return spec
+
+
+_hook = _Hook()
+
+
+def install() -> bool:
+    """Wrap transformers' import structure with the cache for the coming import; False when
+    transformers' utilities are imported already (nothing to gain then)."""
+    if TARGET in sys.modules or "transformers" in sys.modules:
+        return False
+    if _hook not in sys.meta_path:
+        sys.meta_path.insert(0, _hook)
+    return True
+
+
+def remove() -> None:
+    try:
+        sys.meta_path.remove(_hook)
+    except ValueError:
+        pass
