@@ -17,8 +17,14 @@
 #                                  # helper saves the compiled step) then warm (the step loaded),
 #                                  # eager's slowest 5 s beside the cold compile, kernels per
 #                                  # step of each (~5 min)
+#   bash bench/verify/first_minute.sh 6   # `c` cold then warm with the saved step (torch 2.11
+#                                  # included), the kernels' names of both; second starts of
+#                                  # .before and this tree, a first start (empty bytecode tree
+#                                  # and caches, -X importtime), a py-spy profile of a second
+#                                  # start (with .pyspy/*.whl); kernel parity of a loaded step
+#                                  # with torch.profiler while time is left (~5 min)
 #
-# Each prints its table; files go to $OUT (at most 8).
+# Each prints its table; files go to $OUT (at most 8, 12 for 6).
 set -u
 cd "$(dirname "$0")/../.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -62,6 +68,32 @@ case "${1:-}" in
   # why a step was not saved (the marker's one line) and the helper's own output
   cat /tmp/tuiprof-inductor-after-*/*/precompiled/*.not-whole 2>/dev/null
   tail -5 /tmp/tuiprof-inductor-after-*/*/helper.log 2>/dev/null ;;
+6)
+  end=$((SECONDS + ${DEADLINE:-285}))
+  left() { echo $((end - SECONDS)); }
+  tmx
+  timeout 170 python bench/verify/compile_live.py --tmux "$T" --code after --no-batch --eager-s 8 \
+    --wait-saved 90 --tag saved >"$OUT/compile_saved.txt" 2>&1
+  tail -10 "$OUT/compile_saved.txt"
+  cat /tmp/tuiprof-inductor-after-*/*/precompiled/*.not-whole 2>/dev/null
+  tail -4 /tmp/tuiprof-inductor-after-*/*/helper.log >"$OUT/helper_log.txt" 2>/dev/null
+  cat "$OUT/helper_log.txt"
+  timeout $(( $(left) > 100 ? 100 : $(left) )) python bench/verify/first_token_whole.py \
+    --trees before=.before,this=. --rounds 2 --first --importtime >"$OUT/first_token_whole.txt" 2>&1
+  tail -7 "$OUT/first_token_whole.txt"
+  if ls .pyspy/*.whl >/dev/null 2>&1 && [ "$(left)" -gt 30 ]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/spy .pyspy/*.whl
+    d=$(mktemp -d); ( cd "$d" && timeout 40 /tmp/spy/bin/py-spy record -r 200 --threads --idle \
+      -f raw -o "$OUT/second_start_pyspy.txt" -- python -m tuiprof --model qwen3-0.6b \
+      --headless --max-new-tokens 1 --json "$d/h.json" >"$OUT/second_start_pyspy_log.txt" 2>&1 )
+    tail -3 "$OUT/second_start_pyspy_log.txt"
+  fi
+  cache=$(ls -d /tmp/tuiprof-inductor-after-*/*/ 2>/dev/null | head -1)
+  if [ -n "$cache" ] && [ "$(left)" -gt 45 ]; then
+    timeout $(( $(left) - 5 )) python bench/verify/precompile_parity.py --model qwen3-0.6b \
+      --inductor-cache "$cache" --json "$OUT/parity.json" >"$OUT/parity.txt" 2>&1
+    tail -12 "$OUT/parity.txt"
+  fi ;;
 *)
   sed -n 2,20p "$0" ;;
 esac

@@ -1,9 +1,10 @@
 """First token and the whole process: one-token headless runs of the built-in engine
 (``python -m tuiprof --model M --headless --max-new-tokens 1``), from process start to exit.
 
-``--first``: one run first with an empty bytecode tree of its own (``TUIPROF_PYCACHE``, the first
-start on a machine), under ``python -X importtime`` when ``--importtime`` is given (the file goes
-to $OUT: what the imports cost, module by module). Then ``--rounds`` second starts of each tree in
+``--first``: one run first with an empty bytecode tree of its own (``TUIPROF_PYCACHE``) and
+empty caches (``XDG_CACHE_HOME``): the first start on a machine, under ``python -X importtime``
+when ``--importtime`` is given (the file goes to $OUT: what the imports cost, module by
+module). Then ``--rounds`` second starts of each tree in
 ``--trees``, the order rotating a round. Per run: the whole process (spawn to exit), the
 snapshot's first token (``meta.startup.first_token_s``, from the process's start) and its
 phases; the table gives medians::
@@ -63,7 +64,10 @@ def main() -> int:
     results: list[dict] = []
     if a.first:
         name, tree = trees[-1]
-        fresh = {"TUIPROF_PYCACHE": tempfile.mkdtemp(prefix="tuiprof-pyc-first-")}
+        # a fresh machine: no bytecode tree and none of tuiprof's caches (transformers' import
+        # structure among them)
+        fresh = {"TUIPROF_PYCACHE": tempfile.mkdtemp(prefix="tuiprof-pyc-first-"),
+                 "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="tuiprof-xdg-first-")}
         r = one(tree, a.model, a.device, fresh,
                 out / "first_start_importtime.txt" if a.importtime else None, a.timeout)
         r.update(tree=name, kind="first start")

@@ -132,6 +132,8 @@ def main() -> int:
     ap.add_argument("--phase", choices=("fresh", "loaded"))
     ap.add_argument("--dir", help="where the saved step goes (a fresh directory by default)")
     ap.add_argument("--json", help="write both phases and the verdict here")
+    ap.add_argument("--inductor-cache", help="inductor's cache directory to use (one a session "
+                    "filled: the fresh compile's kernels come from it; default: a new one)")
     args = ap.parse_args()
     if args.phase:   # one phase, in this process: its JSON on the last line
         print(json.dumps(phase(args)), flush=True)
@@ -140,7 +142,8 @@ def main() -> int:
     work = Path(args.dir or tempfile.mkdtemp(prefix="tuiprof-parity-"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
                                                        os.environ.get("PYTHONPATH", "")]),
-               TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"))
+               TORCHINDUCTOR_CACHE_DIR=args.inductor_cache or str(work / "inductor"))
+    env["TRITON_CACHE_DIR"] = str(Path(env["TORCHINDUCTOR_CACHE_DIR"]) / "triton")
     res = {}
     for ph in ("fresh", "loaded"):
         cmd = [sys.executable, __file__, "--phase", ph, "--model", args.model, "--dir", str(work),

@@ -182,9 +182,63 @@ def gemm_warmup(config: dict, dtype: str, tokens: int) -> Callable[[str], None] 
             torch.nn.functional.linear(a, w)
             del a, w
         torch.cuda.synchronize(dev)
+        with phase("warming attention"):
+            _warm_attention(dev, dt, nq, nkv, hd, h, tokens)
         torch.cuda.empty_cache()  # the model's build is not yet allocating: nothing else frees
 
     return warm
+
+
+def _warm_attention(dev: str, dt: Any, nq: int, nkv: int, hd: int, h: int, tokens: int) -> None:
+    """The attention and the elementwise kernels of a decoder's prefill and decode step, once,
+    on random tensors of its shapes: the first use of each loads its kernel module (and SDPA's
+    backend picks its kernel), which otherwise happens inside the first prefill. Both ways a
+    model may call SDPA (the keys repeated per head group, or ``enable_gqa``), with a boolean
+    mask (a static cache) and causal; each variant on its own, a refused one skipped."""
+    import torch
+    import torch.nn.functional as F
+
+    kv_len = max(64, tokens)
+    for t in sorted({1, max(1, tokens)}):
+        q = torch.empty((1, nq, t, hd), dtype=dt, device=dev).normal_()
+        k = torch.empty((1, nkv, kv_len, hd), dtype=dt, device=dev).normal_()
+        v = torch.empty_like(k).normal_()
+        mask = torch.ones((1, 1, t, kv_len), dtype=torch.bool, device=dev).tril(kv_len - t)
+        group = max(1, nq // max(1, nkv))
+        variants = [lambda: F.scaled_dot_product_attention(
+                        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                        attn_mask=mask),
+                    lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                           enable_gqa=group > 1)]
+        if t > 1:
+            variants.append(lambda: F.scaled_dot_product_attention(
+                q, k[:, :, :t].repeat_interleave(group, 1), v[:, :, :t].repeat_interleave(group, 1),
+                is_causal=True))
+        for run in variants:
+            try:
+                run()
+            except Exception:
+                pass
+    # RMSNorm, rotary, SwiGLU, the cache's index_copy_, sampling: each kernel family once
+    try:
+        x = torch.empty((1, max(1, tokens), h), dtype=dt, device=dev).normal_()
+        w = torch.ones(h, dtype=dt, device=dev)
+        xf = x.float()
+        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dt) * w
+        half = y[..., : h // 2]
+        rot = torch.cat((-y[..., h // 2:], half), dim=-1) * y.cos() + y * y.sin()
+        act = F.silu(rot) * y
+        cache = torch.zeros((1, nkv, kv_len, hd), dtype=dt, device=dev)
+        cache.index_copy_(2, torch.arange(min(tokens, kv_len), device=dev),
+                          q.new_zeros((1, nkv, min(tokens, kv_len), hd)))
+        logits = act.float().softmax(-1)
+        torch.argmax(logits[:, -1], dim=-1).tolist()
+        emb = torch.nn.functional.embedding(torch.zeros((1, 1), dtype=torch.long, device=dev),
+                                            torch.ones((8, h), dtype=dt, device=dev))
+        del x, w, xf, y, half, rot, act, cache, logits, emb
+    except Exception:
+        pass
+    torch.cuda.synchronize(dev)
 
 
 def load_model(model_spec: str | ModelSource, *, device: str | None = None,
