@@ -3,7 +3,9 @@
 
 One server (a vLLM start takes a minute here) is checked for: every request the client sent,
 with vLLM's id and the client's ``X-Request-Id``, equal counts and output tokens, each
-request's end-to-end inside the client's (how close: ``bench/overhead/vllm_overhead.py``); steps from vLLM's scheduler with a batch > 1 under
+request's end-to-end inside the client program's and within 5 % or 20 ms of the wire's (the
+kernel's stamps of the client's bytes: ``tuiprof.engine.wire_client``); steps from vLLM's
+scheduler with a batch > 1 under
 concurrent load and prefill and decode tokens per step; a chunked prefill (a prompt longer
 than ``--max-num-batched-tokens``); the engine core's end at shutdown read as a normal one."""
 from __future__ import annotations
@@ -35,38 +37,30 @@ def _traceparent(rid: str) -> str:
 
 def _stream(port: int, model: str, rid: str, prompt: str, out: dict,
             first_token: threading.Event | None = None) -> None:
-    """One streaming /v1/completions request with the standard library's HTTP client:
-    (ttft ms, e2e ms, output tokens) as the client saw them (vLLM merges tokens into one
-    chunk when its client reads slower than they come: the count is the usage's)."""
-    import http.client  # noqa: PLC0415
+    """One streaming /v1/completions request over a plain socket (``wire_client``): as the
+    client's program saw it (ttft ms, e2e ms) and as the wire did (e2e ms between the kernel's
+    stamps of the request's last byte leaving and the answer's last bytes arriving), the output
+    tokens (the usage's: vLLM merges tokens into one chunk when its client reads slower than
+    they come) and the ends on the host's clock."""
+    from tuiprof.engine import wire_client  # noqa: PLC0415
 
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS,
                        "stream": True, "ignore_eos": True, "temperature": 0.0,
-                       "stream_options": {"include_usage": True}})
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    w0 = time.time_ns()     # the session's clock on a CPU: where each side's time lies
-    t0 = time.perf_counter()
-    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json",
-                                                   "X-Request-Id": rid,
-                                                   "traceparent": _traceparent(rid)})
-    resp = conn.getresponse()
-    assert resp.status == 200, resp.read()[:500]
-    first, tokens = None, 0
-    for line in resp:
-        line = line.strip()
-        if not line.startswith(b"data:") or line == b"data: [DONE]":
-            continue
-        doc = json.loads(line[5:])
-        if doc["choices"] and doc["choices"][0].get("text") is not None:
-            first = first or time.perf_counter()
-            if first_token is not None:
-                first_token.set()
+                       "stream_options": {"include_usage": True}}).encode()
+    headers = {"Content-Type": "application/json", "X-Request-Id": rid,
+               "traceparent": _traceparent(rid)}
+    r = wire_client.stream(port, "/v1/completions", body, headers, timeout=120,
+                           on_first=first_token.set if first_token is not None else None)
+    assert r["status"] == 200, r["body"][:500]
+    tokens = 0
+    for ev in wire_client.sse_events(r["body"]):
+        doc = json.loads(ev)
         if doc.get("usage"):   # the last chunk: the tokens the server says it sent
             tokens = doc["usage"]["completion_tokens"]
-    t1 = time.perf_counter()
-    w1 = time.time_ns()
-    conn.close()
-    out[rid] = ((first - t0) * 1e3, (t1 - t0) * 1e3, tokens, w0, w1)
+    _w_ttft, w_e2e = wire_client.wire_ms(r)
+    assert w_e2e is not None, "the kernel gave no timestamps for the client's socket"
+    out[rid] = ((r["t_first"] - r["t0"]) * 1e3, (r["t1"] - r["t0"]) * 1e3, tokens, r["w0"],
+                r["w1"], w_e2e, r["sent_ns"], r["last_ns"])
 
 
 @pytest.mark.slow
@@ -132,7 +126,7 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
     assert sorted(front) == sorted(seen), (sorted(front), out[-2000:])
     joined = {r["id"]: r for r in engine["requests"]}
     diffs: dict = {}
-    for rid, (c_ttft, c_e2e, tokens, w0, w1) in seen.items():
+    for rid, (c_ttft, c_e2e, tokens, w0, w1, w_e2e, sent, last) in seen.items():
         f = front[rid]
         assert f["id"].startswith(f"cmpl-{rid}-0-")   # vLLM's id: the client's, then its own
         r = joined[f["id"]]                            # the same request in the engine
@@ -154,20 +148,24 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
         assert 0 < r["e2e_ms"] <= c_e2e + 2.0, (rid, c_e2e, r["e2e_ms"])
         assert 0 < r["ttft_ms"] <= r["e2e_ms"]
         assert r["before_app_ms"] is None or r["before_app_ms"] >= 0
-        diffs[rid] = (c_e2e - r["e2e_ms"], c_e2e, (r["arrival_ns"] - w0) / 1e6,
-                      (w1 - r["finish_ns"]) / 1e6, r.get("in_socket_ms"))
-    # How close (target: within 5 % or 20 ms of the client's) is printed, not asserted. Since
-    # a request arrives when the kernel had its bytes, the server's busy event loop is inside
-    # tuiprof's interval; what stays outside lies in the client's own process: from its clock's
-    # start to its bytes reaching the kernel (connecting and sending from one of 6 threads
-    # sharing a GIL and two cores with vLLM: 7-25 ms here) and from the server's last bytes to
-    # its thread reading them (5-16 ms), plus up to two jiffies of the kernel's clock at the
-    # arrival. Printed per request: before the arrival, after the end, and the socket-buffer
-    # phase. The house keeps timing targets in bench/ (docs/serving.md, "vLLM").
-    print("client - tuiprof e2e ms (client e2e, within 5 % or 20 ms; before the arrival, "
-          "after the end, in the socket buffer):",
-          {k: (round(d, 1), round(c), abs(d) <= max(20.0, 0.05 * c), round(a, 1), round(e, 1),
-               sb) for k, (d, c, a, e, sb) in sorted(diffs.items())})
+        # The target: each request's end-to-end within 5 % or 20 ms of the client's, as the
+        # wire between them saw it (the kernel's stamps of the request's last byte leaving
+        # the client and of the answer's last bytes arriving there): tuiprof's interval from
+        # the kernel's receipt of the request (a 4 ms tick) to the last bytes handed to
+        # uvicorn, against the same request's bytes. The client program's own clock adds its
+        # own lateness (connecting and sending from one of 6 threads sharing a GIL and two
+        # cores with vLLM, reading after the bytes came: up to hundreds of ms here), which no
+        # server-side profiler can see; it is printed beside.
+        diffs[rid] = (w_e2e - r["e2e_ms"], w_e2e, c_e2e - r["e2e_ms"], c_e2e,
+                      (r["arrival_ns"] - sent) / 1e6, (last - r["finish_ns"]) / 1e6,
+                      r.get("in_socket_ms"))
+    print("per request, ms: (wire - tuiprof e2e, wire e2e, client program - tuiprof, client "
+          "program e2e, wire's send to tuiprof's arrival, tuiprof's end to the wire's "
+          "arrival, in the socket buffer):",
+          {k: tuple(round(x, 2) if isinstance(x, float) else x for x in v)
+           for k, v in sorted(diffs.items())})
+    outside = {k: v for k, v in diffs.items() if abs(v[0]) > max(20.0, 0.05 * v[1])}
+    assert not outside, outside
     # a chunked prefill: the long prompt was fed over several steps of at most BUDGET tokens
     long = joined[front["req0"]["id"]]
     assert long["prefill_steps"] >= 2, long

@@ -6,8 +6,8 @@ The load is ``tuiprof serve``'s (:mod:`tuiprof.engine.serve_load`): an open loop
 arrivals at ``--rate``) or a closed one (``--concurrency`` in flight), ``--requests`` or
 ``--duration``, prompt and output lengths drawn per request. Each request is a streaming
 ``/v1/completions`` whose prompt is a list of token ids (so its length is exact whatever the
-tokenizer) with ``ignore_eos`` (so its output length is the drawn one), sent with the
-standard library's HTTP client and an ``X-Request-Id`` (``tuiprof-warmup-0``, … for the warm-up ones,
+tokenizer) with ``ignore_eos`` (so its output length is the drawn one), sent over a
+plain socket (:mod:`.wire_client`: timed by the kernel's stamps too) with an ``X-Request-Id`` (``tuiprof-warmup-0``, … for the warm-up ones,
 then ``r0``, ``r1``, …); the warm-up ones also send ``X-Tuiprof-Warmup: 1``. Both keep them
 apart from every count (:mod:`tuiprof.program.vllm_requests`): the header in the API server,
 the id in the engine core too (vLLM's request id is made from it, and the engine core sees no
@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from . import wire_client
 from .lengths import default_load, parse_lengths
 
 READY = "tuiprof-serve: load starts"
@@ -74,7 +75,8 @@ def server_command(args: argparse.Namespace) -> list[str]:
 
 
 class Client:
-    """Streaming completions against the server; what each request saw (ms)."""
+    """Streaming completions against the server; what each request saw: ``seen[id]`` =
+    (TTFT ms, end-to-end ms, output tokens) by this program's clock."""
 
     def __init__(self, port: int, model: str, vocab: int, seed: int, prompt, output) -> None:
         self.port, self.model, self.vocab = port, model, vocab
@@ -82,9 +84,13 @@ class Client:
         self.prompt, self.output = prompt, output
         self.lock = threading.Lock()
         self.seen: dict[str, tuple] = {}
-        # id -> (wall-clock ns before connecting, after the last read): where a request's
-        # time lies against a profiler's records on the same host's clock
+        # id -> (wall-clock ns before connecting, after the last read, the kernel's stamps of
+        # the request's last byte leaving and the answer's last bytes arriving): where a
+        # request's time lies against a profiler's records on the same host's clock
         self.wall: dict[str, tuple] = {}
+        # id -> (ttft, e2e) ms between those two stamps: the request as the wire saw it, the
+        # client's own delays left out (wire_client)
+        self.wire: dict[str, tuple] = {}
         self.failed = 0
         self.n = 0          # requests sent
         self.k = 0          # ids given (r0, r1, ...; warm-up requests are named apart)
@@ -104,30 +110,29 @@ class Client:
 
     def _one(self, rid: str, ids: list, n_out: int, warmup: bool = False) -> None:
         body = json.dumps({"model": self.model, "prompt": ids, "max_tokens": n_out,
-                           "stream": True, "ignore_eos": True, "temperature": 0.0})
+                           "stream": True, "ignore_eos": True, "temperature": 0.0,
+                           "stream_options": {"include_usage": True}}).encode()
+        headers = {"Content-Type": "application/json", "X-Request-Id": rid}
+        if warmup:
+            headers["X-Tuiprof-Warmup"] = "1"
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-            w0 = time.time_ns()
-            t0 = time.perf_counter()
-            headers = {"Content-Type": "application/json", "X-Request-Id": rid}
-            if warmup:
-                headers["X-Tuiprof-Warmup"] = "1"
-            conn.request("POST", "/v1/completions", body, headers)
-            resp = conn.getresponse()
-            if resp.status != 200:
-                raise RuntimeError(f"HTTP {resp.status}")
-            first, chunks = None, 0
-            for line in resp:
-                if line.startswith(b"data:") and not line.startswith(b"data: [DONE]"):
-                    first = first or time.perf_counter()
-                    chunks += 1
-            t1 = time.perf_counter()
-            w1 = time.time_ns()
-            conn.close()
+            r = wire_client.stream(self.port, "/v1/completions", body, headers)
+            if r["status"] != 200:
+                raise RuntimeError(f"HTTP {r['status']}")
+            # the output tokens the server says it sent (its last chunk's usage): vLLM merges
+            # tokens into one chunk when its client reads slower than they come
+            chunks = tokens = 0
+            for ev in wire_client.sse_events(r["body"]):
+                doc = json.loads(ev)
+                chunks += bool(doc.get("choices"))
+                if doc.get("usage"):
+                    tokens = doc["usage"].get("completion_tokens") or 0
+            first = r["t_first"]
             with self.lock:
-                self.wall[rid] = (w0, w1)
-                self.seen[rid] = ((first - t0) * 1e3 if first else None, (t1 - t0) * 1e3,
-                                  chunks)
+                self.wall[rid] = (r["w0"], r["w1"], r["sent_ns"], r["last_ns"])
+                self.seen[rid] = ((first - r["t0"]) * 1e3 if first else None,
+                                  (r["t1"] - r["t0"]) * 1e3, tokens or chunks)
+                self.wire[rid] = wire_client.wire_ms(r)
         except Exception:
             with self.lock:
                 self.failed += 1
@@ -213,7 +218,9 @@ def run(args: argparse.Namespace) -> dict:
     return {"requests": n, "failed": client.failed, "wall_s": wall,
             "requests_per_s": n / wall if wall else 0.0, "server_status": status,
             "client_e2e_p50_ms": e2e[len(e2e) // 2] if e2e else None,
-            "client": {k: list(v) for k, v in client.seen.items()}}
+            "client": {k: list(v) for k, v in client.seen.items()},
+            # the same requests between the kernel's stamps of their bytes (wire_client)
+            "client_wire": {k: list(v) for k, v in client.wire.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
