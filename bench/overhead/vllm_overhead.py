@@ -19,7 +19,12 @@ to one server, then to the other (the order alternating a round). Per round: the
 and TTFT p50 and the ratio of their totals (the same requests, so paired); over all rounds:
 the ratio of totals, the median of the rounds' ratios and their spread (min, quartiles, max),
 the load average, and the idle server's CPU during the other's cell (tuiprof's own work in
-the idle server taxes the bare cells too: the figure bounds that bias).
+the idle server taxes the bare cells too: the figure bounds that bias). Each request is timed
+twice (``tuiprof.engine.wire_client``): by the client program's clock, and between the kernel's
+stamps of its bytes leaving and arriving at the client's socket (``wire``: the client's own
+lateness on a loaded host left out, which otherwise spreads the rounds); the ratio of totals of
+each comes with a 90 % interval (the rounds resampled in pairs). The agreement is checked on
+the wire's interval.
 
   python bench/overhead/vllm_overhead.py --model DIR --together --rounds 12 --requests 40 \
       --rate 4 --out results.json
@@ -396,6 +401,23 @@ def _quartiles(xs: list) -> list:
     return [xs[0], q[0], q[1], q[2], xs[-1]]
 
 
+def _bootstrap_totals(rounds: list, key: str, n: int = 2000, seed: int = 1) -> list:
+    """A 90 % interval of the ratio of totals (tuiprof / bare), rounds resampled in their
+    pairs (seeded: the same rounds give the same interval)."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    pairs = [(r["tuiprof"][key], r["bare"][key]) for r in rounds]
+    if len(pairs) < 2:
+        return []
+    ratios = []
+    for _ in range(n):
+        pick = [pairs[rng.randrange(len(pairs))] for _ in pairs]
+        ratios.append(sum(t for t, _ in pick) / sum(b for _, b in pick))
+    ratios.sort()
+    return [ratios[int(0.05 * n)], ratios[int(0.95 * n) - 1]]
+
+
 def poisson_cell(client: Client, rate: float, n: int, seed: int) -> dict:
     """``n`` requests sent on a seeded Poisson schedule at ``rate``/s; what the client saw
     (id -> (ttft, e2e, chunks)) once all came back."""
@@ -449,11 +471,21 @@ def together(args, tmp: Path) -> dict:
                 cell = poisson_cell(client, args.rate, args.requests, seed)
                 c1 = sum(v[1] for v in thread_cpu(idle).values())
                 seen = client.seen
-                e2e = [seen[k][1] for k in sorted(seen, key=lambda k: int(k[1:]))]
+                order = sorted(seen, key=lambda k: int(k[1:]))
+                e2e = [seen[k][1] for k in order]
                 ttft = [seen[k][0] for k in seen if seen[k][0] is not None]
+                # the same requests between the kernel's stamps of their bytes: the server's
+                # time without the client's own lateness (wire_client)
+                wire = [client.wire[k] for k in order if client.wire.get(k, (0, None))[1]]
+                w_e2e = [w[1] for w in wire]
+                w_ttft = [w[0] for w in wire if w[0] is not None]
                 arm = "tuiprof" if under else "bare"
                 row[arm] = {"e2e_p50_ms": statistics.median(e2e),
                             "ttft_p50_ms": statistics.median(ttft), "e2e_total_ms": sum(e2e),
+                            "wire_e2e_p50_ms": statistics.median(w_e2e) if w_e2e else None,
+                            "wire_ttft_p50_ms": statistics.median(w_ttft) if w_ttft else None,
+                            "wire_e2e_total_ms": sum(w_e2e),
+                            "wire_requests": len(w_e2e),
                             "e2e_ms": e2e, "failed": client.failed,
                             "requests": len(seen), "wall_s": cell["wall_s"],
                             "load_average_1min": [load0, os.getloadavg()[0]],
@@ -467,6 +499,10 @@ def together(args, tmp: Path) -> dict:
             row["e2e_total_ratio"] = t["e2e_total_ms"] / b["e2e_total_ms"]
             row["e2e_p50_ratio"] = t["e2e_p50_ms"] / b["e2e_p50_ms"]
             row["ttft_p50_ratio"] = t["ttft_p50_ms"] / b["ttft_p50_ms"]
+            if b["wire_requests"] == t["wire_requests"] == args.requests:
+                row["wire_e2e_total_ratio"] = t["wire_e2e_total_ms"] / b["wire_e2e_total_ms"]
+                row["wire_e2e_p50_ratio"] = t["wire_e2e_p50_ms"] / b["wire_e2e_p50_ms"]
+                row["wire_ttft_p50_ratio"] = t["wire_ttft_p50_ms"] / b["wire_ttft_p50_ms"]
             rounds.append(row)
             print(json.dumps({k: (v if not isinstance(v, dict) else
                                   {x: y for x, y in v.items() if x != "e2e_ms"})
@@ -489,7 +525,27 @@ def together(args, tmp: Path) -> dict:
                r["bare"]["idle_other_cpu_s"] for r in rounds),
            "idle_bare_server_cpu_s_per_tuiprof_cell": statistics.median(
                r["tuiprof"]["idle_other_cpu_s"] for r in rounds),
-           "cell_wall_s_median": statistics.median(r["bare"]["wall_s"] for r in rounds)}
+           "cell_wall_s_median": statistics.median(r["bare"]["wall_s"] for r in rounds),
+           # the client program's clock: its own lateness on a loaded host included
+           "e2e_total_ratio_90pct": _bootstrap_totals(rounds, "e2e_total_ms")}
+    wired = [r for r in rounds if "wire_e2e_total_ratio" in r]
+    if wired:   # the target's figures: the wire's, the client's own delays left out
+        out["wire"] = {
+            "rounds": len(wired),
+            "e2e_total_ratio": sum(r["tuiprof"]["wire_e2e_total_ms"] for r in wired)
+            / sum(r["bare"]["wire_e2e_total_ms"] for r in wired),
+            "e2e_total_ratio_90pct": _bootstrap_totals(wired, "wire_e2e_total_ms"),
+            "round_e2e_total_ratio_spread": _quartiles([r["wire_e2e_total_ratio"]
+                                                        for r in wired]),
+            "round_e2e_p50_ratio_median": statistics.median(r["wire_e2e_p50_ratio"]
+                                                            for r in wired),
+            "round_e2e_p50_ratio_spread": _quartiles([r["wire_e2e_p50_ratio"] for r in wired]),
+            "round_ttft_p50_ratio_median": statistics.median(r["wire_ttft_p50_ratio"]
+                                                             for r in wired),
+            "round_ttft_p50_ratio_spread": _quartiles([r["wire_ttft_p50_ratio"]
+                                                       for r in wired]),
+            "bare_e2e_p50_ms_spread": _quartiles([r["bare"]["wire_e2e_p50_ms"]
+                                                  for r in wired])}
     out.update(agreement(snap, seen_t, wall_t, wire_t))
     out.update({"rounds": rounds, "args": vars(args), "logs": str(tmp)})
     return out

@@ -71,6 +71,13 @@ def test_the_wire_leaves_the_clients_own_lateness_out(tmp_path):
                 assert time.monotonic() < deadline, "uvicorn did not start"
                 time.sleep(0.2)
         out.unlink()
+        # one connection at a time, none overlapping: each still has all three stamps (the
+        # kernel stamps arriving packets only while a socket asks; wire_client keeps one)
+        for i in range(25):
+            seq = wire_client.stream(port, "/seq", b"{}", {}, timeout=30)
+            assert None not in (seq["sent_ns"], seq["first_ns"], seq["last_ns"]), (i, seq)
+            out.unlink()
+            time.sleep(0.06)
 
         held = {}
 

@@ -95,6 +95,7 @@ class Client:
         self.n = 0          # requests sent
         self.k = 0          # ids given (r0, r1, ...; warm-up requests are named apart)
         self.done = threading.Semaphore(0)
+        wire_client.keep_stamping()     # before the first request, not inside its time
 
     def submit(self, rid: str | None = None, warmup: bool = False) -> None:
         """Send one request (``warmup``: it only warms the server up, and says so in its
