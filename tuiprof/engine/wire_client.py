@@ -29,6 +29,7 @@ TIMESTAMPING = _TX_SOFTWARE | _RX_SOFTWARE | _SOFTWARE | _OPT_ID | _OPT_TSONLY
 _TS = struct.Struct("qq")     # struct timespec; the software stamp is the first of three
 _ANC = 512
 _READ = 1 << 16
+_FIRST_READ = 128
 
 
 _keeper: list = []
@@ -123,7 +124,9 @@ def stream(port: int, path: str, body: bytes, headers: dict, timeout: float = 60
         t_first = first_ns = last_ns = None
         header_end = -1
         while True:
-            data, anc, _flags, _addr = sock.recvmsg(_READ, _ANC)
+            # small reads until the first event: a read stamps the last packet it touched, and
+            # a late reader finds many waiting (the first token's arrival would read as later)
+            data, anc, _flags, _addr = sock.recvmsg(_READ if t_first else _FIRST_READ, _ANC)
             if not data:
                 break
             raw += data
