@@ -22,8 +22,8 @@ from .collect.device import device_facts, rank_facts
 from .control import SessionControl, batch_limit_message, batch_target
 from .engine.graphs import drop_cuda_graphs
 from .errors import one_line, safe_text
-from .sampling import (AUTO_ALLOC_EVERY, AUTO_SAMPLE_EVERY, STEP_TIME_SOURCES, OwnCostReport,
-                       tracing_policy)
+from .sampling import (AUTO_ALLOC_EVERY, AUTO_SAMPLE_EVERY, LEAVE_SAMPLE_EVERY, STEP_TIME_SOURCES,
+                       OwnCostReport, tracing_policy)
 from .spec import ProfilerOptions
 from .startup import LoadProgress, ProgressTracker, in_thread, phase, tracking
 from .store import PROGRAM_CONFIG, SessionStore
@@ -179,7 +179,8 @@ class Profiler(OwnCostReport, SessionControl):
 
     def _sample_every(self, mode: str) -> int:
         se = self.options.sample_every
-        n = AUTO_SAMPLE_EVERY.get(mode, 1) if se in ("auto", "live") else max(1, int(se))
+        n = (AUTO_SAMPLE_EVERY.get(mode, 1) if se in ("auto", "live") else
+             LEAVE_SAMPLE_EVERY.get(mode, 1) if se == "leave" else max(1, int(se)))
         self.store.meta["sample_every"] = n
         self.store.meta["tracing"] = tracing_policy(se, n)
         return n

@@ -22,6 +22,11 @@ from .collect.cupti_collector import BURST
 # period (a program's short generate() calls), and a mode switch starts a period 8 tokens
 # later, so the new mode's kernels are traced at once.
 AUTO_SAMPLE_EVERY = {"eager": 64, "compiled": 1024}
+# A session left on (``tuiprof run --detach``, "leave"): a quarter as often, bursts of 4 in every
+# 1,024 eager steps and 16,384 compiled: its budget is 1 % of a server's time, and the live
+# app's bursts alone were ~1 % of a transformers server's busy time on an H200
+# (docs/performance.md#the-profiler-you-leave-on).
+LEAVE_SAMPLE_EVERY = {"eager": 256, "compiled": 4096}
 # torch.cuda.memory_stats() builds a dict of ~150 entries; its counters are cumulative, so
 # reading them every Nth token loses no allocation, only per-token resolution.
 AUTO_ALLOC_EVERY = {"eager": 1, "compiled": 64}
@@ -50,12 +55,14 @@ def tracing_policy(asked: int | str, every: int) -> str:
     summary): a traced step runs slower than an untraced one (its time is marked so)."""
     if every <= 1:
         return f"every step traced ({EVERY_STEP_COST})"
-    why = "the default, as the live app" if asked in ("auto", "live") else f"--sample-every {asked}"
+    why = ("the default, as the live app" if asked in ("auto", "live") else
+           "a session left on: a quarter of the live app's" if asked == "leave" else
+           f"--sample-every {asked}")
     return f"bursts of {BURST} steps in every {BURST * every} traced ({why})"
 
 
 def overhead_method(cupti: bool, mode: str, left_out: int = 0, every_step: bool = False,
-                    attached: int = 0) -> str:
+                    attached: int = 0, windows: int = 0) -> str:
     """What the overhead figure counts and what it does not, short enough for the header: the
     session's threads' CPU, its hooks on the program's threads, CUPTI's switches and the steps'
     excess over untraced ones of their size are counted; the GIL's handoffs never are (no
@@ -63,7 +70,9 @@ def overhead_method(cupti: bool, mode: str, left_out: int = 0, every_step: bool 
     bench/overhead/serve_external.py); neither is CUPTI's work inside CUDA calls in the
     ``left_out`` of ``attached`` steps run attached with no untraced step of their size to
     compare them with (all of them with every step traced, or CUPTI attached throughout): then
-    what such a step was measured to cost elsewhere is named."""
+    what such a step was measured to cost elsewhere is named; nor is it in the ``windows`` a
+    program's time windows ran attached (CUPTI is switched at steps only: a program's start,
+    before its first step)."""
     counted = "threads' CPU + hooks / wall"
     missing = ["GIL handoffs"]
     if cupti and every_step:
@@ -78,6 +87,8 @@ def overhead_method(cupti: bool, mode: str, left_out: int = 0, every_step: bool 
                        if mode == "compiled" else "CUPTI in CUDA calls (no untraced step)")
     elif cupti:
         counted = "threads' CPU + hooks + switches + traced steps / wall"
+    if cupti and windows:
+        missing.append(f"CUPTI in {windows:,} time windows")
     return f"{counted}; not counted: {', '.join(missing)}"
 
 
@@ -138,8 +149,10 @@ class OwnCostReport:
                                 hooks_s=round(hooks, 6), threads_s=round(threads, 4),
                                 callback_s=round(callback, 4), tracing_s=round(tracing, 4),
                                 rerecord_s=round(rerecord, 4), untraced_reference_missing=left_out,
+                                windows_attached=self._excess.windows_attached(),
                                 detaches=c.detaches if c is not None else 0,
                                 wall_s=round(wall, 3),
                                 method=overhead_method(c is not None, self.status.mode,
                                                        left_out, every,
-                                                       self._excess.attached_steps()))
+                                                       self._excess.attached_steps(),
+                                                       self._excess.windows_attached()))

@@ -12,26 +12,32 @@ session says it costs.
 * ``leave``: the profiler left on: ``tuiprof run --detach`` (a keeper, no UI attached, the
   live app's bursts), stopped with ``tuiprof stop``.
 
-Each round starts one server of every way (together: their loads overlap), warms them up (a
-few requests each, together), then drives each in turn at every rate, the ways in an order that
-alternates between rounds, and stops them: every round has fresh processes, so the spread over
-rounds holds the process-to-process spread too. The load comes from a client in a process of
-its own that knows nothing of tuiprof (``serve_external.py client``): open loop, Poisson
-arrivals (the same arrival times for every server of a round and rate), streaming
-``/v1/completions`` with an ``X-Request-ID`` per request. Each cell is paired with the bare
-server's cell of the same round and rate.
+Each round starts one server of every way (together: their loads overlap), warms them up
+alike (the capacity probe's burst, then a few requests each, together), then drives each in
+turn at every rate, the ways in an order rotated by one every round and reversed every other
+(each way takes each place in turn), and stops them: every round has fresh processes, so the
+spread over rounds holds the process-to-process spread too. ``--keep-servers`` starts them
+once for every round instead: a device call's budget then buys cells long enough to resolve
+5 % (the start of five servers took 20-60 s a round on the H200). The load comes from a
+client in a process of its own that knows nothing of tuiprof (``serve_external.py client``):
+open loop, Poisson arrivals (the same arrival times for every server of a round and rate),
+streaming ``/v1/completions`` with an ``X-Request-ID`` per request. Each cell is paired with
+the bare server's cell of the same round and rate.
 
-Reports, per rate and way, the ratios to bare (median over rounds, min-max spread; throughput's
-ratio of totals too) of: throughput (output tokens/s over the load's wall time), TTFT p50/p99
-and end-to-end p50/p99 as the client measured them; and each session's own overhead figure over
-the cell's load (the rise of its cost over the time, from the snapshot's ``overhead.series``)
-beside the client's cost (1 - throughput ratio). Results are written as each cell ends:
-``OUT/cells.jsonl``, ``OUT/summary.md`` and ``OUT/summary.json``; the live app's screens to
-``OUT/screens.txt``.
+Reports, per rate and way, the ratios to bare (median over rounds, min-max spread; the ratio
+of totals for throughput, pooled p50s for latencies) of: throughput (output tokens/s over the
+load's wall time), TTFT p50/p99, end-to-end p50/p99 and TPOT p50 (each request's time per
+output token after its first) as the client measured them; bare's own spread over rounds;
+and each session's own overhead figure over the cell's load (the rise of its cost over the
+time, from the snapshot's ``overhead.series``) beside the client's cost (1 - throughput ratio,
+and per token: 1 - 1/TPOT ratio). Results are written as each cell ends: ``OUT/cells.jsonl``,
+``OUT/summary.md`` and ``OUT/summary.json``; the live app's screens to ``OUT/screens.txt``;
+each session's steps by phase and CUPTI state, its overhead report and CUPTI events to
+``OUT/sessions.jsonl`` (figures: ``serve_external_stats.py``).
 
     python bench/overhead/serve_external.py --model-dir DIR --device cuda --rates auto:0.25,0.8 \\
-        --requests 12,24 --rounds 5 --modes bare,live,headless,every,leave --deadline 480 \\
-        --out out/serve_external
+        --requests 16,40 --output-len 32 --rounds 5 --keep-servers --every-rounds 2 \\
+        --modes bare,live,headless,leave,every --deadline 460 --out out/serve_external
 
 ``--rates auto:F1,F2`` measures the bare server's capacity first (a burst of ``--probe``
 requests at once, the first round) and drives it at those fractions of it. ``--deadline S``
@@ -50,7 +56,6 @@ import shlex
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,7 +65,9 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-MODES = ("bare", "live", "headless", "every", "leave")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_external_stats import (MODES, cell_figures, report, summarize,  # noqa: E402
+                                  window_pct)
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
          "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()
 
@@ -176,134 +183,6 @@ def client_main(argv: list) -> int:
                             a.output_len, a.seed, a.tag))
     print(json.dumps(out))
     return 0
-
-
-# ----------------------------------------------------------------------------- statistics
-def pct(xs: list, q: float) -> float | None:
-    if not xs:
-        return None
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def cell_figures(recs: list) -> dict:
-    ok = [r for r in recs if r.get("ok")]
-    ttft = [r["ttft_ms"] for r in ok]
-    e2e = [r["e2e_ms"] for r in ok]
-    wall = (max(r["end_s"] for r in ok) - min(r["due_s"] for r in recs)) if ok else None
-    toks = sum(r["tokens"] for r in ok)
-    return {"requests": len(recs), "ok": len(ok), "tokens": toks, "wall_s": wall,
-            "tok_s": toks / wall if wall else None, "req_s": len(ok) / wall if wall else None,
-            "ttft_p50": pct(ttft, 0.5), "ttft_p99": pct(ttft, 0.99),
-            "e2e_p50": pct(e2e, 0.5), "e2e_p99": pct(e2e, 0.99),
-            "errors": sorted({r["error"] for r in recs if r.get("error")})[:3]}
-
-
-METRICS = ("tok_s", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")
-
-
-def window_pct(series: list, start: float, end: float) -> float | None:
-    """A session's own overhead figure over [start, end] (unix seconds): the rise of its cost
-    over the time between the first and last of its series' moments inside the window (None
-    with fewer than two of them, or less than half a second apart)."""
-    inside = [(t, c) for t, c in series or () if start <= t <= end]
-    if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5:
-        return None
-    (t0, c0), (t1, c1) = inside[0], inside[-1]
-    return 100.0 * (c1 - c0) / (t1 - t0)
-
-
-def summarize(cells: list) -> dict:
-    """Per rate and way: each round's ratio to the bare server's cell of the same round; the
-    throughput's ratio of totals; the sessions' own figures over their cells."""
-    bare = {(c["round"], c["rate"]): c for c in cells if c["mode"] == "bare"}
-    out: dict = {}
-    totals: dict = {}
-    own: dict = {}
-    for c in cells:
-        if c["mode"] == "bare":
-            continue
-        b = bare.get((c["round"], c["rate"]))
-        if b is None:
-            continue
-        key = (f"{c['rate']:g}", c["mode"])
-        slot = out.setdefault(key[0], {}).setdefault(c["mode"], {m: [] for m in METRICS})
-        for m in METRICS:
-            if c["fig"].get(m) and b["fig"].get(m):
-                slot[m].append(c["fig"][m] / b["fig"][m])
-        if c["fig"].get("tokens") and b["fig"].get("tokens"):
-            t = totals.setdefault(key, [0.0, 0.0, 0.0, 0.0])
-            t[0] += c["fig"]["tokens"]
-            t[1] += c["fig"]["wall_s"]
-            t[2] += b["fig"]["tokens"]
-            t[3] += b["fig"]["wall_s"]
-        if c.get("self_pct") is not None:
-            own.setdefault(key, []).append(c["self_pct"])
-    table = {}
-    for rate, modes in out.items():
-        for mode, ms in modes.items():
-            row = {m: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
-                   for m, v in ms.items() if v}
-            t = totals.get((rate, mode))
-            if t and t[1] and t[3] and t[2]:
-                row["tok_s_totals"] = (t[0] / t[1]) / (t[2] / t[3])
-            o = own.get((rate, mode))
-            if o:
-                row["self_pct"] = {"median": statistics.median(o), "min": min(o), "max": max(o),
-                                   "n": len(o)}
-            table.setdefault(rate, {})[mode] = row
-    bare_abs = {}
-    for c in bare.values():
-        bare_abs.setdefault(f"{c['rate']:g}", []).append(c["fig"])
-    return {"ratios": table, "bare": {r: {m: statistics.median([f[m] for f in fs if f.get(m)])
-                                          for m in METRICS if any(f.get(m) for f in fs)}
-                                      for r, fs in bare_abs.items()}}
-
-
-def report(s: dict) -> str:
-    lines = ["| rate (req/s) | tuiprof | rounds | throughput | (ratio of totals) | TTFT p50 "
-             "| TTFT p99 | e2e p50 | e2e p99 | own figure over the load (%) | client's cost "
-             "(1 - throughput, %) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for rate in sorted(s["ratios"], key=float):
-        for mode in MODES:
-            r = s["ratios"][rate].get(mode)
-            if not r:
-                continue
-            n = max(v["n"] for k, v in r.items() if k in METRICS)
-            cells = []
-            for m in METRICS:
-                v = r.get(m)
-                cells.append("–" if v is None else
-                             f"{v['median']:.3f} ({v['min']:.3f}–{v['max']:.3f})")
-                if m == "tok_s":
-                    tot = r.get("tok_s_totals")
-                    cells.append("–" if tot is None else f"{tot:.3f}")
-            o = r.get("self_pct")
-            cells.append("–" if o is None else
-                         f"{o['median']:.1f} ({o['min']:.1f}–{o['max']:.1f})")
-            tp = r.get("tok_s")
-            cells.append("–" if tp is None else f"{100 * (1 - tp['median']):.1f}")
-            lines.append(f"| {rate} | {mode} | {n} | " + " | ".join(cells) + " |")
-    lines += ["", "Ratios to the bare server of the same round (median, min–max over rounds); "
-              "throughput is output tokens/s over the load's wall time; the own figure is the "
-              "session's overhead over the cell's load (its snapshot's overhead.series).", "",
-              "| rate | bare throughput (tok/s) | TTFT p50 (ms) | TTFT p99 | e2e p50 | e2e p99 |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for rate, f in sorted(s["bare"].items(), key=lambda kv: float(kv[0])):
-        lines.append(f"| {rate} | " + " | ".join(
-            "–" if f.get(m) is None else f"{f[m]:,.1f}" for m in METRICS) + " |")
-    for mode, ov in (s.get("self_report") or {}).items():
-        lines.append(f"\n{mode}: the session's own figure over its whole life (last round): "
-                     f"overhead {ov.get('pct')} % ({ov.get('method')}; threads "
-                     f"{ov.get('threads_s')} s, hooks {ov.get('hooks_s')} s, switches "
-                     f"{ov.get('switch_s')} s, traced steps {ov.get('tracing_s')} s over "
-                     f"{ov.get('wall_s')} s)")
-    if s.get("capacity"):
-        lines.append(f"\ncapacity of the bare server (a burst at once): {s['capacity']}")
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- the servers
@@ -520,6 +399,35 @@ def cell_timeout(a, rate: float, requests: int) -> float:
     return (requests / rate if rate > 0 else 0.0) + 0.5 * a.output_len + 30.0
 
 
+def session_facts(doc: dict | None) -> dict:
+    """What a session's snapshot says of its own cost and of CUPTI: the overhead report (its
+    series left out), its steps by phase and by whether CUPTI was attached and whether they
+    were traced, and its CUPTI events: enough to tell where attached steps came from."""
+    if not doc:
+        return {}
+    ov = {k: v for k, v in (doc.get("overhead") or {}).items() if k != "series"}
+    steps: dict = {}
+    for t in doc.get("tokens") or ():
+        if not isinstance(t, dict):
+            continue
+        key = (f"{t.get('phase')}/{'attached' if t.get('attached') else 'detached'}"
+               f"{'/traced' if t.get('sampled') else ''}")
+        steps[key] = steps.get(key, 0) + 1
+    events = [e for e in doc.get("events") or () if "CUPTI" in str(e) or "mode" in str(e)][:20]
+    return {"overhead": ov, "steps": steps, "events": events,
+            "tracing": (doc.get("meta") or {}).get("tracing"),
+            "sample_every": (doc.get("meta") or {}).get("sample_every")}
+
+
+def round_order(modes: list, rnd: int) -> list:
+    """The ways' order in round ``rnd``: rotated by one a round (each way takes each place once
+    in as many rounds as there are ways; a drift within a round or a place's own luck falls on
+    every way alike) and reversed every other round."""
+    k = rnd % len(modes)
+    order = modes[k:] + modes[:k]
+    return order if rnd % 2 == 0 else order[::-1]
+
+
 def main(argv: list | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["client"]:
@@ -528,7 +436,7 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--model", default="qwen3-tiny", help="registry model for a new directory")
     ap.add_argument("--model-dir", default=None, help="an existing model directory")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--modes", default="bare,live,headless,every,leave")
+    ap.add_argument("--modes", default="bare,live,headless,leave,every")
     ap.add_argument("--rates", default="4,16",
                     help="Poisson rates, req/s (one low, one near saturation), or auto:F1,F2: "
                          "those fractions of the bare server's capacity, measured first")
@@ -536,6 +444,13 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--requests", default="48",
                     help="requests a cell: N, or one count a rate (e.g. 16,32)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--every-rounds", type=int, default=None,
+                    help="the every-step way in the first N rounds only (its cost stands out "
+                         "of the spread in fewer)")
+    ap.add_argument("--keep-servers", action="store_true",
+                    help="start every way's server once and keep it for every round (a "
+                         "device call's budget buys longer cells instead of starts; the "
+                         "default starts fresh servers every round)")
     ap.add_argument("--warmup", type=int, default=4, help="requests each server gets first")
     ap.add_argument("--prompt-words", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=64)
@@ -646,6 +561,7 @@ def main(argv: list | None = None) -> int:
         for t in stoppers:
             t.join()
         say(f"round {rnd + 1}: stopped (s after asking: {stopped})")
+        facts = {}
         for m, srv in servers.items():
             if m == "bare":
                 continue
@@ -655,111 +571,144 @@ def main(argv: list | None = None) -> int:
                 "pct", "method", "threads_s", "hooks_s", "switch_s", "tracing_s", "rerecord_s",
                 "callback_s", "cupti_s", "nvml_s", "serve_s", "wall_s",
                 "untraced_reference_missing")}
+            facts[m] = session_facts(doc)
             for c in round_cells:
                 if c["mode"] == m:
                     c["self_pct"] = window_pct(ov.get("series") or [], *c["window"])
         if round_cells:
             with open(out / "cells.jsonl", "a") as f:
                 f.write(json.dumps({"kind": "round", "round": rnd, "self_pct": {
-                    f"{c['mode']}@{c['rate']:g}": c.get("self_pct") for c in round_cells
-                    if c["mode"] != "bare"}, "self_report": last_reports}) + "\n")
+                    f"{c['mode']}@{c['rate']:g}@{c['round']}": c.get("self_pct")
+                    for c in round_cells if c["mode"] != "bare"},
+                    "self_report": last_reports}) + "\n")
+        with open(out / "sessions.jsonl", "a") as f:
+            f.write(json.dumps({"round": rnd, "sessions": facts}) + "\n")
         write({"self_report": last_reports})
         return nxt
 
+    def prepare(servers: dict, rnd: int) -> None:
+        """Wait for a round's servers, measure the capacity (first time), warm every server
+        up alike: the capacity's burst for every way (bare had it), then a few requests."""
+        nonlocal capacity, rates
+        up_by = time.monotonic() + min(a.start_timeout, max(10.0, left() - 20))
+        for m in list(servers):   # one that fails: this round goes on without it
+            try:
+                servers[m].wait_up(up_by)
+            except ServerDown as exc:
+                say(f"round {rnd + 1}: {str(exc)[:400]}")
+                servers.pop(m).ask_stop()
+        say(f"round {rnd + 1}: {len(servers)} servers up: {', '.join(servers)}")
+        if "bare" not in servers:
+            raise ServerDown("no bare server this round: nothing to pair with")
+        burst = False
+        if auto and capacity is None:   # the bare server's capacity: a burst at once
+            try:
+                got = run_client(servers["bare"].port, str(model_dir), 0, a.probe, a, 7,
+                                 "probe", cenv, cell_timeout(a, 0, a.probe) + a.probe)
+            except ClientFailed as exc:
+                raise ServerDown(f"the capacity probe: {exc}") from None
+            fig = cell_figures(got["recs"])
+            capacity = {"req_s": fig["req_s"], "tok_s": fig["tok_s"], "requests": a.probe,
+                        "ok": fig["ok"]}
+            rates = [round(f * fig["req_s"], 1) for f in fracs]
+            say(f"capacity {fig['req_s']:.2f} req/s ({fig['tok_s']:.0f} tok/s): rates {rates}")
+            burst = True
+
+        def warm_up(m: str) -> None:
+            try:
+                if burst and m != "bare":   # the batch sizes bare's probe ran, every way alike
+                    run_client(servers[m].port, str(model_dir), 0, a.probe, a, 7,
+                               f"burst-{m}", cenv, cell_timeout(a, 0, a.probe) + a.probe)
+                run_client(servers[m].port, str(model_dir), max(rates), a.warmup, a, 999,
+                           f"warm-{m}", cenv, cell_timeout(a, max(rates), a.warmup))
+            except ClientFailed as exc:
+                say(f"round {rnd + 1}: {m}'s warm-up: {str(exc)[:300]}")
+
+        warm = [threading.Thread(target=warm_up, args=(m,)) for m in servers]
+        for t in warm:
+            t.start()
+        for t in warm:
+            t.join()
+        say(f"round {rnd + 1}: warmed")
+
+    def run_cells(servers: dict, rnd: int, round_cells: list) -> bool:
+        """A round's cells; returns False when the deadline stopped it."""
+        counts = dict(zip(rates, counts_given if len(counts_given) == len(rates)
+                          else counts_given[:1] * len(rates)))
+        ways = [m for m in modes if m in servers and not (
+            m == "every" and a.every_rounds is not None and rnd >= a.every_rounds)]
+        for m in round_order(ways, rnd):
+            for rate in (rates if rnd % 2 == 0 else rates[::-1]):
+                limit = cell_timeout(a, rate, counts[rate])
+                if left() < limit * 0.5 + a.stop_grace:
+                    say(f"round {rnd + 1}: the deadline is near, no more cells")
+                    return False
+                try:
+                    got = run_client(servers[m].port, str(model_dir), rate, counts[rate], a,
+                                     seed=1000 * rnd + int(rate * 10),
+                                     tag=f"{m}-{rnd}-{rate:g}", env=cenv,
+                                     timeout=min(limit, max(5.0, left())))
+                except ClientFailed as exc:
+                    say(f"round {rnd + 1} rate {rate:g} {m}: lost: {str(exc)[:300]}")
+                    continue
+                fig = cell_figures(got["recs"])
+                ends = [r["end_s"] for r in got["recs"] if "end_s" in r]
+                cell = {"round": rnd, "rate": rate, "mode": m, "fig": fig,
+                        "window": [got["t0_unix"], got["t0_unix"] + max(ends or [0.0])]}
+                cells.append(cell)
+                round_cells.append(cell)
+                with open(out / "cells.jsonl", "a") as f:
+                    f.write(json.dumps(cell) + "\n")
+                say(f"round {rnd + 1} rate {rate:g} {m}: {fig['ok']}/{fig['requests']} ok, "
+                    f"{fig['tok_s'] or 0:.1f} tok/s, TTFT p50 {fig['ttft_p50'] or 0:.1f} ms, "
+                    f"e2e p50 {fig['e2e_p50'] or 0:.1f} ms, TPOT p50 {fig['tpot_p50'] or 0:.1f}"
+                    f" ms")
+                write()
+            if m == "live":   # the header as the user sees it, after the live app's cells
+                with open(out / "screens.txt", "a") as f:
+                    f.write(f"--- round {rnd + 1}, live app at 200x50 after its cells\n"
+                            f"{servers[m].capture()}\n")
+        return True
+
     servers = start_round(0)
+    kept_cells: list = []     # --keep-servers: every round's cells, read at the one stop
+    prepared = False
     for rnd in range(a.rounds):
         t_round = time.monotonic()
         round_cells: list = []
         stop_round = False
+        cells_s = 0.0
         try:
-            up_by = time.monotonic() + min(a.start_timeout, max(10.0, left() - 20))
-            for m in list(servers):   # one that fails: this round goes on without it
-                try:
-                    servers[m].wait_up(up_by)
-                except ServerDown as exc:
-                    say(f"round {rnd + 1}: {str(exc)[:400]}")
-                    servers.pop(m).ask_stop()
-            say(f"round {rnd + 1}: {len(servers)} servers up: {', '.join(servers)}")
-            if "bare" not in servers:
-                raise ServerDown("no bare server this round: nothing to pair with")
-            if auto and capacity is None:   # the bare server's capacity: a burst at once
-                try:
-                    got = run_client(servers["bare"].port, str(model_dir), 0, a.probe, a, 7,
-                                     "probe", cenv, cell_timeout(a, 0, a.probe) + a.probe)
-                except ClientFailed as exc:
-                    raise ServerDown(f"the capacity probe: {exc}") from None
-                fig = cell_figures(got["recs"])
-                capacity = {"req_s": fig["req_s"], "tok_s": fig["tok_s"], "requests": a.probe,
-                            "ok": fig["ok"]}
-                rates = [round(f * fig["req_s"], 1) for f in fracs]
-                say(f"capacity {fig['req_s']:.2f} req/s ({fig['tok_s']:.0f} tok/s): "
-                    f"rates {rates}")
-            counts = dict(zip(rates, counts_given if len(counts_given) == len(rates)
-                              else counts_given[:1] * len(rates)))
-            def warm_up(m: str) -> None:
-                try:
-                    run_client(servers[m].port, str(model_dir), max(rates), a.warmup, a, 999,
-                               f"warm-{m}", cenv, cell_timeout(a, max(rates), a.warmup))
-                except ClientFailed as exc:
-                    say(f"round {rnd + 1}: {m}'s warm-up: {str(exc)[:300]}")
-
-            warm = [threading.Thread(target=warm_up, args=(m,)) for m in servers]
-            for t in warm:
-                t.start()
-            for t in warm:
-                t.join()
-            say(f"round {rnd + 1}: warmed")
-            order = [m for m in modes if m in servers]
-            order = order if rnd % 2 == 0 else order[::-1]
-            stop_round = False
-            for m in order:
-                for rate in (rates if rnd % 2 == 0 else rates[::-1]):
-                    limit = cell_timeout(a, rate, counts[rate])
-                    if left() < limit * 0.5 + a.stop_grace:
-                        say(f"round {rnd + 1}: the deadline is near, no more cells")
-                        stop_round = True
-                        break
-                    try:
-                        got = run_client(servers[m].port, str(model_dir), rate, counts[rate], a,
-                                         seed=1000 * rnd + int(rate * 10),
-                                         tag=f"{m}-{rnd}-{rate:g}", env=cenv,
-                                         timeout=min(limit, max(5.0, left())))
-                    except ClientFailed as exc:
-                        say(f"round {rnd + 1} rate {rate:g} {m}: lost: {str(exc)[:300]}")
-                        continue
-                    fig = cell_figures(got["recs"])
-                    ends = [r["end_s"] for r in got["recs"] if "end_s" in r]
-                    cell = {"round": rnd, "rate": rate, "mode": m, "fig": fig,
-                            "window": [got["t0_unix"], got["t0_unix"] + max(ends or [0.0])]}
-                    cells.append(cell)
-                    round_cells.append(cell)
-                    with open(out / "cells.jsonl", "a") as f:
-                        f.write(json.dumps(cell) + "\n")
-                    say(f"round {rnd + 1} rate {rate:g} {m}: {fig['ok']}/{fig['requests']} ok, "
-                        f"{fig['tok_s'] or 0:.1f} tok/s, TTFT p50 {fig['ttft_p50'] or 0:.1f} ms, "
-                        f"e2e p50 {fig['e2e_p50'] or 0:.1f} ms")
-                    write()
-                if stop_round:
-                    break
-                if m == "live":   # the header as the user sees it, after the live app's cells
-                    with open(out / "screens.txt", "a") as f:
-                        f.write(f"--- round {rnd + 1}, live app at 200x50 after its cells\n"
-                                f"{servers[m].capture()}\n")
+            if not prepared:
+                prepare(servers, rnd)
+                prepared = a.keep_servers
+            t_cells = time.monotonic()
+            stop_round = not run_cells(servers, rnd, round_cells)
+            cells_s = time.monotonic() - t_cells
         except ServerDown as exc:   # no bare server: the round is lost, the next may do
             say(f"round {rnd + 1}: {exc}")
             stop_round = False
+            prepared = False
         except BaseException:
-            finish(servers, rnd, round_cells)
+            finish(servers, rnd, kept_cells + round_cells)
             raise
-        # the next round's servers start while these stop, if the next round fits
-        busy_s = time.monotonic() - t_round
+        # a kept server's next round is its cells alone; a fresh one's, everything again
+        busy_s = cells_s if a.keep_servers and prepared else time.monotonic() - t_round
+        if a.every_rounds is not None and rnd + 1 == a.every_rounds and "every" in servers:
+            busy_s *= (len(servers) - 1) / len(servers)   # the next rounds have no every-step cells
         more = (rnd + 1 < a.rounds and not stop_round
                 and left() > busy_s + a.stop_grace + 10)
         if rnd + 1 < a.rounds and not more:
-            say(f"no round {rnd + 2}: the deadline would pass ({left():.0f} s left, a round's "
-                f"servers were busy {busy_s:.0f} s)")
-        servers = finish(servers, rnd, round_cells,
+            say(f"no round {rnd + 2}: the deadline would pass ({left():.0f} s left, a round "
+                f"took {busy_s:.0f} s)")
+        if a.keep_servers and more:
+            kept_cells += round_cells
+            say(f"round {rnd + 1} done in {time.monotonic() - t_round:.0f} s")
+            continue
+        # the next round's servers start while these stop, if the next round fits
+        servers = finish(servers, rnd, kept_cells + round_cells,
                          then=(lambda r=rnd: start_round(r + 1)) if more else None)
+        kept_cells = []
         say(f"round {rnd + 1} done in {time.monotonic() - t_round:.0f} s")
         if servers is None:
             break

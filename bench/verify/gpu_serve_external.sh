@@ -1,19 +1,21 @@
 #!/bin/bash
 # One device call: bench/overhead/serve_external.py on the GPU machine (a qwen3-0.6b-shaped bf16
-# model, random weights): bare, the live app in tmux, headless default, every step traced and a
-# detached session left on, 5 interleaved rounds (fresh servers each round) at two rates (a
-# quarter of the bare server's measured capacity and 0.8 of it), results under $OUT as each cell
-# ends, everything inside TOTAL seconds (default 540).
+# model, random weights): bare, the live app in tmux, headless default, a detached session left
+# on, and every step traced (its first EVERY_ROUNDS rounds only: its cost stands out of the
+# spread in fewer), 5 interleaved rounds at two rates (a quarter of the bare server's measured
+# capacity and 0.8 of it), the servers started once and kept (KEEP=0: fresh servers every
+# round), results under $OUT as each cell ends, everything inside TOTAL seconds (default 480:
+# a machine's start and its idle time count toward a session's device time too).
 #
 # Prepare on the CPU machine, from the project root: ../shared/device/wheels.sh --serving (.whl)
 # and ../shared/device/tmux.sh (.tmx); carry both. Run there: bash bench/verify/gpu_serve_external.sh
 # A dry run of the whole call on the CPU (no wheels, no GPU, the tiny model, the system tmux):
-#   OUT=/tmp/dry DEVICE=cpu MODEL=qwen3-tiny TOTAL=600 bash bench/verify/gpu_serve_external.sh
+#   OUT=/tmp/dry DEVICE=cpu MODEL=qwen3-tiny TOTAL=480 bash bench/verify/gpu_serve_external.sh
 set -uo pipefail
 export HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-qwen3-0.6b}
-TOTAL=${TOTAL:-540}
+TOTAL=${TOTAL:-480}
 t0=$(date +%s)
 C=$OUT/call.txt
 say() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$C"; }
@@ -44,10 +46,12 @@ python3 -m tuiprof.engine.model_dir /tmp/se-model --model "$MODEL" --device "$DE
 left=$(( TOTAL - ($(date +%s) - t0) - 15 ))
 say "serve_external: ${left} s left (extra serve args: $EXTRA)"
 NVML=""; [ "$DEVICE" = cpu ] && NVML="--no-nvml"
+KEEP_ARG="--keep-servers"; [ "${KEEP:-1}" = 0 ] && KEEP_ARG=""
 timeout -k 40 $(( left + 10 )) python3 bench/overhead/serve_external.py \
-  --model-dir /tmp/se-model --device "$DEVICE" --modes bare,live,headless,every,leave \
-  --rates auto:0.25,0.8 --probe ${PROBE:-48} --requests ${REQUESTS:-10,20} --rounds 5 --warmup 3 \
-  --prompt-words ${PROMPT_WORDS:-96} --output-len ${OUTPUT_LEN:-20} --cb-num-blocks 128 $NVML \
+  --model-dir /tmp/se-model --device "$DEVICE" --modes bare,live,headless,leave,every \
+  --rates auto:0.25,0.8 --probe ${PROBE:-32} --requests ${REQUESTS:-10,28} --rounds 5 --warmup 3 \
+  $KEEP_ARG --every-rounds ${EVERY_ROUNDS:-1} \
+  --prompt-words ${PROMPT_WORDS:-96} --output-len ${OUTPUT_LEN:-24} --cb-num-blocks 128 $NVML \
   --serve-args "$EXTRA" --tmux "$TMUX_CMD" --deadline "$left" --start-timeout 150 --stop-grace 20 \
   --work /tmp/se-work --out "$OUT/se" > "$OUT/serve_external.txt" 2>&1
 say "status $?"

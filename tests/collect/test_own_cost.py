@@ -102,6 +102,11 @@ def test_the_steps_excess_over_untraced_ones_of_their_size_and_what_has_no_refer
     tracing, rerecord, left_out = ex.seconds()
     assert abs(tracing - 0.016) < 1e-9 and abs(rerecord - 0.040) < 1e-9 and left_out == 1
     assert ex.attached_steps() == 6
+    # a program's start-up windows ran attached (CUPTI switches at steps only): told apart
+    # from the steps, neither left-out steps nor attached ones
+    for _ in range(5):
+        ex.add("window", "eager", "edge", 100.0)
+    assert ex.seconds()[2] == 1 and ex.attached_steps() == 6 and ex.windows_attached() == 5
 
 
 def test_the_method_names_what_is_not_counted():
@@ -118,6 +123,10 @@ def test_the_method_names_what_is_not_counted():
     attached = overhead_method(True, "compiled", left_out=40, attached=40)
     assert "CUPTI in CUDA calls (+8-23 % compiled, H100)" in attached
     assert "no untraced step" in overhead_method(True, "eager", left_out=3, attached=3)
+    windows = overhead_method(True, "eager", left_out=3, attached=24, windows=217)
+    assert windows.endswith("not counted: GIL handoffs, CUPTI in 3 of 24 attached steps (no "
+                            "untraced peer), CUPTI in 217 time windows"), windows
+    assert overhead_method(False, "eager", windows=5).endswith("GIL handoffs")
     assert all(len(t) <= 140 for t in (bursts, every, attached, some))
     # the header shows what is not counted (the part after "; "): short
     assert all(len(t.split("; ", 1)[1]) <= 80 for t in (bursts, every, attached, some))

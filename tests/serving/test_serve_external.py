@@ -55,7 +55,13 @@ def test_one_tiny_round_bare_and_headless(tmp_path):
     assert doc["meta"]["tracing"].startswith("bursts of 4 steps")
     # the session's own overhead figure stands beside the client's
     assert summary["self_report"]["headless"]["pct"] == doc["overhead"]["pct"]
-    assert "headless: the session's own figure over its whole life (last round): overhead" in \
+    assert "headless: the session's own figure over its whole life: overhead" in \
         (out / "summary.md").read_text()
+    # pooled latencies and each request's time per output token beside the per-round ratios
+    assert {"tpot_p50", "tpot_pooled", "ttft_pooled", "e2e_pooled"} <= set(ratios), ratios
+    # what each session says of its own steps: by phase and CUPTI state, its overhead report
+    facts = [json.loads(ln) for ln in (out / "sessions.jsonl").read_text().splitlines()]
+    assert facts[0]["sessions"]["headless"]["overhead"]["pct"] == doc["overhead"]["pct"]
+    assert any(k.startswith("decode/") for k in facts[0]["sessions"]["headless"]["steps"])
     # and its series, from which the bench reads the figure over each cell's load
     assert doc["overhead"]["series"] and all(len(x) == 2 for x in doc["overhead"]["series"])

@@ -19,7 +19,7 @@ from ..program.launch import ProgramResult, ProgramSpec, parse_program
 from .common import (Interrupted, handle_signals, output_path, print_summary,
                      say, write_outputs)
 from ..sessions.launch import prepare_native
-from .options import sample_every, source_options
+from .options import nvml_hz, sample_every, source_options
 from .run import check_options, run_defaults
 from .sessions import hold, start_detached
 
@@ -55,7 +55,7 @@ def program_options(args: argparse.Namespace, headless: bool):
     se = sample_every(args, headless)
     # a program's own ops around its CUDA graphs make hundreds of API calls a step: CUPTI's API
     # kinds go off between compiled bursts too (ProfilerOptions.compiled_api_kinds_stay_on)
-    return ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
+    return ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=nvml_hz(args),
                            sample_every=se, alloc_every=args.alloc_every
                            if args.alloc_every == "auto" else int(args.alloc_every),
                            compiled_api_kinds_stay_on=False,

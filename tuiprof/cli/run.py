@@ -116,13 +116,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "around them; an attached CUPTI costs eager decode 15-30 %% on an H100, "
                         "detaching costs compiled mode two CUDA-graph re-recordings a burst)")
     p.add_argument("--no-nvml", action="store_true")
-    p.add_argument("--nvml-hz", type=float, default=10.0)
+    p.add_argument("--nvml-hz", type=float, default=None,
+                   help="NVML samples a second (default 10; 2 in a session left on, --detach)")
     p.add_argument("--sample-every", default="auto",
                    help="trace device activity for 1 token in N on average (bursts of 4 tokens "
                         "every 4N; a prefill at most once as often, the first always); auto: "
                         "bursts of 4 in every 256 in eager mode, 4 in every 4096 in compiled "
                         "mode, in the live app and --headless alike (measured overhead, "
-                        "docs/performance.md); live: the same as auto; 1: every token (a "
+                        "docs/performance.md), a quarter as often with --detach; live: the "
+                        "live app's; leave: a quarter of it; 1: every token (a "
                         "traced step runs slower: its time is marked traced). A native "
                         "binary is sampled by time: kernels traced 250 ms in every N x 250 ms "
                         "(auto: every 8 s; docs/native.md)")
@@ -187,8 +189,11 @@ def _make_options(args: argparse.Namespace, engine=None):
     ring = args.ring_tokens
     if args.record:
         ring = max(ring, args.max_new_tokens + 1)
-    opts = ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=args.nvml_hz,
-                           sample_every=args.sample_every, measure_peaks=args.measure_peaks,
+    from .options import nvml_hz, sample_every  # noqa: PLC0415
+
+    opts = ProfilerOptions(cupti=not args.no_cupti, nvml=not args.no_nvml, nvml_hz=nvml_hz(args),
+                           sample_every=sample_every(args, bool(args.headless)),
+                           measure_peaks=args.measure_peaks,
                            alloc_every=args.alloc_every if args.alloc_every == "auto"
                            else int(args.alloc_every),
                            detach_between_bursts=not getattr(args, "cupti_attached", False),
@@ -330,11 +335,11 @@ def check_arguments(args: argparse.Namespace) -> None:
             what = "positive" if least == 1 else f"at least {least}"
             raise TuiprofError(f"{flag} {value}: must be {what}"
                                + (" (0: no top-k)" if flag == "--top-k" else ""))
-    if not args.nvml_hz > 0:
+    if args.nvml_hz is not None and not args.nvml_hz > 0:
         raise TuiprofError(f"--nvml-hz {args.nvml_hz:g}: must be positive")
     if args.temperature < 0:
         raise TuiprofError(f"--temperature {args.temperature:g}: must be 0 (greedy) or more")
-    for flag, value, words in (("--sample-every", args.sample_every, ("auto", "live")),
+    for flag, value, words in (("--sample-every", args.sample_every, ("auto", "live", "leave")),
                                ("--alloc-every", args.alloc_every, ("auto",))):
         if value in words:
             continue

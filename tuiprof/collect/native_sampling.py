@@ -44,7 +44,8 @@ class BurstSchedule:
     @classmethod
     def from_option(cls, sample_every: int | str) -> "BurstSchedule | None":
         """``--sample-every``'s value: None for 1 (every kernel traced), else the schedule."""
-        n = AUTO_NATIVE if sample_every in ("auto", "live") else int(sample_every)
+        n = (AUTO_NATIVE if sample_every in ("auto", "live") else
+             4 * AUTO_NATIVE if sample_every == "leave" else int(sample_every))
         return None if n <= 1 else cls(n)
 
     def start(self, now: float) -> None:
