@@ -295,7 +295,10 @@ class Server:
         return True   # a detached session: its server answers or not
 
     def wait_up(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
+        # asked at least once, even past the deadline: the servers are waited for in turn, and
+        # one that used the whole wait must not leave the next unasked (an H200 run lost a
+        # server that was up, its log said, behind one that was not)
+        while True:
             if not self.alive():
                 raise ServerDown(f"{self.mode}: the server ended: "
                                  f"{log_tail(self.work / f'server-{self.mode}-{self.tag}.log')}")
@@ -303,9 +306,12 @@ class Server:
                 urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2).read()
                 return
             except Exception:
+                if time.monotonic() >= deadline:
+                    break
                 time.sleep(0.5)
+        logs = sorted(self.exports.glob("tuiprof-*.log")) if self.mode == "leave" else []
         raise ServerDown(f"{self.mode}: the server did not answer in time: "
-                         f"{log_tail(self.work / f'server-{self.mode}-{self.tag}.log')}")
+                         f"{log_tail(logs[-1] if logs else self.work / f'server-{self.mode}-{self.tag}.log')}")
 
     def capture(self) -> str:
         """The live app's screen now (tmux), as a user sees it."""
