@@ -221,8 +221,9 @@ def test_a_warm_cache_has_inductor_imported_ahead_instead_of_a_helper(tmp_path, 
     """A session whose first compile is cached compiles (or loads its saved step) in its own
     process: inductor's modules are imported beside eager decoding, before `c` asks for
     them; a cold cache gets the prestarted helper instead."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               TUIPROF_INDUCTOR_CACHE=str(tmp_path), TUIPROF_COMPILE_HELPER="prestart")
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path, TUIPROF_INDUCTOR_CACHE=str(tmp_path),
+               TUIPROF_COMPILE_HELPER="prestart")
     r = subprocess.run([sys.executable, "-c", PREIMPORT, cache], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -32,7 +32,8 @@ tensors = {k: v.contiguous().clone() for k, v in model.state_dict().items()}
 tensors["__prefill_logits"] = prefill.contiguous()
 tensors["__full_logits"] = full.contiguous()
 save_file(tensors, sys.argv[1])
-print(json.dumps({"loaded": [m for m in ("sklearn", "scipy") if m in sys.modules],
+from tuiprof.engine.imports import PROBED_ONLY
+print(json.dumps({"loaded": [m for m in PROBED_ONLY if m in sys.modules],
                   "cls": f"{type(model).__module__}.{type(model).__qualname__}"}))
 """
 

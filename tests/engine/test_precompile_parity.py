@@ -18,7 +18,8 @@ SCRIPT = ROOT / "bench" / "verify" / "precompile_parity.py"
 
 @pytest.mark.slow
 def test_a_loaded_step_launches_the_fresh_compiles_kernels(tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
     env.pop("TUIPROF_PRECOMPILE", None)
     out = tmp_path / "parity.json"
     r = subprocess.run([sys.executable, str(SCRIPT), "--model", "qwen3-tiny", "--device", "cpu",

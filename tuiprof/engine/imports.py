@@ -3,10 +3,12 @@
 ``from transformers import Qwen3ForCausalLM`` pulls in optional packages that transformers
 imports only because they are installed: scikit-learn (``generation.candidate_generator``
 imports ``sklearn.metrics`` for assisted decoding's confidence threshold, and sklearn pulls in
-most of scipy) and scipy (the object-detection losses' Hungarian matching). The engine's
-session process never runs assisted decoding or a detection loss, so those packages are hidden
-while transformers is imported: ``importlib.util.find_spec`` (transformers' probe) then finds
-nothing and the guarded imports are skipped. The model's modules and forward are transformers'
+most of scipy), scipy (the object-detection losses' Hungarian matching), torchvision and
+torchaudio (image and audio processing) and accelerate (``device_map`` loading). The engine's
+session process never runs assisted decoding, a detection loss, an image or audio processor or
+a ``device_map`` load (it builds its models and reads their weights itself), so those
+packages are hidden while transformers is imported: ``importlib.util.find_spec``
+(transformers' probe) then finds nothing and the guarded imports are skipped. The model's modules and forward are transformers'
 own, unchanged (the tests compare weights and logits against a build through the plain
 import). The packages are hidden for the duration of the import only; a later ``import scipy``
 in the same process works as usual.
@@ -25,8 +27,11 @@ import threading
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
-#: Packages transformers imports only when installed, that the built-in engine never uses.
-PROBED_ONLY = ("sklearn", "scipy")
+#: Packages transformers imports only when installed, that the built-in engine never uses:
+#: also torchvision and torchaudio (image and audio processing: ``image_utils``,
+#: ``audio_utils``) and accelerate (``device_map`` loading; the engine builds its models and
+#: reads their weights itself): about a second of a first start on the GPU machine.
+PROBED_ONLY = ("sklearn", "scipy", "torchvision", "torchaudio", "accelerate")
 
 #: ``hide``: hide :data:`PROBED_ONLY` during the import; ``direct``: import the family's
 #: modelling module (``transformers.models.qwen3.modeling_qwen3``) rather than through the

@@ -190,35 +190,27 @@ def gemm_warmup(config: dict, dtype: str, tokens: int) -> Callable[[str], None] 
 
 
 def _warm_attention(dev: str, dt: Any, nq: int, nkv: int, hd: int, h: int, tokens: int) -> None:
-    """The attention and the elementwise kernels of a decoder's prefill and decode step, once,
-    on random tensors of its shapes: the first use of each loads its kernel module (and SDPA's
-    backend picks its kernel), which otherwise happens inside the first prefill. Both ways a
-    model may call SDPA (the keys repeated per head group, or ``enable_gqa``), with a boolean
-    mask (a static cache) and causal; each variant on its own, a refused one skipped."""
+    """The attention and the elementwise kernels of a decoder's prefill, once, on random
+    tensors of its shapes: the first use of each loads its kernel module (SDPA's flash kernels
+    take about a second on the H200), which otherwise happens inside the first prefill.
+    Attention as transformers' SDPA path calls it for a prefill into an empty cache: causal,
+    no mask, the key/value heads grouped (``enable_gqa``). Only the prefill's: the first token
+    waits for this thread, and each other variant (the decode step's masked one) loads a
+    module of its own that the first token does not need."""
     import torch
     import torch.nn.functional as F
 
-    kv_len = max(64, tokens)
-    for t in sorted({1, max(1, tokens)}):
-        q = torch.empty((1, nq, t, hd), dtype=dt, device=dev).normal_()
-        k = torch.empty((1, nkv, kv_len, hd), dtype=dt, device=dev).normal_()
-        v = torch.empty_like(k).normal_()
-        mask = torch.ones((1, 1, t, kv_len), dtype=torch.bool, device=dev).tril(kv_len - t)
-        group = max(1, nq // max(1, nkv))
-        variants = [lambda: F.scaled_dot_product_attention(
-                        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
-                        attn_mask=mask),
-                    lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                           enable_gqa=group > 1)]
-        if t > 1:
-            variants.append(lambda: F.scaled_dot_product_attention(
-                q, k[:, :, :t].repeat_interleave(group, 1), v[:, :, :t].repeat_interleave(group, 1),
-                is_causal=True))
-        for run in variants:
-            try:
-                run()
-            except Exception:
-                pass
+    t = max(1, tokens)
+    q = torch.empty((1, nq, t, hd), dtype=dt, device=dev).normal_()
+    k = torch.empty((1, nkv, t, hd), dtype=dt, device=dev).normal_()
+    v = torch.empty_like(k).normal_()
+    group = max(1, nq // max(1, nkv))
+    try:
+        F.scaled_dot_product_attention(q, k, v, is_causal=t > 1,
+                                       **({"enable_gqa": True} if group > 1 else {}))
+    except Exception:
+        pass
+    kv_len = max(64, t)
     # RMSNorm, rotary, SwiGLU, the cache's index_copy_, sampling: each kernel family once
     try:
         x = torch.empty((1, max(1, tokens), h), dtype=dt, device=dev).normal_()
