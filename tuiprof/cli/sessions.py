@@ -50,7 +50,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("long-running sessions (docs/remote.md)")
     g.add_argument("--detach", action="store_true",
                    help="run the session in the background, print its id and exit "
-                        "(tuiprof ls, tuiprof attach ID, tuiprof stop ID)")
+                        "(tuiprof ls, tuiprof attach ID, tuiprof stop ID); left on, it samples "
+                        "a quarter as often as the live app and reads NVML at 2 Hz "
+                        "(--sample-every live --nvml-hz 10: the live app's rates)")
     g.add_argument("--snapshot-every", type=float, default=DEFAULT_SNAPSHOT_MIN, metavar="MIN",
                    help="a detached session writes its snapshot every MIN minutes (0: only "
                         f"at its end; default {DEFAULT_SNAPSHOT_MIN:g})")
