@@ -18,7 +18,8 @@ turn at every rate, the ways in an order rotated by one every round and reversed
 (each way takes each place in turn), and stops them: every round has fresh processes, so the
 spread over rounds holds the process-to-process spread too. ``--keep-servers`` starts them
 once for every round instead: a device call's budget then buys cells long enough to resolve
-5 % (the start of five servers took 20-60 s a round on the H200). The load comes from a
+5 % (the start of five servers took 20-60 s a round on the H200), and a way whose server was
+not up in time joins at the next round it answers by. The load comes from a
 client in a process of its own that knows nothing of tuiprof (``serve_external.py client``):
 open loop, Poisson arrivals (the same arrival times for every server of a round and rate),
 streaming ``/v1/completions`` with an ``X-Request-ID`` per request. Each cell is paired with
@@ -592,17 +593,45 @@ def main(argv: list | None = None) -> int:
         write({"self_report": last_reports})
         return nxt
 
+    late: dict = {}   # --keep-servers: a way's server that was not up in time, still starting
+
+    def warm_up(servers: dict, ways: list, rnd: int, burst: bool) -> None:
+        """Every way alike, together: the capacity probe's burst (bare had it), a few
+        requests."""
+        def one(m: str) -> None:
+            try:
+                if burst and m != "bare":   # the batch sizes bare's probe ran
+                    run_client(servers[m].port, str(model_dir), 0, a.probe, a, 7,
+                               f"burst-{m}", cenv, cell_timeout(a, 0, a.probe) + a.probe)
+                run_client(servers[m].port, str(model_dir), max(rates), a.warmup, a, 999,
+                           f"warm-{m}", cenv, cell_timeout(a, max(rates), a.warmup))
+            except ClientFailed as exc:
+                say(f"round {rnd + 1}: {m}'s warm-up: {str(exc)[:300]}")
+
+        warm = [threading.Thread(target=one, args=(m,)) for m in ways]
+        for t in warm:
+            t.start()
+        for t in warm:
+            t.join()
+        say(f"round {rnd + 1}: warmed {', '.join(ways)}")
+
     def prepare(servers: dict, rnd: int) -> None:
         """Wait for a round's servers, measure the capacity (first time), warm every server
-        up alike: the capacity's burst for every way (bare had it), then a few requests."""
+        up alike."""
         nonlocal capacity, rates
+        servers.update(late)   # a round lost for want of bare: every late one waited for again
+        late.clear()
         up_by = time.monotonic() + min(a.start_timeout, max(10.0, left() - 20))
         for m in list(servers):   # one that fails: this round goes on without it
             try:
                 servers[m].wait_up(up_by)
             except ServerDown as exc:
                 say(f"round {rnd + 1}: {str(exc)[:400]}")
-                servers.pop(m).ask_stop()
+                srv = servers.pop(m)
+                if a.keep_servers and srv.alive() and "ended" not in str(exc):
+                    late[m] = srv   # asked again before each later round (a slow start)
+                else:
+                    srv.ask_stop()
         say(f"round {rnd + 1}: {len(servers)} servers up: {', '.join(servers)}")
         if "bare" not in servers:
             raise ServerDown("no bare server this round: nothing to pair with")
@@ -619,23 +648,22 @@ def main(argv: list | None = None) -> int:
             rates = [round(f * fig["req_s"], 1) for f in fracs]
             say(f"capacity {fig['req_s']:.2f} req/s ({fig['tok_s']:.0f} tok/s): rates {rates}")
             burst = True
+        warm_up(servers, list(servers), rnd, burst)
 
-        def warm_up(m: str) -> None:
+    def join_late(servers: dict, rnd: int) -> None:
+        """--keep-servers: a way whose server was still starting joins once it answers (asked
+        once before each round, no wait), warmed up as the others were."""
+        joined = []
+        for m in list(late):
             try:
-                if burst and m != "bare":   # the batch sizes bare's probe ran, every way alike
-                    run_client(servers[m].port, str(model_dir), 0, a.probe, a, 7,
-                               f"burst-{m}", cenv, cell_timeout(a, 0, a.probe) + a.probe)
-                run_client(servers[m].port, str(model_dir), max(rates), a.warmup, a, 999,
-                           f"warm-{m}", cenv, cell_timeout(a, max(rates), a.warmup))
-            except ClientFailed as exc:
-                say(f"round {rnd + 1}: {m}'s warm-up: {str(exc)[:300]}")
-
-        warm = [threading.Thread(target=warm_up, args=(m,)) for m in servers]
-        for t in warm:
-            t.start()
-        for t in warm:
-            t.join()
-        say(f"round {rnd + 1}: warmed")
+                late[m].wait_up(time.monotonic())
+            except ServerDown:
+                continue
+            servers[m] = late.pop(m)
+            joined.append(m)
+        if joined:
+            say(f"round {rnd + 1}: {', '.join(joined)} up now: joining from this round")
+            warm_up(servers, joined, rnd, bool(auto))
 
     def run_cells(servers: dict, rnd: int, round_cells: list) -> bool:
         """A round's cells; returns False when the deadline stopped it."""
@@ -688,6 +716,8 @@ def main(argv: list | None = None) -> int:
             if not prepared:
                 prepare(servers, rnd)
                 prepared = a.keep_servers
+            elif late:
+                join_late(servers, rnd)
             t_cells = time.monotonic()
             stop_round = not run_cells(servers, rnd, round_cells)
             cells_s = time.monotonic() - t_cells
@@ -696,6 +726,7 @@ def main(argv: list | None = None) -> int:
             stop_round = False
             prepared = False
         except BaseException:
+            servers.update(late)
             finish(servers, rnd, kept_cells + round_cells)
             raise
         # a kept server's next round is its cells alone; a fresh one's, everything again
@@ -712,6 +743,9 @@ def main(argv: list | None = None) -> int:
             say(f"round {rnd + 1} done in {time.monotonic() - t_round:.0f} s")
             continue
         # the next round's servers start while these stop, if the next round fits
+        if late:   # never joined: stopped with the others
+            servers.update(late)
+            late.clear()
         servers = finish(servers, rnd, kept_cells + round_cells,
                          then=(lambda r=rnd: start_round(r + 1)) if more else None)
         kept_cells = []
