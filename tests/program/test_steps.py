@@ -69,6 +69,31 @@ def test_windows_cut_time_until_the_program_marks_a_step(prof):
     assert all(t.host_ms > 0 for t in rows(prof) if t.phase == "window")
 
 
+def test_windows_end_when_another_process_runs_the_steps(prof):
+    """vLLM's API server runs no model steps (its engine core does): once its app is built,
+    its windows stop, the snapshot says where its steps are and no finding asks to mark them."""
+    from tuiprof.analysis.findings import _no_steps  # noqa: PLC0415
+    from tuiprof.program.vllm_steps import ELSEWHERE  # noqa: PLC0415
+
+    rec = StepRecorder(prof)
+    win = WindowSteps(rec, window_ms=10)
+    win.install()
+    time.sleep(0.06)
+    rec.steps_elsewhere(ELSEWHERE)
+    win._thread.join(2)
+    assert not win._thread.is_alive()          # the windows' thread is gone, not idling
+    n = len(rows(prof))
+    time.sleep(0.05)
+    win.uninstall()
+    assert n >= 2 and len(rows(prof)) == n      # no window after
+    view = prof.store.view()
+    view.meta.update({"source": "program", "step_source": "windows", "window_ms": 10,
+                      "steps_elsewhere": ELSEWHERE})
+    assert _no_steps(view) == []
+    view.meta.pop("steps_elsewhere")
+    assert [f.id for f in _no_steps(view)] == ["no-step-boundaries"]
+
+
 def test_pause_holds_the_program_at_its_next_step(prof):
     rec = StepRecorder(prof)
     done = []

@@ -121,6 +121,10 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
     engine = next((r for r in ranks if r["meta"].get("step_source") == "vllm"), None)
     assert engine is not None, ([r["meta"].get("process") for r in ranks], out[-3000:])
     api = ranks[0]
+    # the API server runs no model steps: it says where they are, and its windows stopped
+    # once its app was built (they took its event loop's GIL ten times a second)
+    assert api["meta"].get("steps_elsewhere") == "vLLM's engine core process", api["meta"]
+    print("the API server's windows:", api["meta"].get("step_sources"))
     # the API process's own record: every request, the client's id, vLLM's id
     front = {r["client_id"]: r for r in api["requests"] if r["source"] == "vllm"}
     assert sorted(front) == sorted(seen), (sorted(front), out[-2000:])

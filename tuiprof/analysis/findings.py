@@ -467,6 +467,8 @@ def _no_steps(view, summaries=None) -> list:
     meta = view.meta
     if meta.get("source") != "program" or meta.get("step_source") not in ("windows", "none"):
         return []
+    if meta.get("steps_elsewhere"):   # another process runs its steps (vLLM's engine core)
+        return []
     wins = [t for t in view.tokens if t.done and t.phase == "window"]
     wall = sum(t.end_ns - t.start_ns for t in wins)
     busy = sum(t.busy_ns for t in wins if t.sampled)

@@ -247,7 +247,10 @@ def print_steps(view) -> None:
         phases[ph] = phases.get(ph, 0) + n
     windows = phases.pop("window", 0)
     split = ", ".join(f"{n} {printable(p, 40)}" for p, n in sorted(phases.items()))
-    if src == "windows":
+    if meta.get("steps_elsewhere") and src in ("windows", "none"):
+        print(f"steps: none in this process; they run in "
+              f"{printable(meta['steps_elsewhere'], 80)}")
+    elif src == "windows":
         print(f"steps: none marked by the program: {counts.get('windows', 0)} windows of "
               f"{meta.get('window_ms', 100):g} ms (see the no-step-boundaries finding)")
     elif src == "none":

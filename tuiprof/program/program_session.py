@@ -304,7 +304,10 @@ class ProgramSession:
         counts = {s: rec.counts[s] for s in SOURCES if rec.counts[s]}
         if rec.nested:
             counts["ignored_nested"] = rec.nested
-        return {"step_source": rec.source or "none", "step_sources": counts}
+        facts = {"step_source": rec.source or "none", "step_sources": counts}
+        if rec.elsewhere and not rec.marked:
+            facts["steps_elsewhere"] = rec.elsewhere
+        return facts
 
     def notes(self) -> list[str]:
         """Lines a headless run prints after the program's end line."""

@@ -91,6 +91,9 @@ class StepRecorder:
         self.enabled = frozenset(sources)
         self.counts = {s: 0 for s in SOURCES}   # steps recorded per source
         self.nested = 0                         # marks ignored (a higher source held the step)
+        # where this process's steps run instead, when another process runs them (vLLM's API
+        # server: its engine core's): windows stop, and no finding asks to mark steps here
+        self.elsewhere = ""
         self._lock = threading.RLock()
         self._open: _Open | None = None
         self._scopes = {s: 0 for s in SOURCES}
@@ -107,6 +110,10 @@ class StepRecorder:
     def marked(self) -> bool:
         """True once a source other than the windows has recorded a step."""
         return any(n for s, n in self.counts.items() if s != "windows")
+
+    def steps_elsewhere(self, where: str) -> None:
+        """This process runs no steps of its own: ``where`` does (windows end)."""
+        self.elsewhere = where
 
     @property
     def source(self) -> str | None:

@@ -60,6 +60,7 @@ VERSION = "0.32.0"                          # the vLLM these hooks were written 
 # before SIGKILL (vLLM's own is 0 s when the server is stopped with Ctrl-C): enough for the
 # engine core's and its workers' last fetch (a few EXITING_PULL_S), a bound, not a wait
 GRACE_S = 15.0
+ELSEWHERE = "vLLM's engine core process"
 ENDS = {"EngineCore": "with the server (vLLM stops its engine core with SIGKILL)",
         "WorkerProc": "with the server (vLLM's engine core stops its workers)"}
 
@@ -278,6 +279,9 @@ class VllmSteps:
         @functools.wraps(orig)
         def build_app(*args, **kwargs):
             app = orig(*args, **kwargs)
+            # the API server runs no model steps (its engine core does): its 100 ms windows
+            # would only take its event loop's GIL ten times a second
+            steps.recorder.steps_elsewhere(ELSEWHERE)
             try:
                 stack = getattr(app, "middleware_stack", None)
                 if stack is not None:   # vLLM 0.32 builds its stack in build_app (SageMaker)

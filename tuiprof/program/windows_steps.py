@@ -42,7 +42,8 @@ class WindowSteps:
         rec = self.recorder
         deadline = time.monotonic()
         while not self._stop.is_set():
-            if rec.marked:  # steps come from the program now: windows are over
+            # steps come from the program now, or from another process: windows are over
+            if rec.marked or rec.elsewhere:
                 rec.end(SOURCE)
                 return
             rec.begin(SOURCE, WINDOW, mode=compiled_or_eager())
