@@ -17,9 +17,12 @@ scheduler a process makes is seen, whichever of the two step loops (and executor
   (:func:`tuiprof.program.vllm_requests.step_info`), so a step has prefill and decode tokens
   (chunked prefill: a prompt longer than the step's token budget is fed over several steps,
   beside other requests' decodes); phase ``prefill`` when any request prefills;
-* the step's row and its requests are stored as soon as it is scheduled (the batch then goes
-  to the executor), so that they always precede its tokens (``update_from_output``): a token
-  stored first would make its request's prefill look like a second one (a preemption);
+* what a step schedules is read as ``schedule()`` returns; its row and its requests are
+  stored once the batch is on its way to the executor (``get_grammar_bitmask()``, which
+  ``EngineCore.step()`` calls after handing the batch over and before waiting for the model:
+  the bookkeeping then runs while the workers compute, not before they start), and in any case
+  before its tokens (``update_from_output``): a token stored first would make its request's
+  prefill look like a second one (a preemption);
 * the requests running and waiting and the KV-cache blocks used of all come from the
   scheduler when it has scheduled (``Scheduler.running``, ``waiting``,
   ``kv_cache_manager.block_pool``), as ``SchedulerStats`` reports them.
@@ -80,6 +83,7 @@ class VllmSteps:
         self.describe = describe
         self._patches = Patches()
         self._open: dict[int, Any] = {}   # id(SchedulerOutput) -> its open step
+        self._later: list = []            # a step ended, stored at the next one's hand-over
 
     def install(self) -> None:
         hooks = {SCHEDULER: self._patch_scheduler, CORE: self._patch_core,
@@ -117,6 +121,32 @@ class VllmSteps:
         opened = self._open
         steps = self
 
+        pending: list = []    # the step scheduled last, not yet recorded: [(out, facts)]
+
+        later, end_step = self._later, self._end_step
+
+        def open_step(out, info, batch, total, t) -> None:
+            """Record the step ``schedule()`` returned at ``t``: its row, its requests, and
+            the store work queued before it (the last step's)."""
+            steps._ended_later()
+            try:
+                phase = PREFILL if info and info["prefill_tokens"] else DECODE
+                step = rec.begin(SOURCE, phase, batch=batch, positions=total,
+                                 mode="eager", start_ns=t)
+                if step is not None:
+                    opened.clear()    # a step of a batch queue ended by this one
+                    opened[id(out)] = step
+                    if info is not None:
+                        rec.step_requests(step, info)
+                    rec.launched(SOURCE)
+            except Exception as exc:   # bookkeeping must never break the engine
+                steps._failed("Scheduler.schedule", exc)
+
+        def flush(out=None) -> None:
+            """The pending step recorded now (``out``: only if it is that output's)."""
+            if pending and (out is None or pending[0][0] is out):
+                open_step(*pending.pop())
+
         if "schedule" in cls.__dict__:
             schedule = cls.__dict__["schedule"]
 
@@ -125,42 +155,54 @@ class VllmSteps:
                 t = clock()
                 out = schedule(sched, *args, **kwargs)
                 try:
+                    # Only noted here: the engine core hands the batch to its executor next,
+                    # and the step's bookkeeping (its row, its requests, the last step's
+                    # store work: ~80 µs on a 2-core CPU) would delay that hand-over. It is
+                    # done at get_grammar_bitmask(), which EngineCore.step() calls once the
+                    # batch is on its way and before it waits for the model's output, or at
+                    # the latest before the step's output is read (update_from_output).
+                    # What the step schedules is read now (a batch queue schedules the next
+                    # step before this one's output is read, and moves the requests on).
+                    flush()           # a batch queue: the step scheduled before this one
                     total = int(getattr(out, "total_num_scheduled_tokens", 0) or 0)
                     if total > 0:
                         info = step_info(sched, out)
                         steps._describe(sched)
                         batch = len(getattr(out, "num_scheduled_tokens", None) or ()) or 1
-                        phase = PREFILL if info and info["prefill_tokens"] else DECODE
-                        step = rec.begin(SOURCE, phase, batch=batch, positions=total,
-                                         mode="eager", start_ns=t)
-                        if step is not None:
-                            opened.clear()    # a step of a batch queue ended by this one
-                            opened[id(out)] = step
-                            if info is not None:
-                                rec.step_requests(step, info)
-                            # the batch goes to the executor next: the step's store work
-                            # (its row, its requests) is done now, before its tokens come
-                            rec.launched(SOURCE)
-                except Exception as exc:   # bookkeeping must never break the engine
+                        pending.append((out, info, batch, total, t))
+                except Exception as exc:
                     steps._failed("Scheduler.schedule", exc)
                 return out
 
             self._replace(cls, "schedule", schedule_)
+        if "get_grammar_bitmask" in cls.__dict__:
+            grammar = cls.__dict__["get_grammar_bitmask"]
+
+            @functools.wraps(grammar)
+            def get_grammar_bitmask(sched, scheduler_output, *args, **kwargs):
+                out = grammar(sched, scheduler_output, *args, **kwargs)
+                flush(scheduler_output)   # the model runs in the workers meanwhile
+                return out
+
+            self._replace(cls, "get_grammar_bitmask", get_grammar_bitmask)
         if "update_from_output" in cls.__dict__:
             update = cls.__dict__["update_from_output"]
 
             @functools.wraps(update)
             def update_from_output(sched, scheduler_output, *args, **kwargs):
+                flush(scheduler_output)   # not recorded yet (no grammar call): now
+                steps._ended_later()
                 outputs = update(sched, scheduler_output, *args, **kwargs)
                 t = clock()
-                step = opened.pop(id(scheduler_output), None)
-                if step is not None:   # first the step (its requests), then their tokens
-                    rec.end(SOURCE, end_ns=t, step=step)
-                try:
-                    if reqs is not None:
-                        reqs.engine_outputs(outputs, t)
-                except Exception as exc:
-                    steps._failed("Scheduler.update_from_output", exc)
+                done = (opened.pop(id(scheduler_output), None), outputs, t)
+                try:   # more steps follow: stored at the next one's hand-over, the engine's
+                    more = bool(sched.has_requests())   # outputs go out first
+                except Exception:
+                    more = False
+                if more:
+                    later.append(done)
+                else:                     # the engine goes idle: now
+                    end_step(*done)
                 return outputs
 
             self._replace(cls, "update_from_output", update_from_output)
@@ -181,6 +223,22 @@ class VllmSteps:
                 return out
 
             self._replace(cls, "finish_requests", finish_requests)
+
+    def _end_step(self, step: Any, outputs: Any, t: int) -> None:
+        """Step ``step`` ended at ``t`` with ``outputs`` (``update_from_output``'s)."""
+        if step is not None:   # first the step (its requests), then their tokens
+            self.recorder.end(SOURCE, end_ns=t, step=step)
+        try:
+            if self.requests is not None:
+                self.requests.engine_outputs(outputs, t)
+        except Exception as exc:
+            self._failed("Scheduler.update_from_output", exc)
+
+    def _ended_later(self) -> None:
+        """Store the ended step left for the next one's hand-over (or for the shutdown)."""
+        later = self._later
+        while later:
+            self._end_step(*later.pop())
 
     def _describe(self, sched: Any) -> None:
         """Once: what the scheduler runs with (its token budget, KV-cache blocks)."""
@@ -237,9 +295,12 @@ class VllmSteps:
         orig = cls.__dict__["shutdown"]
         ending, how = self.ending, ENDS[kind]
 
+        steps = self
+
         @functools.wraps(orig)
         def shutdown(obj, *args, **kwargs):
             try:
+                steps._ended_later()   # the last step's end and tokens, before the last fetch
                 ending(how)
             except Exception:
                 pass
