@@ -396,6 +396,10 @@ def run_client(port: int, model: str, rate: float, requests: int, a, seed: int, 
     return json.loads(res.stdout)
 
 
+# --keep-servers: how long the other ways' servers may take to answer after bare did before
+# the rounds begin without them (they join a later round once they answer)
+LATE_S = 40.0
+
 # transformers serve alone says "Aborted!" on Ctrl-C and can stay up after it (its batching
 # thread): a bare server has nothing to write, so it is killed after this long
 BARE_GRACE = 5.0
@@ -622,9 +626,15 @@ def main(argv: list | None = None) -> int:
         servers.update(late)   # a round lost for want of bare: every late one waited for again
         late.clear()
         up_by = time.monotonic() + min(a.start_timeout, max(10.0, left() - 20))
-        for m in list(servers):   # one that fails: this round goes on without it
+        order = sorted(servers, key=lambda m: m != "bare")   # bare first: the pairs need it
+        for m in order:   # one that fails: this round goes on without it
             try:
                 servers[m].wait_up(up_by)
+                if m == "bare" and a.keep_servers:
+                    # the others started with bare: one still starting LATE_S after it joins a
+                    # later round rather than holding this one (an H200 call spent its whole
+                    # 150 s start limit waiting for one server while three were up)
+                    up_by = min(up_by, time.monotonic() + LATE_S)
             except ServerDown as exc:
                 say(f"round {rnd + 1}: {str(exc)[:400]}")
                 srv = servers.pop(m)
