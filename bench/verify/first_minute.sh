@@ -24,7 +24,7 @@
 #                                  # start (with .pyspy/*.whl); kernel parity of a loaded step
 #                                  # with torch.profiler while time is left (~5 min)
 #
-# Each prints its table; files go to $OUT (at most 8, 12 for 6).
+# Each prints its table; files go to $OUT (at most 8: a call brings back no more).
 set -u
 cd "$(dirname "$0")/../.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -91,9 +91,12 @@ case "${1:-}" in
   cache=$(ls -d /tmp/tuiprof-inductor-after-*/*/ 2>/dev/null | head -1)
   if [ -n "$cache" ] && [ "$(left)" -gt 45 ]; then
     timeout $(( $(left) - 5 )) python bench/verify/precompile_parity.py --model qwen3-0.6b \
-      --inductor-cache "$cache" --json "$OUT/parity.json" >"$OUT/parity.txt" 2>&1
+      --inductor-cache "$cache" >"$OUT/parity.txt" 2>&1
     tail -12 "$OUT/parity.txt"
-  fi ;;
+  fi
+  # a call brings back at most 8 files: the side ones go in one archive
+  ( cd "$OUT" && tar czf side.tgz --remove-files compile_live_after_saved_screens.txt \
+      helper_log.txt second_start_pyspy_log.txt 2>/dev/null ) ;;
 *)
   sed -n 2,20p "$0" ;;
 esac
