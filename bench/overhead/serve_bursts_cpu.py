@@ -14,6 +14,7 @@ import argparse
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -110,6 +111,7 @@ def main() -> int:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     doc = json.loads(Path(out).read_text())
+    shutil.rmtree(work, ignore_errors=True)
     steps = doc["steps"]
     by = collections.Counter(
         (p, "attached" if att else "detached", "traced" if s else "") for _, p, s, att in steps)
