@@ -152,3 +152,20 @@ def test_transformers_read_back_has_the_plain_imports_table(tmp_path):
             "transformers.models.qwen3.modeling_qwen3.Qwen3ForCausalLM")
         assert run["same"] and run["hooked"] == []
     assert len(plain["table"]) > 1000        # every model's classes, not a partial table
+
+
+def test_each_call_gets_an_object_of_its_own(tmp_path):
+    """transformers asks for the same folder twice (as a folder and as its ``__init__.py``) and
+    got two objects from its lru_cache: what one caller changes, the other does not see."""
+    pkg, store = _tree(tmp_path), tmp_path / "store"
+
+    def original(path):
+        return {"names": {"A"}}
+
+    fn = ist.cached(original, store)
+    first = fn(pkg)
+    first["names"].add("changed")
+    assert fn(str(pkg / "a.py")) == {"names": {"A"}}
+    again = ist.cached(original, store)
+    a, b = again(pkg), again(pkg)
+    assert a == b == {"names": {"A"}} and a is not b and a["names"] is not b["names"]

@@ -61,6 +61,8 @@ def key_of(module_path: str) -> str:
 def cached(original: Callable[[Any], Any], where: Path | None = None) -> Callable[[Any], Any]:
     """``original`` (``create_import_structure_from_path``) with its result for a directory
     kept on disk; its recursive calls for subdirectories go to ``original`` itself."""
+    # a directory's structure as bytes: every call gets an object of its own, as two calls
+    # with different arguments (a folder, a file in it) got from transformers' lru_cache
     memo: dict = {}
     busy = threading.local()
 
@@ -71,27 +73,32 @@ def cached(original: Callable[[Any], Any], where: Path | None = None) -> Callabl
         if os.path.isfile(path):
             path = os.path.dirname(path)
         if path in memo:
-            return memo[path]
+            return pickle.loads(memo[path])
         folder = where if where is not None else cache_dir()
         try:
             entry = folder / f"{key_of(path)}.pickle"
         except OSError:
             entry = None
-        value = _read(entry) if entry is not None else None
-        if value is None:
-            busy.on = True
-            try:
-                value = original(module_path)
-            finally:
-                busy.on = False
-            if entry is not None:
-                _write(entry, value)
-        else:
+        blob = _read(entry) if entry is not None else None
+        if blob is not None:
             try:
                 os.utime(entry)                  # "used last": what pruning orders by
             except OSError:
                 pass
-        memo[path] = value
+            memo[path] = blob
+            return pickle.loads(blob)
+        busy.on = True
+        try:
+            value = original(module_path)
+        finally:
+            busy.on = False
+        try:
+            blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:   # not picklable (another transformers): kept as it was, in memory
+            return value
+        memo[path] = blob
+        if entry is not None:
+            _write(entry, blob)
         return value
 
     structure.__wrapped__ = original             # type: ignore[attr-defined]
@@ -99,21 +106,21 @@ def cached(original: Callable[[Any], Any], where: Path | None = None) -> Callabl
     return structure
 
 
-def _read(entry: Path) -> Any:
+def _read(entry: Path) -> bytes | None:
+    """The entry's bytes when they unpickle to a structure (a dict); else None."""
     try:
-        with open(entry, "rb") as fh:
-            value = pickle.load(fh)
+        blob = entry.read_bytes()
+        value = pickle.loads(blob)
     except Exception:   # absent, cut short, another format: parsed again and written anew
         return None
-    return value if isinstance(value, dict) else None
+    return blob if isinstance(value, dict) else None
 
 
-def _write(entry: Path, value: Any) -> None:
+def _write(entry: Path, blob: bytes) -> None:
     tmp = entry.with_name(f".{entry.name}.{os.getpid()}")
     try:
         entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(tmp, "wb") as fh:
-            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        tmp.write_bytes(blob)
         os.replace(tmp, entry)
     except Exception:
         try:
