@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tuiprof.engine import import_structure as ist
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +41,7 @@ def test_parsed_once_then_read_back_by_the_next_process(tmp_path):
     assert first(str(pkg / "a.py")) == value and len(calls) == 1   # a file: its folder
     second = ist.cached(original, store)            # a new process: nothing in memory
     assert second(pkg) == value and len(calls) == 1
-    assert len(list(store.glob("*.pickle"))) == 1
+    assert len(list(store.glob("*.json"))) == 1
 
 
 def test_a_changed_file_is_parsed_again(tmp_path):
@@ -76,7 +78,7 @@ def test_recursion_goes_to_the_original_and_only_the_top_is_kept(tmp_path):
     holder["fn"] = ist.cached(original, store)
     assert holder["fn"](pkg) == {"sub": {}}
     assert calls == [str(pkg), str(pkg / "sub")]
-    assert len(list(store.glob("*.pickle"))) == 1
+    assert len(list(store.glob("*.json"))) == 1
 
 
 def test_a_damaged_entry_is_parsed_again_and_rewritten(tmp_path):
@@ -88,7 +90,7 @@ def test_a_damaged_entry_is_parsed_again_and_rewritten(tmp_path):
         return {"ok": True}
 
     ist.cached(original, store)(pkg)
-    (entry,) = store.glob("*.pickle")
+    (entry,) = store.glob("*.json")
     entry.write_bytes(entry.read_bytes()[:5])
     assert ist.cached(original, store)(pkg) == {"ok": True} and len(n) == 2
     assert ist.cached(original, store)(pkg) == {"ok": True} and len(n) == 2
@@ -99,7 +101,7 @@ def test_bounded_least_recently_used_first(tmp_path):
     store.mkdir()
     files = []
     for i in range(5):
-        p = store / f"{i}.pickle"
+        p = store / f"{i}.json"
         p.write_bytes(b"x")
         os.utime(p, (1000 + i, 1000 + i))
         files.append(p)
@@ -139,12 +141,12 @@ def test_transformers_read_back_has_the_plain_imports_table(tmp_path):
     plain = _lazy(cache, "hide,direct")
     assert not plain["wrapped"] and not (cache / "tuiprof" / ist.DIR).exists()
     cold = _lazy(cache, "all")
-    entries = list((cache / "tuiprof" / ist.DIR).glob("*.pickle"))
+    entries = list((cache / "tuiprof" / ist.DIR).glob("*.json"))
     assert cold["wrapped"] and entries
     stamp = {p: p.stat().st_mtime_ns for p in entries}
     time.sleep(0.01)
     warm = _lazy(cache, "all")
-    after = sorted((cache / "tuiprof" / ist.DIR).glob("*.pickle"))
+    after = sorted((cache / "tuiprof" / ist.DIR).glob("*.json"))
     assert warm["wrapped"] and sorted(stamp) == after
     for run in (cold, warm):
         assert run["table"] == plain["table"] and run["n"] == plain["n"]
@@ -169,3 +171,26 @@ def test_each_call_gets_an_object_of_its_own(tmp_path):
     again = ist.cached(original, store)
     a, b = again(pkg), again(pkg)
     assert a == b == {"names": {"A"}} and a is not b and a["names"] is not b["names"]
+
+
+def test_an_entry_is_plain_data_checked_as_it_is_read(tmp_path):
+    """The cache holds tagged JSON of the structure's own types: what else stands in an entry
+    is refused and parsed again, and a structure comes back equal, its frozensets and sets
+    as they were."""
+    structure = {"m": {frozenset({"torch"}): {"modeling_m": {"M", "N"}}, frozenset(): {}}}
+    assert ist.loads(ist.dumps(structure)) == structure
+    for bad in (b'{"x": []}', b"[1]", b'{"d": [[{"s": ["a"]}, "b"]]}', b'{"d": [["a"]]}',
+                b'{"f": [{"d": 1}]}'):
+        with pytest.raises((ValueError, TypeError)):
+            ist.loads(bad)
+    pkg, store = _tree(tmp_path), tmp_path / "store"
+    n = []
+
+    def original(path):
+        n.append(1)
+        return structure
+
+    ist.cached(original, store)(pkg)
+    (entry,) = store.glob("*.json")
+    entry.write_bytes(b'{"d": [[{"s": ["a"]}, "b"]]}')   # a set as a key: not a structure
+    assert ist.cached(original, store)(pkg) == structure and len(n) == 2

@@ -11,7 +11,10 @@ table depends only on those files; so here it is kept in tuiprof's cache
 name, size and modification time of every file under it (a walk of stat calls: tens of
 milliseconds), and read back instead of parsing the files again. Any change to a file gives
 another key, as a ``.pyc`` is invalidated by its source; an unreadable entry is ignored and
-written again; the directory keeps the :data:`KEEP` entries used last.
+written again; the directory keeps the :data:`KEEP` entries used last. An entry is JSON of
+the structure's own types (dicts, frozensets and sets of strings; lists, tuples and JSON's
+scalars too), each tagged and checked as
+it is read back: nothing in the cache can make the reader run code, as an unpickler could.
 
 It works by wrapping that one function of ``transformers.utils.import_utils`` right after the
 module has run (an import hook that removes itself), before ``transformers/__init__`` calls
@@ -21,8 +24,8 @@ already, or in a user's program (only the engine's model-code import installs it
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import pickle
 import sys
 import threading
 from importlib.abc import MetaPathFinder
@@ -36,7 +39,7 @@ TARGET = "transformers.utils.import_utils"
 FUNCTION = "create_import_structure_from_path"
 DIR = "transformers-imports"
 KEEP = 8
-FORMAT = 1
+FORMAT = 2     # 2: tagged JSON (1: pickle, never read again)
 
 
 def cache_dir() -> Path:
@@ -73,10 +76,10 @@ def cached(original: Callable[[Any], Any], where: Path | None = None) -> Callabl
         if os.path.isfile(path):
             path = os.path.dirname(path)
         if path in memo:
-            return pickle.loads(memo[path])
+            return loads(memo[path])
         folder = where if where is not None else cache_dir()
         try:
-            entry = folder / f"{key_of(path)}.pickle"
+            entry = folder / f"{key_of(path)}.json"
         except OSError:
             entry = None
         blob = _read(entry) if entry is not None else None
@@ -86,15 +89,15 @@ def cached(original: Callable[[Any], Any], where: Path | None = None) -> Callabl
             except OSError:
                 pass
             memo[path] = blob
-            return pickle.loads(blob)
+            return loads(blob)
         busy.on = True
         try:
             value = original(module_path)
         finally:
             busy.on = False
         try:
-            blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:   # not picklable (another transformers): kept as it was, in memory
+            blob = dumps(value)
+        except TypeError:   # a type of another transformers: that structure is not kept
             return value
         memo[path] = blob
         if entry is not None:
@@ -106,14 +109,66 @@ def cached(original: Callable[[Any], Any], where: Path | None = None) -> Callabl
     return structure
 
 
+_KINDS = {"f": frozenset, "s": set, "l": list, "t": tuple}
+
+
+_PLAIN = (str, bool, int, float, type(None))
+
+
+def _encode(x: Any) -> Any:
+    if isinstance(x, _PLAIN):
+        return x
+    if isinstance(x, dict):
+        return {"d": [[_encode(k), _encode(v)] for k, v in x.items()]}
+    if isinstance(x, (frozenset, set)):
+        return {"f" if isinstance(x, frozenset) else "s": sorted(_encode(e) for e in x)}
+    if isinstance(x, (list, tuple)):
+        return {"l" if isinstance(x, list) else "t": [_encode(e) for e in x]}
+    raise TypeError(f"not kept: {type(x).__name__}")
+
+
+def _decode(x: Any) -> Any:
+    if isinstance(x, _PLAIN):
+        return x
+    if not isinstance(x, dict) or len(x) != 1:
+        raise ValueError("not an entry of this cache")
+    (tag, v), = x.items()
+    if not isinstance(v, list) or (tag != "d" and tag not in _KINDS):
+        raise ValueError("not an entry of this cache")
+    if tag == "d":
+        out = {}
+        for pair in v:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValueError("not an entry of this cache")
+            k = _decode(pair[0])
+            if not isinstance(k, (*_PLAIN, frozenset, tuple)):
+                raise ValueError("not an entry of this cache")
+            out[k] = _decode(pair[1])
+        return out
+    return _KINDS[tag](_decode(e) for e in v)
+
+
+def dumps(structure: dict) -> bytes:
+    """``structure`` as tagged JSON; TypeError for a type that is not kept."""
+    return json.dumps(_encode(structure), separators=(",", ":")).encode()
+
+
+def loads(blob: bytes) -> dict:
+    """A structure back from :func:`dumps`; ValueError for anything else."""
+    value = _decode(json.loads(blob))
+    if not isinstance(value, dict):
+        raise ValueError("not an entry of this cache")
+    return value
+
+
 def _read(entry: Path) -> bytes | None:
-    """The entry's bytes when they unpickle to a structure (a dict); else None."""
+    """The entry's bytes when they read back as a structure (a dict); else None."""
     try:
         blob = entry.read_bytes()
-        value = pickle.loads(blob)
+        loads(blob)
     except Exception:   # absent, cut short, another format: parsed again and written anew
         return None
-    return blob if isinstance(value, dict) else None
+    return blob
 
 
 def _write(entry: Path, blob: bytes) -> None:
@@ -134,7 +189,7 @@ def _write(entry: Path, blob: bytes) -> None:
 def prune(folder: Path, keep: int = KEEP) -> list[Path]:
     """Keep the ``keep`` entries used last; returns what was removed."""
     try:
-        files = sorted(folder.glob("*.pickle"), key=lambda p: -p.stat().st_mtime)
+        files = sorted(folder.glob("*.json"), key=lambda p: -p.stat().st_mtime)
     except OSError:
         return []
     for p in files[keep:]:
