@@ -237,8 +237,8 @@ class VllmSteps:
     def _ended_later(self) -> None:
         """Store the ended step left for the next one's hand-over (or for the shutdown)."""
         later = self._later
-        while later:
-            self._end_step(*later.pop())
+        while later:   # in the order the steps ended
+            self._end_step(*later.pop(0))
 
     def _describe(self, sched: Any) -> None:
         """Once: what the scheduler runs with (its token budget, KV-cache blocks)."""
