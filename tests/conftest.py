@@ -99,6 +99,7 @@ SYSTEM_FILES = {
     "tests/export/test_prometheus.py",
     "tests/engine/test_compile_helper.py",
     "tests/engine/test_precompiled_engine.py",
+    "tests/engine/test_precompile_parity.py",
     "tests/sessions/test_torchrun.py",
     "tests/test_wheel.py",
 }
