@@ -125,6 +125,8 @@ def test_vllm_openai_server_under_tuiprof_with_a_real_client(tmp_path):
     # once its app was built (they took its event loop's GIL ten times a second)
     assert api["meta"].get("steps_elsewhere") == "vLLM's engine core process", api["meta"]
     print("the API server's windows:", api["meta"].get("step_sources"))
+    # and its requests' time in steps is the engine core's (joined there), not all outside
+    assert all(r["outside_ms"] is None for r in api["requests"]), api["requests"][:2]
     # the API process's own record: every request, the client's id, vLLM's id
     front = {r["client_id"]: r for r in api["requests"] if r["source"] == "vllm"}
     assert sorted(front) == sorted(seen), (sorted(front), out[-2000:])

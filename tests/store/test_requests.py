@@ -41,6 +41,21 @@ def test_a_requests_timeline_from_the_calls_of_a_source():
     assert v.requests.counts["tokens"] == 15 and v.requests.sources == {"api": 4}
 
 
+def test_a_process_whose_steps_run_elsewhere_says_nothing_of_time_outside_them():
+    """vLLM's API server: its requests are whole, their time in the model's steps is its
+    engine core's to say (joined there), not all of it 'outside model steps' here."""
+    from tuiprof.analysis.requests import outside_ms  # noqa: PLC0415
+
+    book = RequestBook()
+    book.steps_elsewhere = True
+    book.arrived("x", 4, "vllm", t=0)
+    book.advance(20 * MS, [("x", 1)], [])
+    book.advance(30 * MS, [("x", 1)], [("x", "length", "finished")])
+    (row,) = book.view().rows
+    assert row.e2e_ms == 30.0 and row.model_ns == -1 and outside_ms(row) is None
+    assert book.view().stats["outside_ms"].count == 0
+
+
 def test_misuse_is_counted_reported_once_and_never_raises():
     st = SessionStore()
     book = st.requests

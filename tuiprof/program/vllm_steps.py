@@ -343,6 +343,8 @@ class VllmSteps:
             # the API server runs no model steps (its engine core does): its 100 ms windows
             # would only take its event loop's GIL ten times a second
             steps.recorder.steps_elsewhere(ELSEWHERE)
+            if owner is not None:   # its requests' time in steps is the engine core's to say
+                owner.book.steps_elsewhere = True
             try:
                 stack = getattr(app, "middleware_stack", None)
                 if stack is not None:   # vLLM 0.32 builds its stack in build_app (SageMaker)

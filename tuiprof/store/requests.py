@@ -211,6 +211,9 @@ class RequestBook:
         self.max_in_flight = max_in_flight
         self.clock: Callable[[], int] = time.time_ns   # the session's clock, set by it
         self.on_misuse = on_misuse   # (kind, text): the first misuse of each kind
+        # another process runs this one's model steps (vLLM's API server): a request's time
+        # in and out of steps is not known here (-1), rather than all of it outside
+        self.steps_elsewhere = False
         self._lock = threading.Lock()
         self._live: dict[Any, RequestRow] = {}
         self._steps_start: deque[int] = deque(maxlen=STEP_INTERVALS)
@@ -576,6 +579,8 @@ class RequestBook:
     def _inside(self, t0: int, t1: int) -> int:
         """Time in [t0, t1] covered by the recent model steps (-1: steps this old are gone)."""
         starts, ends = self._steps_start, self._steps_end
+        if self.steps_elsewhere:
+            return -1
         if not starts:
             return 0
         if t0 < starts[0] and len(starts) == starts.maxlen:
